@@ -18,6 +18,12 @@ if TYPE_CHECKING:
 PROBES_DIR = Path(__file__).resolve().parent
 
 
+def read_source(name: str) -> str:
+    """A BPF source file of this folder, marked so compiler errors name the right file and line."""
+    path = PROBES_DIR / name
+    return f'#line 1 "{path}"\n' + path.read_text()
+
+
 @dataclass
 class Target:
     """One profiled process, as the families see it."""
@@ -34,7 +40,9 @@ class ProbeFamily(Protocol):
     name: str
 
     def source(self) -> str:
-        """C source added to the composed program (usually `#include "<name>.bpf.c"`)."""
+        """C source added to the composed program: the text of its `*.bpf.c` / `*.bpf.h`
+        (read_source()). Inlined, not #included: bcc only turns functions and map accesses of the
+        main file into BPF programs. Plain headers (structs, constants) may be #included."""
         ...
 
     def defines(self) -> dict[str, int | str]:

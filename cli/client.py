@@ -1,0 +1,52 @@
+"""The CLI's connection to deepctxd: a channel on the Unix socket, errors turned into one-line reasons."""
+
+from __future__ import annotations
+
+import os
+
+import grpc
+
+from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
+
+DEFAULT_SOCKET = "/run/deepctx/deepctxd.sock"
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
+
+class CliError(Exception):
+    """A failure the CLI reports as one line on stderr, with an exit status."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+def socket_path(flag: str | None) -> str:
+    return flag or os.environ.get("DEEPCTX_SOCKET") or DEFAULT_SOCKET
+
+
+def not_running(path: str) -> CliError:
+    return CliError(f"deepctxd is not running (nothing answers on {path}): start it with "
+                    f"`sudo deepctxd` (or `systemctl start deepctxd`), or point --socket / DEEPCTX_SOCKET "
+                    f"at its socket", status=3)
+
+
+def connect(path: str, timeout_s: float = 3.0) -> pb_grpc.ProfilerStub:
+    if not os.path.exists(path):
+        raise not_running(path)
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise CliError(f"permission denied on {path}: run as root or as a member of the `deepctx` group", 4)
+    channel = grpc.insecure_channel(f"unix://{path}", options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout_s)
+    except grpc.FutureTimeoutError:
+        raise not_running(path) from None
+    return pb_grpc.ProfilerStub(channel)
+
+
+def rpc_error(e: grpc.RpcError, path: str) -> CliError:
+    code = e.code() if hasattr(e, "code") else None
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return not_running(path)
+    details = e.details() if hasattr(e, "details") else str(e)
+    return CliError(details or str(code), status=1)

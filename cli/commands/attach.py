@@ -1,0 +1,78 @@
+"""deepctx attach PID: profile a running process through the daemon."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import grpc
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from deepctx.cli.client import CliError, connect, rpc_error
+from deepctx.cli.formats import json_file, tree
+from deepctx.cli.profile_doc import to_doc
+from deepctx.proto.v1 import deepctx_pb2 as pb
+
+PYTHON_MODES = {"auto": pb.PYTHON_AUTO, "on": pb.PYTHON_ON, "off": pb.PYTHON_OFF}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("attach", help="profile a running process", description="Profile a running process.")
+    p.add_argument("pid", type=int)
+    p.add_argument("--duration", type=float, default=10.0, help="seconds to capture (default 10)")
+    p.add_argument("--rate", type=int, default=0, dest="sample_hz",
+                   help="CPU samples per second (default: the daemon's, 99)")
+    p.add_argument("--kernel-stacks", action="store_true", help="also record kernel stacks")
+    p.add_argument("--python", choices=sorted(PYTHON_MODES), default="auto",
+                   help="walk Python frames: auto (when the target runs CPython), on (required), off")
+    p.add_argument("--native-python", action="store_true", help="keep libpython's own native frames")
+    p.add_argument("--format", choices=["tree", "json"], default="tree")
+    p.add_argument("-o", "--output", help="write the profile here (JSON) instead of stdout")
+    p.add_argument("--min-percent", type=float, default=0.5, help="tree: hide nodes below this share")
+    p.add_argument("--depth", type=int, default=64, help="tree: deepest level shown")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(run=run)
+
+
+def capture(stub: object, req: pb.AttachRequest, socket: str, show_progress: bool) -> pb.Profile:
+    err = Console(stderr=True)
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[samples]} samples"),
+                        TimeRemainingColumn(), console=err, transient=True, disable=not show_progress)
+    profile = None
+    try:
+        with progress:
+            task = progress.add_task(f"pid {req.pid}: starting", total=req.duration_s, samples=0)
+            for ev in stub.Attach(req):  # type: ignore[attr-defined]
+                if ev.HasField("progress"):
+                    p = ev.progress
+                    progress.update(task, completed=p.elapsed_s, samples=p.samples,
+                                    description=f"pid {req.pid}: {p.message}")
+                else:
+                    profile = ev.profile
+    except grpc.RpcError as e:
+        raise rpc_error(e, socket) from None
+    except KeyboardInterrupt:
+        raise CliError("interrupted: the capture was cancelled", status=130) from None
+    if profile is None:
+        raise CliError("the daemon ended the capture without a profile")
+    return profile
+
+
+def run(args: argparse.Namespace) -> int:
+    stub = connect(args.socket_path)
+    req = pb.AttachRequest(pid=args.pid, duration_s=args.duration, sample_hz=args.sample_hz,
+                           kernel_stacks=args.kernel_stacks, python=PYTHON_MODES[args.python],
+                           native_python=args.native_python)
+    profile = capture(stub, req, args.socket_path, show_progress=not args.quiet and sys.stderr.isatty())
+    doc = to_doc(profile)
+    err = Console(stderr=True)
+    for w in doc["warnings"]:
+        err.print(f"[yellow]warning:[/] {w}")
+    if args.format == "json" or args.output:
+        json_file.write(doc, args.output)
+        if args.output and not args.quiet:
+            err.print(f"profile written to {args.output}")
+    if args.format == "tree":
+        tree.render(doc, min_percent=args.min_percent, max_depth=args.depth)
+    return 0

@@ -1,0 +1,44 @@
+"""deepctx ps: processes worth profiling."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import grpc
+from rich.console import Console
+from rich.table import Table
+
+from deepctx.cli.client import connect, rpc_error
+from deepctx.proto.v1 import deepctx_pb2 as pb
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ps", help="list processes worth profiling (Python, GPU runtimes)")
+    p.add_argument("--all", action="store_true", help="every user-space process")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    stub = connect(args.socket_path)
+    try:
+        reply = stub.ListProcesses(pb.ListProcessesRequest(all=args.all))
+    except grpc.RpcError as e:
+        raise rpc_error(e, args.socket_path) from None
+    rows = [{"pid": p.pid, "user": p.user, "command": p.command, "python": p.python_version or None,
+             "gpu_libraries": list(p.gpu_libraries), "profiled": p.profiled} for p in reply.processes]
+    if args.format == "json":
+        print(json.dumps(rows, indent=1))
+        return 0
+    table = Table(box=None)
+    for col in ("PID", "USER", "PYTHON", "GPU LIBRARIES", "COMMAND"):
+        table.add_column(col, overflow="ellipsis", no_wrap=True)
+    for r in rows:
+        mark = " *" if r["profiled"] else ""
+        table.add_row(f"{r['pid']}{mark}", r["user"], r["python"] or "-", ", ".join(r["gpu_libraries"]) or "-",
+                      r["command"])
+    Console().print(table)
+    if not rows:
+        print("no Python or GPU processes found (deepctx ps --all lists every process)")
+    return 0

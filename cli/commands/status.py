@@ -1,0 +1,66 @@
+"""deepctx status: the daemon's targets, probes, rates and lost events."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+from rich.console import Console
+from rich.table import Table
+
+from deepctx.cli.client import CliError, connect, rpc_error
+from deepctx.proto.v1 import deepctx_pb2 as pb
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("status", help="show the daemon's state")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--wait", type=float, default=0.0, metavar="S",
+                   help="wait up to S seconds for the daemon to come up")
+    p.set_defaults(run=run)
+
+
+def _status(args: argparse.Namespace) -> pb.StatusReply:
+    deadline = time.monotonic() + args.wait
+    while True:
+        try:
+            return connect(args.socket_path, timeout_s=max(0.5, min(3.0, deadline - time.monotonic()))).Status(
+                pb.StatusRequest())
+        except CliError:
+            if time.monotonic() >= deadline:
+                raise
+        except grpc.RpcError as e:
+            raise rpc_error(e, args.socket_path) from None
+        time.sleep(0.1)  # polling for a daemon that is starting; not synchronization between our threads
+
+
+def run(args: argparse.Namespace) -> int:
+    st = _status(args)
+    if args.format == "json":
+        print(json.dumps(MessageToDict(st, preserving_proto_field_name=True, always_print_fields_with_no_presence=True),
+                         indent=1))
+        return 0
+    con = Console()
+    con.print(f"[bold]deepctxd[/] {st.version}  pid {st.daemon_pid}  up {st.uptime_s:.0f} s  "
+              f"kernel {st.kernel}  bcc {st.bcc_version}")
+    con.print(f"socket {st.socket}  default rate {st.default_sample_hz} Hz (max {st.max_sample_hz})  "
+              f"max duration {st.max_duration_s:g} s")
+    totals = ", ".join(f"{k} {v}" for k, v in sorted(st.totals.items()))
+    con.print(f"totals: {totals}")
+    if not st.sessions:
+        con.print("no captures running")
+        return 0
+    table = Table(box=None)
+    for col in ("SESSION", "PID", "STATE", "RATE", "PROBES", "ELAPSED", "SAMPLES", "LOST", "COMMAND"):
+        table.add_column(col)
+    now = time.time()
+    for s in st.sessions:
+        lost = s.stats.get("cpu_user_stacks_lost", 0) + s.stats.get("cpu_samples_dropped_map_full", 0)
+        table.add_row(str(s.id), str(s.pid), s.state, f"{s.sample_hz} Hz", ",".join(s.probes),
+                      f"{now - s.started_unix:.0f}/{s.duration_s:g} s", str(s.stats.get("cpu_samples", 0)),
+                      str(lost), s.command)
+    con.print(table)
+    return 0

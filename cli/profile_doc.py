@@ -1,0 +1,53 @@
+"""The Profile message as the documented JSON document (docs/formats.md, schema deepctx.profile/v1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deepctx.proto.v1 import deepctx_pb2 as pb
+
+
+def to_doc(p: pb.Profile) -> dict[str, Any]:
+    metrics = list(p.metrics)
+    nodes: list[dict[str, Any]] = []
+    for n in p.nodes:
+        node: dict[str, Any] = {
+            "kind": n.kind,
+            "name": n.name,
+            "file": n.file if n.HasField("file") else None,
+            "line": n.line if n.HasField("line") else None,
+            "module": n.module if n.HasField("module") else None,
+            "metrics": dict(zip(metrics, (int(v) for v in n.metrics), strict=True)),
+            "children": [],
+        }
+        if n.HasField("tid"):
+            node["tid"] = n.tid
+        nodes.append(node)
+        if n.parent >= 0:
+            nodes[n.parent]["children"].append(node)
+    return {
+        "schema": p.schema,
+        "pid": p.pid,
+        "command": p.command,
+        "hostname": p.hostname,
+        "started_unix": p.started_unix,
+        "duration_s": p.duration_s,
+        "ended": p.ended,
+        "sample_hz": p.sample_hz,
+        "mode": p.mode or None,
+        "metrics": metrics,
+        "root": nodes[0] if nodes else None,
+        "stats": {k: int(v) for k, v in sorted(p.stats.items())},
+        "warnings": list(p.warnings),
+    }
+
+
+def inclusive(node: dict[str, Any], metric: str) -> int:
+    """Self plus all descendants (iterative: trees can be deep)."""
+    total = 0
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        total += n["metrics"].get(metric, 0)
+        stack.extend(n["children"])
+    return total

@@ -1,0 +1,264 @@
+"""One capture: compose and load the probes for a target, sample for a while, build its profile."""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from deepctx.daemon import procfs
+from deepctx.daemon.callpaths import CallPathResolver
+from deepctx.daemon.errors import FailedPrecondition, NotFound
+from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
+from deepctx.daemon.tree import METRICS, CallTree
+from deepctx.probes import compose
+from deepctx.probes.cpu_sampler import CpuSampler
+from deepctx.probes.family import ProbeFamily, Target
+
+log = logging.getLogger("deepctx.capture")
+
+POLL_INTERVAL_S = 0.5
+
+
+@dataclass
+class CaptureOptions:
+    duration_s: float
+    sample_hz: int
+    kernel_stacks: bool = False
+    python: str = "auto"  # auto | on | off
+    native_python: bool = False
+    python_max_depth: int = 128
+    stack_map_entries: int = 16384
+    count_map_entries: int = 65536
+
+
+@dataclass
+class Progress:
+    elapsed_s: float
+    duration_s: float
+    samples: int
+    message: str
+
+
+@dataclass
+class CaptureResult:
+    pid: int
+    command: str
+    duration_s: float
+    started_unix: float
+    ended: str  # duration | target_exited | cancelled | daemon_shutdown
+    sample_hz: int
+    tree: CallTree
+    stats: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    hostname: str = ""
+
+
+def _python_family(opts: CaptureOptions) -> ProbeFamily | None:
+    if opts.python == "off":
+        return None
+    try:
+        from deepctx.probes.python_stack import PythonStacks
+    except ImportError:
+        return None
+    return PythonStacks(max_depth=opts.python_max_depth)
+
+
+def _unwinder_family() -> ProbeFamily | None:
+    if os.environ.get("DEEPCTX_NATIVE_UNWIND", "1") == "0":
+        return None
+    try:
+        from deepctx.probes.native_unwind import NativeUnwinder
+    except ImportError:
+        return None
+    return NativeUnwinder()
+
+
+class Capture:
+    """Runs in the thread of the request that asked for it; reports progress through a callback."""
+
+    def __init__(self, session_id: int, pid: int, opts: CaptureOptions, symbols: SymbolCache,
+                 shutdown: threading.Event) -> None:
+        self.id = session_id
+        self.pid = pid
+        self.opts = opts
+        self.symbols = symbols
+        self.shutdown = shutdown
+        self.state = "starting"
+        self.started_unix = time.time()
+        self.sampler = CpuSampler(opts.sample_hz, opts.kernel_stacks, opts.stack_map_entries, opts.count_map_entries)
+        self.families: list[ProbeFamily] = []
+        self.samples = 0
+        self.command = ""
+        self._bpf: Any = None
+
+    @property
+    def probe_names(self) -> list[str]:
+        return [f.name for f in self.families]
+
+    def live_stats(self) -> dict[str, int]:
+        bpf = self._bpf
+        if bpf is None:
+            return {"cpu_samples": self.samples}
+        try:
+            return self.sampler.stats(bpf)
+        except Exception:  # the program is being torn down
+            return {"cpu_samples": self.samples}
+
+    def run(self, progress: Callable[[Progress], None], cancelled: Callable[[], bool]) -> CaptureResult:
+        try:
+            info = procfs.process_info(self.pid)
+            space = procfs.AddressSpace(procfs.read_maps(self.pid))
+            pidfd = os.pidfd_open(self.pid)
+        except (procfs.ProcessGone, ProcessLookupError) as e:
+            raise NotFound(f"process {self.pid} does not exist (it may have exited)") from e
+        self.command = info.command
+        target = Target(self.pid, info, space)
+        try:
+            return self._run(target, pidfd, progress, cancelled)
+        finally:
+            os.close(pidfd)
+
+    def _choose_families(self, target: Target) -> None:
+        families: list[ProbeFamily] = []
+        py = _python_family(self.opts)
+        if py is not None:
+            try:
+                py.prepare(target)
+                families.append(py)
+            except ValueError as e:
+                if self.opts.python == "on":
+                    raise FailedPrecondition(str(e)) from e
+                if "not a python process" not in str(e).lower():
+                    target.warnings.append(f"Python frames unavailable: {e}")
+        elif self.opts.python == "on":
+            raise FailedPrecondition("Python frame walking is not available in this build of deepctxd")
+        unwinder = _unwinder_family()
+        if unwinder is not None:
+            try:
+                unwinder.prepare(target)
+                families.append(unwinder)
+            except ValueError as e:
+                target.warnings.append(f"DWARF unwinding unavailable, frame pointers only: {e}")
+        self.sampler.prepare(target)
+        families.append(self.sampler)
+        self.families = families
+
+    def _run(self, target: Target, pidfd: int, progress: Callable[[Progress], None],
+             cancelled: Callable[[], bool]) -> CaptureResult:
+        opts = self.opts
+        progress(Progress(0.0, opts.duration_s, 0, "inspecting target"))
+        self.state = "preparing"
+        self._choose_families(target)
+        progress(Progress(0.0, opts.duration_s, 0, "compiling probes"))
+        self.state = "compiling"
+        bpf = compose.compile_program(self.families)
+        self._bpf = bpf
+        thread_names: dict[int, str] = {}
+        try:
+            for fam in self.families:
+                fam.attach(bpf, target)
+            self.state = "capturing"
+            t0 = time.monotonic()
+            ended = "duration"
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            last_maps = 0.0
+            while True:
+                elapsed = time.monotonic() - t0
+                if elapsed >= opts.duration_s:
+                    break
+                if cancelled():
+                    ended = "cancelled"
+                    break
+                if self.shutdown.is_set():
+                    ended = "daemon_shutdown"
+                    break
+                # The pidfd turns readable the moment the target exits: no polling delay.
+                wait_s = min(POLL_INTERVAL_S, opts.duration_s - elapsed)
+                if poller.poll(max(wait_s, 0.0) * 1000):
+                    ended = "target_exited"
+                    break
+                now = time.monotonic()
+                self._refresh(target, thread_names, refresh_maps=now - last_maps >= 1.0)
+                if now - last_maps >= 1.0:
+                    last_maps = now
+                for fam in self.families:
+                    fam.poll(bpf, target)
+                self.samples = self.sampler.samples(bpf)
+                progress(Progress(min(time.monotonic() - t0, opts.duration_s), opts.duration_s, self.samples,
+                                  "capturing"))
+            duration = time.monotonic() - t0
+            self.sampler.stop_sampling(bpf)
+            self.state = "building"
+            self.samples = self.sampler.samples(bpf)
+            progress(Progress(min(duration, opts.duration_s), opts.duration_s, self.samples, "symbolizing"))
+            if ended != "target_exited":
+                self._refresh(target, thread_names, refresh_maps=True)
+                for fam in self.families:
+                    fam.poll(bpf, target)  # last chance to name what only the live process can tell
+            return self._build(bpf, target, thread_names, duration, ended)
+        finally:
+            for fam in self.families:
+                try:
+                    fam.detach(bpf, target)
+                except Exception:
+                    log.exception("detach failed", extra={"family": fam.name, "pid": target.pid})
+            self._bpf = None
+            compose.cleanup_program(bpf)
+
+    def _refresh(self, target: Target, thread_names: dict[int, str], refresh_maps: bool) -> None:
+        """Remember what only the live process can tell: thread names and mappings (kept after unmap)."""
+        try:
+            for tid in procfs.thread_ids(target.pid):
+                if tid not in thread_names:
+                    name = procfs.thread_name(target.pid, tid)
+                    if name:
+                        thread_names[tid] = name
+            if refresh_maps:
+                target.space = target.space.merged_with(procfs.AddressSpace(procfs.read_maps(target.pid)))
+        except procfs.ProcessGone:
+            pass
+
+    def _build(self, bpf: Any, target: Target, thread_names: dict[int, str], duration: float,
+               ended: str) -> CaptureResult:
+        tree = CallTree(target.info.command)
+        fams = {f.name: f for f in self.families}
+        resolver = CallPathResolver(bpf, target.pid, target.space, self.sampler,
+                                    NativeSymbolizer(self.symbols), fams, thread_names, self.opts.native_python)
+        buckets = self.sampler.buckets(bpf)
+        for b in buckets:
+            if b.pid != target.pid:
+                continue
+            path = resolver.path(b.tid, b.user_stack, b.py_stack, b.kernel_stack_id, b.flags)
+            tree.add(path, "cpu_samples", b.count)
+        stats: dict[str, int] = {}
+        for fam in self.families:
+            stats.update(fam.stats(bpf))
+        stats["cpu_stacks_truncated"] = resolver.truncated_stacks
+        stats["cpu_samples_in_profile"] = tree.total("cpu_samples")
+        warnings = list(target.warnings)
+        if ended == "target_exited":
+            warnings.append(f"process {target.pid} exited after {duration:.2f} s of the requested "
+                            f"{self.opts.duration_s:g} s; the profile holds what was captured until then")
+        elif ended == "cancelled":
+            warnings.append("capture cancelled by the client")
+        elif ended == "daemon_shutdown":
+            warnings.append("capture cut short: deepctxd is shutting down")
+        lost = stats.get("cpu_user_stacks_lost", 0) + stats.get("cpu_samples_dropped_map_full", 0)
+        if lost:
+            warnings.append(f"{lost} samples lost their call path or were dropped (see stats)")
+        return CaptureResult(
+            pid=target.pid, command=target.info.command, duration_s=duration, started_unix=self.started_unix,
+            ended=ended, sample_hz=self.opts.sample_hz, tree=tree, stats=stats, warnings=warnings,
+            hostname=socket.gethostname(),
+        )
+
+
+__all__ = ["Capture", "CaptureOptions", "CaptureResult", "Progress", "METRICS"]

@@ -1,0 +1,120 @@
+"""deepctxd: the deepctx profiling daemon."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+from deepctx.daemon import config as config_mod
+from deepctx.daemon import logs
+
+log = logging.getLogger("deepctx.daemon")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="deepctxd", description="deepctx profiling daemon (runs as root)")
+    p.add_argument("--config", help=f"TOML config file (default {config_mod.DEFAULT_CONFIG} if present)")
+    p.add_argument("--socket", help=f"Unix socket to serve on (default $DEEPCTX_SOCKET or {config_mod.DEFAULT_SOCKET})")
+    p.add_argument("--foreground", action="store_true",
+                   help="stay in the foreground, logging to stderr (use this under systemd); "
+                        "without it deepctxd detaches once it serves and logs to log_file")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-format", choices=["json", "text"])
+    p.add_argument("--log-file", help="log file when detached (default /var/log/deepctx/deepctxd.log)")
+    p.add_argument("--default-sample-hz", type=int)
+    p.add_argument("--max-duration", type=float, dest="max_duration_s")
+    p.add_argument("--max-sessions", type=int)
+    p.add_argument("--print-bpf", action="store_true",
+                   help="print the BPF program an attach compiles (with its settings) and exit")
+    return p.parse_args(argv)
+
+
+def _daemonize(log_file: str) -> int:
+    """Detaches (double fork); the parent waits until the child serves or fails and exits with that.
+    Returns the write end of the readiness pipe in the child."""
+    r, w = os.pipe()
+    if os.fork() > 0:
+        os.close(w)
+        answer = b""
+        while chunk := os.read(r, 4096):
+            answer += chunk
+        if answer.startswith(b"ok"):
+            print(answer[2:].decode(), end="")
+            os._exit(0)
+        print(f"deepctxd: {answer.decode() or 'failed to start'}", file=sys.stderr)
+        os._exit(1)
+    os.close(r)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    os.makedirs(os.path.dirname(log_file), exist_ok=True)
+    out = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    return w
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    overrides = {
+        "socket": args.socket, "log_level": args.log_level, "log_format": args.log_format,
+        "log_file": args.log_file,
+        "default_sample_hz": args.default_sample_hz, "max_duration_s": args.max_duration_s,
+        "max_sessions": args.max_sessions,
+    }
+    try:
+        cfg = config_mod.load(args.config, overrides)
+    except config_mod.ConfigError as e:
+        print(f"deepctxd: {e}", file=sys.stderr)
+        return 2
+    if args.print_bpf:
+        from deepctx.probes.compose import render
+        from deepctx.probes.cpu_sampler import CpuSampler
+
+        print(render([CpuSampler(cfg.default_sample_hz)]))
+        return 0
+    if os.geteuid() != 0:
+        print("deepctxd: must run as root (it loads BPF programs and reads other processes' memory)",
+              file=sys.stderr)
+        return 1
+    ready_fd = -1
+    if not args.foreground:
+        ready_fd = _daemonize(cfg.log_file)
+    logs.setup(cfg.log_level, cfg.log_format)
+    # Imported after the fork: gRPC's threads do not survive one.
+    from deepctx.daemon.server import DaemonServer, SocketInUse
+
+    server = DaemonServer(cfg)
+    try:
+        server.start()
+    except (SocketInUse, OSError) as e:
+        log.error(str(e))
+        if ready_fd >= 0:
+            os.write(ready_fd, str(e).encode())
+        else:
+            print(f"deepctxd: {e}", file=sys.stderr)
+        return 1
+    if ready_fd >= 0:
+        os.write(ready_fd, f"ok deepctxd {os.getpid()} serving on {cfg.socket}, logging to {cfg.log_file}\n".encode())
+        os.close(ready_fd)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("signal received, detaching probes", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    stop.wait()
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The gRPC server on a Unix socket, with the standard health service."""
+
+from __future__ import annotations
+
+import grp
+import logging
+import os
+import threading
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from deepctx.daemon.config import Config
+from deepctx.daemon.service import ProfilerService
+from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
+
+log = logging.getLogger("deepctx.server")
+
+SERVICE_NAME = "deepctx.v1.Profiler"
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # profiles of 100k+ nodes
+
+
+class SocketInUse(RuntimeError):
+    pass
+
+
+def _prepare_socket(path: str) -> None:
+    sock = Path(path)
+    sock.parent.mkdir(parents=True, exist_ok=True)
+    if sock.exists() or sock.is_symlink():
+        # A live daemon answers on it: refuse to steal its socket. A stale one is removed.
+        channel = grpc.insecure_channel(f"unix://{path}")
+        try:
+            grpc.channel_ready_future(channel).result(timeout=0.5)
+            raise SocketInUse(f"another deepctxd is already serving on {path}")
+        except grpc.FutureTimeoutError:
+            sock.unlink()
+        finally:
+            channel.close()
+
+
+def _secure_socket(path: str, mode: int) -> None:
+    """Owner root, group `deepctx` when it exists, explicit mode: who may connect is decided here."""
+    try:
+        gid = grp.getgrnam("deepctx").gr_gid
+    except KeyError:
+        gid = -1
+    os.chown(path, 0 if os.geteuid() == 0 else -1, gid)
+    os.chmod(path, mode)
+
+
+class DaemonServer:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.shutdown = threading.Event()
+        self.service = ProfilerService(config, self.shutdown)
+        self.health = health.HealthServicer()
+        self._server: grpc.Server | None = None
+
+    def start(self) -> None:
+        _prepare_socket(self.config.socket)
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=self.config.max_sessions + 8, thread_name_prefix="rpc"),
+            options=[("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                     ("grpc.max_receive_message_length", 4 * 1024 * 1024)],
+            maximum_concurrent_rpcs=self.config.max_sessions + 8,
+        )
+        pb_grpc.add_ProfilerServicer_to_server(self.service, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        if server.add_insecure_port(f"unix://{self.config.socket}") == 0:
+            raise OSError(f"cannot listen on {self.config.socket}")
+        server.start()
+        _secure_socket(self.config.socket, self.config.socket_mode)
+        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        self._server = server
+        log.info("serving", extra={"socket": self.config.socket, "pid": os.getpid()})
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Ends every capture (each detaches its probes and returns what it has), then stops serving."""
+        self.shutdown.set()
+        self.health.enter_graceful_shutdown()
+        if self._server is not None:
+            self._server.stop(grace_s).wait()
+        try:
+            Path(self.config.socket).unlink()
+        except FileNotFoundError:
+            pass
+        log.info("stopped")

@@ -1,0 +1,186 @@
+"""The Profiler gRPC service: validates every request, runs captures, reports state."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import os
+import platform
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+
+from deepctx.daemon import procfs
+from deepctx.daemon.capture import Capture, CaptureOptions, Progress
+from deepctx.daemon.config import Config
+from deepctx.daemon.errors import AlreadyProfiled, InvalidArgument, NotFound, RequestError, ResourceExhausted
+from deepctx.daemon.processes import list_processes
+from deepctx.daemon.profile_wire import to_message
+from deepctx.daemon.symbolize.native import SymbolCache
+from deepctx.proto.v1 import deepctx_pb2 as pb
+from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
+
+log = logging.getLogger("deepctx.service")
+
+VERSION = "0.1.0"
+_PYTHON_MODES = {pb.PYTHON_AUTO: "auto", pb.PYTHON_OFF: "off", pb.PYTHON_ON: "on"}
+
+
+def _bcc_version() -> str:
+    try:
+        import bcc
+
+        return str(getattr(bcc, "__version__", "unknown"))
+    except Exception:
+        return "unavailable"
+
+
+class ProfilerService(pb_grpc.ProfilerServicer):
+    def __init__(self, config: Config, shutdown: threading.Event) -> None:
+        self.config = config
+        self.shutdown = shutdown
+        self.started = time.time()
+        self.symbols = SymbolCache(config.symbol_cache_files)
+        self._lock = threading.Lock()
+        self._sessions: dict[int, Capture] = {}
+        self._ids = itertools.count(1)
+        self.totals: dict[str, int] = {"captures_started": 0, "captures_completed": 0, "captures_failed": 0,
+                                       "requests_rejected": 0, "samples": 0, "samples_lost": 0}
+
+    # --- validation -----------------------------------------------------------------------------
+
+    def _options(self, req: pb.AttachRequest) -> CaptureOptions:
+        cfg = self.config
+        if req.pid <= 0:
+            raise InvalidArgument(f"pid must be a positive process id, not {req.pid}")
+        if req.pid == os.getpid():
+            raise InvalidArgument("deepctxd does not profile itself")
+        if not math.isfinite(req.duration_s) or req.duration_s <= 0:
+            raise InvalidArgument(f"duration must be more than 0 seconds, not {req.duration_s:g}")
+        if req.duration_s > cfg.max_duration_s:
+            raise InvalidArgument(f"duration {req.duration_s:g} s is longer than this daemon allows "
+                                  f"({cfg.max_duration_s:g} s, setting max_duration_s)")
+        hz = req.sample_hz or cfg.default_sample_hz
+        if not 1 <= hz <= cfg.max_sample_hz:
+            raise InvalidArgument(f"sampling rate {hz} Hz is out of range: use 1 to {cfg.max_sample_hz} Hz")
+        if req.python not in _PYTHON_MODES:
+            raise InvalidArgument(f"unknown python mode {req.python}")
+        try:
+            info = procfs.process_info(req.pid)
+        except procfs.ProcessGone:
+            raise NotFound(f"process {req.pid} does not exist") from None
+        if info.is_kernel_thread:
+            raise InvalidArgument(f"process {req.pid} ({info.comm}) is a kernel thread: nothing to profile in user space")
+        if not procfs.is_alive(req.pid):
+            raise NotFound(f"process {req.pid} has exited")
+        return CaptureOptions(
+            duration_s=req.duration_s, sample_hz=hz, kernel_stacks=req.kernel_stacks,
+            python=_PYTHON_MODES[req.python], native_python=req.native_python,
+            python_max_depth=cfg.python_max_depth, stack_map_entries=cfg.stack_map_entries,
+            count_map_entries=cfg.count_map_entries,
+        )
+
+    def _register(self, pid: int, opts: CaptureOptions) -> Capture:
+        with self._lock:
+            for s in self._sessions.values():
+                if s.pid == pid:
+                    left = max(0.0, s.started_unix + s.opts.duration_s - time.time())
+                    raise AlreadyProfiled(f"process {pid} is already being profiled (session {s.id}, "
+                                          f"about {left:.0f} s left); wait for it to finish or cancel it")
+            if len(self._sessions) >= self.config.max_sessions:
+                raise ResourceExhausted(f"{len(self._sessions)} captures are running, the most this daemon runs "
+                                        f"at once (setting max_sessions)")
+            cap = Capture(next(self._ids), pid, opts, self.symbols, self.shutdown)
+            self._sessions[cap.id] = cap
+            self.totals["captures_started"] += 1
+            return cap
+
+    # --- RPCs ---------------------------------------------------------------------------------------
+
+    def Attach(self, request: pb.AttachRequest, context: grpc.ServicerContext) -> Iterator[pb.AttachEvent]:
+        try:
+            opts = self._options(request)
+            cap = self._register(request.pid, opts)
+        except RequestError as e:
+            self.totals["requests_rejected"] += 1
+            log.info("attach rejected", extra={"pid": request.pid, "reason": e.message})
+            context.abort(e.code, e.message)
+        log.info("capture started", extra={"session": cap.id, "pid": cap.pid, "duration_s": opts.duration_s,
+                                           "sample_hz": opts.sample_hz})
+        events: queue.Queue[Any] = queue.Queue()
+        cancelled = threading.Event()
+        context.add_callback(cancelled.set)
+
+        def work() -> None:
+            try:
+                result = cap.run(lambda p: events.put(p), cancelled.is_set)
+                events.put(result)
+            except BaseException as e:  # handed to the request thread, which reports it
+                events.put(e)
+
+        worker = threading.Thread(target=work, name=f"capture-{cap.id}", daemon=True)
+        worker.start()
+        try:
+            while True:
+                item = events.get()
+                if isinstance(item, Progress):
+                    yield pb.AttachEvent(progress=pb.Progress(elapsed_s=item.elapsed_s, duration_s=item.duration_s,
+                                                              samples=item.samples, message=item.message))
+                    continue
+                if isinstance(item, BaseException):
+                    raise item
+                stats = item.stats
+                self.totals["samples"] += stats.get("cpu_samples", 0)
+                self.totals["samples_lost"] += stats.get("cpu_user_stacks_lost", 0) + stats.get(
+                    "cpu_samples_dropped_map_full", 0)
+                self.totals["captures_completed"] += 1
+                log.info("capture finished", extra={"session": cap.id, "pid": cap.pid, "ended": item.ended,
+                                                    "samples": stats.get("cpu_samples", 0)})
+                yield pb.AttachEvent(profile=to_message(item))
+                return
+        except RequestError as e:
+            self.totals["captures_failed"] += 1
+            log.info("capture failed", extra={"session": cap.id, "pid": cap.pid, "reason": e.message})
+            context.abort(e.code, e.message)
+        except Exception as e:
+            self.totals["captures_failed"] += 1
+            log.exception("capture crashed", extra={"session": cap.id, "pid": cap.pid})
+            context.abort(grpc.StatusCode.INTERNAL, f"capture of process {cap.pid} failed: {type(e).__name__}: {e}")
+        finally:
+            cancelled.set()
+            worker.join()
+            with self._lock:
+                self._sessions.pop(cap.id, None)
+
+    def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.StatusReply:
+        cfg = self.config
+        reply = pb.StatusReply(
+            version=VERSION, daemon_pid=os.getpid(), uptime_s=time.time() - self.started,
+            kernel=platform.release(), bcc_version=_bcc_version(), socket=cfg.socket,
+            max_duration_s=cfg.max_duration_s, default_sample_hz=cfg.default_sample_hz,
+            max_sample_hz=cfg.max_sample_hz,
+        )
+        reply.totals.update(self.totals)
+        reply.totals["symbol_files_loaded"] = self.symbols.loads
+        with self._lock:
+            sessions = list(self._sessions.values())
+        for s in sessions:
+            entry = reply.sessions.add(id=s.id, pid=s.pid, command=s.command, started_unix=s.started_unix,
+                                       duration_s=s.opts.duration_s, sample_hz=s.opts.sample_hz,
+                                       probes=s.probe_names, state=s.state)
+            entry.stats.update(s.live_stats())
+        return reply
+
+    def ListProcesses(self, request: pb.ListProcessesRequest, context: grpc.ServicerContext) -> pb.ListProcessesReply:
+        with self._lock:
+            profiled = {s.pid for s in self._sessions.values()}
+        reply = pb.ListProcessesReply()
+        for p in list_processes(include_all=request.all):
+            reply.processes.add(pid=p.pid, user=p.user, command=p.command, python_version=p.python_version,
+                                gpu_libraries=p.gpu_libraries, profiled=p.pid in profiled)
+        return reply

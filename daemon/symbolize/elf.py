@@ -1,0 +1,139 @@
+"""ELF symbol tables, read at native speed: the symbol table is loaded with numpy, not symbol by symbol.
+
+PyTorch's libtorch_cuda.so has hundreds of thousands of symbols, most only in .symtab; reading them one
+by one in Python would take minutes, numpy takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import mmap
+from dataclasses import dataclass
+
+import numpy as np
+from elftools.elf.elffile import ELFFile
+
+STT_FUNC = 2
+STT_GNU_IFUNC = 10
+SHN_UNDEF = 0
+
+_SYM64 = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
+                   ("value", "<u8"), ("size", "<u8")])
+_SYM32 = np.dtype([("name", "<u4"), ("value", "<u4"), ("size", "<u4"), ("info", "u1"),
+                   ("other", "u1"), ("shndx", "<u2")])
+
+
+@dataclass(frozen=True)
+class LoadSegment:
+    offset: int
+    vaddr: int
+    filesz: int
+    memsz: int
+
+
+class ElfSymbols:
+    """Function symbols of one ELF file (.symtab and .dynsym), sorted by address."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        with open(path, "rb") as f:
+            # Kept mapped: string tables are read lazily, and clean file pages cost no private memory.
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self._data = data
+        elf = ELFFile(_MmapStream(data))
+        self.build_id = _build_id(elf)
+        self.segments = [
+            LoadSegment(s["p_offset"], s["p_vaddr"], s["p_filesz"], s["p_memsz"])
+            for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"
+        ]
+        self.is_shared = elf["e_type"] == "ET_DYN"
+        addrs, sizes, names = [], [], []
+        self._strtabs: list[tuple[int, int]] = []  # (file offset, size)
+        for sec_name in (".symtab", ".dynsym"):
+            sec = elf.get_section_by_name(sec_name)
+            if sec is None or sec["sh_type"] == "SHT_NOBITS":
+                continue
+            dtype = _SYM64 if elf.elfclass == 64 else _SYM32
+            raw = np.frombuffer(data, dtype=dtype, count=sec["sh_size"] // dtype.itemsize,
+                                offset=sec["sh_offset"])
+            stype = raw["info"] & 0xF
+            keep = ((stype == STT_FUNC) | (stype == STT_GNU_IFUNC)) & (raw["shndx"] != SHN_UNDEF) & (raw["value"] != 0)
+            raw = raw[keep]
+            strtab_sec = elf.get_section(sec["sh_link"])
+            self._strtabs.append((strtab_sec["sh_offset"], strtab_sec["sh_size"]))
+            table_idx = len(self._strtabs) - 1
+            addrs.append(raw["value"].astype(np.uint64))
+            sizes.append(raw["size"].astype(np.uint64))
+            # name offset and which string table: packed into one int64
+            names.append(raw["name"].astype(np.int64) | (np.int64(table_idx) << 40))
+        if addrs:
+            a = np.concatenate(addrs)
+            s = np.concatenate(sizes)
+            n = np.concatenate(names)
+            # Sorted by address; for aliases at one address, the sized symbol first (.symtab before .dynsym).
+            order = np.lexsort((-s.astype(np.int64), a))
+            self.addrs, self.sizes, self.names = a[order], s[order], n[order]
+        else:
+            self.addrs = np.zeros(0, np.uint64)
+            self.sizes = np.zeros(0, np.uint64)
+            self.names = np.zeros(0, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.addrs)
+
+    def file_offset_to_vaddr(self, file_offset: int) -> int | None:
+        for seg in self.segments:
+            if seg.offset <= file_offset < seg.offset + max(seg.filesz, 1):
+                return file_offset - seg.offset + seg.vaddr
+        return None
+
+    def lookup(self, vaddr: int) -> tuple[str, int] | None:
+        """(symbol name, offset into it) of the function containing vaddr, or None."""
+        i = int(np.searchsorted(self.addrs, np.uint64(vaddr), side="right")) - 1
+        # Walk back over zero-sized or shorter aliases that do not cover vaddr.
+        for j in range(i, max(i - 8, -1), -1):
+            start = int(self.addrs[j])
+            size = int(self.sizes[j])
+            if start <= vaddr and (vaddr < start + size or (size == 0 and j == i)):
+                return self._name(int(self.names[j])), vaddr - start
+        return None
+
+    def _name(self, packed: int) -> str:
+        base, size = self._strtabs[packed >> 40]
+        off = base + (packed & ((1 << 40) - 1))
+        end = self._data.find(b"\0", off, base + size)
+        return self._data[off:end if end >= 0 else base + size].decode(errors="replace")
+
+
+class _MmapStream:
+    """A read-only file-like view of an mmap for pyelftools (which seeks and reads)."""
+
+    def __init__(self, data: mmap.mmap) -> None:
+        self._data = data
+        self._pos = 0
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        if whence == 0:
+            self._pos = pos
+        elif whence == 1:
+            self._pos += pos
+        else:
+            self._pos = len(self._data) + pos
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._data) if n < 0 else self._pos + n
+        out = self._data[self._pos:end]
+        self._pos += len(out)
+        return out
+
+
+def _build_id(elf: ELFFile) -> str | None:
+    for sec in elf.iter_sections():
+        if sec["sh_type"] == "SHT_NOTE":
+            for note in sec.iter_notes():
+                if note["n_type"] == "NT_GNU_BUILD_ID":
+                    return str(note["n_desc"])
+    return None

@@ -1,0 +1,89 @@
+"""Native addresses to frames: /proc/<pid>/maps + ELF symbol tables, cached per file across processes."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+
+from deepctx.daemon.frames import Frame
+from deepctx.daemon.procfs import AddressSpace, Mapping, open_mapped_file
+from deepctx.daemon.symbolize.demangle import demangle
+from deepctx.daemon.symbolize.elf import ElfSymbols
+
+
+class SymbolCache:
+    """ELF symbol tables keyed by file identity ((dev, inode), then build id): a library mapped by ten
+    processes, or the same build in two containers, is read once. Bounded, least recently used out."""
+
+    def __init__(self, max_files: int = 512) -> None:
+        self.max_files = max_files
+        self._by_file: OrderedDict[tuple[str, int], ElfSymbols | None] = OrderedDict()
+        self._by_build_id: dict[str, ElfSymbols] = {}
+        self._lock = threading.Lock()
+        self.loads = 0  # files actually parsed (tests check that sharing works)
+        self.failures = 0
+
+    def get(self, pid: int, m: Mapping) -> ElfSymbols | None:
+        key = m.file_key
+        with self._lock:
+            if key in self._by_file:
+                self._by_file.move_to_end(key)
+                return self._by_file[key]
+        syms: ElfSymbols | None
+        try:
+            path = open_mapped_file(pid, m)
+            syms = ElfSymbols(path)
+            self.loads += 1
+        except (OSError, ValueError, Exception):  # unreadable or not ELF (pyelftools raises its own errors)
+            syms = None
+            self.failures += 1
+        with self._lock:
+            if syms is not None and syms.build_id:
+                known = self._by_build_id.get(syms.build_id)
+                if known is not None:
+                    syms = known  # same build under another path: reuse the loaded table
+                else:
+                    self._by_build_id[syms.build_id] = syms
+            self._by_file[key] = syms
+            while len(self._by_file) > self.max_files:
+                _, old = self._by_file.popitem(last=False)
+                if old is not None and old.build_id and old not in self._by_file.values():
+                    self._by_build_id.pop(old.build_id, None)
+        return syms
+
+
+def module_name(m: Mapping | None) -> str:
+    if m is None:
+        return "[unknown]"
+    if not m.path:
+        return "[anon]"
+    return os.path.basename(m.path.removesuffix(" (deleted)"))
+
+
+class NativeSymbolizer:
+    def __init__(self, cache: SymbolCache) -> None:
+        self.cache = cache
+
+    def symbolize(self, pid: int, space: AddressSpace, addr: int) -> Frame:
+        """A native frame for an exact code address (callers pass return addresses minus one)."""
+        m = space.find(addr)
+        mod = module_name(m)
+        if m is None or not m.file_backed:
+            return Frame("native", f"{mod}+{addr:#x}" if m is None else f"{mod}+{addr - m.start:#x}", module=mod)
+        file_offset = addr - m.start + m.offset
+        syms = self.cache.get(pid, m)
+        if syms is not None:
+            vaddr = syms.file_offset_to_vaddr(file_offset)
+            if vaddr is not None:
+                hit = syms.lookup(vaddr)
+                if hit is not None:
+                    return Frame("native", demangle(hit[0]), module=mod)
+                return Frame("native", f"{mod}+{vaddr:#x}", module=mod)
+        return Frame("native", f"{mod}+{file_offset:#x}", module=mod)
+
+    def symbolize_stack(self, pid: int, space: AddressSpace, ips_leaf_first: list[int]) -> list[Frame]:
+        """Frames outermost first. Every IP but the leaf is a return address: look up ip-1, the call."""
+        frames = [self.symbolize(pid, space, ip if i == 0 else ip - 1) for i, ip in enumerate(ips_leaf_first)]
+        frames.reverse()
+        return frames

@@ -1,0 +1,82 @@
+/* CPU sampler: on each cpu-clock perf event of a target process, record the call path and count it.
+ * Settings (-D): SAMPLER_KERNEL_STACKS, SAMPLER_STACK_ENTRIES, SAMPLER_COUNT_ENTRIES, SAMPLER_MAX_TARGETS.
+ * Uses the Python walker (python_stack.bpf.h) and the native unwinder (native_unwind.bpf.h) when the
+ * session includes them before this file (DEEPCTX_PYTHON, DEEPCTX_NATIVE_UNWIND). */
+#include <uapi/linux/ptrace.h>
+#include "cpu_sampler.h"
+
+/* struct bpf_perf_event_data (uapi, ABI-stable), declared here because including
+ * <uapi/linux/bpf_perf_event.h> adds two seconds to every bcc compilation. */
+#if defined(__TARGET_ARCH_arm64)
+struct deepctx_perf_event_data { struct user_pt_regs regs; __u64 sample_period; __u64 addr; };
+#else
+struct deepctx_perf_event_data { struct pt_regs regs; __u64 sample_period; __u64 addr; };
+#endif
+
+BPF_HASH(targets, __u32, __u8, SAMPLER_MAX_TARGETS);
+BPF_STACK_TRACE(stacks, SAMPLER_STACK_ENTRIES);
+BPF_HASH(counts, struct sample_key, __u64, SAMPLER_COUNT_ENTRIES);
+BPF_PERCPU_ARRAY(cpu_stats, __u64, CPU_STAT__COUNT);
+
+static __always_inline void cpu_stat_inc(int idx) {
+    __u64 *v = cpu_stats.lookup(&idx);
+    if (v)
+        (*v)++;
+}
+
+int on_cpu_sample(struct deepctx_perf_event_data *ctx) {
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 pid = id >> 32;
+    if (!targets.lookup(&pid))
+        return 0;
+    cpu_stat_inc(CPU_STAT_SAMPLES);
+
+    struct sample_key key = {};
+    key.pid = pid;
+    key.tid = (__u32)id;
+    key.kernel_stack_id = -1;
+    /* Kernel addresses have the top bit set on x86-64 and arm64. */
+    if ((__s64)PT_REGS_IP(&ctx->regs) < 0)
+        key.flags |= SAMPLE_F_KERNEL_MODE;
+
+#ifdef DEEPCTX_NATIVE_UNWIND
+    __u32 nflags = 0;
+    key.user_stack = native_stack_capture((struct pt_regs *)&ctx->regs, pid, &nflags);
+    key.flags |= (nflags & 0xff) << SAMPLE_F_NATIVE_SHIFT;
+    if (key.user_stack == 0) {
+        key.flags |= SAMPLE_F_USER_STACK_LOST;
+        cpu_stat_inc(CPU_STAT_USER_STACK_LOST);
+    }
+#else
+    int ustack = stacks.get_stackid(ctx, BPF_F_USER_STACK);
+    if (ustack < 0) {
+        key.flags |= SAMPLE_F_USER_STACK_LOST;
+        cpu_stat_inc(CPU_STAT_USER_STACK_LOST);
+    } else {
+        key.user_stack = (__u64)ustack;
+    }
+#endif
+
+#ifdef SAMPLER_KERNEL_STACKS
+    if (key.flags & SAMPLE_F_KERNEL_MODE) {
+        key.kernel_stack_id = stacks.get_stackid(ctx, 0);
+        if (key.kernel_stack_id < 0)
+            cpu_stat_inc(CPU_STAT_KERNEL_STACK_LOST);
+    }
+#endif
+
+#ifdef DEEPCTX_PYTHON
+    __u32 pyflags = 0;
+    key.py_stack = python_stack_capture(pid, key.tid, &pyflags);
+    key.flags |= (pyflags & 0xff) << SAMPLE_F_PY_SHIFT;
+#endif
+
+    __u64 zero = 0;
+    __u64 *count = counts.lookup_or_try_init(&key, &zero);
+    if (!count) {
+        cpu_stat_inc(CPU_STAT_COUNTS_FULL);
+        return 0;
+    }
+    __sync_fetch_and_add(count, 1);
+    return 0;
+}

@@ -1,0 +1,158 @@
+"""Loader for cpu_sampler.bpf.c: perf cpu-clock sampling of target pids, counts per call path in BPF."""
+
+from __future__ import annotations
+
+import ctypes as ct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deepctx.probes.family import Target, read_source
+
+MIN_SAMPLE_HZ = 1
+MAX_SAMPLE_HZ = 10_000  # perf's default cap is 100 kHz, but beyond 10 kHz the probe itself dominates
+
+# Mirrors of cpu_sampler.h (tests/unit/test_probe_layouts.py checks them against the C header).
+SAMPLE_F_USER_STACK_LOST = 1 << 0
+SAMPLE_F_KERNEL_MODE = 1 << 1
+SAMPLE_F_PY_SHIFT = 8
+SAMPLE_F_NATIVE_SHIFT = 16
+
+CPU_STAT_SAMPLES = 0
+CPU_STAT_USER_STACK_LOST = 1
+CPU_STAT_KERNEL_STACK_LOST = 2
+CPU_STAT_COUNTS_FULL = 3
+CPU_STAT__COUNT = 4
+
+STAT_NAMES = {
+    CPU_STAT_SAMPLES: "cpu_samples",
+    CPU_STAT_USER_STACK_LOST: "cpu_user_stacks_lost",
+    CPU_STAT_KERNEL_STACK_LOST: "cpu_kernel_stacks_lost",
+    CPU_STAT_COUNTS_FULL: "cpu_samples_dropped_map_full",
+}
+
+
+class SampleKey(ct.Structure):
+    _fields_ = [
+        ("pid", ct.c_uint32),
+        ("tid", ct.c_uint32),
+        ("user_stack", ct.c_uint64),
+        ("py_stack", ct.c_uint64),
+        ("kernel_stack_id", ct.c_int32),
+        ("flags", ct.c_uint32),
+    ]
+
+
+@dataclass(frozen=True)
+class SampleBucket:
+    pid: int
+    tid: int
+    user_stack: int
+    py_stack: int
+    kernel_stack_id: int
+    flags: int
+    count: int
+
+
+def max_stack_depth() -> int:
+    """Frames the kernel keeps per stack in the stack map (sysctl kernel.perf_event_max_stack)."""
+    try:
+        return int(Path("/proc/sys/kernel/perf_event_max_stack").read_text())
+    except OSError:
+        return 127
+
+
+class CpuSampler:
+    """Probe family "cpu": a perf cpu-clock event on every CPU, filtered by a pid map in BPF."""
+
+    name = "cpu"
+
+    def __init__(self, sample_hz: int, kernel_stacks: bool = False, stack_entries: int = 16384,
+                 count_entries: int = 65536, max_targets: int = 1024) -> None:
+        if not MIN_SAMPLE_HZ <= sample_hz <= MAX_SAMPLE_HZ:
+            raise ValueError(f"sample rate {sample_hz} Hz is out of range [{MIN_SAMPLE_HZ}, {MAX_SAMPLE_HZ}]")
+        self.sample_hz = sample_hz
+        self.kernel_stacks = kernel_stacks
+        self.stack_entries = stack_entries
+        self.count_entries = count_entries
+        self.max_targets = max_targets
+        self.max_depth = max_stack_depth()
+        self._attached = False
+
+    def source(self) -> str:
+        return read_source("cpu_sampler.bpf.c")
+
+    def defines(self) -> dict[str, int | str]:
+        d: dict[str, int | str] = {
+            "SAMPLER_STACK_ENTRIES": self.stack_entries,
+            "SAMPLER_COUNT_ENTRIES": self.count_entries,
+            "SAMPLER_MAX_TARGETS": self.max_targets,
+        }
+        if self.kernel_stacks:
+            d["SAMPLER_KERNEL_STACKS"] = 1
+        return d
+
+    def prepare(self, target: Target) -> None:
+        pass
+
+    def attach(self, bpf: Any, target: Target) -> None:
+        from bcc import PerfSWConfig, PerfType
+
+        bpf["targets"][ct.c_uint32(target.pid)] = ct.c_uint8(1)
+        if not self._attached:
+            bpf.attach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK,
+                                  fn_name="on_cpu_sample", sample_freq=self.sample_hz)
+            self._attached = True
+
+    def poll(self, bpf: Any, target: Target) -> None:
+        pass
+
+    def stop_sampling(self, bpf: Any) -> None:
+        """Stops the perf events (the maps stay readable)."""
+        from bcc import PerfSWConfig, PerfType
+
+        if self._attached:
+            bpf.detach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK)
+            self._attached = False
+
+    def detach(self, bpf: Any, target: Target) -> None:
+        try:
+            del bpf["targets"][ct.c_uint32(target.pid)]
+        except KeyError:
+            pass
+
+    def _stat_sums(self, bpf: Any) -> list[int]:
+        table = bpf["cpu_stats"]
+        return [sum(table[ct.c_int(i)]) for i in range(CPU_STAT__COUNT)]
+
+    def samples(self, bpf: Any) -> int:
+        return int(sum(bpf["cpu_stats"][ct.c_int(CPU_STAT_SAMPLES)]))
+
+    def stats(self, bpf: Any) -> dict[str, int]:
+        sums = self._stat_sums(bpf)
+        out = {STAT_NAMES[i]: int(v) for i, v in enumerate(sums)}
+        out["cpu_stack_map_entries"] = self.stack_entries
+        return out
+
+    def buckets(self, bpf: Any) -> list[SampleBucket]:
+        out = []
+        for k, v in _items(bpf["counts"]):
+            count = v if isinstance(v, int) else v.value
+            out.append(SampleBucket(k.pid, k.tid, k.user_stack, k.py_stack, k.kernel_stack_id, k.flags, count))
+        return out
+
+    def user_stack(self, bpf: Any, stack_id: int) -> tuple[list[int], bool]:
+        """IPs of a user stack, leaf first, and whether it was cut at the kernel's depth limit."""
+        ips = list(bpf["stacks"].walk(stack_id))
+        return ips, len(ips) >= self.max_depth
+
+    def kernel_stack(self, bpf: Any, stack_id: int) -> list[int]:
+        return list(bpf["stacks"].walk(stack_id)) if stack_id >= 0 else []
+
+
+def _items(table: Any) -> list[tuple[Any, Any]]:
+    """All entries of a hash map: one batch syscall where the kernel has it."""
+    try:
+        return list(table.items_lookup_batch())
+    except Exception:  # older kernels: one lookup per key
+        return list(table.items())

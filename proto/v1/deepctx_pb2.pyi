@@ -1,0 +1,204 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PythonMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PYTHON_AUTO: _ClassVar[PythonMode]
+    PYTHON_OFF: _ClassVar[PythonMode]
+    PYTHON_ON: _ClassVar[PythonMode]
+PYTHON_AUTO: PythonMode
+PYTHON_OFF: PythonMode
+PYTHON_ON: PythonMode
+
+class AttachRequest(_message.Message):
+    __slots__ = ("pid", "duration_s", "sample_hz", "kernel_stacks", "python", "native_python")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_HZ_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_STACKS_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_FIELD_NUMBER: _ClassVar[int]
+    NATIVE_PYTHON_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    duration_s: float
+    sample_hz: int
+    kernel_stacks: bool
+    python: PythonMode
+    native_python: bool
+    def __init__(self, pid: _Optional[int] = ..., duration_s: _Optional[float] = ..., sample_hz: _Optional[int] = ..., kernel_stacks: _Optional[bool] = ..., python: _Optional[_Union[PythonMode, str]] = ..., native_python: _Optional[bool] = ...) -> None: ...
+
+class AttachEvent(_message.Message):
+    __slots__ = ("progress", "profile")
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    progress: Progress
+    profile: Profile
+    def __init__(self, progress: _Optional[_Union[Progress, _Mapping]] = ..., profile: _Optional[_Union[Profile, _Mapping]] = ...) -> None: ...
+
+class Progress(_message.Message):
+    __slots__ = ("elapsed_s", "duration_s", "samples", "message")
+    ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    elapsed_s: float
+    duration_s: float
+    samples: int
+    message: str
+    def __init__(self, elapsed_s: _Optional[float] = ..., duration_s: _Optional[float] = ..., samples: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class Profile(_message.Message):
+    __slots__ = ("schema", "pid", "command", "duration_s", "metrics", "nodes", "stats", "warnings", "sample_hz", "ended", "started_unix", "hostname", "mode")
+    class StatsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_HZ_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    STARTED_UNIX_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    schema: str
+    pid: int
+    command: str
+    duration_s: float
+    metrics: _containers.RepeatedScalarFieldContainer[str]
+    nodes: _containers.RepeatedCompositeFieldContainer[Node]
+    stats: _containers.ScalarMap[str, int]
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    sample_hz: int
+    ended: str
+    started_unix: float
+    hostname: str
+    mode: str
+    def __init__(self, schema: _Optional[str] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., duration_s: _Optional[float] = ..., metrics: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., stats: _Optional[_Mapping[str, int]] = ..., warnings: _Optional[_Iterable[str]] = ..., sample_hz: _Optional[int] = ..., ended: _Optional[str] = ..., started_unix: _Optional[float] = ..., hostname: _Optional[str] = ..., mode: _Optional[str] = ...) -> None: ...
+
+class Node(_message.Message):
+    __slots__ = ("parent", "kind", "name", "file", "line", "module", "metrics", "tid")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    MODULE_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    TID_FIELD_NUMBER: _ClassVar[int]
+    parent: int
+    kind: str
+    name: str
+    file: str
+    line: int
+    module: str
+    metrics: _containers.RepeatedScalarFieldContainer[int]
+    tid: int
+    def __init__(self, parent: _Optional[int] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., file: _Optional[str] = ..., line: _Optional[int] = ..., module: _Optional[str] = ..., metrics: _Optional[_Iterable[int]] = ..., tid: _Optional[int] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Session(_message.Message):
+    __slots__ = ("id", "pid", "command", "started_unix", "duration_s", "sample_hz", "probes", "stats", "state")
+    class StatsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    STARTED_UNIX_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_HZ_FIELD_NUMBER: _ClassVar[int]
+    PROBES_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    pid: int
+    command: str
+    started_unix: float
+    duration_s: float
+    sample_hz: int
+    probes: _containers.RepeatedScalarFieldContainer[str]
+    stats: _containers.ScalarMap[str, int]
+    state: str
+    def __init__(self, id: _Optional[int] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., started_unix: _Optional[float] = ..., duration_s: _Optional[float] = ..., sample_hz: _Optional[int] = ..., probes: _Optional[_Iterable[str]] = ..., stats: _Optional[_Mapping[str, int]] = ..., state: _Optional[str] = ...) -> None: ...
+
+class StatusReply(_message.Message):
+    __slots__ = ("version", "daemon_pid", "uptime_s", "kernel", "bcc_version", "sessions", "totals", "socket", "max_duration_s", "default_sample_hz", "max_sample_hz")
+    class TotalsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DAEMON_PID_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_S_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_FIELD_NUMBER: _ClassVar[int]
+    BCC_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    TOTALS_FIELD_NUMBER: _ClassVar[int]
+    SOCKET_FIELD_NUMBER: _ClassVar[int]
+    MAX_DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_SAMPLE_HZ_FIELD_NUMBER: _ClassVar[int]
+    MAX_SAMPLE_HZ_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    daemon_pid: int
+    uptime_s: float
+    kernel: str
+    bcc_version: str
+    sessions: _containers.RepeatedCompositeFieldContainer[Session]
+    totals: _containers.ScalarMap[str, int]
+    socket: str
+    max_duration_s: float
+    default_sample_hz: int
+    max_sample_hz: int
+    def __init__(self, version: _Optional[str] = ..., daemon_pid: _Optional[int] = ..., uptime_s: _Optional[float] = ..., kernel: _Optional[str] = ..., bcc_version: _Optional[str] = ..., sessions: _Optional[_Iterable[_Union[Session, _Mapping]]] = ..., totals: _Optional[_Mapping[str, int]] = ..., socket: _Optional[str] = ..., max_duration_s: _Optional[float] = ..., default_sample_hz: _Optional[int] = ..., max_sample_hz: _Optional[int] = ...) -> None: ...
+
+class ListProcessesRequest(_message.Message):
+    __slots__ = ("all",)
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    all: bool
+    def __init__(self, all: _Optional[bool] = ...) -> None: ...
+
+class ProcessEntry(_message.Message):
+    __slots__ = ("pid", "user", "command", "python_version", "gpu_libraries", "profiled")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_VERSION_FIELD_NUMBER: _ClassVar[int]
+    GPU_LIBRARIES_FIELD_NUMBER: _ClassVar[int]
+    PROFILED_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    user: str
+    command: str
+    python_version: str
+    gpu_libraries: _containers.RepeatedScalarFieldContainer[str]
+    profiled: bool
+    def __init__(self, pid: _Optional[int] = ..., user: _Optional[str] = ..., command: _Optional[str] = ..., python_version: _Optional[str] = ..., gpu_libraries: _Optional[_Iterable[str]] = ..., profiled: _Optional[bool] = ...) -> None: ...
+
+class ListProcessesReply(_message.Message):
+    __slots__ = ("processes",)
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    processes: _containers.RepeatedCompositeFieldContainer[ProcessEntry]
+    def __init__(self, processes: _Optional[_Iterable[_Union[ProcessEntry, _Mapping]]] = ...) -> None: ...
