@@ -60,6 +60,8 @@ def capture(stub: object, req: pb.AttachRequest, socket: str, show_progress: boo
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.sample_hz < 0:
+        raise CliError(f"--rate must be a positive number of samples per second, not {args.sample_hz}", 2)
     stub = connect(args.socket_path)
     req = pb.AttachRequest(pid=args.pid, duration_s=args.duration, sample_hz=args.sample_hz,
                            kernel_stacks=args.kernel_stacks, python=PYTHON_MODES[args.python],

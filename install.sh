@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# deepctx set-up for Debian 12, as root. Installs everything deepctx needs, then runs a job:
+#   ./install.sh demo    install, start deepctxd, profile the bundled example, print the profile
+#   ./install.sh test    install, run the whole test suite (unit, integration on real eBPF, GPU tests skip
+#                        without a GPU)
+#   ./install.sh         install only
+# Installs: Debian's bcc (python3-bpfcc), kernel headers, gcc/make, systemtap-sdt-dev, a virtualenv in
+# .venv that imports the system's bcc, and the Python dependencies (pip). Safe to run again.
+set -euo pipefail
+cd "$(dirname "$(readlink -f "$0")")"
+ROOT=$PWD
+VENV=$ROOT/.venv
+JOB=${1:-install}
+
+say() { printf '\033[1mdeepctx:\033[0m %s\n' "$*" >&2; }
+die() { printf '\033[1;31mdeepctx:\033[0m %s\n' "$*" >&2; exit 1; }
+
+case "$JOB" in install|demo|test) ;; *) die "unknown job '$JOB' (use: demo, test, or nothing to install only)";; esac
+[ "$(id -u)" -eq 0 ] || die "run as root: deepctx loads BPF programs (e.g. sudo ./install.sh $JOB)"
+[ -r /etc/debian_version ] || say "warning: this set-up is written for Debian 12; other systems may need other package names"
+
+# --- system packages ---------------------------------------------------------------------------------
+arch=$(dpkg --print-architecture)
+kver=$(uname -r)
+packages=(python3-bpfcc python3-venv python3-dev gcc make libc6-dev binutils systemtap-sdt-dev)
+apt_ready=0
+apt_update() {
+  [ $apt_ready -eq 1 ] && return 0
+  say "updating the package lists"
+  apt-get update -qq
+  apt_ready=1
+}
+missing=()
+for p in "${packages[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+# Kernel headers for bcc: the exact ones when Debian has them, else the newest of this architecture.
+headers_pkg=""
+if [ ! -e "/lib/modules/$kver/build/include" ]; then
+  apt_update
+  if apt-cache show "linux-headers-$kver" >/dev/null 2>&1; then
+    headers_pkg="linux-headers-$kver"
+  else
+    headers_pkg="linux-headers-$arch"
+  fi
+  dpkg-query -W -f='${Status}' "$headers_pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$headers_pkg")
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  apt_update
+  say "installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ ! -e "/lib/modules/$kver/build/include" ]; then
+  newest=$(ls -d /usr/src/linux-headers-*-"$arch" 2>/dev/null | sort -V | tail -1 || true)
+  [ -n "$newest" ] || die "no kernel headers found under /usr/src (bcc needs them)"
+  mkdir -p "/lib/modules/$kver"
+  ln -sfn "$newest" "/lib/modules/$kver/build"
+  common=${newest%-"$arch"}-common
+  [ -d "$common" ] && ln -sfn "$common" "/lib/modules/$kver/source"
+  say "NOTE: no headers package matches the running kernel $kver; linked $(basename "$newest") instead."
+  say "      bcc compiles against them; deepctx's probes read no kernel structures, so this is safe for them."
+fi
+
+# --- kernel interfaces ---------------------------------------------------------------------------------
+mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || say "warning: could not mount tracefs"
+mountpoint -q /sys/kernel/debug || mount -t debugfs nodev /sys/kernel/debug 2>/dev/null || true
+
+# --- virtualenv ------------------------------------------------------------------------------------------
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating the virtualenv $VENV"
+  /usr/bin/python3 -m venv "$VENV"
+fi
+# The venv sees Debian's bcc (pure Python over libbcc.so) and nothing else of the system's packages.
+bcc_dir=$(/usr/bin/python3 -c 'import bcc, os; print(os.path.dirname(os.path.dirname(bcc.__file__)))')
+mkdir -p "$VENV/bcc-site"
+ln -sfn "$bcc_dir/bcc" "$VENV/bcc-site/bcc"
+site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$VENV/bcc-site" > "$site/deepctx-bcc.pth"
+if ! "$VENV/bin/python" -c 'import deepctx.daemon.main, grpc, pytest' 2>/dev/null \
+   || [ pyproject.toml -nt "$VENV/.deepctx-installed" ]; then
+  say "installing Python dependencies into the virtualenv"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q -e ".[test]"
+  touch "$VENV/.deepctx-installed"
+fi
+"$VENV/bin/python" -c 'import bcc' || die "the virtualenv cannot import bcc"
+say "installed: $VENV/bin/deepctxd and $VENV/bin/deepctx (kernel $kver, $("$VENV/bin/python" --version))"
+
+# --- jobs ------------------------------------------------------------------------------------------------
+case "$JOB" in
+  install) exit 0 ;;
+  test)
+    say "running the test suite"
+    exec "$VENV/bin/python" -m pytest -ra -p no:cacheprovider tests
+    ;;
+  demo)
+    exec "$VENV/bin/python" examples/demo.py
+    ;;
+esac

@@ -1,0 +1,77 @@
+"""The CLI without a daemon: argument errors, the message when deepctxd is not running, tree rendering."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from deepctx.cli.formats.tree import inclusive_values, render
+from deepctx.cli.main import main
+from deepctx.cli.profile_doc import to_doc
+from deepctx.daemon.capture import CaptureResult
+from deepctx.daemon.frames import Frame, thread_frame
+from deepctx.daemon.profile_wire import to_message
+from deepctx.daemon.tree import CallTree
+
+
+def test_daemon_not_running_says_how_to_start_it(tmp_path: Path, capsys) -> None:
+    rc = main(["--socket", str(tmp_path / "nothing.sock"), "status"])
+    err = capsys.readouterr().err
+    assert rc == 3
+    assert err.count("\n") == 1
+    assert "deepctxd is not running" in err and "sudo deepctxd" in err and str(tmp_path / "nothing.sock") in err
+
+
+def test_environment_variable_names_the_socket(tmp_path: Path) -> None:
+    sock = tmp_path / "env.sock"
+    r = subprocess.run([sys.executable, "-m", "deepctx.cli.main", "ps"], capture_output=True, text=True,
+                       env={"DEEPCTX_SOCKET": str(sock), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 3 and str(sock) in r.stderr
+
+
+def test_bad_arguments_exit_2(capsys) -> None:
+    try:
+        main(["attach", "not-a-pid"])
+    except SystemExit as e:
+        assert e.code == 2
+    assert "invalid int value" in capsys.readouterr().err
+
+
+def doc_for_render() -> dict:
+    t = CallTree("app")
+    th = thread_frame(7, "main")
+    m = Frame("native", "main", module="app")
+    t.add([th, m, Frame("native", "outer", module="app"), Frame("native", "hot_loop", module="app")], "cpu_samples", 90)
+    t.add([th, m, Frame("python", "step", file="train.py", line=12)], "cpu_samples", 9)
+    t.add([th, m, Frame("native", "rare", module="app")], "cpu_samples", 1)
+    r = CaptureResult(pid=7, command="app", duration_s=1.0, started_unix=0.0, ended="duration", sample_hz=99, tree=t)
+    return to_doc(to_message(r))
+
+
+def test_inclusive_values() -> None:
+    doc = doc_for_render()
+    incl = inclusive_values(doc["root"], "cpu_samples")
+    assert incl[id(doc["root"])] == 100
+    main_node = doc["root"]["children"][0]["children"][0]
+    assert incl[id(main_node)] == 100
+
+
+def test_tree_render_shows_percentages_and_hides_small_nodes() -> None:
+    out = io.StringIO()
+    render(doc_for_render(), min_percent=2.0, console=Console(file=out, width=100, color_system=None))
+    text = out.getvalue()
+    assert " 90.0% outer  app" in text
+    assert " 90.0% hot_loop  app  self 90.0%" in text
+    assert "  9.0% step  train.py:12  self 9.0%" in text
+    assert "rare" not in text
+    assert "(1 nodes below 2.0%" in text
+
+
+def test_tree_render_in_a_narrow_terminal_keeps_the_numbers() -> None:
+    out = io.StringIO()
+    render(doc_for_render(), min_percent=0, console=Console(file=out, width=40, color_system=None))
+    assert "90.0%" in out.getvalue() and "hot_loop" in out.getvalue()

@@ -1,0 +1,53 @@
+"""/proc parsing: maps lines, address lookup, keeping mappings that went away during a capture."""
+
+from __future__ import annotations
+
+import os
+
+from deepctx.daemon.procfs import AddressSpace, Mapping, parse_maps, process_info
+
+MAPS = """\
+55d0c0a00000-55d0c0a01000 r--p 00000000 fd:01 1234   /usr/bin/app
+55d0c0a01000-55d0c0a05000 r-xp 00001000 fd:01 1234   /usr/bin/app
+7f1200000000-7f1200021000 rw-p 00000000 00:00 0
+7f1300000000-7f1300100000 r-xp 00028000 fd:01 99     /usr/lib/x86_64-linux-gnu/libc.so.6
+7f1400000000-7f1400002000 r-xp 00000000 fd:01 77     /tmp/my lib (deleted)
+7ffd1c3fe000-7ffd1c400000 r-xp 00000000 00:00 0      [vdso]
+"""
+
+
+def test_parse_maps_reads_every_field() -> None:
+    maps = parse_maps(MAPS)
+    assert len(maps) == 6
+    text = maps[1]
+    assert (text.start, text.end, text.perms, text.offset, text.dev, text.inode, text.path) == (
+        0x55D0C0A01000, 0x55D0C0A05000, "r-xp", 0x1000, "fd:01", 1234, "/usr/bin/app")
+    assert text.executable and text.file_backed and text.file_key == ("fd:01", 1234)
+    assert maps[2].path == "" and not maps[2].file_backed
+    assert maps[4].path == "/tmp/my lib (deleted)" and maps[4].deleted
+    assert maps[5].path == "[vdso]" and not maps[5].file_backed
+
+
+def test_find_by_address() -> None:
+    space = AddressSpace(parse_maps(MAPS))
+    assert space.find(0x55D0C0A01000).path == "/usr/bin/app"
+    assert space.find(0x55D0C0A04FFF).offset == 0x1000
+    assert space.find(0x55D0C0A05000) is None
+    assert space.find(0x7F1300000123).path.endswith("libc.so.6")
+    assert space.find(0x10) is None
+
+
+def test_merge_keeps_unmapped_libraries_and_prefers_new_mappings() -> None:
+    old = AddressSpace(parse_maps(MAPS))
+    lib = Mapping(0x7F1300000000, 0x7F1300100000, "r-xp", 0, "fd:01", 555, "/usr/lib/other.so")
+    newer = AddressSpace([m for m in parse_maps(MAPS) if "libc" not in m.path and "my lib" not in m.path] + [lib])
+    merged = old.merged_with(newer)
+    assert merged.find(0x7F1300000010).path == "/usr/lib/other.so"  # remapped range: the new file wins
+    assert merged.find(0x7F1400000010).path == "/tmp/my lib (deleted)"  # unmapped since: kept
+
+
+def test_process_info_of_this_process() -> None:
+    info = process_info(os.getpid())
+    assert info.pid == os.getpid() and info.uid == os.getuid()
+    assert "pytest" in info.command or "python" in info.command
+    assert not info.is_kernel_thread

@@ -1,0 +1,118 @@
+"""Native symbolization on real ELF files: libc and a test library with known symbols."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from deepctx.daemon.procfs import AddressSpace, Mapping, read_maps
+from deepctx.daemon.symbolize.demangle import demangle
+from deepctx.daemon.symbolize.elf import ElfSymbols
+from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
+
+
+def nm_symbols(path: Path) -> dict[str, tuple[int, int]]:
+    """name -> (address, size) as binutils' nm sees them (the reference the tests compare with)."""
+    out = subprocess.run(["nm", "-S", "--defined-only", str(path)], capture_output=True, text=True, check=True).stdout
+    syms = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[2] in "tTwW":
+            syms[parts[3]] = (int(parts[0], 16), int(parts[1], 16))
+    return syms
+
+
+@pytest.fixture(scope="module")
+def libknown(native_targets: Path) -> Path:
+    return native_targets / "libknown.so"
+
+
+def test_known_library_symbols_resolve_to_their_names(libknown: Path) -> None:
+    syms = ElfSymbols(str(libknown))
+    ref = nm_symbols(libknown)
+    for name in ("known_alpha", "known_beta", "_ZN12deepctx_test6Widget4spinEl", "_ZL13hidden_helperi"):
+        addr, size = ref[name]
+        assert syms.lookup(addr) == (name, 0)
+        assert syms.lookup(addr + size - 1) == (name, size - 1)
+
+
+def test_address_between_functions_has_no_symbol(libknown: Path) -> None:
+    syms = ElfSymbols(str(libknown))
+    ref = nm_symbols(libknown)
+    alpha_addr, alpha_size = ref["known_alpha"]
+    gap = alpha_addr + alpha_size  # padding before known_beta
+    assert gap < ref["known_beta"][0]
+    assert syms.lookup(gap) is None
+
+
+def test_build_id_matches_readelf(libknown: Path) -> None:
+    out = subprocess.run(["readelf", "-n", str(libknown)], capture_output=True, text=True, check=True).stdout
+    want = out.split("Build ID:")[1].split()[0]
+    assert ElfSymbols(str(libknown)).build_id == want
+
+
+def test_libc_dynamic_symbols_match_the_loaded_library() -> None:
+    libc = ctypes.CDLL("libc.so.6")
+    here = AddressSpace(read_maps(__import__("os").getpid()))
+    addr = ctypes.cast(libc.malloc, ctypes.c_void_p).value
+    assert addr is not None
+    frame = NativeSymbolizer(SymbolCache()).symbolize(__import__("os").getpid(), here, addr)
+    assert frame.module == "libc.so.6"
+    assert frame.name in ("malloc", "__libc_malloc")
+
+
+def test_demangles_cpp_names() -> None:
+    assert demangle("_ZN12deepctx_test6Widget4spinEl") == "deepctx_test::Widget::spin(long)"
+    assert demangle("_ZL13hidden_helperi") == "hidden_helper(int)"
+    assert demangle("known_alpha") == "known_alpha"
+    assert demangle("_Znot_a_real_mangling") == "_Znot_a_real_mangling"
+
+
+def test_loaded_library_symbolizes_and_is_cached_once_per_file(libknown: Path) -> None:
+    lib = ctypes.CDLL(str(libknown))
+    pid = __import__("os").getpid()
+    space = AddressSpace(read_maps(pid))
+    cache = SymbolCache()
+    sym = NativeSymbolizer(cache)
+    spin = ctypes.cast(lib._ZN12deepctx_test6Widget4spinEl, ctypes.c_void_p).value
+    alpha = ctypes.cast(lib.known_alpha, ctypes.c_void_p).value
+    f1 = sym.symbolize(pid, space, spin + 3)
+    f2 = sym.symbolize(pid, space, alpha)
+    assert f1.name == "deepctx_test::Widget::spin(long)" and f1.module == "libknown.so"
+    assert f2.name == "known_alpha"
+    assert cache.loads == 1
+    # The same file seen by another process (same dev, inode) is not read again.
+    m = space.find(alpha)
+    assert m is not None
+    other = Mapping(m.start + 0x100000, m.end + 0x100000, m.perms, m.offset, m.dev, m.inode, m.path)
+    f3 = sym.symbolize(pid, AddressSpace([other]), alpha + 0x100000)
+    assert f3.name == "known_alpha"
+    assert cache.loads == 1
+
+
+def test_unknown_addresses_become_module_plus_offset() -> None:
+    anon = Mapping(0x7000_0000, 0x7001_0000, "r-xp", 0, "00:00", 0, "")
+    f = NativeSymbolizer(SymbolCache()).symbolize(1, AddressSpace([anon]), 0x7000_0123)
+    assert f.name == "[anon]+0x123"
+    f = NativeSymbolizer(SymbolCache()).symbolize(1, AddressSpace([anon]), 0x9000_0000)
+    assert f.name == "[unknown]+0x90000000"
+
+
+def test_stack_uses_call_site_for_return_addresses(libknown: Path) -> None:
+    """Every frame but the leaf holds a return address; a call as the last instruction of a function
+    returns to the next function's first byte, so the symbolizer must look up ip-1."""
+    lib = ctypes.CDLL(str(libknown))
+    pid = __import__("os").getpid()
+    space = AddressSpace(read_maps(pid))
+    sym = NativeSymbolizer(SymbolCache())
+    beta = ctypes.cast(lib.known_beta, ctypes.c_void_p).value
+    alpha = ctypes.cast(lib.known_alpha, ctypes.c_void_p).value
+    # Leaf exactly at known_beta's first byte; a return address equal to known_beta's start belongs
+    # to the function before it.
+    frames = sym.symbolize_stack(pid, space, [beta, beta])
+    assert [f.name for f in frames] == [sym.symbolize(pid, space, beta - 1).name, "known_beta"]
+    assert frames[0].name != "known_beta"
+    assert alpha < beta
