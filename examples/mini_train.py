@@ -18,8 +18,8 @@ def load_batch(n: int) -> list[list[float]]:
 
 
 def matmul(a: list[list[float]], b: list[list[float]]) -> list[list[float]]:
-    cols = list(zip(*b))
-    return [[sum(x * y for x, y in zip(row, col)) for col in cols] for row in a]
+    cols = list(zip(*b, strict=True))
+    return [[sum(x * y for x, y in zip(row, col, strict=True)) for col in cols] for row in a]
 
 
 def forward(w: list[list[float]], x: list[list[float]]) -> list[list[float]]:

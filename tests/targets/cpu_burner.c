@@ -1,5 +1,6 @@
 /* Known native stacks: main -> outer -> hot_loop burns CPU while a second thread sleeps.
- * Built with frame pointers. Prints "ready <pid>" once both threads run, then runs for argv[1] seconds. */
+ * Built with frame pointers. Prints "ready <pid>" once both threads run, then runs for argv[1] seconds.
+ * `cpu_burner work N`: a fixed amount of work (N rounds) instead, then prints "done <seconds>" (bench/). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +33,21 @@ static void *sleeper(void *arg) {
     return NULL;
 }
 
+__attribute__((noinline)) void fixed_work(long rounds) {
+    for (long r = 0; r < rounds; r++)
+        for (int i = 0; i < 100000; i++)
+            sink += i * 7;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 2 && argv[1][0] == 'w') {
+        printf("ready %d\n", getpid());
+        fflush(stdout);
+        double t0 = now();
+        fixed_work(atol(argv[2]));
+        printf("done %.6f\n", now() - t0);
+        return 0;
+    }
     double seconds = argc > 1 ? atof(argv[1]) : 30.0;
     pthread_t t;
     pthread_create(&t, NULL, sleeper, NULL);
