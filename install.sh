@@ -22,7 +22,8 @@ case "$JOB" in install|demo|test) ;; *) die "unknown job '$JOB' (use: demo, test
 # --- system packages ---------------------------------------------------------------------------------
 arch=$(dpkg --print-architecture)
 kver=$(uname -r)
-packages=(python3-bpfcc python3-venv python3-dev gcc make libc6-dev binutils systemtap-sdt-dev)
+# libamdhip64-5: Debian's real AMD HIP runtime, whose entry points the CPU-only GPU tests probe
+packages=(python3-bpfcc python3-venv python3-dev gcc g++ make libc6-dev binutils systemtap-sdt-dev libamdhip64-5)
 apt_ready=0
 apt_update() {
   [ $apt_ready -eq 1 ] && return 0

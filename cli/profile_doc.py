@@ -22,6 +22,12 @@ def to_doc(p: pb.Profile) -> dict[str, Any]:
         }
         if n.HasField("tid"):
             node["tid"] = n.tid
+        if n.grid:
+            node["grid"] = list(n.grid)
+            node["block"] = list(n.block)
+            node["shared_mem"] = n.shared_mem
+        if n.HasField("stream"):
+            node["stream"] = n.stream
         nodes.append(node)
         if n.parent >= 0:
             nodes[n.parent]["children"].append(node)

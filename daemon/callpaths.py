@@ -2,30 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from deepctx.daemon.frames import TRUNCATED, Frame, thread_frame
 from deepctx.daemon.procfs import AddressSpace
 from deepctx.daemon.symbolize.kernel import KernelSymbols
 from deepctx.daemon.symbolize.native import NativeSymbolizer
-from deepctx.probes.cpu_sampler import SAMPLE_F_USER_STACK_LOST, CpuSampler
 
 LOST_STACK = Frame("native", "[lost user stack]")
 
+# Reads a native stack id: (IPs leaf first, truncated?)
+StackReader = Callable[[int], tuple[list[int], bool]]
+
 
 class CallPathResolver:
-    """Resolves stack ids to frames, caching per id (many buckets share a native or Python stack)."""
+    """Resolves stack ids to frames, caching per id (many buckets share a native or Python stack).
+    One resolver per stack map: the CPU sampler's and the GPU probes' native stack ids differ."""
 
-    def __init__(self, bpf: Any, pid: int, space: AddressSpace, sampler: CpuSampler,
-                 native: NativeSymbolizer, families: dict[str, Any], thread_names: dict[int, str],
-                 native_python: bool = False) -> None:
-        self.bpf = bpf
+    def __init__(self, pid: int, space: AddressSpace, read_stack: StackReader, native: NativeSymbolizer,
+                 thread_names: dict[int, str], read_python: Callable[[int], list[Any]] | None = None,
+                 python_modules: set[str] | None = None, native_python: bool = False,
+                 read_kernel_stack: Callable[[int], list[int]] | None = None) -> None:
         self.pid = pid
         self.space = space
-        self.sampler = sampler
+        self.read_stack = read_stack
+        self.read_kernel_stack = read_kernel_stack
         self.native = native
-        self.unwinder = families.get("native_unwind")
-        self.python = families.get("python")
+        self.read_python = read_python
+        self.python_modules = python_modules or set()
         self.thread_names = thread_names
         self.native_python = native_python
         self._native_cache: dict[int, list[Frame]] = {}
@@ -34,16 +39,15 @@ class CallPathResolver:
         self._ksyms: KernelSymbols | None = None
         self.truncated_stacks = 0
 
-    def native_frames(self, stack_id: int, flags: int) -> list[Frame]:
-        if flags & SAMPLE_F_USER_STACK_LOST:
+    def thread(self, tid: int) -> Frame:
+        return thread_frame(tid, self.thread_names.get(tid, f"thread {tid}"))
+
+    def native_frames(self, stack_id: int, lost: bool) -> list[Frame]:
+        if lost:
             return [LOST_STACK]
         cached = self._native_cache.get(stack_id)
         if cached is None:
-            if self.unwinder is not None:
-                ips, uflags = self.unwinder.stack(self.bpf, stack_id)
-                truncated = self.unwinder.is_truncated(uflags)
-            else:
-                ips, truncated = self.sampler.user_stack(self.bpf, stack_id)
+            ips, truncated = self.read_stack(stack_id)
             cached = self.native.symbolize_stack(self.pid, self.space, ips)
             if truncated:
                 cached.insert(0, TRUNCATED)
@@ -52,34 +56,34 @@ class CallPathResolver:
         return cached
 
     def kernel_frames(self, stack_id: int) -> list[Frame]:
-        if stack_id < 0:
+        if stack_id < 0 or self.read_kernel_stack is None:
             return []
         cached = self._kernel_cache.get(stack_id)
         if cached is None:
             if self._ksyms is None:
                 self._ksyms = KernelSymbols()
-            cached = self._ksyms.symbolize_stack(self.sampler.kernel_stack(self.bpf, stack_id))
+            cached = self._ksyms.symbolize_stack(self.read_kernel_stack(stack_id))
             self._kernel_cache[stack_id] = cached
         return cached
 
     def python_frames(self, py_stack_id: int) -> list[Any]:
-        if not py_stack_id or self.python is None:
+        if not py_stack_id or self.read_python is None:
             return []
         cached = self._python_cache.get(py_stack_id)
         if cached is None:
-            cached = self.python.frames(self.bpf, None, py_stack_id)
+            cached = self.read_python(py_stack_id)
             self._python_cache[py_stack_id] = cached
         return cached
 
-    def path(self, tid: int, user_stack: int, py_stack: int, kernel_stack_id: int, flags: int) -> list[Frame]:
-        frames = [thread_frame(tid, self.thread_names.get(tid, f"thread {tid}"))]
-        native = self.native_frames(user_stack, flags)
+    def path(self, tid: int, user_stack: int, py_stack: int, lost: bool, kernel_stack_id: int = -1) -> list[Frame]:
+        """thread, then the merged Python + native frames outermost first, then kernel frames."""
+        frames = [self.thread(tid)]
+        native = self.native_frames(user_stack, lost)
         pyframes = self.python_frames(py_stack)
         if pyframes:
             from deepctx.daemon.python.merge import merge_stacks
 
-            frames += merge_stacks(native, pyframes, self.python.interpreter_modules(self.pid),
-                                   keep_libpython=self.native_python)
+            frames += merge_stacks(native, pyframes, self.python_modules, keep_libpython=self.native_python)
         else:
             frames += native
         frames += self.kernel_frames(kernel_stack_id)

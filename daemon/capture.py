@@ -15,11 +15,13 @@ from typing import Any
 from deepctx.daemon import procfs
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.errors import FailedPrecondition, NotFound
+from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basenames
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.tree import METRICS, CallTree
 from deepctx.probes import compose
-from deepctx.probes.cpu_sampler import CpuSampler
+from deepctx.probes.cpu_sampler import SAMPLE_F_USER_STACK_LOST, CpuSampler
 from deepctx.probes.family import ProbeFamily, Target
+from deepctx.probes.gpu_api import GpuApi
 
 log = logging.getLogger("deepctx.capture")
 
@@ -36,6 +38,9 @@ class CaptureOptions:
     python_max_depth: int = 128
     stack_map_entries: int = 16384
     count_map_entries: int = 65536
+    gpu: str = "auto"  # auto | on | off
+    gpu_mode: str = "exact"  # exact | sampled
+    gpu_sampled_paths_per_s: int = 2000
 
 
 @dataclass
@@ -58,10 +63,12 @@ class CaptureResult:
     stats: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     hostname: str = ""
+    mode: str = ""  # GPU call-path mode when GPU probes ran
 
 
 def _python_family(opts: CaptureOptions) -> ProbeFamily | None:
-    if opts.python == "off":
+    # Until the Python walker is integrated, it runs only when DEEPCTX_PYTHON_STACKS=1.
+    if opts.python == "off" or os.environ.get("DEEPCTX_PYTHON_STACKS", "0") == "0":
         return None
     try:
         from deepctx.probes.python_stack import PythonStacks
@@ -71,7 +78,8 @@ def _python_family(opts: CaptureOptions) -> ProbeFamily | None:
 
 
 def _unwinder_family() -> ProbeFamily | None:
-    if os.environ.get("DEEPCTX_NATIVE_UNWIND", "1") == "0":
+    # Until the DWARF unwinder is integrated, it runs only when DEEPCTX_NATIVE_UNWIND=1.
+    if os.environ.get("DEEPCTX_NATIVE_UNWIND", "0") == "0":
         return None
     try:
         from deepctx.probes.native_unwind import NativeUnwinder
@@ -107,7 +115,10 @@ class Capture:
         if bpf is None:
             return {"cpu_samples": self.samples}
         try:
-            return self.sampler.stats(bpf)
+            out: dict[str, int] = {}
+            for fam in self.families:
+                out.update(fam.stats(bpf))
+            return out
         except Exception:  # the program is being torn down
             return {"cpu_samples": self.samples}
 
@@ -146,6 +157,16 @@ class Capture:
                 families.append(unwinder)
             except ValueError as e:
                 target.warnings.append(f"DWARF unwinding unavailable, frame pointers only: {e}")
+        if self.opts.gpu != "off":
+            gpu = GpuApi(mode=self.opts.gpu_mode, required=self.opts.gpu == "on",
+                         sampled_paths_per_s=self.opts.gpu_sampled_paths_per_s,
+                         count_entries=self.opts.count_map_entries, stack_entries=self.opts.stack_map_entries,
+                         symbol_cache=self.symbols)
+            try:
+                gpu.prepare(target)
+                families.append(gpu)
+            except ValueError:
+                pass  # no GPU library loaded, and none asked for
         self.sampler.prepare(target)
         families.append(self.sampler)
         self.families = families
@@ -158,12 +179,17 @@ class Capture:
         self._choose_families(target)
         progress(Progress(0.0, opts.duration_s, 0, "compiling probes"))
         self.state = "compiling"
+        t_compile = time.monotonic()
         bpf = compose.compile_program(self.families)
         self._bpf = bpf
         thread_names: dict[int, str] = {}
         try:
+            t_attach = time.monotonic()
             for fam in self.families:
                 fam.attach(bpf, target)
+            log.info("probes ready", extra={"session": self.id, "pid": target.pid, "families": self.probe_names,
+                                            "compile_s": round(t_attach - t_compile, 3),
+                                            "attach_s": round(time.monotonic() - t_attach, 3)})
             self.state = "capturing"
             t0 = time.monotonic()
             ended = "duration"
@@ -186,8 +212,10 @@ class Capture:
                     ended = "target_exited"
                     break
                 now = time.monotonic()
-                self._refresh(target, thread_names, refresh_maps=now - last_maps >= 1.0)
-                if now - last_maps >= 1.0:
+                # GPU probes must see libraries loaded after attach (dlopen) quickly: refresh every poll.
+                maps_due = now - last_maps >= (POLL_INTERVAL_S if "gpu" in self.probe_names else 1.0)
+                self._refresh(target, thread_names, refresh_maps=maps_due)
+                if maps_due:
                     last_maps = now
                 for fam in self.families:
                     fam.poll(bpf, target)
@@ -229,19 +257,43 @@ class Capture:
     def _build(self, bpf: Any, target: Target, thread_names: dict[int, str], duration: float,
                ended: str) -> CaptureResult:
         tree = CallTree(target.info.command)
-        fams = {f.name: f for f in self.families}
-        resolver = CallPathResolver(bpf, target.pid, target.space, self.sampler,
-                                    NativeSymbolizer(self.symbols), fams, thread_names, self.opts.native_python)
-        buckets = self.sampler.buckets(bpf)
-        for b in buckets:
+        fams: dict[str, Any] = {f.name: f for f in self.families}
+        native = NativeSymbolizer(self.symbols)
+        python = fams.get("python")
+        unwinder = fams.get("native_unwind")
+
+        def resolver(read_stack: Callable[[int], tuple[list[int], bool]],
+                     read_kernel: Callable[[int], list[int]] | None = None) -> CallPathResolver:
+            if unwinder is not None:
+                read_stack = _unwinder_reader(bpf, unwinder)
+            return CallPathResolver(
+                target.pid, target.space, read_stack, native, thread_names,
+                read_python=(lambda sid: python.frames(bpf, target, sid)) if python is not None else None,
+                python_modules=python.interpreter_modules(target.pid) if python is not None else None,
+                native_python=self.opts.native_python, read_kernel_stack=read_kernel)
+
+        cpu_paths = resolver(lambda sid: self.sampler.user_stack(bpf, sid),
+                             lambda sid: self.sampler.kernel_stack(bpf, sid))
+        for b in self.sampler.buckets(bpf):
             if b.pid != target.pid:
                 continue
-            path = resolver.path(b.tid, b.user_stack, b.py_stack, b.kernel_stack_id, b.flags)
+            path = cpu_paths.path(b.tid, b.user_stack, b.py_stack, bool(b.flags & SAMPLE_F_USER_STACK_LOST),
+                                  b.kernel_stack_id)
             tree.add(path, "cpu_samples", b.count)
         stats: dict[str, int] = {}
         for fam in self.families:
             stats.update(fam.stats(bpf))
-        stats["cpu_stacks_truncated"] = resolver.truncated_stacks
+        mode = ""
+        gpu = fams.get("gpu")
+        if gpu is not None:
+            mode = gpu.mode
+            gpu_paths = resolver(lambda sid: gpu.user_stack(bpf, sid))
+            namer = KernelNamer(target.pid, target.space, native, gpu.function_names(bpf))
+            libs = library_basenames(target.space)
+            buckets = [b for b in gpu.buckets(bpf) if b.pid == target.pid]
+            stats.update(add_gpu_buckets(tree, buckets, gpu_paths, namer, lambda api: libs.get(api.library)))
+            stats["gpu_stacks_truncated"] = gpu_paths.truncated_stacks
+        stats["cpu_stacks_truncated"] = cpu_paths.truncated_stacks
         stats["cpu_samples_in_profile"] = tree.total("cpu_samples")
         warnings = list(target.warnings)
         if ended == "target_exited":
@@ -253,12 +305,23 @@ class Capture:
             warnings.append("capture cut short: deepctxd is shutting down")
         lost = stats.get("cpu_user_stacks_lost", 0) + stats.get("cpu_samples_dropped_map_full", 0)
         if lost:
-            warnings.append(f"{lost} samples lost their call path or were dropped (see stats)")
+            warnings.append(f"{lost} CPU samples lost their call path or were dropped (see stats)")
+        gpu_lost = stats.get("gpu_api_calls_dropped_map_full", 0) + stats.get("gpu_api_stacks_lost", 0)
+        if gpu_lost:
+            warnings.append(f"{gpu_lost} GPU API calls were dropped or lost their call path (see stats)")
         return CaptureResult(
             pid=target.pid, command=target.info.command, duration_s=duration, started_unix=self.started_unix,
             ended=ended, sample_hz=self.opts.sample_hz, tree=tree, stats=stats, warnings=warnings,
-            hostname=socket.gethostname(),
+            hostname=socket.gethostname(), mode=mode,
         )
+
+
+def _unwinder_reader(bpf: Any, unwinder: Any) -> Callable[[int], tuple[list[int], bool]]:
+    def read(stack_id: int) -> tuple[list[int], bool]:
+        ips, flags = unwinder.stack(bpf, stack_id)
+        return ips, unwinder.is_truncated(flags)
+
+    return read
 
 
 __all__ = ["Capture", "CaptureOptions", "CaptureResult", "Progress", "METRICS"]

@@ -28,6 +28,7 @@ class Config:
     count_map_entries: int = 65536
     symbol_cache_files: int = 512
     python_max_depth: int = 128
+    gpu_sampled_paths_per_s: int = 2000  # sampled mode: call paths captured per second (counts stay exact)
 
 
 class ConfigError(ValueError):
@@ -86,5 +87,7 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("max_duration_s must be positive")
     if cfg.max_sessions < 1:
         raise ConfigError("max_sessions must be at least 1")
+    if cfg.gpu_sampled_paths_per_s < 1:
+        raise ConfigError("gpu_sampled_paths_per_s must be at least 1")
     if cfg.python_max_depth < 1 or cfg.python_max_depth > 1024:
         raise ConfigError("python_max_depth must be within [1, 1024]")

@@ -15,8 +15,10 @@ class Frame(NamedTuple):
     name    function / symbol / operator / API / kernel name
     file    source file (Python frames), else None
     line    line number (Python frames), else None
-    module  ELF file basename for native frames, Python module path for Python frames, else None
+    module  ELF file basename for native frames and GPU APIs, else None
     tid     thread id, for `thread` frames only
+    launch  (grid x, y, z, block x, y, z, dynamic shared memory bytes), for `kernel` frames
+    stream  the stream handle of GPU work (0: the default stream), for kernel/memcpy/memset/sync frames
     """
 
     kind: str
@@ -25,6 +27,8 @@ class Frame(NamedTuple):
     line: int | None = None
     module: str | None = None
     tid: int | None = None
+    launch: tuple[int, int, int, int, int, int, int] | None = None
+    stream: int | None = None
 
 
 def thread_frame(tid: int, comm: str) -> Frame:

@@ -9,12 +9,12 @@ from deepctx.proto.v1 import deepctx_pb2 as pb
 SCHEMA = "deepctx.profile/v1"
 
 
-def to_message(result: CaptureResult, mode: str = "") -> pb.Profile:
+def to_message(result: CaptureResult) -> pb.Profile:
     tree = result.tree
     msg = pb.Profile(
         schema=SCHEMA, pid=result.pid, command=result.command, duration_s=result.duration_s,
         metrics=list(METRICS), sample_hz=result.sample_hz, ended=result.ended,
-        started_unix=result.started_unix, hostname=result.hostname, mode=mode,
+        started_unix=result.started_unix, hostname=result.hostname, mode=result.mode,
     )
     msg.stats.update(result.stats)
     msg.warnings.extend(result.warnings)
@@ -34,6 +34,12 @@ def to_message(result: CaptureResult, mode: str = "") -> pb.Profile:
             n.module = f.module
         if f.tid is not None:
             n.tid = f.tid
+        if f.launch is not None:
+            n.grid.extend(f.launch[:3])
+            n.block.extend(f.launch[3:6])
+            n.shared_mem = f.launch[6]
+        if f.stream is not None:
+            n.stream = f.stream
         n.metrics.extend(node.metrics.get(m, 0) for m in METRICS)
         index[idx] = len(msg.nodes) - 1
     return msg

@@ -29,6 +29,8 @@ log = logging.getLogger("deepctx.service")
 
 VERSION = "0.1.0"
 _PYTHON_MODES = {pb.PYTHON_AUTO: "auto", pb.PYTHON_OFF: "off", pb.PYTHON_ON: "on"}
+_GPU_PROBES = {pb.GPU_AUTO: "auto", pb.GPU_OFF: "off", pb.GPU_ON: "on"}
+_CALL_PATH_MODES = {pb.MODE_DEFAULT: "exact", pb.MODE_EXACT: "exact", pb.MODE_SAMPLED: "sampled"}
 
 
 def _bcc_version() -> str:
@@ -70,6 +72,10 @@ class ProfilerService(pb_grpc.ProfilerServicer):
             raise InvalidArgument(f"sampling rate {hz} Hz is out of range: use 1 to {cfg.max_sample_hz} Hz")
         if req.python not in _PYTHON_MODES:
             raise InvalidArgument(f"unknown python mode {req.python}")
+        if req.gpu not in _GPU_PROBES:
+            raise InvalidArgument(f"unknown gpu probes setting {req.gpu}")
+        if req.mode not in _CALL_PATH_MODES:
+            raise InvalidArgument(f"unknown call path mode {req.mode}")
         try:
             info = procfs.process_info(req.pid)
         except procfs.ProcessGone:
@@ -82,7 +88,8 @@ class ProfilerService(pb_grpc.ProfilerServicer):
             duration_s=req.duration_s, sample_hz=hz, kernel_stacks=req.kernel_stacks,
             python=_PYTHON_MODES[req.python], native_python=req.native_python,
             python_max_depth=cfg.python_max_depth, stack_map_entries=cfg.stack_map_entries,
-            count_map_entries=cfg.count_map_entries,
+            count_map_entries=cfg.count_map_entries, gpu=_GPU_PROBES[req.gpu], gpu_mode=_CALL_PATH_MODES[req.mode],
+            gpu_sampled_paths_per_s=cfg.gpu_sampled_paths_per_s,
         )
 
     def _register(self, pid: int, opts: CaptureOptions) -> Capture:

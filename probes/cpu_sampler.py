@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from deepctx.probes.family import Target, read_source
+from deepctx.probes.maps import items
 
 MIN_SAMPLE_HZ = 1
 MAX_SAMPLE_HZ = 10_000  # perf's default cap is 100 kHz, but beyond 10 kHz the probe itself dominates
@@ -136,7 +137,7 @@ class CpuSampler:
 
     def buckets(self, bpf: Any) -> list[SampleBucket]:
         out = []
-        for k, v in _items(bpf["counts"]):
+        for k, v in items(bpf["counts"]):
             count = v if isinstance(v, int) else v.value
             out.append(SampleBucket(k.pid, k.tid, k.user_stack, k.py_stack, k.kernel_stack_id, k.flags, count))
         return out
@@ -148,11 +149,3 @@ class CpuSampler:
 
     def kernel_stack(self, bpf: Any, stack_id: int) -> list[int]:
         return list(bpf["stacks"].walk(stack_id)) if stack_id >= 0 else []
-
-
-def _items(table: Any) -> list[tuple[Any, Any]]:
-    """All entries of a hash map: one batch syscall where the kernel has it."""
-    try:
-        return list(table.items_lookup_batch())
-    except Exception:  # older kernels: one lookup per key
-        return list(table.items())

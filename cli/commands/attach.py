@@ -15,6 +15,8 @@ from deepctx.cli.profile_doc import to_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 PYTHON_MODES = {"auto": pb.PYTHON_AUTO, "on": pb.PYTHON_ON, "off": pb.PYTHON_OFF}
+GPU_PROBES = {"auto": pb.GPU_AUTO, "on": pb.GPU_ON, "off": pb.GPU_OFF}
+CALL_PATH_MODES = {"exact": pb.MODE_EXACT, "sampled": pb.MODE_SAMPLED}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,6 +29,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--python", choices=sorted(PYTHON_MODES), default="auto",
                    help="walk Python frames: auto (when the target runs CPython), on (required), off")
     p.add_argument("--native-python", action="store_true", help="keep libpython's own native frames")
+    gpu = p.add_mutually_exclusive_group()
+    gpu.add_argument("--gpu", dest="gpu", action="store_const", const="on",
+                     help="probe GPU APIs, also in GPU libraries the target loads later")
+    gpu.add_argument("--no-gpu", dest="gpu", action="store_const", const="off", help="no GPU API probes")
+    p.set_defaults(gpu="auto")
+    p.add_argument("--mode", choices=["exact", "sampled"], default="exact",
+                   help="GPU calls: the call path of every call (exact), or of a fraction with exact counts")
     p.add_argument("--format", choices=["tree", "json"], default="tree")
     p.add_argument("-o", "--output", help="write the profile here (JSON) instead of stdout")
     p.add_argument("--min-percent", type=float, default=0.5, help="tree: hide nodes below this share")
@@ -65,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     stub = connect(args.socket_path)
     req = pb.AttachRequest(pid=args.pid, duration_s=args.duration, sample_hz=args.sample_hz,
                            kernel_stacks=args.kernel_stacks, python=PYTHON_MODES[args.python],
-                           native_python=args.native_python)
+                           native_python=args.native_python, gpu=GPU_PROBES[args.gpu],
+                           mode=CALL_PATH_MODES[args.mode])
     profile = capture(stub, req, args.socket_path, show_progress=not args.quiet and sys.stderr.isatty())
     doc = to_doc(profile)
     err = Console(stderr=True)

@@ -97,6 +97,26 @@ class ElfSymbols:
                 return self._name(int(self.names[j])), vaddr - start
         return None
 
+    def addresses_of(self, names: set[str]) -> dict[str, int]:
+        """Virtual addresses of the named functions: found through the string tables, so no symbol name
+        is decoded (fast on libraries with hundreds of thousands of symbols)."""
+        out: dict[str, int] = {}
+        for table_idx, (base, size) in enumerate(self._strtabs):
+            strtab = self._data[base: base + size]
+            for name in names - out.keys():
+                # Linkers share string tails ("cudaLaunchKernel" may be the end of "__cudaLaunchKernel"),
+                # so every occurrence is a candidate, not only those after a NUL.
+                needle = name.encode() + b"\0"
+                pos = strtab.find(needle)
+                while pos >= 0:
+                    packed = np.int64(pos) | (np.int64(table_idx) << 40)
+                    hits = np.nonzero(self.names == packed)[0]
+                    if len(hits):
+                        out[name] = int(self.addrs[hits[0]])
+                        break
+                    pos = strtab.find(needle, pos + 1)
+        return out
+
     def _name(self, packed: int) -> str:
         base, size = self._strtabs[packed >> 40]
         off = base + (packed & ((1 << 40) - 1))

@@ -12,25 +12,47 @@ class PythonMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PYTHON_AUTO: _ClassVar[PythonMode]
     PYTHON_OFF: _ClassVar[PythonMode]
     PYTHON_ON: _ClassVar[PythonMode]
+
+class GpuProbes(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GPU_AUTO: _ClassVar[GpuProbes]
+    GPU_OFF: _ClassVar[GpuProbes]
+    GPU_ON: _ClassVar[GpuProbes]
+
+class CallPathMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MODE_DEFAULT: _ClassVar[CallPathMode]
+    MODE_EXACT: _ClassVar[CallPathMode]
+    MODE_SAMPLED: _ClassVar[CallPathMode]
 PYTHON_AUTO: PythonMode
 PYTHON_OFF: PythonMode
 PYTHON_ON: PythonMode
+GPU_AUTO: GpuProbes
+GPU_OFF: GpuProbes
+GPU_ON: GpuProbes
+MODE_DEFAULT: CallPathMode
+MODE_EXACT: CallPathMode
+MODE_SAMPLED: CallPathMode
 
 class AttachRequest(_message.Message):
-    __slots__ = ("pid", "duration_s", "sample_hz", "kernel_stacks", "python", "native_python")
+    __slots__ = ("pid", "duration_s", "sample_hz", "kernel_stacks", "python", "native_python", "gpu", "mode")
     PID_FIELD_NUMBER: _ClassVar[int]
     DURATION_S_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_HZ_FIELD_NUMBER: _ClassVar[int]
     KERNEL_STACKS_FIELD_NUMBER: _ClassVar[int]
     PYTHON_FIELD_NUMBER: _ClassVar[int]
     NATIVE_PYTHON_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
     pid: int
     duration_s: float
     sample_hz: int
     kernel_stacks: bool
     python: PythonMode
     native_python: bool
-    def __init__(self, pid: _Optional[int] = ..., duration_s: _Optional[float] = ..., sample_hz: _Optional[int] = ..., kernel_stacks: _Optional[bool] = ..., python: _Optional[_Union[PythonMode, str]] = ..., native_python: _Optional[bool] = ...) -> None: ...
+    gpu: GpuProbes
+    mode: CallPathMode
+    def __init__(self, pid: _Optional[int] = ..., duration_s: _Optional[float] = ..., sample_hz: _Optional[int] = ..., kernel_stacks: _Optional[bool] = ..., python: _Optional[_Union[PythonMode, str]] = ..., native_python: _Optional[bool] = ..., gpu: _Optional[_Union[GpuProbes, str]] = ..., mode: _Optional[_Union[CallPathMode, str]] = ...) -> None: ...
 
 class AttachEvent(_message.Message):
     __slots__ = ("progress", "profile")
@@ -90,7 +112,7 @@ class Profile(_message.Message):
     def __init__(self, schema: _Optional[str] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., duration_s: _Optional[float] = ..., metrics: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., stats: _Optional[_Mapping[str, int]] = ..., warnings: _Optional[_Iterable[str]] = ..., sample_hz: _Optional[int] = ..., ended: _Optional[str] = ..., started_unix: _Optional[float] = ..., hostname: _Optional[str] = ..., mode: _Optional[str] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("parent", "kind", "name", "file", "line", "module", "metrics", "tid")
+    __slots__ = ("parent", "kind", "name", "file", "line", "module", "metrics", "tid", "grid", "block", "shared_mem", "stream")
     PARENT_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -99,6 +121,10 @@ class Node(_message.Message):
     MODULE_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     TID_FIELD_NUMBER: _ClassVar[int]
+    GRID_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_FIELD_NUMBER: _ClassVar[int]
+    SHARED_MEM_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
     parent: int
     kind: str
     name: str
@@ -107,7 +133,11 @@ class Node(_message.Message):
     module: str
     metrics: _containers.RepeatedScalarFieldContainer[int]
     tid: int
-    def __init__(self, parent: _Optional[int] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., file: _Optional[str] = ..., line: _Optional[int] = ..., module: _Optional[str] = ..., metrics: _Optional[_Iterable[int]] = ..., tid: _Optional[int] = ...) -> None: ...
+    grid: _containers.RepeatedScalarFieldContainer[int]
+    block: _containers.RepeatedScalarFieldContainer[int]
+    shared_mem: int
+    stream: int
+    def __init__(self, parent: _Optional[int] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., file: _Optional[str] = ..., line: _Optional[int] = ..., module: _Optional[str] = ..., metrics: _Optional[_Iterable[int]] = ..., tid: _Optional[int] = ..., grid: _Optional[_Iterable[int]] = ..., block: _Optional[_Iterable[int]] = ..., shared_mem: _Optional[int] = ..., stream: _Optional[int] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ()

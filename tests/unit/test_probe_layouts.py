@@ -40,3 +40,40 @@ def test_sampler_constants_match_header(tmp_path: Path) -> None:
              "CPU_STAT__COUNT"]
     assert c_layout(tmp_path, "cpu_sampler.h", names) == [getattr(cpu_sampler, n) for n in names]
     assert set(cpu_sampler.STAT_NAMES) == set(range(cpu_sampler.CPU_STAT__COUNT))
+
+
+def test_gpu_api_structs_match_header(tmp_path: Path) -> None:
+    from deepctx.probes import gpu_api
+
+    exprs: list[str] = []
+    want: list[int] = []
+    for c_name, mirror in (("gpu_api_spec", gpu_api.GpuApiSpec), ("gpu_addr_key", gpu_api.GpuAddrKey),
+                           ("gpu_key", gpu_api.GpuKey), ("gpu_val", gpu_api.GpuVal),
+                           ("gpu_inflight", gpu_api.GpuInflight), ("gpu_fn_key", gpu_api.GpuFnKey),
+                           ("gpu_config", gpu_api.GpuConfig)):
+        e, w = struct_exprs(c_name, mirror)
+        exprs += e
+        want += w
+    assert c_layout(tmp_path, "gpu_api.h", exprs) == want
+
+
+def test_gpu_api_constants_match_header(tmp_path: Path) -> None:
+    from deepctx.probes import gpu_api, gpu_apis
+
+    pairs = {
+        "GPU_KEY_F_SAMPLED": gpu_api.GPU_KEY_F_SAMPLED, "GPU_KEY_F_STACK_LOST": gpu_api.GPU_KEY_F_STACK_LOST,
+        "GPU_NAME_LEN": gpu_api.GPU_NAME_LEN, "GPU_NO_SLOT": gpu_api.GPU_NO_SLOT,
+        "GPU_STAT__COUNT": gpu_api.GPU_STAT__COUNT, "GPU_STAT_CALLS": gpu_api.GPU_STAT_CALLS,
+        "GPU_STAT_NAMES_LEARNED": gpu_api.GPU_STAT_NAMES_LEARNED,
+        "GPU_CLASS_LAUNCH": gpu_apis.LAUNCH, "GPU_CLASS_GRAPH": gpu_apis.GRAPH, "GPU_CLASS_MEMCPY": gpu_apis.MEMCPY,
+        "GPU_CLASS_MEMSET": gpu_apis.MEMSET, "GPU_CLASS_ALLOC": gpu_apis.ALLOC, "GPU_CLASS_FREE": gpu_apis.FREE,
+        "GPU_CLASS_SYNC": gpu_apis.SYNC, "GPU_CLASS_COLLECTIVE": gpu_apis.COLLECTIVE,
+        "GPU_CLASS_GETFUNC": gpu_apis.GETFUNC, "GPU_CLASS_OTHER": gpu_apis.OTHER,
+        "GPU_CLASS_FUNC_ALIAS": gpu_apis.FUNC_ALIAS,
+        "GPU_LAYOUT_LAUNCH_DIM3": gpu_apis.L_DIM3, "GPU_LAYOUT_LAUNCH_SCALARS": gpu_apis.L_SCALARS,
+        "GPU_LAYOUT_LAUNCH_CU_EX": gpu_apis.L_CU_EX, "GPU_LAYOUT_LAUNCH_RT_EX": gpu_apis.L_RT_EX,
+        "GPU_COPY_H2D": gpu_apis.H2D, "GPU_COPY_D2H": gpu_apis.D2H, "GPU_COPY_D2D": gpu_apis.D2D,
+        "GPU_COPY_DEFAULT": gpu_apis.DEFAULT, "GPU_COPY_PEER": gpu_apis.PEER, "GPU_COPY_UNKNOWN": gpu_apis.UNKNOWN_KIND,
+    }
+    assert c_layout(tmp_path, "gpu_api.h", list(pairs)) == list(pairs.values())
+    assert len(gpu_api.STAT_NAMES) == gpu_api.GPU_STAT__COUNT

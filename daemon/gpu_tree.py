@@ -1,0 +1,135 @@
+"""GPU API buckets into the calling context tree: `api` nodes under their call path, with `kernel`,
+`memcpy`, `memset` and `sync` children carrying calls, API time, bytes and sync wait."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from deepctx.daemon.callpaths import CallPathResolver
+from deepctx.daemon.frames import Frame
+from deepctx.daemon.symbolize.native import NativeSymbolizer
+from deepctx.daemon.tree import CallTree
+from deepctx.probes import gpu_apis
+from deepctx.probes.gpu_api import GPU_KEY_F_SAMPLED, GPU_KEY_F_STACK_LOST, GpuBucket
+
+NOT_SAMPLED = Frame("native", "[call path not sampled]")
+UNNAMED_KERNEL = "[unnamed kernel]"
+# Launch layouts whose object is a host stub (an address the ELF symbol table names).
+_STUB_LAYOUTS = (gpu_apis.L_DIM3, gpu_apis.L_RT_EX)
+
+
+class KernelNamer:
+    """Kernel names: host stubs through the ELF symbol tables, driver handles through what the
+    cuModuleGetFunction & co probes learned."""
+
+    def __init__(self, pid: int, space: Any, native: NativeSymbolizer, handle_names: dict[tuple[int, int], str]) -> None:
+        self.pid = pid
+        self.space = space
+        self.native = native
+        self.handle_names = handle_names
+        self._cache: dict[int, str] = {}
+
+    def name(self, api: gpu_apis.Api, obj: int) -> str:
+        if api.layout in _STUB_LAYOUTS:
+            cached = self._cache.get(obj)
+            if cached is None:
+                f = self.native.symbolize(self.pid, self.space, obj)
+                cached = f.name if "+0x" not in f.name else f"[kernel stub {f.name}]"
+                self._cache[obj] = cached
+            return cached
+        from deepctx.daemon.symbolize.demangle import demangle
+
+        name = self.handle_names.get((self.pid, obj))
+        return demangle(name) if name else UNNAMED_KERNEL
+
+
+def _child(api: gpu_apis.Api, b: GpuBucket, namer: KernelNamer) -> Frame | None:
+    if api.cls == gpu_apis.LAUNCH:
+        return Frame("kernel", namer.name(api, b.obj), launch=(*b.grid, *b.block, b.shared_mem), stream=b.stream)
+    if api.cls == gpu_apis.GRAPH:
+        return Frame("kernel", f"[graph {b.obj:#x}]", stream=b.stream)
+    if api.cls == gpu_apis.MEMCPY:
+        return Frame("memcpy", gpu_apis.COPY_NAMES.get(b.kind, "unknown"), stream=b.stream)
+    if api.cls == gpu_apis.MEMSET:
+        return Frame("memset", "memset", stream=b.stream)
+    if api.cls == gpu_apis.SYNC:
+        return Frame("sync", api.sync_target, stream=b.stream if api.sync_target == "stream" else None)
+    return None
+
+
+def _metrics(api: gpu_apis.Api, calls: int, time_ns: int, nbytes: int) -> dict[str, int]:
+    m = {"calls": calls, "api_time_ns": time_ns}
+    if api.cls in (gpu_apis.MEMCPY, gpu_apis.MEMSET, gpu_apis.ALLOC, gpu_apis.COLLECTIVE):
+        m["bytes"] = nbytes
+    if api.cls == gpu_apis.SYNC:
+        m["sync_wait_ns"] = time_ns
+    return m
+
+
+def _signature(b: GpuBucket) -> tuple:
+    return (b.api.symbol, b.obj, b.stream, b.grid, b.block, b.shared_mem, b.kind)
+
+
+def _apportion(total: int, weights: list[int]) -> list[int]:
+    """Splits an exact total in proportion to weights, rounding so the parts add up to the total."""
+    s = sum(weights)
+    if s == 0:
+        return [0] * len(weights)
+    raw = [total * w / s for w in weights]
+    parts = [int(r) for r in raw]
+    rest = total - sum(parts)
+    for i in sorted(range(len(raw)), key=lambda i: raw[i] - parts[i], reverse=True)[:rest]:
+        parts[i] += 1
+    return parts
+
+
+def add_gpu_buckets(tree: CallTree, buckets: list[GpuBucket], resolver: CallPathResolver, namer: KernelNamer,
+                    api_module: Callable[[gpu_apis.Api], str | None]) -> dict[str, int]:
+    """Adds every bucket to the tree. Sampled captures: counts are exact per (API, kernel, launch shape);
+    they are shared out over the call paths that were captured, in proportion to how often each was seen.
+    Returns counters for the profile's stats."""
+    groups: dict[tuple, list[GpuBucket]] = defaultdict(list)
+    for b in buckets:
+        groups[_signature(b)].append(b)
+    unattributed = 0
+    for group in groups.values():
+        sampled = [b for b in group if b.flags & GPU_KEY_F_SAMPLED]
+        unsampled = [b for b in group if not b.flags & GPU_KEY_F_SAMPLED]
+        if not sampled:  # no call of this kind had its path captured: keep the counts, say so
+            sampled = unsampled
+            unsampled = []
+            unattributed += sum(b.calls for b in sampled)
+        calls = _apportion(sum(b.calls for b in group), [b.calls for b in sampled])
+        times = _apportion(sum(b.time_ns for b in group), [b.calls for b in sampled])
+        nbytes = _apportion(sum(b.bytes for b in group), [b.calls for b in sampled])
+        for b, c, t, n in zip(sampled, calls, times, nbytes, strict=True):
+            if b.flags & GPU_KEY_F_SAMPLED:
+                path = resolver.path(b.tid, b.user_stack, b.py_stack, lost=bool(b.flags & GPU_KEY_F_STACK_LOST))
+                lib = api_module(b.api)
+                while len(path) > 1 and lib and path[-1].module == lib:  # the API's own entry frame(s)
+                    path.pop()
+            else:
+                path = [resolver.thread(b.tid), NOT_SAMPLED]
+            path.append(Frame("api", b.api.display, module=api_module(b.api)))
+            child = _child(b.api, b, namer)
+            if child is not None:
+                path.append(child)
+            for metric, value in _metrics(b.api, c, t, n).items():
+                if value:
+                    tree.add(path, metric, value)
+    return {"gpu_calls_without_call_path": unattributed}
+
+
+def library_basenames(space: Any) -> dict[str, str]:
+    """GPU library kind -> the basename mapped in the process (for api nodes' module)."""
+    out: dict[str, str] = {}
+    for m in space.mappings:
+        if m.file_backed and m.executable:
+            base = os.path.basename(m.path.removesuffix(" (deleted)"))
+            kind = gpu_apis.library_kind(base)
+            if kind and kind not in out:
+                out[kind] = base
+    return out

@@ -1,0 +1,265 @@
+/* GPU API probes: one entry and one return handler for every CUDA / HIP / NCCL entry point.
+ * The entry handler finds which API fired by its address in the target (gpu_addrs, filled by user
+ * space per process), reads the arguments that matter, captures the call path (Python walker and
+ * native stack) for 1 call in `sample_every`, and parks the call in gpu_inflight; the return handler
+ * adds calls, time and bytes to gpu_counts. A call made inside another probed call on the same thread
+ * (the runtime calling the driver) is not counted twice: it runs deeper on the stack than the outer
+ * call's entry.
+ * Settings (-D): GPU_COUNT_ENTRIES, GPU_ADDR_ENTRIES, GPU_NAME_ENTRIES, GPU_INFLIGHT_ENTRIES,
+ * and GPU_STACK_MAP (the map name of native stack ids when the native unwinder is absent). */
+#include <uapi/linux/ptrace.h>
+#include "gpu_api.h"
+
+BPF_HASH(gpu_addrs, struct gpu_addr_key, struct gpu_api_spec, GPU_ADDR_ENTRIES);
+BPF_HASH(gpu_inflight, __u32, struct gpu_inflight, GPU_INFLIGHT_ENTRIES);
+/* Name lookups (GETFUNC, FUNC_ALIAS) in flight: tracked apart from the calls, since the runtime makes
+ * them inside a launch when it loads modules lazily. */
+BPF_HASH(gpu_getfunc, __u32, struct gpu_inflight, GPU_INFLIGHT_ENTRIES);
+BPF_HASH(gpu_counts, struct gpu_key, struct gpu_val, GPU_COUNT_ENTRIES);
+BPF_HASH(gpu_fn_names, struct gpu_fn_key, struct gpu_fn_name, GPU_NAME_ENTRIES);
+BPF_PERCPU_ARRAY(gpu_stats, __u64, GPU_STAT__COUNT);
+BPF_PERCPU_ARRAY(gpu_scratch, struct gpu_inflight, 1);
+BPF_PERCPU_ARRAY(gpu_name_scratch, struct gpu_fn_name, 1);
+BPF_PERCPU_ARRAY(gpu_next_sample, __u64, 1);
+BPF_ARRAY(gpu_config, struct gpu_config, 1);
+BPF_STACK_TRACE(gpu_stacks, GPU_STACK_ENTRIES);
+
+static __always_inline void gpu_stat_inc(int idx) {
+    __u64 *v = gpu_stats.lookup(&idx);
+    if (v)
+        (*v)++;
+}
+
+/* The value of argument slot `slot` at function entry (x86-64 SysV; see gpu_api.h). */
+static __always_inline __u64 gpu_arg(struct pt_regs *ctx, int slot) {
+    switch (slot) {
+    case 0: return PT_REGS_PARM1(ctx);
+    case 1: return PT_REGS_PARM2(ctx);
+    case 2: return PT_REGS_PARM3(ctx);
+    case 3: return PT_REGS_PARM4(ctx);
+    case 4: return PT_REGS_PARM5(ctx);
+    case 5: return PT_REGS_PARM6(ctx);
+    }
+    if (slot < 6 || slot > 12)  /* also GPU_NO_SLOT */
+        return 0;
+    __u64 v = 0;
+    bpf_probe_read_user(&v, sizeof(v), (void *)(PT_REGS_SP(ctx) + 8 * (slot - 5)));
+    return v;
+}
+
+static __always_inline __u32 nccl_type_size(__u64 t) {
+    switch (t) {
+    case 2: case 3: case 7: return 4;    /* int32 uint32 float32 */
+    case 4: case 5: case 8: return 8;    /* int64 uint64 float64 */
+    case 6: case 9: return 2;            /* float16 bfloat16 */
+    default: return 1;                   /* int8 uint8 fp8 */
+    }
+}
+
+static __always_inline void gpu_read_launch(struct pt_regs *ctx, struct gpu_api_spec *spec, struct gpu_key *k) {
+    __u64 a, b;
+    switch (spec->layout) {
+    case GPU_LAYOUT_LAUNCH_DIM3:
+        k->object = gpu_arg(ctx, 0);
+        a = gpu_arg(ctx, 1);
+        k->grid[0] = (__u32)a; k->grid[1] = (__u32)(a >> 32); k->grid[2] = (__u32)gpu_arg(ctx, 2);
+        b = gpu_arg(ctx, 3);
+        k->block[0] = (__u32)b; k->block[1] = (__u32)(b >> 32); k->block[2] = (__u32)gpu_arg(ctx, 4);
+        k->shared_mem = (__u32)gpu_arg(ctx, 6);
+        k->stream = gpu_arg(ctx, 7);
+        break;
+    case GPU_LAYOUT_LAUNCH_SCALARS:
+        k->object = gpu_arg(ctx, 0);
+        k->grid[0] = gpu_arg(ctx, 1); k->grid[1] = gpu_arg(ctx, 2); k->grid[2] = gpu_arg(ctx, 3);
+        k->block[0] = gpu_arg(ctx, 4); k->block[1] = gpu_arg(ctx, 5); k->block[2] = gpu_arg(ctx, 6);
+        k->shared_mem = (__u32)gpu_arg(ctx, 7);
+        k->stream = gpu_arg(ctx, 8);
+        break;
+    case GPU_LAYOUT_LAUNCH_CU_EX: {
+        /* CUlaunchConfig: 7 x u32 (grid, block, sharedMemBytes), then hStream at 32 */
+        __u32 dims[7] = {};
+        __u64 cfg = gpu_arg(ctx, 0);
+        k->object = gpu_arg(ctx, 1);
+        bpf_probe_read_user(dims, sizeof(dims), (void *)cfg);
+        bpf_probe_read_user(&k->stream, sizeof(k->stream), (void *)(cfg + 32));
+        k->grid[0] = dims[0]; k->grid[1] = dims[1]; k->grid[2] = dims[2];
+        k->block[0] = dims[3]; k->block[1] = dims[4]; k->block[2] = dims[5];
+        k->shared_mem = dims[6];
+        break;
+    }
+    case GPU_LAYOUT_LAUNCH_RT_EX: {
+        /* cudaLaunchConfig_t: dim3 gridDim, dim3 blockDim, size_t dynamicSmemBytes @24, stream @32 */
+        __u32 dims[6] = {};
+        __u64 smem = 0;
+        __u64 cfg = gpu_arg(ctx, 0);
+        k->object = gpu_arg(ctx, 1);
+        bpf_probe_read_user(dims, sizeof(dims), (void *)cfg);
+        bpf_probe_read_user(&smem, sizeof(smem), (void *)(cfg + 24));
+        bpf_probe_read_user(&k->stream, sizeof(k->stream), (void *)(cfg + 32));
+        k->grid[0] = dims[0]; k->grid[1] = dims[1]; k->grid[2] = dims[2];
+        k->block[0] = dims[3]; k->block[1] = dims[4]; k->block[2] = dims[5];
+        k->shared_mem = (__u32)smem;
+        break;
+    }
+    }
+}
+
+int on_gpu_api_entry(struct pt_regs *ctx) {
+    __u64 id = bpf_get_current_pid_tgid();
+    struct gpu_addr_key ak = {};
+    ak.pid = id >> 32;
+    ak.addr = PT_REGS_IP(ctx);
+    struct gpu_api_spec *spec = gpu_addrs.lookup(&ak);
+    if (!spec)
+        return 0;  /* another process mapping the same library, or an API we do not track */
+    __u32 tid = (__u32)id;
+    __u64 sp = PT_REGS_SP(ctx);
+    int zero = 0;
+    if (spec->cls == GPU_CLASS_GETFUNC || spec->cls == GPU_CLASS_FUNC_ALIAS) {
+        struct gpu_inflight *g = gpu_scratch.lookup(&zero);
+        if (!g)
+            return 0;
+        __builtin_memset(g, 0, sizeof(*g));
+        g->key.pid = ak.pid;
+        g->cls = spec->cls;
+        g->entry_sp = sp;
+        g->out_ptr = gpu_arg(ctx, spec->object_slot);
+        g->name_ptr = gpu_arg(ctx, spec->name_slot);
+        gpu_getfunc.update(&tid, g);
+        return 0;
+    }
+    struct gpu_inflight *outer = gpu_inflight.lookup(&tid);
+    if (outer) {
+        if (sp < outer->entry_sp) {  /* deeper on the stack: inside the outer probed call */
+            gpu_stat_inc(GPU_STAT_NESTED);
+            return 0;
+        }
+        gpu_stat_inc(GPU_STAT_STALE_INFLIGHT);
+    }
+    gpu_stat_inc(GPU_STAT_CALLS);
+
+    struct gpu_inflight *f = gpu_scratch.lookup(&zero);
+    if (!f)
+        return 0;
+    __builtin_memset(f, 0, sizeof(*f));
+    f->key.pid = ak.pid;
+    f->key.tid = tid;
+    f->key.api_id = spec->api_id;
+    f->key.kind = spec->fixed_kind;
+    f->cls = spec->cls;
+    f->entry_sp = sp;
+
+    if (spec->cls == GPU_CLASS_LAUNCH) {
+        gpu_read_launch(ctx, spec, &f->key);
+    } else {
+        if (spec->object_slot != GPU_NO_SLOT)
+            f->key.object = gpu_arg(ctx, spec->object_slot);
+        if (spec->stream_slot != GPU_NO_SLOT)
+            f->key.stream = gpu_arg(ctx, spec->stream_slot);
+    }
+    if (spec->bytes_slot != GPU_NO_SLOT) {
+        __u64 n = gpu_arg(ctx, spec->bytes_slot);
+        if (spec->dtype_slot != GPU_NO_SLOT)
+            n *= nccl_type_size(gpu_arg(ctx, spec->dtype_slot));
+        if (spec->bytes_mul_slot != GPU_NO_SLOT)
+            n *= gpu_arg(ctx, spec->bytes_mul_slot);
+        f->bytes = n * (spec->bytes_scale ? spec->bytes_scale : 1);
+    }
+    if (spec->kind_slot != GPU_NO_SLOT) {
+        __u64 kind = gpu_arg(ctx, spec->kind_slot);
+        f->key.kind = kind <= GPU_COPY_DEFAULT ? (__u8)kind : GPU_COPY_UNKNOWN;
+    }
+
+    /* The call path: of every call (exact), or of the first call on this CPU after each sampling
+     * interval (sampled: holds the capture rate to a budget however fast the calls come). */
+    __u64 now = bpf_ktime_get_ns();
+    int capture = 1;
+    struct gpu_config *cfg = gpu_config.lookup(&zero);
+    if (cfg && cfg->sample_interval_ns) {
+        __u64 *next = gpu_next_sample.lookup(&zero);
+        capture = 0;
+        if (next && now >= *next) {
+            *next = now + cfg->sample_interval_ns;
+            capture = 1;
+        }
+    }
+    if (capture) {
+        f->key.flags |= GPU_KEY_F_SAMPLED;
+        gpu_stat_inc(GPU_STAT_SAMPLED);
+#ifdef DEEPCTX_NATIVE_UNWIND
+        __u32 nflags = 0;
+        f->key.user_stack = native_stack_capture(ctx, ak.pid, &nflags);
+#else
+        int sid = gpu_stacks.get_stackid(ctx, BPF_F_USER_STACK);
+        f->key.user_stack = sid >= 0 ? (__u64)sid + 1 : 0;  /* +1: 0 means "no stack" */
+#endif
+        if (f->key.user_stack == 0) {
+            f->key.flags |= GPU_KEY_F_STACK_LOST;
+            gpu_stat_inc(GPU_STAT_STACK_LOST);
+        }
+#ifdef DEEPCTX_PYTHON
+        __u32 pyflags = 0;
+        f->key.py_stack = python_stack_capture(ak.pid, tid, &pyflags);
+#endif
+    }
+    f->start_ns = bpf_ktime_get_ns();
+    gpu_inflight.update(&tid, f);
+    return 0;
+}
+
+/* Records handle -> name when cuModuleGetFunction & co return. */
+static __always_inline int gpu_getfunc_return(struct pt_regs *ctx, __u32 tid, struct gpu_inflight *g) {
+    if (PT_REGS_SP(ctx) != g->entry_sp + 8)
+        return 0;
+    struct gpu_fn_key fk = {};
+    fk.pid = g->key.pid;
+    if (g->out_ptr)
+        bpf_probe_read_user(&fk.handle, sizeof(fk.handle), (void *)g->out_ptr);
+    int zero = 0;
+    struct gpu_fn_name *name = gpu_name_scratch.lookup(&zero);
+    if (name && fk.handle && g->name_ptr) {
+        if (g->cls == GPU_CLASS_GETFUNC) {
+            bpf_probe_read_user_str(name->name, sizeof(name->name), (void *)g->name_ptr);
+            gpu_fn_names.update(&fk, name);
+            gpu_stat_inc(GPU_STAT_NAMES_LEARNED);
+        } else {
+            struct gpu_fn_key src = {};
+            src.pid = g->key.pid;
+            src.handle = g->name_ptr;
+            struct gpu_fn_name *known = gpu_fn_names.lookup(&src);
+            if (known) {
+                gpu_fn_names.update(&fk, known);
+                gpu_stat_inc(GPU_STAT_NAMES_LEARNED);
+            }
+        }
+    }
+    gpu_getfunc.delete(&tid);
+    return 1;
+}
+
+int on_gpu_api_return(struct pt_regs *ctx) {
+    __u32 tid = (__u32)bpf_get_current_pid_tgid();
+    struct gpu_inflight *g = gpu_getfunc.lookup(&tid);
+    if (g && gpu_getfunc_return(ctx, tid, g))
+        return 0;
+    struct gpu_inflight *f = gpu_inflight.lookup(&tid);
+    if (!f)
+        return 0;
+    /* The return of a nested call: its stack pointer differs from the outer entry's (+8 for the
+     * popped return address). */
+    if (PT_REGS_SP(ctx) != f->entry_sp + 8)
+        return 0;
+    __u64 dt = bpf_ktime_get_ns() - f->start_ns;
+
+    struct gpu_val zero_val = {};
+    struct gpu_val *v = gpu_counts.lookup_or_try_init(&f->key, &zero_val);
+    if (v) {
+        __sync_fetch_and_add(&v->calls, 1);
+        __sync_fetch_and_add(&v->time_ns, dt);
+        __sync_fetch_and_add(&v->bytes, f->bytes);
+    } else {
+        gpu_stat_inc(GPU_STAT_MAP_FULL);
+    }
+    gpu_inflight.delete(&tid);
+    return 0;
+}

@@ -1,0 +1,127 @@
+/* Structs shared by gpu_api.bpf.c and probes/gpu_api.py (checked by tests/unit/test_probe_layouts.py). */
+#ifndef DEEPCTX_GPU_API_H
+#define DEEPCTX_GPU_API_H
+
+#include <linux/types.h>
+
+/* What an API call is, for aggregation and for the tree. */
+enum gpu_api_class {
+    GPU_CLASS_LAUNCH = 1,     /* kernel launch: object = host stub or function handle */
+    GPU_CLASS_GRAPH = 2,      /* graph launch: object = graph exec handle */
+    GPU_CLASS_MEMCPY = 3,
+    GPU_CLASS_MEMSET = 4,
+    GPU_CLASS_ALLOC = 5,
+    GPU_CLASS_FREE = 6,
+    GPU_CLASS_SYNC = 7,
+    GPU_CLASS_COLLECTIVE = 8, /* NCCL / RCCL */
+    GPU_CLASS_GETFUNC = 9,    /* cuModuleGetFunction & co: learns function handle -> kernel name */
+    GPU_CLASS_OTHER = 10,     /* counted, no payload (group start/end, stream wait) */
+    GPU_CLASS_FUNC_ALIAS = 11,/* cuKernelGetFunction: a second handle for an already named kernel */
+};
+
+/* How to read the arguments, by x86-64 SysV "eightbyte" slot: slots 0-5 are rdi rsi rdx rcx r8 r9,
+ * slot 6 and up are on the stack at entry (rsp + 8 * (slot - 5)). A struct passed by value takes as
+ * many slots as it has eightbytes (dim3: two). GPU_NO_SLOT = not present. */
+#define GPU_NO_SLOT 0xff
+enum gpu_arg_layout {
+    GPU_LAYOUT_NONE = 0,
+    GPU_LAYOUT_LAUNCH_DIM3 = 1,    /* cudaLaunchKernel, hipLaunchKernel: f, dim3 grid, dim3 block, args, smem, stream */
+    GPU_LAYOUT_LAUNCH_SCALARS = 2, /* cuLaunchKernel, hipModuleLaunchKernel: f, gx, gy, gz, bx, by, bz, smem, stream */
+    GPU_LAYOUT_LAUNCH_CU_EX = 3,   /* cuLaunchKernelEx(const CUlaunchConfig *, f, ...) */
+    GPU_LAYOUT_LAUNCH_RT_EX = 4,   /* cudaLaunchKernelExC(const cudaLaunchConfig_t *, f, ...) */
+};
+
+struct gpu_api_spec {
+    __u16 api_id;        /* index into the user-space API table */
+    __u8 cls;            /* enum gpu_api_class */
+    __u8 layout;         /* enum gpu_arg_layout (launches) */
+    __u8 object_slot;    /* kernel handle / stub, graph exec, or (GETFUNC) the output pointer */
+    __u8 bytes_slot;     /* byte count (or element count, see bytes_scale) */
+    __u8 kind_slot;      /* cudaMemcpyKind / hipMemcpyKind argument */
+    __u8 stream_slot;
+    __u8 name_slot;      /* GETFUNC: the const char * name */
+    __u8 dtype_slot;     /* collectives: ncclDataType_t, turns a count into bytes */
+    __u8 bytes_mul_slot; /* a second factor of the byte count (2D copies: width x height) */
+    __u8 bytes_scale;    /* multiplier for bytes_slot (memsetD16: 2, D32: 4) */
+    __u8 fixed_kind;     /* copy direction implied by the API's name (GPU_COPY_*) */
+    __u8 pad;
+};
+
+enum gpu_copy_kind {
+    GPU_COPY_H2H = 0, GPU_COPY_H2D = 1, GPU_COPY_D2H = 2, GPU_COPY_D2D = 3, GPU_COPY_DEFAULT = 4,
+    GPU_COPY_PEER = 5, GPU_COPY_UNKNOWN = 255,
+};
+
+/* Where an API's entry point sits in one process: what the entry probe looks up by its address. */
+struct gpu_addr_key {
+    __u32 pid;
+    __u32 pad;
+    __u64 addr;
+};
+
+/* One aggregation bucket. */
+struct gpu_key {
+    __u32 pid;
+    __u32 tid;
+    __u64 user_stack;      /* native stack id (0: not sampled) */
+    __u64 py_stack;        /* Python stack id (0: none or not sampled) */
+    __u64 object;          /* kernel stub / function handle / graph exec / collective comm */
+    __u64 stream;
+    __u32 grid[3];
+    __u32 block[3];
+    __u32 shared_mem;
+    __u16 api_id;
+    __u8 kind;             /* copy direction for memcpy */
+    __u8 flags;            /* GPU_KEY_F_* */
+};
+
+#define GPU_KEY_F_SAMPLED   (1u << 0)  /* the call path was captured for this call */
+#define GPU_KEY_F_STACK_LOST (1u << 1) /* capture asked for, but the native stack could not be recorded */
+
+struct gpu_val {
+    __u64 calls;
+    __u64 time_ns;         /* time inside the API call */
+    __u64 bytes;
+};
+
+/* A call in flight on one thread, from its entry probe to its return probe. */
+struct gpu_inflight {
+    struct gpu_key key;
+    __u64 start_ns;
+    __u64 entry_sp;        /* stack pointer at entry: tells nested and stale entries apart */
+    __u64 bytes;
+    __u64 out_ptr;         /* GETFUNC: where the handle will be written */
+    __u64 name_ptr;        /* GETFUNC: the kernel name; FUNC_ALIAS: the handle that has a name */
+    __u8 cls;
+    __u8 pad[7];
+};
+
+#define GPU_NAME_LEN 256
+struct gpu_fn_key {
+    __u32 pid;
+    __u32 pad;
+    __u64 handle;
+};
+struct gpu_fn_name {
+    char name[GPU_NAME_LEN];
+};
+
+enum gpu_stat {
+    GPU_STAT_CALLS = 0,        /* API calls of target processes seen by the entry probe */
+    GPU_STAT_NESTED,           /* calls made inside another probed call (not counted twice) */
+    GPU_STAT_STALE_INFLIGHT,   /* an entry without its return (longjmp, thread killed): replaced */
+    GPU_STAT_NO_RETURN,        /* a return with no matching entry */
+    GPU_STAT_MAP_FULL,         /* aggregation map full: call dropped */
+    GPU_STAT_STACK_LOST,       /* call path asked for but the native stack was not recorded */
+    GPU_STAT_SAMPLED,          /* calls whose call path was captured */
+    GPU_STAT_NAMES_LEARNED,    /* function handle -> name pairs recorded */
+    GPU_STAT__COUNT,
+};
+
+/* Per-capture settings, written by user space into gpu_config[0]. */
+struct gpu_config {
+    __u64 sample_interval_ns;  /* per CPU, capture the call path of the first call after each interval
+                                  (0: every call, "exact" mode) */
+};
+
+#endif

@@ -1,0 +1,285 @@
+"""Loader for gpu_api.bpf.c: uprobes on CUDA / HIP / NCCL entry points, aggregated per call path in BPF."""
+
+from __future__ import annotations
+
+import ctypes as ct
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from deepctx.daemon.procfs import Mapping, open_mapped_file
+from deepctx.daemon.symbolize.elf import ElfSymbols
+from deepctx.probes import gpu_apis
+from deepctx.probes.family import Target, read_source
+from deepctx.probes.maps import items
+from deepctx.probes.uprobes import UprobeAttacher
+
+log = logging.getLogger("deepctx.gpu")
+
+# Mirrors of gpu_api.h (tests/unit/test_probe_layouts.py checks them against the header).
+GPU_KEY_F_SAMPLED = 1 << 0
+GPU_KEY_F_STACK_LOST = 1 << 1
+GPU_NAME_LEN = 256
+GPU_STAT_CALLS, GPU_STAT_NESTED, GPU_STAT_STALE_INFLIGHT, GPU_STAT_NO_RETURN, GPU_STAT_MAP_FULL, \
+    GPU_STAT_STACK_LOST, GPU_STAT_SAMPLED, GPU_STAT_NAMES_LEARNED, GPU_STAT__COUNT = range(9)
+STAT_NAMES = {
+    GPU_STAT_CALLS: "gpu_api_calls",
+    GPU_STAT_NESTED: "gpu_api_nested_calls",
+    GPU_STAT_STALE_INFLIGHT: "gpu_api_calls_without_return",
+    GPU_STAT_NO_RETURN: "gpu_api_returns_without_call",
+    GPU_STAT_MAP_FULL: "gpu_api_calls_dropped_map_full",
+    GPU_STAT_STACK_LOST: "gpu_api_stacks_lost",
+    GPU_STAT_SAMPLED: "gpu_api_calls_with_call_path",
+    GPU_STAT_NAMES_LEARNED: "gpu_kernel_names_learned",
+}
+
+
+class GpuApiSpec(ct.Structure):
+    _fields_ = [("api_id", ct.c_uint16), ("cls", ct.c_uint8), ("layout", ct.c_uint8), ("object_slot", ct.c_uint8),
+                ("bytes_slot", ct.c_uint8), ("kind_slot", ct.c_uint8), ("stream_slot", ct.c_uint8),
+                ("name_slot", ct.c_uint8), ("dtype_slot", ct.c_uint8), ("bytes_mul_slot", ct.c_uint8),
+                ("bytes_scale", ct.c_uint8), ("fixed_kind", ct.c_uint8), ("pad", ct.c_uint8)]
+
+
+class GpuAddrKey(ct.Structure):
+    _fields_ = [("pid", ct.c_uint32), ("pad", ct.c_uint32), ("addr", ct.c_uint64)]
+
+
+class GpuKey(ct.Structure):
+    _fields_ = [("pid", ct.c_uint32), ("tid", ct.c_uint32), ("user_stack", ct.c_uint64), ("py_stack", ct.c_uint64),
+                ("object", ct.c_uint64), ("stream", ct.c_uint64), ("grid", ct.c_uint32 * 3),
+                ("block", ct.c_uint32 * 3), ("shared_mem", ct.c_uint32), ("api_id", ct.c_uint16),
+                ("kind", ct.c_uint8), ("flags", ct.c_uint8)]
+
+
+class GpuVal(ct.Structure):
+    _fields_ = [("calls", ct.c_uint64), ("time_ns", ct.c_uint64), ("bytes", ct.c_uint64)]
+
+
+class GpuInflight(ct.Structure):
+    _fields_ = [("key", GpuKey), ("start_ns", ct.c_uint64), ("entry_sp", ct.c_uint64), ("bytes", ct.c_uint64),
+                ("out_ptr", ct.c_uint64), ("name_ptr", ct.c_uint64), ("cls", ct.c_uint8), ("pad", ct.c_uint8 * 7)]
+
+
+class GpuFnKey(ct.Structure):
+    _fields_ = [("pid", ct.c_uint32), ("pad", ct.c_uint32), ("handle", ct.c_uint64)]
+
+
+class GpuConfig(ct.Structure):
+    _fields_ = [("sample_interval_ns", ct.c_uint64)]
+
+
+@dataclass(frozen=True)
+class GpuBucket:
+    pid: int
+    tid: int
+    user_stack: int
+    py_stack: int
+    api: gpu_apis.Api
+    obj: int
+    stream: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    kind: int
+    flags: int
+    calls: int
+    time_ns: int
+    bytes: int
+
+
+@dataclass
+class _LibraryFile:
+    kind: str
+    path: str  # a path the daemon can open (through /proc/<pid>/...)
+    symbols: dict[str, int]  # api symbol -> ELF virtual address
+    segments: list[tuple[int, int, int]]  # PT_LOAD (p_offset, p_vaddr, p_filesz)
+    probes: int = 0
+
+
+@dataclass
+class _PidState:
+    addrs: set[int] = field(default_factory=set)  # runtime addresses written to gpu_addrs
+    mappings: set[tuple[int, str, int]] = field(default_factory=set)  # (start, dev, inode) handled
+
+
+def _vaddr_to_offset(segments: list[tuple[int, int, int]], vaddr: int) -> int | None:
+    for off, va, size in segments:
+        if va <= vaddr < va + size:
+            return vaddr - va + off
+    return None
+
+
+class GpuApi:
+    """Probe family "gpu". mode "exact" captures the call path of every call; "sampled" of at most
+    `sampled_paths_per_s` calls a second, spread over time (the first call after each interval on each
+    CPU); every call is still counted, with its arguments, bytes and time."""
+
+    name = "gpu"
+
+    def __init__(self, mode: str = "exact", required: bool = False, sampled_paths_per_s: int = 2000,
+                 count_entries: int = 65536, stack_entries: int = 16384, symbol_cache: Any = None) -> None:
+        if mode not in ("exact", "sampled"):
+            raise ValueError(f"unknown GPU capture mode {mode!r} (exact or sampled)")
+        self.mode = mode
+        self.required = required
+        self.symbol_cache = symbol_cache  # the daemon's SymbolCache: ELF files are read once for all uses
+        self.sampled_paths_per_s = sampled_paths_per_s
+        self.count_entries = count_entries
+        self.stack_entries = stack_entries
+        ncpus = os.cpu_count() or 1
+        self.sample_interval_ns = 0 if mode == "exact" else int(1e9 * ncpus / max(1, sampled_paths_per_s))
+        self._files: dict[tuple[str, int], _LibraryFile | None] = {}
+        self._pids: dict[int, _PidState] = {}
+        self.libraries_attached: list[str] = []
+        self._uprobes: UprobeAttacher | None = None
+
+    # --- ProbeFamily ------------------------------------------------------------------------------
+
+    def source(self) -> str:
+        return read_source("gpu_api.bpf.c")
+
+    def defines(self) -> dict[str, int | str]:
+        return {"GPU_COUNT_ENTRIES": self.count_entries, "GPU_ADDR_ENTRIES": 8192, "GPU_NAME_ENTRIES": 65536,
+                "GPU_INFLIGHT_ENTRIES": 16384, "GPU_STACK_ENTRIES": self.stack_entries}
+
+    def prepare(self, target: Target) -> None:
+        if not self.required and not self._library_mappings(target):
+            raise ValueError("no GPU runtime library (libcuda, libcudart, libamdhip64, libnccl, librccl) is loaded")
+
+    def attach(self, bpf: Any, target: Target) -> None:
+        self._uprobes = UprobeAttacher(bpf, "on_gpu_api_entry", "on_gpu_api_return")
+        bpf["gpu_config"][ct.c_int(0)] = GpuConfig(self.sample_interval_ns)
+        self._attach_new(bpf, target)
+
+    def poll(self, bpf: Any, target: Target) -> None:
+        self._attach_new(bpf, target)
+
+    def detach(self, bpf: Any, target: Target) -> None:
+        if self._uprobes is not None:
+            self._uprobes.close()
+        state = self._pids.pop(target.pid, None)
+        if state is None:
+            return
+        table = bpf["gpu_addrs"]
+        for addr in state.addrs:
+            try:
+                del table[GpuAddrKey(target.pid, 0, addr)]
+            except KeyError:
+                pass
+
+    def stats(self, bpf: Any) -> dict[str, int]:
+        table = bpf["gpu_stats"]
+        out = {STAT_NAMES[i]: int(sum(table[ct.c_int(i)])) for i in range(GPU_STAT__COUNT)}
+        out["gpu_sample_interval_ns"] = self.sample_interval_ns
+        out["gpu_libraries_attached"] = len(self.libraries_attached)
+        out["gpu_uprobes"] = self._uprobes.probes if self._uprobes else 0
+        return out
+
+    # --- attaching ------------------------------------------------------------------------------------
+
+    def _library_mappings(self, target: Target) -> list[tuple[str, Mapping]]:
+        out = []
+        for m in target.space.mappings:
+            if m.executable and m.file_backed:
+                kind = gpu_apis.library_kind(os.path.basename(m.path.removesuffix(" (deleted)")))
+                if kind:
+                    out.append((kind, m))
+        return out
+
+    def _load_file(self, pid: int, kind: str, m: Mapping) -> _LibraryFile | None:
+        if m.file_key in self._files:
+            return self._files[m.file_key]
+        lib: _LibraryFile | None
+        try:
+            path = open_mapped_file(pid, m)
+            elf = self.symbol_cache.get(pid, m) if self.symbol_cache else ElfSymbols(path)
+            if elf is None:
+                raise ValueError("not a readable ELF file")
+            symbols = elf.addresses_of({a.symbol for _, a in gpu_apis.BY_LIBRARY[kind]})
+            segments = [(seg.offset, seg.vaddr, seg.filesz) for seg in elf.segments]
+            lib = _LibraryFile(kind, path, symbols, segments)
+        except (OSError, ValueError) as e:
+            log.warning("cannot read GPU library", extra={"path": m.path, "error": str(e)})
+            lib = None
+        self._files[m.file_key] = lib
+        return lib
+
+    def _attach_new(self, bpf: Any, target: Target) -> None:
+        state = self._pids.setdefault(target.pid, _PidState())
+        table = bpf["gpu_addrs"]
+        for kind, m in self._library_mappings(target):
+            ident = (m.start, m.dev, m.inode)
+            if ident in state.mappings:
+                continue
+            state.mappings.add(ident)
+            lib = self._load_file(target.pid, kind, m)
+            if lib is None:
+                continue
+            if lib.probes == 0:
+                self._attach_uprobes(bpf, lib)
+                self.libraries_attached.append(os.path.basename(m.path))
+            # Where each API sits in this process: the entry probe finds the API by this address.
+            for api_id, api in gpu_apis.BY_LIBRARY[kind]:
+                vaddr = lib.symbols.get(api.symbol)
+                if vaddr is None:
+                    continue
+                off = _vaddr_to_offset(lib.segments, vaddr)
+                if off is None or not (m.offset <= off < m.offset + (m.end - m.start)):
+                    continue
+                addr = m.start + off - m.offset
+                table[GpuAddrKey(target.pid, 0, addr)] = _spec(api_id, api)
+                state.addrs.add(addr)
+
+    def _attach_uprobes(self, bpf: Any, lib: _LibraryFile) -> None:
+        offsets = set()
+        for _, api in gpu_apis.BY_LIBRARY[lib.kind]:
+            vaddr = lib.symbols.get(api.symbol)
+            off = _vaddr_to_offset(lib.segments, vaddr) if vaddr is not None else None
+            if off is not None:
+                offsets.add(off)  # aliases (ncclX / pncclX) share one offset
+        assert self._uprobes is not None
+        before = self._uprobes.probes
+        self._uprobes.attach(lib.path, sorted(offsets))
+        lib.probes = self._uprobes.probes - before
+        log.info("GPU probes attached", extra={"library": lib.path, "kind": lib.kind, "probes": lib.probes,
+                                               "uprobe_multi": self._uprobes.multi})
+
+    # --- reading --------------------------------------------------------------------------------------
+
+    def buckets(self, bpf: Any) -> list[GpuBucket]:
+        out = []
+        for k, v in items(bpf["gpu_counts"]):
+            api = gpu_apis.APIS[k.api_id]
+            grid = (k.grid[0], k.grid[1], k.grid[2])
+            block = (k.block[0], k.block[1], k.block[2])
+            if api.symbol.startswith("_Z24hipExtModuleLaunchKernel"):  # global work sizes, in threads
+                grid = tuple(g // b if b else g for g, b in zip(grid, block, strict=True))  # type: ignore[assignment]
+            out.append(GpuBucket(k.pid, k.tid, k.user_stack, k.py_stack, api, k.object, k.stream, grid, block,
+                                 k.shared_mem, k.kind, k.flags, v.calls, v.time_ns, v.bytes))
+        return out
+
+    def function_names(self, bpf: Any) -> dict[tuple[int, int], str]:
+        return {(k.pid, k.handle): bytes(v.name).split(b"\0", 1)[0].decode(errors="replace")
+                for k, v in items(bpf["gpu_fn_names"])}
+
+    def user_stack(self, bpf: Any, stack_id: int) -> tuple[list[int], bool]:
+        """Native stack of a sampled call (ids are +1 so that 0 means none)."""
+        from deepctx.probes.cpu_sampler import max_stack_depth
+
+        ips = list(bpf["gpu_stacks"].walk(stack_id - 1))
+        return ips, len(ips) >= max_stack_depth()
+
+
+GPU_NO_SLOT = 0xFF
+
+
+def _slot(slot: int) -> int:
+    return GPU_NO_SLOT if slot < 0 else slot
+
+
+def _spec(api_id: int, api: gpu_apis.Api) -> GpuApiSpec:
+    return GpuApiSpec(api_id, api.cls, api.layout, _slot(api.object_slot), _slot(api.bytes_slot), _slot(api.kind_slot),
+                      _slot(api.stream_slot), _slot(api.name_slot), _slot(api.dtype_slot), _slot(api.bytes_mul_slot),
+                      api.bytes_scale, api.fixed_kind, 0)

@@ -1,0 +1,104 @@
+"""Attaching many uprobes at once.
+
+One perf-event uprobe per entry point costs tens of milliseconds to attach through bcc and, worse,
+about 100 ms each to detach (every close waits for the kernel to synchronize). The CUDA runtime and
+driver alone have over a hundred probed entry points. A BPF uprobe_multi link (Linux 6.6+) attaches
+all offsets of one file with one syscall and detaches them with one close, so deepctx uses it where
+the kernel has it, and falls back to one perf event per offset otherwise.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import os
+import platform
+from typing import Any
+
+BPF_LINK_CREATE = 28
+BPF_TRACE_UPROBE_MULTI = 48
+BPF_F_UPROBE_MULTI_RETURN = 1
+_SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine(), 321)
+_libc = ct.CDLL(None, use_errno=True)
+
+
+class _UprobeMultiAttr(ct.Structure):
+    """union bpf_attr, the link_create member with its uprobe_multi part (include/uapi/linux/bpf.h)."""
+
+    _fields_ = [("prog_fd", ct.c_uint32), ("target_fd", ct.c_uint32), ("attach_type", ct.c_uint32),
+                ("flags", ct.c_uint32), ("path", ct.c_uint64), ("offsets", ct.c_uint64),
+                ("ref_ctr_offsets", ct.c_uint64), ("cookies", ct.c_uint64), ("cnt", ct.c_uint32),
+                ("multi_flags", ct.c_uint32), ("pid", ct.c_uint32), ("pad", ct.c_uint32)]
+
+
+def link_uprobe_multi(prog_fd: int, path: str, offsets: list[int], retprobe: bool) -> int:
+    """A uprobe_multi link on `offsets` of `path` for every process; returns the link fd."""
+    n = len(offsets)
+    offs = (ct.c_uint64 * n)(*offsets)
+    cpath = ct.create_string_buffer(os.fsencode(path))
+    attr = _UprobeMultiAttr(prog_fd=prog_fd, attach_type=BPF_TRACE_UPROBE_MULTI,
+                            path=ct.addressof(cpath), offsets=ct.addressof(offs), cnt=n,
+                            multi_flags=BPF_F_UPROBE_MULTI_RETURN if retprobe else 0)
+    fd = _libc.syscall(_SYS_BPF, BPF_LINK_CREATE, ct.byref(attr), ct.sizeof(attr))
+    if fd < 0:
+        err = ct.get_errno()
+        raise OSError(err, f"uprobe_multi link on {path}: {os.strerror(err)}")
+    return fd
+
+
+class UprobeAttacher:
+    """Attaches one BPF entry handler and one return handler at many offsets of library files."""
+
+    def __init__(self, bpf: Any, entry_fn: str, return_fn: str) -> None:
+        self.bpf = bpf
+        self.entry_fn = entry_fn
+        self.return_fn = return_fn
+        self.multi: bool | None = None  # decided on first use
+        self.links: list[int] = []
+        self.probes = 0
+
+    def _load(self, name: str, attach_type: int) -> int:
+        from bcc import BPF
+
+        return self.bpf.load_func(name.encode(), BPF.KPROBE, attach_type=attach_type).fd
+
+    def attach(self, path: str, offsets: list[int]) -> None:
+        offsets = sorted(set(offsets))
+        if not offsets:
+            return
+        if self.multi is not False:
+            try:
+                entry = self._load(self.entry_fn, BPF_TRACE_UPROBE_MULTI)
+                ret = self._load(self.return_fn, BPF_TRACE_UPROBE_MULTI)
+                self.links.append(link_uprobe_multi(entry, path, offsets, retprobe=False))
+                self.links.append(link_uprobe_multi(ret, path, offsets, retprobe=True))
+                self.multi = True
+                self.probes += 2 * len(offsets)
+                return
+            except Exception:
+                if self.multi:  # it worked before: this file is the problem
+                    raise
+                self.multi = False
+                for name in (self.entry_fn, self.return_fn):  # loaded for uprobe_multi: load again plain
+                    fn = self.bpf.funcs.pop(name.encode(), None)
+                    if fn is not None:
+                        os.close(fn.fd)
+        for off in offsets:
+            self._attach_one(path, off, retprobe=False)
+            self._attach_one(path, off, retprobe=True)
+            self.probes += 2
+
+    def _attach_one(self, path: str, offset: int, retprobe: bool) -> None:
+        from bcc import BPF
+        from bcc.libbcc import lib
+
+        fn = self.bpf.load_func((self.return_fn if retprobe else self.entry_fn).encode(), BPF.KPROBE)
+        ev = self.bpf._get_uprobe_evname(b"r" if retprobe else b"p", os.fsencode(path), offset, -1)
+        fd = lib.bpf_attach_uprobe(fn.fd, 1 if retprobe else 0, ev, os.fsencode(path), offset, -1)
+        if fd < 0:
+            raise OSError(f"cannot attach a uprobe at {path}+{offset:#x}")
+        self.bpf._add_uprobe_fd(ev, fd)  # bcc closes it in cleanup()
+
+    def close(self) -> None:
+        for fd in self.links:
+            os.close(fd)
+        self.links.clear()

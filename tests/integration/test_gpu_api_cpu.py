@@ -1,0 +1,187 @@
+"""GPU API probes on the real CUDA runtime (pip's nvidia-cuda-runtime) and the real AMD HIP runtime
+(Debian's libamdhip64), without a GPU: every call returns an error code, but the probes fire on the real
+entry points, so call counts, arguments and call paths are exact."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import start_daemon, stop_daemon, wait_for
+from profile_paths import walk
+
+TARGET = Path(__file__).resolve().parents[1] / "targets" / "gpu" / "runtime_calls.py"
+N_MALLOC, N_LAUNCH, N_SYNC, N_MEMCPY = 7, 11, 5, 3
+
+
+def cuda_runtime() -> str:
+    import nvidia
+
+    for base in nvidia.__path__:
+        for lib in sorted(Path(base).glob("cu*/lib/libcudart.so.*")):
+            return str(lib)
+    pytest.skip("pip package nvidia-cuda-runtime is not installed")
+
+
+def hip_runtime() -> str:
+    for p in ("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5", "/usr/lib/x86_64-linux-gnu/libamdhip64.so.6"):
+        if Path(p).exists():
+            return p
+    pytest.skip("Debian's libamdhip64 is not installed")
+
+
+RUNTIMES = {"cuda": cuda_runtime, "hip": hip_runtime}
+
+
+class RuntimeTarget:
+    def __init__(self, prefix: str, lib: str, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(TARGET), prefix, lib, *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.pid = int(self.expect("ready").split()[1])
+
+    def expect(self, word: str) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.startswith(word), f"expected {word!r} from the target, got {line!r}"
+        return line
+
+    def go(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=30)
+
+
+def session_of(daemon, pid: int) -> dict | None:
+    r = daemon.cli("status", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)
+    for s in st.get("sessions") or []:
+        if s["pid"] == pid:
+            return s
+    return None
+
+
+def profile_calls(daemon, target: RuntimeTarget, *attach_args: str, late: bool = False) -> dict:
+    """Attaches, waits until the probes are live, lets the target make its calls, ends the capture by
+    ending the target, and returns the profile."""
+    with cf.ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(daemon.attach_json, target.pid, "--duration", "60", *attach_args)
+        wait_for(lambda: (session_of(daemon, target.pid) or {}).get("state") == "capturing", what="capture running")
+        target.go()
+        if late:
+            target.expect("loaded")
+            # the daemon re-reads the target's mappings twice a second and attaches to new GPU libraries
+            wait_for(lambda: int((session_of(daemon, target.pid) or {}).get("stats", {})
+                                 .get("gpu_libraries_attached", 0)) == 1, what="the late library probed")
+            target.go()
+        target.expect("done")
+        target.stop()
+        return fut.result()
+
+
+def api_nodes(doc: dict, name: str) -> list[tuple[list[dict], dict]]:
+    return [(anc, n) for anc, n in walk(doc) if n["kind"] == "api" and n["name"] == name]
+
+
+def inclusive(node: dict, metric: str) -> int:
+    return node["metrics"][metric] + sum(inclusive(c, metric) for c in node["children"])
+
+
+@pytest.fixture(params=sorted(RUNTIMES))
+def runtime(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    yield request.param, RUNTIMES[request.param]()
+
+
+def test_exact_counts_and_arguments(daemon, runtime: tuple[str, str]) -> None:
+    prefix, lib = runtime
+    t = RuntimeTarget(prefix, lib)
+    try:
+        doc = profile_calls(daemon, t)
+    finally:
+        t.stop()
+    assert doc["mode"] == "exact"
+    lib_name = Path(lib).resolve().name  # the file the process maps, not the symlink it opened
+    calls = {}
+    for api in ("Malloc", "LaunchKernel", "Memcpy", "DeviceSynchronize"):
+        nodes = api_nodes(doc, prefix + api)
+        assert nodes, f"no {prefix}{api} node"
+        assert all(n["module"] == lib_name for _, n in nodes)
+        calls[api] = sum(inclusive(n, "calls") for _, n in nodes)
+    assert calls == {"Malloc": N_MALLOC, "LaunchKernel": N_LAUNCH, "Memcpy": N_MEMCPY, "DeviceSynchronize": N_SYNC}
+
+    (anc, launch), = api_nodes(doc, prefix + "LaunchKernel")
+    (kernel,) = launch["children"]
+    assert kernel["kind"] == "kernel"
+    assert kernel["name"] == "getpid"  # the "host stub" the target passed, named by the ELF symbol table
+    assert kernel["grid"] == [2, 3, 1] and kernel["block"] == [128, 1, 1] and kernel["shared_mem"] == 256
+    assert kernel["metrics"]["calls"] == N_LAUNCH and kernel["metrics"]["api_time_ns"] > 0
+
+    (_, memcpy), = api_nodes(doc, prefix + "Memcpy")
+    (copy,) = memcpy["children"]
+    assert copy["kind"] == "memcpy" and copy["name"] == "HtoD"
+    assert copy["metrics"]["bytes"] == N_MEMCPY * 4096
+
+    (_, malloc), = api_nodes(doc, prefix + "Malloc")
+    assert malloc["metrics"]["bytes"] == N_MALLOC * (1 << 20) and malloc["children"] == []
+
+    (_, sync), = api_nodes(doc, prefix + "DeviceSynchronize")
+    (wait,) = sync["children"]
+    assert wait["kind"] == "sync" and wait["name"] == "device"
+    assert wait["metrics"]["sync_wait_ns"] == wait["metrics"]["api_time_ns"] > 0
+
+    assert doc["stats"]["gpu_api_calls"] == N_MALLOC + N_LAUNCH + N_MEMCPY + N_SYNC
+    assert doc["stats"]["gpu_api_calls_with_call_path"] == doc["stats"]["gpu_api_calls"]
+    assert doc["stats"]["gpu_api_nested_calls"] == 0
+
+
+def test_library_opened_after_attach_is_probed(daemon, runtime: tuple[str, str]) -> None:
+    prefix, lib = runtime
+    t = RuntimeTarget(prefix, lib, "--dlopen-late")
+    try:
+        doc = profile_calls(daemon, t, "--gpu", late=True)
+    finally:
+        t.stop()
+    assert sum(inclusive(n, "calls") for _, n in api_nodes(doc, prefix + "LaunchKernel")) == N_LAUNCH
+    assert sum(inclusive(n, "calls") for _, n in api_nodes(doc, prefix + "Malloc")) == N_MALLOC
+
+
+def test_no_gpu_probes_without_a_gpu_library(daemon, native_targets: Path) -> None:
+    from conftest import Target
+
+    with Target([str(native_targets / "cpu_burner"), "30"]) as t:
+        doc = daemon.attach_json(t.pid, "--duration", "1")
+    assert doc["mode"] is None and "gpu_api_calls" not in doc["stats"]
+    assert not [n for _, n in walk(doc) if n["kind"] == "api"]
+
+
+def test_sampled_mode_keeps_counts_exact(tmp_path: Path) -> None:
+    """A low budget of call paths per second: few paths captured, every call still counted."""
+    cfg = tmp_path / "d.toml"
+    cfg.write_text("gpu_sampled_paths_per_s = 50\n")
+    d = start_daemon(tmp_path, "--config", str(cfg))
+    n = 40000
+    t = RuntimeTarget("cuda", cuda_runtime(), "--launches", str(n))
+    try:
+        doc = profile_calls(d, t, "--mode", "sampled")
+    finally:
+        t.stop()
+        assert stop_daemon(d) == 0
+    assert doc["mode"] == "sampled"
+    launches = sum(inclusive(node, "calls") for _, node in api_nodes(doc, "cudaLaunchKernel"))
+    assert launches == n
+    stats = doc["stats"]
+    assert stats["gpu_api_calls"] == n + N_MALLOC + N_MEMCPY + N_SYNC
+    # The budget held the captures well below one per call once the rate was known.
+    assert stats["gpu_api_calls_with_call_path"] < n / 2, stats
+    assert stats["gpu_sample_interval_ns"] == int(1e9 * (os.cpu_count() or 1) / 50)
