@@ -11,7 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import Target, wait_for
+from harness import Target, wait_for
 
 from deepctx.proto.v1 import deepctx_pb2 as pb
 from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc

@@ -6,7 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from conftest import Target, start_daemon, stop_daemon
+from harness import Target, start_daemon, stop_daemon
 from profile_paths import self_paths, total, value_under_chain
 
 
@@ -92,13 +92,13 @@ def test_sigterm_ends_captures_and_exits_cleanly(tmp_path: Path, native_targets:
         client = subprocess.Popen([str(Path(sys.executable).parent / "deepctx"), "attach", str(t.pid), "--duration",
                                    "60", "--format", "json", "--quiet"], env=d.env(), stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
-        from conftest import wait_for
+        from harness import wait_for
 
         def capturing() -> bool:
             sessions = json.loads(d.cli("status", "--format", "json").stdout).get("sessions") or []
             return any(s["state"] == "capturing" for s in sessions)
 
-        wait_for(capturing, what="capture running")
+        wait_for(capturing, what="capture running", timeout=120)
         rc = stop_daemon(d)
         out, err = client.communicate(timeout=60)
     assert rc == 0

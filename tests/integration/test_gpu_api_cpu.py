@@ -5,15 +5,13 @@ entry points, so call counts, arguments and call paths are exact."""
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import start_daemon, stop_daemon, wait_for
+from harness import StdinTarget, profile_phase, session_of, start_daemon, stop_daemon, wait_for
 from profile_paths import walk
 
 TARGET = Path(__file__).resolve().parents[1] / "targets" / "gpu" / "runtime_calls.py"
@@ -39,52 +37,23 @@ def hip_runtime() -> str:
 RUNTIMES = {"cuda": cuda_runtime, "hip": hip_runtime}
 
 
-class RuntimeTarget:
-    def __init__(self, prefix: str, lib: str, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(TARGET), prefix, lib, *args], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-        self.pid = int(self.expect("ready").split()[1])
-
-    def expect(self, word: str) -> str:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line.startswith(word), f"expected {word!r} from the target, got {line!r}"
-        return line
-
-    def go(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=30)
+def RuntimeTarget(prefix: str, lib: str, *args: str) -> StdinTarget:  # noqa: N802
+    return StdinTarget([sys.executable, str(TARGET), prefix, lib, *args])
 
 
-def session_of(daemon, pid: int) -> dict | None:
-    r = daemon.cli("status", "--format", "json")
-    assert r.returncode == 0, r.stderr
-    st = json.loads(r.stdout)
-    for s in st.get("sessions") or []:
-        if s["pid"] == pid:
-            return s
-    return None
-
-
-def profile_calls(daemon, target: RuntimeTarget, *attach_args: str, late: bool = False) -> dict:
-    """Attaches, waits until the probes are live, lets the target make its calls, ends the capture by
-    ending the target, and returns the profile."""
+def profile_calls(daemon, target: StdinTarget, *attach_args: str, late: bool = False) -> dict:
+    """profile_phase, plus a second phase for a target that opens its library late."""
+    if not late:
+        return profile_phase(daemon, target, *attach_args)
     with cf.ThreadPoolExecutor(1) as pool:
         fut = pool.submit(daemon.attach_json, target.pid, "--duration", "60", *attach_args)
-        wait_for(lambda: (session_of(daemon, target.pid) or {}).get("state") == "capturing", what="capture running")
+        wait_for(lambda: (session_of(daemon, target.pid) or {}).get("state") == "capturing", what="capture running", timeout=120)
         target.go()
-        if late:
-            target.expect("loaded")
-            # the daemon re-reads the target's mappings twice a second and attaches to new GPU libraries
-            wait_for(lambda: int((session_of(daemon, target.pid) or {}).get("stats", {})
-                                 .get("gpu_libraries_attached", 0)) == 1, what="the late library probed")
-            target.go()
+        target.expect("loaded")
+        # the daemon re-reads the target's mappings twice a second and attaches to new GPU libraries
+        wait_for(lambda: int((session_of(daemon, target.pid) or {}).get("stats", {})
+                             .get("gpu_libraries_attached", 0)) == 1, what="the late library probed")
+        target.go()
         target.expect("done")
         target.stop()
         return fut.result()
@@ -157,7 +126,7 @@ def test_library_opened_after_attach_is_probed(daemon, runtime: tuple[str, str])
 
 
 def test_no_gpu_probes_without_a_gpu_library(daemon, native_targets: Path) -> None:
-    from conftest import Target
+    from harness import Target
 
     with Target([str(native_targets / "cpu_burner"), "30"]) as t:
         doc = daemon.attach_json(t.pid, "--duration", "1")

@@ -1,0 +1,144 @@
+"""Driving a real deepctxd and real target processes from tests (integration and GPU tiers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Daemon:
+    proc: subprocess.Popen
+    socket: str
+    log: Path
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ, DEEPCTX_SOCKET=self.socket)
+
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "deepctx"), *args], env=self.env(), capture_output=True, text=True,
+                              timeout=timeout)
+
+    def attach_json(self, pid: int, *args: str) -> dict:
+        r = self.cli("attach", str(pid), "--format", "json", "--quiet", *args)
+        assert r.returncode == 0, f"attach failed ({r.returncode}): {r.stderr}"
+        return json.loads(r.stdout)
+
+    def alive(self) -> bool:
+        """The daemon still answers requests."""
+        return self.proc.poll() is None and self.cli("status", "--format", "json").returncode == 0
+
+
+def start_daemon(tmp: Path, *extra: str) -> Daemon:
+    sock = str(tmp / "deepctxd.sock")
+    log = tmp / "deepctxd.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(BIN / "deepctxd"), "--foreground", "--socket", sock, "--log-format", "json",
+                                 *extra], stdout=out, stderr=subprocess.STDOUT)
+    d = Daemon(proc, sock, log)
+    r = d.cli("status", "--wait", "60")
+    assert r.returncode == 0, f"deepctxd did not come up: {r.stderr}\n{log.read_text()}"
+    return d
+
+
+def stop_daemon(d: Daemon) -> int:
+    if d.proc.poll() is None:
+        d.proc.send_signal(signal.SIGTERM)
+    return d.proc.wait(timeout=60)
+
+
+class Target:
+    """A target process that prints "ready <pid>" once it is in its steady state."""
+
+    def __init__(self, argv: list[str], **kw: object) -> None:
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, **kw)  # type: ignore[call-overload]
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.startswith("ready"), f"target {argv} did not start: {line!r}"
+        self.pid = int(line.split()[1])
+        self.line = line
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=30)
+
+    def __enter__(self) -> Target:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def wait_for(cond, timeout: float = 30.0, what: str = "condition"):  # noqa: ANN001, ANN201
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.05)  # polling an external process's state, with a deadline
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class StdinTarget:
+    """A target that prints "ready <pid>", then waits for a line on stdin before each phase of work."""
+
+    def __init__(self, argv: list[str], **kw: object) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     **kw)  # type: ignore[call-overload]
+        self.pid = int(self.expect("ready").split()[1])
+
+    def expect(self, word: str) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.startswith(word), f"expected {word!r} from the target, got {line!r}"
+        return line
+
+    def go(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=30)
+
+
+def session_of(daemon: Daemon, pid: int) -> dict | None:
+    r = daemon.cli("status", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    for s in json.loads(r.stdout).get("sessions") or []:
+        if s["pid"] == pid:
+            return s
+    return None
+
+
+def profile_phase(daemon: Daemon, target: StdinTarget, *attach_args: str) -> dict:
+    """Attaches, waits until the probes are live, lets the target do its work, ends the capture by
+    ending the target, and returns the profile."""
+    import concurrent.futures as cf
+
+    with cf.ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(daemon.attach_json, target.pid, "--duration", "300", *attach_args)
+        wait_for(lambda: (session_of(daemon, target.pid) or {}).get("state") == "capturing", what="capture running", timeout=120)
+        target.go()
+        target.expect("done")
+        target.stop()
+        return fut.result()
+
+
+def line_of(path: Path, marker: str) -> int:
+    """The line number of the line that carries `# MARKER` in a target's source."""
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if line.rstrip().endswith(f"# {marker}") or f"# {marker} " in line:
+            return i
+    raise AssertionError(f"{marker} not found in {path}")
