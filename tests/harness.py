@@ -14,6 +14,16 @@ from pathlib import Path
 BIN = Path(sys.executable).parent
 
 
+def command(name: str, module: str) -> list[str]:
+    """The installed console script, or the module run by this interpreter (GPU host: no install)."""
+    script = BIN / name
+    return [str(script)] if script.exists() else [sys.executable, "-m", module]
+
+
+DEEPCTX = command("deepctx", "deepctx.cli.main")
+DEEPCTXD = command("deepctxd", "deepctx.daemon.main")
+
+
 @dataclass
 class Daemon:
     proc: subprocess.Popen
@@ -24,7 +34,7 @@ class Daemon:
         return dict(os.environ, DEEPCTX_SOCKET=self.socket)
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([str(BIN / "deepctx"), *args], env=self.env(), capture_output=True, text=True,
+        return subprocess.run([*DEEPCTX, *args], env=self.env(), capture_output=True, text=True,
                               timeout=timeout)
 
     def attach_json(self, pid: int, *args: str) -> dict:
@@ -41,7 +51,7 @@ def start_daemon(tmp: Path, *extra: str) -> Daemon:
     sock = str(tmp / "deepctxd.sock")
     log = tmp / "deepctxd.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([str(BIN / "deepctxd"), "--foreground", "--socket", sock, "--log-format", "json",
+        proc = subprocess.Popen([*DEEPCTXD, "--foreground", "--socket", sock, "--log-format", "json",
                                  *extra], stdout=out, stderr=subprocess.STDOUT)
     d = Daemon(proc, sock, log)
     r = d.cli("status", "--wait", "60")

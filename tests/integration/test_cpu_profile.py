@@ -6,7 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from harness import Target, start_daemon, stop_daemon
+from harness import DEEPCTX, Target, start_daemon, stop_daemon
 from profile_paths import self_paths, total, value_under_chain
 
 
@@ -85,11 +85,10 @@ def test_kernel_stacks_on_request(daemon, tmp_path: Path) -> None:
 def test_sigterm_ends_captures_and_exits_cleanly(tmp_path: Path, native_targets: Path) -> None:
     import json
     import os
-    import sys
 
     d = start_daemon(tmp_path)
     with Target([str(native_targets / "cpu_burner"), "60"]) as t:
-        client = subprocess.Popen([str(Path(sys.executable).parent / "deepctx"), "attach", str(t.pid), "--duration",
+        client = subprocess.Popen([*DEEPCTX, "attach", str(t.pid), "--duration",
                                    "60", "--format", "json", "--quiet"], env=d.env(), stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         from harness import wait_for

@@ -1,0 +1,163 @@
+"""GPU overhead, side by side in one run: each workload alone, under deepctx (sampled and exact) and
+under the PyTorch profiler (CPU+CUDA, and with stacks).
+
+    sudo python3 bench/gpu_overhead.py [--workloads launch_bound,resnet50,gpt2,jax] [--out results.json]
+
+For every workload and variant it starts a fresh process (bench/workloads.py), warms it up, attaches
+the profiler where there is one, runs the timed steps and reports:
+  ratio      steps/s alone divided by steps/s under the profiler (1.00 = no slowdown)
+  daemon CPU deepctxd's CPU time over the timed steps, as a share of one core
+  daemon RSS deepctxd's resident memory at the end of the timed steps
+  ready      seconds from the capture's end (the target exiting) to the profile in the client's hands;
+             for the PyTorch profiler, its trace export time
+Variants alternate (alone, deepctx, ..., alone) and each is run --repeat times; medians are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TICK = os.sysconf("SC_CLK_TCK")
+STEPS = {"launch_bound": 1500, "resnet50": 30, "gpt2": 20, "jax": 300}
+VARIANTS = ["alone", "deepctx_sampled", "deepctx_exact", "torch_cuda", "torch_stacks"]
+
+
+def cpu_s(pid: int) -> float:
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / TICK
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Deepctx:
+    def __init__(self, cli: list[str], daemon: list[str]) -> None:
+        self.tmp = tempfile.mkdtemp(prefix="deepctx-bench-")
+        self.env = dict(os.environ, DEEPCTX_SOCKET=os.path.join(self.tmp, "d.sock"))
+        self.cli = cli
+        self.proc = subprocess.Popen(daemon + ["--foreground", "--log-level", "warning"], env=self.env)
+        self.run("status", "--wait", "60")
+
+    def run(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(self.cli + list(args), env=self.env, capture_output=True, text=True, check=True)
+
+    def capturing(self, pid: int) -> bool:
+        st = json.loads(self.run("status", "--format", "json").stdout)
+        return any(s["pid"] == pid and s["state"] == "capturing" for s in st.get("sessions") or [])
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+def one_run(name: str, variant: str, dctx: Deepctx, python: str) -> dict:
+    argv = [python, str(HERE / "workloads.py"), name, str(STEPS[name])]
+    if variant.startswith("torch_"):
+        argv += ["--torch-profiler", "cuda" if variant == "torch_cuda" else "stacks"]
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdin is not None
+    ready = p.stdout.readline().split()
+    assert ready and ready[0] == "ready", f"{name}: {ready}"
+    pid = int(ready[1])
+    out: dict = {"workload": name, "variant": variant}
+    attach: dict = {}
+    if variant.startswith("deepctx"):
+        mode = variant.split("_")[1]
+
+        def go() -> None:
+            t = time.perf_counter()
+            r = subprocess.run(dctx.cli + ["attach", str(pid), "--duration", "600", "--mode", mode, "--format", "json",
+                                           "--quiet"], env=dctx.env, capture_output=True, text=True)
+            attach["done"] = time.perf_counter()
+            attach["wall"] = attach["done"] - t
+            attach["doc"] = json.loads(r.stdout) if r.returncode == 0 else {"error": r.stderr}
+
+        th = threading.Thread(target=go)
+        th.start()
+        deadline = time.monotonic() + 120
+        while not dctx.capturing(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    c0 = cpu_s(dctx.proc.pid)
+    t0 = time.perf_counter()
+    p.stdin.write("go\n")
+    p.stdin.flush()
+    result = p.stdout.readline().split()
+    wall = time.perf_counter() - t0
+    out["daemon_cpu_share"] = (cpu_s(dctx.proc.pid) - c0) / wall
+    out["daemon_rss_mb"] = rss_mb(dctx.proc.pid)
+    out["steps_per_s"] = float(result[1])
+    out["torch_export_s"] = float(result[2])
+    p.stdin.close()
+    p.wait(timeout=120)
+    exited = time.perf_counter()
+    if variant.startswith("deepctx"):
+        th.join()
+        out["profile_ready_s"] = attach["done"] - exited
+        doc = attach["doc"]
+        if "error" in doc:
+            out["error"] = doc["error"]
+        else:
+            st = doc["stats"]
+            out["gpu_api_calls"] = st.get("gpu_api_calls", 0)
+            out["calls_with_path"] = st.get("gpu_api_calls_with_call_path", 0)
+            out["cpu_samples"] = st.get("cpu_samples", 0)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workloads", default="launch_bound,resnet50,gpt2,jax")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--deepctx", default="deepctx", help="the CLI (a path or a command)")
+    ap.add_argument("--deepctxd", default="deepctxd")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    dctx = Deepctx(args.deepctx.split(), args.deepctxd.split())
+    rows: list[dict] = []
+    try:
+        for name in args.workloads.split(","):
+            variants = [v for v in args.variants.split(",") if not (name == "jax" and v.startswith("torch_"))]
+            for _ in range(args.repeat):
+                for v in variants:
+                    r = one_run(name, v, dctx, args.python)
+                    rows.append(r)
+                    print(json.dumps(r), flush=True)
+    finally:
+        dctx.stop()
+    print()
+    print(f"{'workload':13} {'variant':16} {'steps/s':>9} {'ratio':>6} {'daemon CPU':>10} {'RSS MB':>7} {'ready s':>8}")
+    for name in args.workloads.split(","):
+        base = statistics.median(r["steps_per_s"] for r in rows if r["workload"] == name and r["variant"] == "alone")
+        for v in VARIANTS:
+            rs = [r for r in rows if r["workload"] == name and r["variant"] == v]
+            if not rs:
+                continue
+            sps = statistics.median(r["steps_per_s"] for r in rs)
+            ready = [r.get("profile_ready_s", r["torch_export_s"]) for r in rs]
+            cpu = statistics.median(r["daemon_cpu_share"] for r in rs)
+            rss = max(r["daemon_rss_mb"] for r in rs)
+            print(f"{name:13} {v:16} {sps:9.2f} {base / sps:6.3f} {100 * cpu:9.1f}% {rss:7.0f} "
+                  f"{statistics.median(ready):8.2f}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

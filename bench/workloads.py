@@ -1,0 +1,130 @@
+"""GPU workloads for bench/gpu_overhead.py, one process each, side by side with and without profilers.
+
+    python bench/workloads.py NAME STEPS [--torch-profiler cuda|stacks] [--trace-out FILE]
+
+Warms up, prints "ready <pid>", waits for a line on stdin, runs STEPS timed steps, prints
+"result <steps per second> <export seconds>" and waits for stdin to close. With --torch-profiler the
+timed steps run under torch.profiler (CPU + CUDA activities; "stacks" adds with_stack=True) and the
+trace is exported at the end (export time reported separately, not in the step rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+
+
+def launch_bound() -> Callable[[], None]:
+    import torch
+
+    x = torch.ones(256, device="cuda")
+
+    def step() -> None:
+        y = x
+        for _ in range(100):  # 100 tiny elementwise kernels per step
+            y = y * 1.0001
+        torch.cuda.synchronize()
+
+    return step
+
+
+def resnet50() -> Callable[[], None]:
+    import torch
+    import torchvision
+
+    model = torchvision.models.resnet50().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(64, 3, 224, 224, device="cuda")
+    y = torch.randint(0, 1000, (64,), device="cuda")
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+
+    return step
+
+
+def gpt2_small() -> Callable[[], None]:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config()).cuda()  # random weights: no download
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 50257, (8, 512), device="cuda")
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        out = model(ids, labels=ids)
+        out.loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+
+    return step
+
+
+def jax_loop() -> Callable[[], None]:
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def f(x: jax.Array) -> jax.Array:
+        return jnp.tanh(x * 1.0001 + 0.5) - 0.5
+
+    x = jnp.ones((256,), dtype=jnp.float32)
+
+    def step() -> None:
+        nonlocal x
+        for _ in range(100):
+            x = f(x)
+        x.block_until_ready()
+
+    return step
+
+
+WORKLOADS = {"launch_bound": launch_bound, "resnet50": resnet50, "gpt2": gpt2_small, "jax": jax_loop}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("name", choices=sorted(WORKLOADS))
+    ap.add_argument("steps", type=int)
+    ap.add_argument("--torch-profiler", choices=["cuda", "stacks"])
+    ap.add_argument("--trace-out", default=os.devnull)
+    args = ap.parse_args()
+    step = WORKLOADS[args.name]()
+    for _ in range(5):
+        step()
+    print(f"ready {os.getpid()}", flush=True)
+    sys.stdin.readline()
+    export_s = 0.0
+    if args.torch_profiler:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                     with_stack=args.torch_profiler == "stacks") as prof:
+            t0 = time.perf_counter()
+            for _ in range(args.steps):
+                step()
+            dt = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        prof.export_chrome_trace(args.trace_out if args.trace_out != os.devnull else f"/tmp/trace-{os.getpid()}.json")
+        export_s = time.perf_counter() - t1
+    else:
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        dt = time.perf_counter() - t0
+    print(f"result {args.steps / dt:.4f} {export_s:.3f}", flush=True)
+    sys.stdin.readline()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
