@@ -288,7 +288,7 @@ class Capture:
         if gpu is not None:
             mode = gpu.mode
             gpu_paths = resolver(lambda sid: gpu.user_stack(bpf, sid))
-            namer = KernelNamer(target.pid, target.space, native, gpu.function_names(bpf))
+            namer = KernelNamer(target.pid, target.space, native, gpu.function_names(bpf), gpu.handle_strings(bpf))
             libs = library_basenames(target.space)
             buckets = [b for b in gpu.buckets(bpf) if b.pid == target.pid]
             stats.update(add_gpu_buckets(tree, buckets, gpu_paths, namer, lambda api: libs.get(api.library)))

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import os
+import re
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.frames import Frame
+from deepctx.daemon.symbolize.demangle import demangle
 from deepctx.daemon.symbolize.native import NativeSymbolizer
 from deepctx.daemon.tree import CallTree
 from deepctx.probes import gpu_apis
@@ -21,29 +23,58 @@ UNNAMED_KERNEL = "[unnamed kernel]"
 _STUB_LAYOUTS = (gpu_apis.L_DIM3, gpu_apis.L_RT_EX)
 
 
-class KernelNamer:
-    """Kernel names: host stubs through the ELF symbol tables, driver handles through what the
-    cuModuleGetFunction & co probes learned."""
+_MANGLED = re.compile(r"^_Z[A-Za-z0-9_$.]+$")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$.]{2,}$")
 
-    def __init__(self, pid: int, space: Any, native: NativeSymbolizer, handle_names: dict[tuple[int, int], str]) -> None:
+
+def name_from_handle_strings(strings: list[str], runtime_stub: bool) -> str | None:
+    """A kernel name among the strings a handle's first words point to: a mangled C++ name, or (for
+    runtime launch handles, whose registration keeps the device function's name) a plain identifier."""
+    for s in strings:
+        if _MANGLED.match(s):
+            return s
+    if runtime_stub:
+        for s in strings:
+            if _IDENTIFIER.match(s):
+                return s
+    return None
+
+
+class KernelNamer:
+    """Kernel names, best source first: the ELF symbol of a host stub; the name learned when the
+    handle was created (cuModuleGetFunction & co, after attach); the name string the handle points to
+    (copied in BPF at its first launch)."""
+
+    def __init__(self, pid: int, space: Any, native: NativeSymbolizer, handle_names: dict[tuple[int, int], str],
+                 handle_strings: dict[tuple[int, int], list[str]] | None = None) -> None:
         self.pid = pid
         self.space = space
         self.native = native
         self.handle_names = handle_names
-        self._cache: dict[int, str] = {}
+        self.handle_strings = handle_strings or {}
+        self._cache: dict[tuple[int, int], str] = {}
 
     def name(self, api: gpu_apis.Api, obj: int) -> str:
-        if api.layout in _STUB_LAYOUTS:
-            cached = self._cache.get(obj)
-            if cached is None:
-                f = self.native.symbolize(self.pid, self.space, obj)
-                cached = f.name if "+0x" not in f.name else f"[kernel stub {f.name}]"
-                self._cache[obj] = cached
-            return cached
-        from deepctx.daemon.symbolize.demangle import demangle
+        key = (api.layout, obj)
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = demangle(self._name(api, obj))
+            self._cache[key] = cached
+        return cached
 
-        name = self.handle_names.get((self.pid, obj))
-        return demangle(name) if name else UNNAMED_KERNEL
+    def _name(self, api: gpu_apis.Api, obj: int) -> str:
+        stub = api.layout in _STUB_LAYOUTS
+        if stub:
+            m = self.space.find(obj)
+            if m is not None and m.executable and m.file_backed:
+                f = self.native.symbolize(self.pid, self.space, obj)
+                if "+0x" not in f.name:
+                    return f.name
+        learned = self.handle_names.get((self.pid, obj))
+        if learned:
+            return learned
+        found = name_from_handle_strings(self.handle_strings.get((self.pid, obj), []), stub)
+        return found or UNNAMED_KERNEL
 
 
 def _child(api: gpu_apis.Api, b: GpuBucket, namer: KernelNamer) -> Frame | None:

@@ -23,6 +23,8 @@ BPF_PERCPU_ARRAY(gpu_name_scratch, struct gpu_fn_name, 1);
 BPF_PERCPU_ARRAY(gpu_next_sample, __u64, 1);
 BPF_ARRAY(gpu_config, struct gpu_config, 1);
 BPF_STACK_TRACE(gpu_stacks, GPU_STACK_ENTRIES);
+BPF_HASH(gpu_objects, struct gpu_fn_key, struct gpu_obj_info, GPU_OBJECT_ENTRIES);
+BPF_PERCPU_ARRAY(gpu_obj_scratch, struct gpu_obj_info, 1);
 
 static __always_inline void gpu_stat_inc(int idx) {
     __u64 *v = gpu_stats.lookup(&idx);
@@ -104,6 +106,28 @@ static __always_inline void gpu_read_launch(struct pt_regs *ctx, struct gpu_api_
     }
 }
 
+/* First launch of a kernel handle in a process: keep its first words and the strings they point to. */
+static __always_inline void gpu_remember_object(__u32 pid, __u64 handle) {
+    struct gpu_fn_key ok = {};
+    ok.pid = pid;
+    ok.handle = handle;
+    if (!handle || gpu_objects.lookup(&ok))
+        return;
+    int zero = 0;
+    struct gpu_obj_info *info = gpu_obj_scratch.lookup(&zero);
+    if (!info)
+        return;
+    __builtin_memset(info, 0, sizeof(*info));
+    bpf_probe_read_user(info->words, sizeof(info->words), (void *)handle);
+#pragma unroll
+    for (int i = 0; i < GPU_OBJ_WORDS; i++) {
+        if (info->words[i] > 4096)
+            bpf_probe_read_user_str(&info->strs[i * GPU_OBJ_STR], GPU_OBJ_STR, (void *)info->words[i]);
+    }
+    gpu_objects.update(&ok, info);
+    gpu_stat_inc(GPU_STAT_OBJECTS);
+}
+
 int on_gpu_api_entry(struct pt_regs *ctx) {
     __u64 id = bpf_get_current_pid_tgid();
     struct gpu_addr_key ak = {};
@@ -151,6 +175,7 @@ int on_gpu_api_entry(struct pt_regs *ctx) {
 
     if (spec->cls == GPU_CLASS_LAUNCH) {
         gpu_read_launch(ctx, spec, &f->key);
+        gpu_remember_object(ak.pid, f->key.object);
     } else {
         if (spec->object_slot != GPU_NO_SLOT)
             f->key.object = gpu_arg(ctx, spec->object_slot);

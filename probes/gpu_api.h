@@ -106,6 +106,16 @@ struct gpu_fn_name {
     char name[GPU_NAME_LEN];
 };
 
+/* The first words of a kernel handle and the strings they point to, copied when the handle is first
+ * launched: runtimes keep the kernel's (mangled) name next to the handle (the CUDA 13 runtime: a
+ * pointer at +8), and the copy names it even if the process is gone by the time the profile is built. */
+#define GPU_OBJ_WORDS 6
+#define GPU_OBJ_STR 128
+struct gpu_obj_info {
+    __u64 words[GPU_OBJ_WORDS];
+    char strs[GPU_OBJ_WORDS * GPU_OBJ_STR];  /* flat: bcc's Python side misreads 2D arrays */
+};
+
 enum gpu_stat {
     GPU_STAT_CALLS = 0,        /* API calls of target processes seen by the entry probe */
     GPU_STAT_NESTED,           /* calls made inside another probed call (not counted twice) */
@@ -115,6 +125,7 @@ enum gpu_stat {
     GPU_STAT_STACK_LOST,       /* call path asked for but the native stack was not recorded */
     GPU_STAT_SAMPLED,          /* calls whose call path was captured */
     GPU_STAT_NAMES_LEARNED,    /* function handle -> name pairs recorded */
+    GPU_STAT_OBJECTS,          /* distinct kernel handles seen (their first words copied) */
     GPU_STAT__COUNT,
 };
 

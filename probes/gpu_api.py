@@ -22,7 +22,9 @@ GPU_KEY_F_SAMPLED = 1 << 0
 GPU_KEY_F_STACK_LOST = 1 << 1
 GPU_NAME_LEN = 256
 GPU_STAT_CALLS, GPU_STAT_NESTED, GPU_STAT_STALE_INFLIGHT, GPU_STAT_NO_RETURN, GPU_STAT_MAP_FULL, \
-    GPU_STAT_STACK_LOST, GPU_STAT_SAMPLED, GPU_STAT_NAMES_LEARNED, GPU_STAT__COUNT = range(9)
+    GPU_STAT_STACK_LOST, GPU_STAT_SAMPLED, GPU_STAT_NAMES_LEARNED, GPU_STAT_OBJECTS, GPU_STAT__COUNT = range(10)
+GPU_OBJ_WORDS = 6
+GPU_OBJ_STR = 128
 STAT_NAMES = {
     GPU_STAT_CALLS: "gpu_api_calls",
     GPU_STAT_NESTED: "gpu_api_nested_calls",
@@ -32,6 +34,7 @@ STAT_NAMES = {
     GPU_STAT_STACK_LOST: "gpu_api_stacks_lost",
     GPU_STAT_SAMPLED: "gpu_api_calls_with_call_path",
     GPU_STAT_NAMES_LEARNED: "gpu_kernel_names_learned",
+    GPU_STAT_OBJECTS: "gpu_kernel_handles_seen",
 }
 
 
@@ -64,6 +67,10 @@ class GpuInflight(ct.Structure):
 
 class GpuFnKey(ct.Structure):
     _fields_ = [("pid", ct.c_uint32), ("pad", ct.c_uint32), ("handle", ct.c_uint64)]
+
+
+class GpuObjInfo(ct.Structure):
+    _fields_ = [("words", ct.c_uint64 * GPU_OBJ_WORDS), ("strs", ct.c_char * (GPU_OBJ_STR * GPU_OBJ_WORDS))]
 
 
 class GpuConfig(ct.Structure):
@@ -142,6 +149,7 @@ class GpuApi:
 
     def defines(self) -> dict[str, int | str]:
         return {"GPU_COUNT_ENTRIES": self.count_entries, "GPU_ADDR_ENTRIES": 8192, "GPU_NAME_ENTRIES": 65536,
+                "GPU_OBJECT_ENTRIES": 16384,
                 "GPU_INFLIGHT_ENTRIES": 16384, "GPU_STACK_ENTRIES": self.stack_entries}
 
     def prepare(self, target: Target) -> None:
@@ -263,6 +271,15 @@ class GpuApi:
     def function_names(self, bpf: Any) -> dict[tuple[int, int], str]:
         return {(k.pid, k.handle): bytes(v.name).split(b"\0", 1)[0].decode(errors="replace")
                 for k, v in items(bpf["gpu_fn_names"])}
+
+    def handle_strings(self, bpf: Any) -> dict[tuple[int, int], list[str]]:
+        """(pid, kernel handle) -> the strings its first words point to (see gpu_obj_info)."""
+        out = {}
+        for k, v in items(bpf["gpu_objects"]):
+            raw = ct.string_at(ct.addressof(v), ct.sizeof(GpuObjInfo))[8 * GPU_OBJ_WORDS:]
+            out[(k.pid, k.handle)] = [raw[i * GPU_OBJ_STR:(i + 1) * GPU_OBJ_STR].split(b"\0", 1)[0]
+                                      .decode(errors="replace") for i in range(GPU_OBJ_WORDS)]
+        return out
 
     def user_stack(self, bpf: Any, stack_id: int) -> tuple[list[int], bool]:
         """Native stack of a sampled call (ids are +1 so that 0 means none)."""

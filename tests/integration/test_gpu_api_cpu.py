@@ -15,7 +15,7 @@ from harness import StdinTarget, profile_phase, session_of, start_daemon, stop_d
 from profile_paths import walk
 
 TARGET = Path(__file__).resolve().parents[1] / "targets" / "gpu" / "runtime_calls.py"
-N_MALLOC, N_LAUNCH, N_SYNC, N_MEMCPY = 7, 11, 5, 3
+N_MALLOC, N_LAUNCH, N_SYNC, N_MEMCPY, N_HANDLE = 7, 11, 5, 3, 4
 
 
 def cuda_runtime() -> str:
@@ -87,10 +87,15 @@ def test_exact_counts_and_arguments(daemon, runtime: tuple[str, str]) -> None:
         assert nodes, f"no {prefix}{api} node"
         assert all(n["module"] == lib_name for _, n in nodes)
         calls[api] = sum(inclusive(n, "calls") for _, n in nodes)
-    assert calls == {"Malloc": N_MALLOC, "LaunchKernel": N_LAUNCH, "Memcpy": N_MEMCPY, "DeviceSynchronize": N_SYNC}
+    assert calls == {"Malloc": N_MALLOC, "LaunchKernel": N_LAUNCH + N_HANDLE, "Memcpy": N_MEMCPY,
+                     "DeviceSynchronize": N_SYNC}
 
-    (anc, launch), = api_nodes(doc, prefix + "LaunchKernel")
-    (kernel,) = launch["children"]
+    kernels = {n["name"]: n for _, api in api_nodes(doc, prefix + "LaunchKernel") for n in api["children"]}
+    assert set(kernels) == {"getpid", "deepctx_fake_kern(float*, int)"}
+    # a handle (not code): named from the string it points to, copied in BPF at its first launch
+    fake = kernels["deepctx_fake_kern(float*, int)"]
+    assert fake["metrics"]["calls"] == N_HANDLE and fake["grid"] == [1, 1, 1] and fake["shared_mem"] == 0
+    kernel = kernels["getpid"]
     assert kernel["kind"] == "kernel"
     assert kernel["name"] == "getpid"  # the "host stub" the target passed, named by the ELF symbol table
     assert kernel["grid"] == [2, 3, 1] and kernel["block"] == [128, 1, 1] and kernel["shared_mem"] == 256
@@ -109,7 +114,8 @@ def test_exact_counts_and_arguments(daemon, runtime: tuple[str, str]) -> None:
     assert wait["kind"] == "sync" and wait["name"] == "device"
     assert wait["metrics"]["sync_wait_ns"] == wait["metrics"]["api_time_ns"] > 0
 
-    assert doc["stats"]["gpu_api_calls"] == N_MALLOC + N_LAUNCH + N_MEMCPY + N_SYNC
+    assert doc["stats"]["gpu_api_calls"] == N_MALLOC + N_LAUNCH + N_HANDLE + N_MEMCPY + N_SYNC
+    assert doc["stats"]["gpu_kernel_handles_seen"] == 2
     assert doc["stats"]["gpu_api_calls_with_call_path"] == doc["stats"]["gpu_api_calls"]
     assert doc["stats"]["gpu_api_nested_calls"] == 0
 
@@ -121,7 +127,7 @@ def test_library_opened_after_attach_is_probed(daemon, runtime: tuple[str, str])
         doc = profile_calls(daemon, t, "--gpu", late=True)
     finally:
         t.stop()
-    assert sum(inclusive(n, "calls") for _, n in api_nodes(doc, prefix + "LaunchKernel")) == N_LAUNCH
+    assert sum(inclusive(n, "calls") for _, n in api_nodes(doc, prefix + "LaunchKernel")) == N_LAUNCH + N_HANDLE
     assert sum(inclusive(n, "calls") for _, n in api_nodes(doc, prefix + "Malloc")) == N_MALLOC
 
 
@@ -148,9 +154,9 @@ def test_sampled_mode_keeps_counts_exact(tmp_path: Path) -> None:
         assert stop_daemon(d) == 0
     assert doc["mode"] == "sampled"
     launches = sum(inclusive(node, "calls") for _, node in api_nodes(doc, "cudaLaunchKernel"))
-    assert launches == n
+    assert launches == n + N_HANDLE
     stats = doc["stats"]
-    assert stats["gpu_api_calls"] == n + N_MALLOC + N_MEMCPY + N_SYNC
+    assert stats["gpu_api_calls"] == n + N_HANDLE + N_MALLOC + N_MEMCPY + N_SYNC
     # The budget held the captures well below one per call once the rate was known.
     assert stats["gpu_api_calls_with_call_path"] < n / 2, stats
     assert stats["gpu_sample_interval_ns"] == int(1e9 * (os.cpu_count() or 1) / 50)

@@ -79,3 +79,14 @@ def test_apportion_keeps_totals_exact(total: int, weights: list[int], want: list
     assert got == want
     if sum(weights):
         assert sum(got) == total
+
+
+def test_kernel_names_from_handle_strings() -> None:
+    from deepctx.daemon.gpu_tree import name_from_handle_strings
+
+    torch_like = ["", "_ZN2at6native29vectorized_elementwise_kernelILi4E", "", "", "", ""]
+    assert name_from_handle_strings(torch_like, runtime_stub=True) == torch_like[1]
+    assert name_from_handle_strings(["\x01\x02", "my_c_kernel", ""], runtime_stub=True) == "my_c_kernel"
+    # driver handles: only a mangled name is trusted (other strings near an opaque struct may be anything)
+    assert name_from_handle_strings(["my_c_kernel"], runtime_stub=False) is None
+    assert name_from_handle_strings(["has space", "a", "1abc"], runtime_stub=True) is None

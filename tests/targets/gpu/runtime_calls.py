@@ -14,7 +14,14 @@ import ctypes
 import os
 import sys
 
-N_MALLOC, N_LAUNCH, N_SYNC, N_MEMCPY = 7, 11, 5, 3
+N_MALLOC, N_LAUNCH, N_SYNC, N_MEMCPY, N_HANDLE = 7, 11, 5, 3, 4
+FAKE_KERNEL = b"_Z17deepctx_fake_kernPfi"  # deepctx_fake_kern(float*, int)
+
+
+class FakeHandle(ctypes.Structure):
+    """Laid out like the CUDA runtime's launch handle: the device function's name pointer at +8."""
+
+    _fields_ = [("pad", ctypes.c_void_p), ("name", ctypes.c_char_p), ("more", ctypes.c_void_p * 4)]
 COPY_BYTES = 4096
 
 
@@ -30,6 +37,13 @@ def launch(lib: ctypes.CDLL, prefix: str, stub: int, n: int) -> None:
     for _ in range(n):
         getattr(lib, f"{prefix}LaunchKernel")(ctypes.c_void_p(stub), grid, ctypes.c_uint32(1), block,  # LINE_LAUNCH
                                              ctypes.c_uint32(1), None, ctypes.c_size_t(256), None)
+
+
+def launch_handle(lib: ctypes.CDLL, prefix: str, handle: FakeHandle) -> None:
+    one = ctypes.c_uint64(1 | (1 << 32))
+    for _ in range(N_HANDLE):
+        getattr(lib, f"{prefix}LaunchKernel")(ctypes.byref(handle), one, ctypes.c_uint32(1), one,  # LINE_HANDLE
+                                             ctypes.c_uint32(1), None, ctypes.c_size_t(0), None)
 
 
 def copy(lib: ctypes.CDLL, prefix: str) -> None:
@@ -59,6 +73,8 @@ def main() -> None:
     stub = ctypes.cast(ctypes.CDLL(None).getpid, ctypes.c_void_p).value or 0
     allocate(lib, prefix)
     launch(lib, prefix, stub, n_launch)
+    handle = FakeHandle(None, FAKE_KERNEL)
+    launch_handle(lib, prefix, handle)
     copy(lib, prefix)
     synchronize(lib, prefix)
     print("done", flush=True)
