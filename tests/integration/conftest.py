@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+
 # Re-exported: tests written before harness.py existed import these from conftest.
 from harness import Daemon, Target, start_daemon, stop_daemon, wait_for  # noqa: F401
 

@@ -1,0 +1,412 @@
+"""Loader of the native unwinder: builds unwind tables for a target's executable files, writes them
+and the pid's mappings into the maps of native_unwind.bpf.h, and reads captured stacks back.
+
+The BPF side is a helper (native_stack_capture), not a program: the CPU sampler and the GPU API probes
+call it, so this family attaches no events of its own. Its source must be pasted into the composed
+program (bcc rewrites map calls only in the main file, not in #included ones), and the composed
+program is compiled with -I PROBES_DIR so that native_unwind.h resolves.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from deepctx.daemon import procfs
+from deepctx.daemon.unwind.arch import Info
+from deepctx.daemon.unwind.cache import TableCache
+from deepctx.daemon.unwind.elf import ElfError, ElfFile
+from deepctx.daemon.unwind.space import NO_ROWS, TableSpace, Upload
+from deepctx.daemon.unwind.table import UnwindTable
+from deepctx.probes.family import PROBES_DIR, Target
+
+log = logging.getLogger(__name__)
+
+HEADER = PROBES_DIR / "native_unwind.h"
+BPF_HEADER = PROBES_DIR / "native_unwind.bpf.h"
+
+# Mirrors of native_unwind.h (tests/unit/unwind/test_unwind_layout.py compiles the header to check them).
+NATIVE_F_TRUNCATED = 1 << 0
+NATIVE_F_NO_TABLE = 1 << 1
+NATIVE_F_READ_ERROR = 1 << 2
+NATIVE_F_UNSUPPORTED = 1 << 3
+NATIVE_F_NO_PROC = 1 << 4
+NATIVE_F_COMPLETE = 1 << 5
+NATIVE_F_BAD_FRAME = 1 << 6
+NATIVE_F_KERNEL_REGS = 1 << 7
+FLAG_NAMES = {
+    NATIVE_F_TRUNCATED: "truncated",
+    NATIVE_F_NO_TABLE: "no_table",
+    NATIVE_F_READ_ERROR: "read_error",
+    NATIVE_F_UNSUPPORTED: "unsupported",
+    NATIVE_F_NO_PROC: "no_proc",
+    NATIVE_F_COMPLETE: "complete",
+    NATIVE_F_BAD_FRAME: "bad_frame",
+    NATIVE_F_KERNEL_REGS: "kernel_regs",
+}
+# NATIVE_STAT_* in index order
+STAT_NAMES = (
+    "calls",
+    "stored",
+    "frames",
+    "complete",
+    "truncated",
+    "no_proc",
+    "fp_frames",
+    "read_error",
+    "unsupported",
+    "bad_frame",
+    "store_failed",
+)
+
+
+def flag_names(flags: int) -> list[str]:
+    return [name for bit, name in FLAG_NAMES.items() if flags & bit]
+
+
+class NativeUnwindRow(ct.Structure):
+    _fields_ = [("pc", ct.c_uint32), ("info", ct.c_uint32)]
+
+
+class NativeUnwindInfo(ct.Structure):
+    _fields_ = [
+        ("cfa_rule", ct.c_uint8),
+        ("fp_rule", ct.c_uint8),
+        ("ra_rule", ct.c_uint8),
+        ("cfa_param", ct.c_uint8),
+        ("cfa_off", ct.c_int32),
+        ("fp_off", ct.c_int16),
+        ("ra_off", ct.c_int16),
+    ]
+
+    @classmethod
+    def of(cls, rule: Info) -> NativeUnwindInfo:
+        cfa_rule, cfa_param, cfa_off, fp_rule, fp_off, ra_rule, ra_off = rule
+        return cls(cfa_rule, fp_rule, ra_rule, cfa_param, cfa_off, fp_off, ra_off)
+
+
+class NativeMapping(ct.Structure):
+    _fields_ = [
+        ("start", ct.c_uint64),
+        ("end", ct.c_uint64),
+        ("bias", ct.c_uint64),
+        ("pages_start", ct.c_uint32),
+        ("pages_len", ct.c_uint32),
+    ]
+
+
+class NativeRegs(ct.Structure):
+    _fields_ = [("ip", ct.c_uint64), ("sp", ct.c_uint64), ("bp", ct.c_uint64)]
+
+
+class NativeUnwindCounters(ct.Structure):
+    _fields_ = [("v", ct.c_uint64 * len(STAT_NAMES))]
+
+
+def native_proc_type(max_mappings: int) -> type[ct.Structure]:
+    """struct native_proc for a given NATIVE_MAX_MAPPINGS."""
+    return type(
+        f"NativeProc{max_mappings}",
+        (ct.Structure,),
+        {
+            "_fields_": [
+                ("len", ct.c_uint32),
+                ("generation", ct.c_uint32),
+                ("maps", NativeMapping * max_mappings),
+            ]
+        },
+    )
+
+
+def native_stack_type(max_depth: int) -> type[ct.Structure]:
+    """struct native_stack for a given NATIVE_MAX_DEPTH."""
+    return type(
+        f"NativeStack{max_depth}",
+        (ct.Structure,),
+        {"_fields_": [("len", ct.c_uint32), ("flags", ct.c_uint32), ("ips", ct.c_uint64 * max_depth)]},
+    )
+
+
+@dataclass
+class UnwindConfig:
+    max_depth: int = 127
+    max_mappings: int = 1024  # per process; a power of two
+    max_procs: int = 64
+    max_stacks: int = 16384
+    max_rules: int = 8192
+    rows_headroom: int = 1 << 20  # rows for libraries loaded after the maps were sized (8 bytes each)
+    pages_headroom: int = 1 << 16  # page index entries for them (4 bytes each)
+    page_shift: int = 9  # page index granule (2^9 bytes of code: an index of 0.8% of the code size)
+    cache_dir: str | None = None  # keep tables on disk by build id
+
+
+@dataclass
+class _ProcState:
+    """What the unwinder knows about one target."""
+
+    tables: dict[tuple[str, int], tuple[str, UnwindTable]] = field(default_factory=dict)  # (dev, inode) ->
+    pending: dict[tuple[str, int], Future[tuple[str, UnwindTable]]] = field(default_factory=dict)
+    biases: dict[tuple[int, int, int], int | None] = field(default_factory=dict)  # (start, offset, inode) ->
+    written: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    generation: int = 0
+    mappings_dropped: int = 0
+    files_failed: int = 0
+    warned: set[str] = field(default_factory=set)
+
+    def warn(self, target: Target, key: str, text: str) -> None:
+        if key not in self.warned:
+            self.warned.add(key)
+            target.warnings.append(text)
+
+
+class NativeUnwinder:
+    """Probe family "native_unwind" (see probes/family.py)."""
+
+    name = "native_unwind"
+
+    def __init__(self, config: UnwindConfig | None = None, cache: TableCache | None = None) -> None:
+        self.config = config or UnwindConfig()
+        if self.config.max_mappings & (self.config.max_mappings - 1):
+            raise ValueError("max_mappings must be a power of two")
+        self.cache = cache or TableCache(self.config.cache_dir)
+        self._files: dict[str, UnwindTable] = {}  # file key -> table, over all prepared targets
+        self._frozen: dict[str, int | str] | None = None
+        self._space: TableSpace | None = None
+        self._rules_written = False
+        self._builder: ThreadPoolExecutor | None = None
+        self._proc_t = native_proc_type(self.config.max_mappings)
+        self._stack_t = native_stack_type(self.config.max_depth)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def source(self) -> str:
+        return BPF_HEADER.read_text()
+
+    def defines(self) -> dict[str, int | str]:
+        """Map sizes for the files prepared so far; fixed from the first call on (the program is compiled
+        with them)."""
+        if self._frozen is None:
+            c = self.config
+            rows = sum(len(t) for t in self._files.values()) + c.rows_headroom
+            pages = sum(t.pages(c.page_shift) for t in self._files.values()) + c.pages_headroom
+            self._frozen = {
+                "DEEPCTX_NATIVE_UNWIND": 1,  # tells families compiled after this one that the walker is there
+                "NATIVE_MAX_DEPTH": c.max_depth,
+                "NATIVE_MAX_MAPPINGS": c.max_mappings,
+                "NATIVE_MAP_SEARCH_STEPS": max(1, c.max_mappings.bit_length()),
+                "NATIVE_MAX_PROCS": c.max_procs,
+                "NATIVE_MAX_STACKS": c.max_stacks,
+                "NATIVE_MAX_INFOS": c.max_rules,
+                "NATIVE_MAX_ROWS": rows,
+                "NATIVE_MAX_PAGES": pages,
+                "NATIVE_PAGE_SHIFT": c.page_shift,
+            }
+            self._space = TableSpace(rows, pages, c.max_rules, c.page_shift)
+        return dict(self._frozen)
+
+    def prepare(self, target: Target) -> None:
+        state = target.state.setdefault(self.name, _ProcState())
+        for m in _code_mappings(target.space):
+            if m.file_key in state.tables:
+                continue
+            try:
+                key, table = self.cache.get(procfs.open_mapped_file(target.pid, m), *m.file_key)
+            except OSError as e:
+                state.files_failed += 1
+                log.info("pid %d: cannot read %s: %s", target.pid, m.path, e)
+                continue
+            state.tables[m.file_key] = (key, table)
+            self._files.setdefault(key, table)
+
+    def attach(self, bpf: Any, target: Target) -> None:
+        self.defines()
+        if not self._rules_written:
+            assert self._space is not None
+            self._write_rules(bpf, self._space.initial_rules())
+            self._rules_written = True
+        self._sync(bpf, target)
+
+    def poll(self, bpf: Any, target: Target) -> None:
+        """Picks up libraries mapped since attach (dlopen); their tables are built off the caller's thread."""
+        state: _ProcState = target.state.setdefault(self.name, _ProcState())
+        for m in _code_mappings(target.space):
+            if m.file_key in state.tables or m.file_key in state.pending:
+                continue
+            try:
+                path = procfs.open_mapped_file(target.pid, m)
+            except OSError:
+                state.files_failed += 1
+                state.tables[m.file_key] = ("", _NO_TABLE)
+                continue
+            if self._builder is None:
+                self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="unwind-tables")
+            state.pending[m.file_key] = self._builder.submit(self.cache.get, path, *m.file_key)
+        for fk, fut in list(state.pending.items()):
+            if fut.done():
+                del state.pending[fk]
+                try:
+                    state.tables[fk] = fut.result()
+                except OSError:
+                    state.files_failed += 1
+                    state.tables[fk] = ("", _NO_TABLE)
+        self._sync(bpf, target)
+
+    def detach(self, bpf: Any, target: Target) -> None:
+        try:
+            del bpf[b"native_procs"][ct.c_uint32(target.pid)]
+        except KeyError:
+            pass
+
+    def close(self) -> None:
+        if self._builder is not None:
+            self._builder.shutdown(wait=False, cancel_futures=True)
+            self._builder = None
+
+    # --- reading back ----------------------------------------------------------------------------
+
+    def stack(self, bpf: Any, stack_id: int) -> tuple[list[int], int]:
+        """IPs (leaf first) and NATIVE_F_* flags of a captured stack; ([], 0) for an unknown id."""
+        try:
+            leaf = bpf[b"native_stacks"][ct.c_uint64(stack_id)]
+        except KeyError:
+            return [], 0
+        return self._decode(leaf)
+
+    @staticmethod
+    def is_truncated(flags: int) -> bool:
+        """Whether a stack stops short of the outermost frame (depth limit, unreadable stack, a rule the
+        walker cannot evaluate, a garbage frame): its root-most frame is not the thread's entry."""
+        return not flags & NATIVE_F_COMPLETE or bool(flags & NATIVE_F_TRUNCATED)
+
+    def stacks(self, bpf: Any) -> dict[int, tuple[list[int], int]]:
+        """Every stored stack, by id."""
+        return {int(k.value): self._decode(v) for k, v in bpf[b"native_stacks"].items()}
+
+    def _decode(self, leaf: Any) -> tuple[list[int], int]:
+        st = self._stack_t.from_buffer_copy(bytes(leaf))
+        n = min(int(st.len), self.config.max_depth)
+        return list(st.ips[:n]), int(st.flags)
+
+    def stats(self, bpf: Any) -> dict[str, int]:
+        out = dict.fromkeys(STAT_NAMES, 0)
+        for cpu in bpf[b"native_unwind_stats"][ct.c_int(0)]:
+            counters = NativeUnwindCounters.from_buffer_copy(bytes(cpu))
+            for i, name in enumerate(STAT_NAMES):
+                out[name] += int(counters.v[i])
+        if self._space is not None:
+            for k, v in self._space.counters.items():
+                out[f"table_{k}"] = v
+            out["table_rules"] = self._space.rules_used
+        return out
+
+    # --- writing the maps ------------------------------------------------------------------------
+
+    def _sync(self, bpf: Any, target: Target) -> None:
+        """Writes tables not in the maps yet and, if it changed, the pid's mapping array."""
+        state: _ProcState = target.state.setdefault(self.name, _ProcState())
+        space = self._space
+        assert space is not None, "defines() fixes the map sizes before attach"
+        entries: list[tuple[int, int, int, int, int]] = []
+        for m in _code_mappings(target.space):
+            key, table = state.tables.get(m.file_key, ("", _NO_TABLE))
+            placement = NO_ROWS
+            if key and len(table):
+                upload = space.place(key, table)
+                if upload is not None:
+                    self._write_rows(bpf, upload)
+                placement = space.placement(key) or NO_ROWS
+                if placement.pages_len == 0:
+                    state.warn(
+                        target,
+                        key,
+                        f"native stacks: no room for the unwind table of {m.path} ({len(table)} rows)",
+                    )
+            bias = self._bias(state, target.pid, m)
+            if bias is None:
+                placement = NO_ROWS
+                bias = 0
+            entries.append(
+                (
+                    m.start,
+                    m.end,
+                    (bias + table.base) & 0xFFFFFFFFFFFFFFFF,
+                    placement.pages_start,
+                    placement.pages_len,
+                )
+            )
+        cap = self.config.max_mappings
+        state.mappings_dropped = max(0, len(entries) - cap)
+        if state.mappings_dropped:
+            state.warn(
+                target, "mappings", f"native stacks: {len(entries)} code mappings, only {cap} are unwound"
+            )
+        entries = entries[:cap]
+        if entries == state.written:
+            return
+        proc = self._proc_t()
+        proc.len = len(entries)
+        state.generation += 1
+        proc.generation = state.generation
+        for i, e in enumerate(entries):
+            proc.maps[i] = NativeMapping(*e)
+        tbl = bpf[b"native_procs"]
+        leaf = tbl.Leaf()
+        if ct.sizeof(leaf) != ct.sizeof(proc):
+            raise RuntimeError(
+                f"struct native_proc is {ct.sizeof(leaf)} bytes in BPF, {ct.sizeof(proc)} here"
+            )
+        ct.memmove(ct.addressof(leaf), ct.addressof(proc), ct.sizeof(proc))
+        tbl[tbl.Key(target.pid)] = leaf
+        state.written = entries
+
+    def _bias(self, state: _ProcState, pid: int, m: procfs.Mapping) -> int | None:
+        k = (m.start, m.offset, m.inode)
+        if k not in state.biases:
+            try:
+                with ElfFile(procfs.open_mapped_file(pid, m)) as f:
+                    state.biases[k] = f.load_bias(m.start, m.offset)
+            except (OSError, ElfError):
+                state.biases[k] = None
+        return state.biases[k]
+
+    def _write_rows(self, bpf: Any, upload: Upload) -> None:
+        _write_array(bpf[b"native_rows"], upload.rows_start, np.ascontiguousarray(upload.rows, np.uint64))
+        _write_array(bpf[b"native_pages"], upload.pages_start, np.ascontiguousarray(upload.pages, np.uint32))
+        self._write_rules(bpf, upload.rules)
+
+    @staticmethod
+    def _write_rules(bpf: Any, rules: list[tuple[int, Info]]) -> None:
+        tbl = bpf[b"native_infos"]
+        for idx, rule in rules:
+            leaf = tbl.Leaf()
+            ct.memmove(
+                ct.addressof(leaf), ct.addressof(NativeUnwindInfo.of(rule)), ct.sizeof(NativeUnwindInfo)
+            )
+            tbl[ct.c_uint32(idx)] = leaf
+
+
+def _write_array(tbl: Any, start: int, values: np.ndarray) -> None:
+    """Writes values to an array map from index start, in one syscall where the kernel has batch ops."""
+    n = len(values)
+    keys = np.arange(start, start + n, dtype=np.uint32)
+    vtype = ct.c_uint64 if values.dtype == np.uint64 else ct.c_uint32
+    try:
+        tbl.items_update_batch((ct.c_uint32 * n).from_buffer(keys), (vtype * n).from_buffer(values))
+    except Exception:  # bcc raises a bare Exception; kernels without batch ops: one syscall per entry
+        for k, v in zip(keys.tolist(), values.tolist(), strict=True):
+            leaf = tbl.Leaf()
+            ct.memmove(ct.addressof(leaf), ct.addressof(vtype(v)), ct.sizeof(vtype))
+            tbl[ct.c_uint32(k)] = leaf
+
+
+_NO_TABLE = UnwindTable("x86_64", 0, np.zeros(0, np.uint32), np.zeros(0, np.uint32), [])
+
+
+def _code_mappings(space: procfs.AddressSpace) -> list[procfs.Mapping]:
+    """Executable file mappings, sorted by start (as the BPF binary search needs)."""
+    return [m for m in space.mappings if m.executable and m.file_backed]

@@ -1,0 +1,29 @@
+"""Fixtures of the unwinder's integration tests: its C targets, and Debian's bcc on any CPython."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TARGETS = Path(__file__).resolve().parents[2] / "targets" / "unwind"
+
+
+try:
+    import bcc  # noqa: F401
+except ImportError:
+    # Debian's python3-bpfcc is pure Python over libbcc: usable from any CPython 3
+    sys.path.append("/usr/lib/python3/dist-packages")
+
+
+@pytest.fixture(scope="session")
+def unwind_targets(tmp_path_factory) -> Path:
+    """tests/targets/unwind built with gcc into a temporary directory."""
+    if shutil.which("gcc") is None or shutil.which("make") is None:
+        pytest.skip("gcc and make are needed to build the unwinder's C targets")
+    out = tmp_path_factory.mktemp("unwind_targets")
+    subprocess.run(["make", "-s", "-C", str(TARGETS), f"OUT={out}"], check=True)
+    return out

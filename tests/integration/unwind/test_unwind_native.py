@@ -1,0 +1,252 @@
+"""The BPF unwinder on real processes built without frame pointers, sampled with a perf event.
+
+Each test asserts the exact chain of functions in >= 90% of samples, and (where frame pointers cannot
+work) that the kernel's frame-pointer walk does not produce it: the contrast shows the tables do the work.
+"""
+
+from __future__ import annotations
+
+import glob
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("bcc", reason="needs bcc (Debian's python3-bpfcc)")
+
+from unwind_harness import Sample, Sampler, histogram, share, start_target, wait_line  # noqa: E402
+from unwind_symbols import Symbolizer  # noqa: E402
+
+from deepctx.daemon import procfs  # noqa: E402
+from deepctx.probes.native_unwind import NATIVE_F_COMPLETE, NATIVE_F_TRUNCATED, UnwindConfig, flag_names  # noqa: E402
+
+pytestmark = pytest.mark.root
+
+OUTER = ["__libc_start_call_main", "__libc_start_main", "_start"]
+
+
+@pytest.fixture
+def target(unwind_targets) -> Iterator:
+    procs = []
+
+    def start(*args: str):
+        p = start_target([str(unwind_targets / "unwind_target"), *args])
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def sample(
+    pid: int, n: int = 300, config: UnwindConfig | None = None
+) -> tuple[list[Sample], Symbolizer, Sampler]:
+    s = Sampler(pid, config)
+    try:
+        samples = s.collect(n)
+    finally:
+        s.close()
+    return samples, Symbolizer(pid), s
+
+
+def _report(samples: list[Sample], sym: Symbolizer) -> str:
+    h = histogram(samples, lambda s: (tuple(sym.frames(s.native)), tuple(flag_names(s.flags))))
+    return "\n".join(f"{n:5d} {k}" for k, n in h.most_common(5))
+
+
+@pytest.mark.parametrize(
+    "mode,chain",
+    [
+        ("chain", ["c", "b", "a", "main"]),
+        ("drap", ["c", "realign", "a", "main"]),  # CFA = *(rbp - 8), rbp restored from [rbp]
+        ("debug", ["c", "via_debug_frame", "a", "main"]),  # CFI only in .debug_frame
+    ],
+)
+def test_exact_chain_without_frame_pointers(target, mode, chain):
+    p = target(mode)
+    samples, sym, _ = sample(p.pid)
+    full = chain + OUTER
+    native = share(samples, lambda s: sym.frames(s.native) == full and s.flags & NATIVE_F_COMPLETE)
+    fp = share(samples, lambda s: sym.frames(s.fp)[: len(chain)] == chain)
+    assert native >= 0.9, f"{native:.0%} of samples unwound to {full}:\n{_report(samples, sym)}"
+    assert fp <= 0.1, f"frame pointers found {chain} in {fp:.0%} of samples: the test proves nothing"
+
+
+def test_callback_through_libc_qsort_and_a_shared_library(target):
+    # c <- cmp <- msort_with_tmp... (libc) <- qsort_r (libc) <- lib_sort (libunwlib.so) <- a <- main
+    p = target("qsort")
+    samples, sym, _ = sample(p.pid)
+
+    def ok(s: Sample) -> bool:
+        names = sym.frames(s.native)
+        mods = [sym.module(ip) for ip in s.native]
+        if names[:2] != ["c", "cmp"] or names[-len(OUTER) - 3 :] != ["lib_sort", "a", "main", *OUTER]:
+            return False
+        middle = list(zip(names, mods, strict=True))[2 : -len(OUTER) - 3]
+        return bool(middle) and all(m == "libc.so.6" for _, m in middle) and middle[-1][0] == "qsort_r"
+
+    native = share(samples, lambda s: ok(s) and s.flags & NATIVE_F_COMPLETE)
+    fp = share(samples, lambda s: sym.frames(s.fp)[:2] == ["c", "cmp"] and "lib_sort" in sym.frames(s.fp))
+    assert native >= 0.9, f"{native:.0%}:\n{_report(samples, sym)}"
+    assert fp <= 0.1
+
+
+def test_depth_limit_truncates(target):
+    p = target("deep", "300")
+    samples, sym, _ = sample(p.pid, 200)
+    depth = UnwindConfig().max_depth
+    truncated = share(
+        samples,
+        lambda s: (
+            s.flags & NATIVE_F_TRUNCATED
+            and len(s.native) == depth
+            and sym.frames(s.native) == ["c"] + ["rec"] * (depth - 1)
+        ),
+    )
+    assert truncated >= 0.9, _report(samples, sym)
+
+
+def test_depth_beyond_128(target):
+    p = target("deep", "150")
+    config = UnwindConfig(max_depth=200)
+    samples, sym, s = sample(p.pid, 200, config)
+    full = ["c"] + ["rec"] * 151 + ["a", "main", *OUTER]
+    assert share(samples, lambda x: sym.frames(x.native) == full and x.flags & NATIVE_F_COMPLETE) >= 0.9, (
+        _report(samples, sym)
+    )
+
+
+def test_library_loaded_after_attach(unwind_targets):
+    """poll() finds a library dlopened after attach, builds its table off-thread and maps it for the pid."""
+    p = start_target([str(unwind_targets / "unwind_target"), "dlopen"], stdin=True)
+    s = Sampler(p.pid)
+    try:
+        before = s.unwinder.stats(s.bpf)["table_files"]
+        assert p.stdin is not None
+        p.stdin.write(b"go\n")
+        p.stdin.flush()
+        wait_line(p, b"loaded")
+        s.target.space = procfs.AddressSpace(procfs.read_maps(p.pid))  # the session refreshes it
+        deadline = time.monotonic() + 20
+        while s.unwinder.stats(s.bpf)["table_files"] == before:
+            assert time.monotonic() < deadline, "poll() did not pick up libunwdl.so"
+            s.unwinder.poll(s.bpf, s.target)
+            time.sleep(0.01)  # polling a condition with a deadline
+        s.bpf["samples"].clear()  # samples taken before the table was in place
+        samples = s.collect(300)
+        sym = Symbolizer(p.pid)
+    finally:
+        s.close()
+        p.kill()
+        p.wait()
+    full = ["c", "dl_call", "a", "main", *OUTER]
+    assert share(samples, lambda x: sym.frames(x.native) == full and x.flags & NATIVE_F_COMPLETE) >= 0.9, (
+        _report(samples, sym)
+    )
+
+
+UPROBE_C = r"""
+BPF_HASH(hits, __u64, __u64, 1024);
+
+int on_entry(struct pt_regs *ctx)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	if (pid != TARGET_PID)
+		return 0;
+	__u32 flags = 0;
+	__u64 id = native_stack_capture(ctx, pid, &flags);
+	hits.increment(id);
+	return 0;
+}
+"""
+
+
+def test_uprobe_context(unwind_targets):
+    """The GPU API probes call the walker from uprobes: at a function's first instruction, before its
+    prologue ran, the CFA is rsp + 8."""
+    from bcc import BPF
+
+    from deepctx.probes.family import PROBES_DIR, Target
+    from deepctx.probes.native_unwind import NativeUnwinder
+
+    exe = str(unwind_targets / "unwind_target")
+    p = start_target([exe, "chain"])
+    unwinder = NativeUnwinder()
+    try:
+        target = Target(p.pid, procfs.process_info(p.pid), procfs.AddressSpace(procfs.read_maps(p.pid)))
+        unwinder.prepare(target)
+        cflags = [f"-D{k}={v}" for k, v in unwinder.defines().items()]
+        bpf = BPF(
+            text=unwinder.source() + UPROBE_C,
+            cflags=[*cflags, f"-I{PROBES_DIR}", f"-DTARGET_PID={p.pid}", "-w"],
+        )
+        unwinder.attach(bpf, target)
+        bpf.attach_uprobe(name=exe, sym="c", fn_name="on_entry", pid=p.pid)
+        deadline = time.monotonic() + 20
+        while sum(v.value for v in bpf["hits"].values()) < 200:
+            assert time.monotonic() < deadline, "uprobe on c did not fire"
+            time.sleep(0.01)  # polling a condition with a deadline
+        sym = Symbolizer(p.pid)
+        counts = {
+            tuple(sym.frames(ips)) + (flags & NATIVE_F_COMPLETE,): v.value
+            for k, v in bpf["hits"].items()
+            for ips, flags in [unwinder.stack(bpf, k.value)]
+        }
+        bpf.cleanup()
+    finally:
+        unwinder.close()
+        p.kill()
+        p.wait()
+    want = ("c", "b", "a", "main", *OUTER, NATIVE_F_COMPLETE)
+    assert counts.get(want, 0) / sum(counts.values()) >= 0.99, counts
+
+
+def _interpreters() -> list[str]:
+    found = sorted(glob.glob("/root/.pyenv/versions/3.1[1-3].*/bin/python3.1[1-3]"))
+    return [p for p in found if Path(p).exists()]
+
+
+@pytest.mark.parametrize(
+    "python", _interpreters() or [pytest.param("", marks=pytest.mark.skip("no pyenv CPython"))]
+)
+def test_python_called_back_from_qsort(python):
+    """CPython (no frame pointers) -> ctypes -> libffi -> libc qsort -> libffi -> Python comparator:
+    the comparator's samples unwind through all of it back to __libc_start_call_main."""
+    script = Path(__file__).resolve().parents[2] / "targets" / "unwind" / "ctypes_qsort.py"
+    p = start_target([python, str(script)])
+    try:
+        samples, sym, _ = sample(p.pid, 300)
+    finally:
+        p.kill()
+        p.wait()
+    libpython = Path(python).name.replace("python", "libpython")  # libpython3.11.so.1.0 etc.
+
+    def through_callback(ips: list[int]) -> bool:
+        names = sym.frames(ips)
+        mods = [sym.module(ip) for ip in ips]
+        frames = list(zip(mods, names, strict=True))
+
+        def find(pred, start: int) -> int:
+            return next((i for i in range(start, len(frames)) if pred(*frames[i])), -1)
+
+        eval_in_cb = find(lambda m, n: n == "_PyEval_EvalFrameDefault", 0)
+        ffi_closure = find(lambda m, n: m.startswith("libffi"), max(eval_in_cb, 0))
+        qsort = find(lambda m, n: m == "libc.so.6" and n == "qsort_r", max(ffi_closure, 0))
+        ffi_call = find(lambda m, n: m.startswith("libffi") and n == "ffi_call", max(qsort, 0))
+        eval_caller = find(lambda m, n: n == "_PyEval_EvalFrameDefault", max(ffi_call, 0))
+        start_main = find(lambda m, n: n == "__libc_start_call_main", max(eval_caller, 0))
+        steps = [eval_in_cb, ffi_closure, qsort, ffi_call, eval_caller, start_main]
+        return (
+            all(i >= 0 for i in steps)
+            and steps == sorted(steps)
+            and mods[0].startswith(libpython[:13])
+            and names[-1] == "_start"
+        )
+
+    native = share(samples, lambda s: s.flags & NATIVE_F_COMPLETE and through_callback(s.native))
+    fp = share(samples, lambda s: through_callback(s.fp))
+    assert native >= 0.8, f"{native:.0%}:\n{_report(samples, sym)}"  # the rest: the sort loop itself
+    assert fp == 0.0

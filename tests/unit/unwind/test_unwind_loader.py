@@ -1,0 +1,155 @@
+"""NativeUnwinder's map writing against in-memory stand-ins for bcc's tables (no root, no BPF)."""
+
+from __future__ import annotations
+
+import ctypes as ct
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from deepctx.daemon import procfs
+from deepctx.daemon.unwind.elf import ElfFile
+from deepctx.probes import native_unwind as nu
+from deepctx.probes.family import Target
+
+
+class FakeTable:
+    """The slice of bcc's table API the loader uses, over a dict of raw values."""
+
+    def __init__(
+        self, leaf: type[ct._SimpleCData] | type[ct.Structure], key: type = ct.c_uint32, ncpu: int = 0
+    ) -> None:
+        self.Leaf, self.Key, self.ncpu = leaf, key, ncpu
+        self.data: dict[int, bytes] = {}
+
+    def __setitem__(self, k: ct._SimpleCData, v: object) -> None:
+        self.data[k.value] = bytes(v)  # type: ignore[call-overload]
+
+    def __getitem__(self, k: ct._SimpleCData):
+        if self.ncpu:
+            return [
+                self.Leaf.from_buffer_copy(self.data.get(k.value, bytes(ct.sizeof(self.Leaf))))
+            ] * self.ncpu
+        if k.value not in self.data:
+            raise KeyError(k.value)
+        return self.Leaf.from_buffer_copy(self.data[k.value])
+
+    def __delitem__(self, k: ct._SimpleCData) -> None:
+        del self.data[k.value]
+
+    def items(self):
+        return [(self.Key(k), self.Leaf.from_buffer_copy(v)) for k, v in self.data.items()]
+
+    def items_update_batch(self, keys: ct.Array, values: ct.Array) -> None:
+        size = ct.sizeof(values) // len(values)
+        raw = bytes(values)
+        for i, k in enumerate(keys):
+            self.data[k] = raw[i * size : (i + 1) * size]
+
+
+def fake_bpf(u: nu.NativeUnwinder) -> dict[bytes, FakeTable]:
+    return {
+        b"native_rows": FakeTable(nu.NativeUnwindRow),
+        b"native_pages": FakeTable(ct.c_uint32),
+        b"native_infos": FakeTable(nu.NativeUnwindInfo),
+        b"native_procs": FakeTable(nu.native_proc_type(u.config.max_mappings)),
+        b"native_stacks": FakeTable(nu.native_stack_type(u.config.max_depth), ct.c_uint64),
+        b"native_unwind_stats": FakeTable(nu.NativeUnwindCounters, ct.c_int, ncpu=2),
+    }
+
+
+@pytest.fixture
+def dlopen_target(unwind_targets):
+    p = subprocess.Popen(
+        [str(unwind_targets / "unwind_target"), "dlopen"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert p.stdout is not None and p.stdout.readline().startswith(b"ready")
+    yield p
+    p.kill()
+    p.wait()
+
+
+def _entries(bpf, u: nu.NativeUnwinder, pid: int) -> list[nu.NativeMapping]:
+    proc = bpf[b"native_procs"][ct.c_uint32(pid)]
+    return [proc.maps[i] for i in range(proc.len)]
+
+
+def _row_for(bpf, entry: nu.NativeMapping, runtime_pc: int, shift: int) -> tuple[int, ...] | None:
+    """What the BPF walker finds for a pc: page index, then the last row at or below it."""
+    x = runtime_pc - entry.bias
+    page = x >> shift
+    if page + 1 >= entry.pages_len:
+        return None
+    pages, rows = bpf[b"native_pages"].data, bpf[b"native_rows"].data
+    lo = int.from_bytes(pages[entry.pages_start + page], "little")
+    hi = int.from_bytes(pages[entry.pages_start + page + 1], "little")
+    cands = [(i, nu.NativeUnwindRow.from_buffer_copy(rows[i])) for i in range(lo, hi + 1)]
+    best = [r for _, r in cands if r.pc <= x][-1]
+    info = nu.NativeUnwindInfo.from_buffer_copy(bpf[b"native_infos"].data[best.info])
+    return (info.cfa_rule, info.cfa_param, info.cfa_off, info.fp_rule, info.fp_off, info.ra_rule, info.ra_off)
+
+
+def test_attach_writes_tables_and_mappings_then_poll_adds_a_dlopened_library(dlopen_target, unwind_targets):
+    pid = dlopen_target.pid
+    target = Target(pid, procfs.process_info(pid), procfs.AddressSpace(procfs.read_maps(pid)))
+    u = nu.NativeUnwinder(nu.UnwindConfig(rows_headroom=4096, pages_headroom=256))
+    u.prepare(target)
+    defines = u.defines()
+    assert defines["NATIVE_MAX_ROWS"] > 4096 and defines["NATIVE_PAGE_SHIFT"] == 9
+    bpf = fake_bpf(u)
+    u.attach(bpf, target)
+
+    exe = str(unwind_targets / "unwind_target")
+    code = [m for m in target.space.mappings if m.executable and m.file_backed]
+    entries = _entries(bpf, u, pid)
+    assert [(e.start, e.end) for e in entries] == [(m.start, m.end) for m in code]
+    assert all(e.pages_len > 0 for e in entries)  # every file here has .eh_frame
+
+    # the function c, through the maps as the walker reads them, has the table's rule
+    key, table = u.cache.get(exe, *next(m.file_key for m in code if m.path == exe))
+    with ElfFile(exe) as f:
+        m = next(m for m in code if m.path == exe)
+        bias = f.load_bias(m.start, m.offset)
+    sym_c = int(
+        subprocess.run(["nm", exe], capture_output=True, text=True).stdout.split(" T c\n")[0].split()[-1], 16
+    )
+    entry = next(e for e in entries if e.start == m.start)
+    for off in range(0, 16):
+        assert _row_for(bpf, entry, sym_c + bias + off, 9) == table.rule_at(sym_c + off)
+
+    # dlopen after attach: poll builds the new table in the background and rewrites the pid's mappings
+    assert dlopen_target.stdin is not None and dlopen_target.stdout is not None
+    dlopen_target.stdin.write(b"go\n")
+    dlopen_target.stdin.flush()
+    assert dlopen_target.stdout.readline() == b"loaded\n"
+    target.space = procfs.AddressSpace(procfs.read_maps(pid))
+    deadline = time.monotonic() + 20
+    while not any(e.pages_len and e.start not in {x.start for x in entries} for e in _entries(bpf, u, pid)):
+        assert time.monotonic() < deadline, "poll() never mapped libunwdl.so"
+        u.poll(bpf, target)
+        time.sleep(0.01)  # polling a condition with a deadline
+    assert u.stats(bpf)["table_files"] == 5 and target.warnings == []
+    u.detach(bpf, target)
+    assert bpf[b"native_procs"].data == {}
+    u.close()
+
+
+def test_stack_decoding_and_stats():
+    u = nu.NativeUnwinder(nu.UnwindConfig(max_depth=5))
+    bpf = fake_bpf(u)
+    st = nu.native_stack_type(5)(
+        3, nu.NATIVE_F_COMPLETE | nu.NATIVE_F_KERNEL_REGS, (ct.c_uint64 * 5)(10, 20, 30, 99, 99)
+    )
+    bpf[b"native_stacks"][ct.c_uint64(77)] = st
+    assert u.stack(bpf, 77) == ([10, 20, 30], nu.NATIVE_F_COMPLETE | nu.NATIVE_F_KERNEL_REGS)
+    assert u.stack(bpf, 78) == ([], 0)
+    assert u.stacks(bpf) == {77: ([10, 20, 30], nu.NATIVE_F_COMPLETE | nu.NATIVE_F_KERNEL_REGS)}
+    assert nu.flag_names(nu.NATIVE_F_COMPLETE | nu.NATIVE_F_KERNEL_REGS) == ["complete", "kernel_regs"]
+    counters = nu.NativeUnwindCounters()
+    counters.v[0], counters.v[2] = 3, 40
+    bpf[b"native_unwind_stats"][ct.c_int(0)] = counters
+    stats = u.stats(bpf)
+    assert stats["calls"] == 6 and stats["frames"] == 80  # summed over the two fake CPUs
+    assert np.all([stats[name] == 0 for name in nu.STAT_NAMES if name not in ("calls", "frames")])
