@@ -31,7 +31,7 @@ def not_running(path: str) -> CliError:
                     f"at its socket", status=3)
 
 
-def connect(path: str, timeout_s: float = 3.0) -> pb_grpc.ProfilerStub:
+def connect(path: str, timeout_s: float = 10.0) -> pb_grpc.ProfilerStub:
     if not os.path.exists(path):
         raise not_running(path)
     if not os.access(path, os.R_OK | os.W_OK):

@@ -3,8 +3,9 @@
  * space per process), reads the arguments that matter, captures the call path (Python walker and
  * native stack) for 1 call in `sample_every`, and parks the call in gpu_inflight; the return handler
  * adds calls, time and bytes to gpu_counts. A call made inside another probed call on the same thread
- * (the runtime calling the driver) is not counted twice: it runs deeper on the stack than the outer
- * call's entry.
+ * (the runtime calling the driver) is not counted twice: its caller is inside a GPU library (gpu_ranges),
+ * or it runs deeper on the stack than the outer call's entry. Entry-only APIs (sampled mode) are counted
+ * at entry, with no return probe and no time.
  * Settings (-D): GPU_COUNT_ENTRIES, GPU_ADDR_ENTRIES, GPU_NAME_ENTRIES, GPU_INFLIGHT_ENTRIES,
  * and GPU_STACK_MAP (the map name of native stack ids when the native unwinder is absent). */
 #include <uapi/linux/ptrace.h>
@@ -12,6 +13,7 @@
 
 BPF_HASH(gpu_addrs, struct gpu_addr_key, struct gpu_api_spec, GPU_ADDR_ENTRIES);
 BPF_HASH(gpu_inflight, __u32, struct gpu_inflight, GPU_INFLIGHT_ENTRIES);
+BPF_HASH(gpu_ranges, __u32, struct gpu_ranges, 1024);
 /* Name lookups (GETFUNC, FUNC_ALIAS) in flight: tracked apart from the calls, since the runtime makes
  * them inside a launch when it loads modules lazily. */
 BPF_HASH(gpu_getfunc, __u32, struct gpu_inflight, GPU_INFLIGHT_ENTRIES);
@@ -128,6 +130,33 @@ static __always_inline void gpu_remember_object(__u32 pid, __u64 handle) {
     gpu_stat_inc(GPU_STAT_OBJECTS);
 }
 
+/* Was this call made from inside a probed GPU library (the runtime calling the driver)? */
+static __always_inline int gpu_called_by_library(struct pt_regs *ctx, __u32 pid) {
+    struct gpu_ranges *r = gpu_ranges.lookup(&pid);
+    if (!r)
+        return 0;
+    __u64 ret = 0;
+    bpf_probe_read_user(&ret, sizeof(ret), (void *)PT_REGS_SP(ctx));  /* the return address */
+#pragma unroll
+    for (int i = 0; i < GPU_MAX_RANGES; i++) {
+        if (ret >= r->start[i] && ret < r->end[i])
+            return 1;
+    }
+    return 0;
+}
+
+static __always_inline void gpu_add(struct gpu_key *key, __u64 dt, __u64 bytes) {
+    struct gpu_val zero_val = {};
+    struct gpu_val *v = gpu_counts.lookup_or_try_init(key, &zero_val);
+    if (v) {
+        __sync_fetch_and_add(&v->calls, 1);
+        __sync_fetch_and_add(&v->time_ns, dt);
+        __sync_fetch_and_add(&v->bytes, bytes);
+    } else {
+        gpu_stat_inc(GPU_STAT_MAP_FULL);
+    }
+}
+
 int on_gpu_api_entry(struct pt_regs *ctx) {
     __u64 id = bpf_get_current_pid_tgid();
     struct gpu_addr_key ak = {};
@@ -152,13 +181,19 @@ int on_gpu_api_entry(struct pt_regs *ctx) {
         gpu_getfunc.update(&tid, g);
         return 0;
     }
+    if (gpu_called_by_library(ctx, ak.pid)) {
+        gpu_stat_inc(GPU_STAT_NESTED);
+        return 0;
+    }
+    int entry_only = spec->flags & GPU_SPEC_F_ENTRY_ONLY;
     struct gpu_inflight *outer = gpu_inflight.lookup(&tid);
     if (outer) {
         if (sp < outer->entry_sp) {  /* deeper on the stack: inside the outer probed call */
             gpu_stat_inc(GPU_STAT_NESTED);
             return 0;
         }
-        gpu_stat_inc(GPU_STAT_STALE_INFLIGHT);
+        if (!entry_only)
+            gpu_stat_inc(GPU_STAT_STALE_INFLIGHT);
     }
     gpu_stat_inc(GPU_STAT_CALLS);
 
@@ -227,6 +262,10 @@ int on_gpu_api_entry(struct pt_regs *ctx) {
         f->key.py_stack = python_stack_capture(ak.pid, tid, &pyflags);
 #endif
     }
+    if (entry_only) {
+        gpu_add(&f->key, 0, f->bytes);
+        return 0;
+    }
     f->start_ns = bpf_ktime_get_ns();
     gpu_inflight.update(&tid, f);
     return 0;
@@ -274,17 +313,7 @@ int on_gpu_api_return(struct pt_regs *ctx) {
      * popped return address). */
     if (PT_REGS_SP(ctx) != f->entry_sp + 8)
         return 0;
-    __u64 dt = bpf_ktime_get_ns() - f->start_ns;
-
-    struct gpu_val zero_val = {};
-    struct gpu_val *v = gpu_counts.lookup_or_try_init(&f->key, &zero_val);
-    if (v) {
-        __sync_fetch_and_add(&v->calls, 1);
-        __sync_fetch_and_add(&v->time_ns, dt);
-        __sync_fetch_and_add(&v->bytes, f->bytes);
-    } else {
-        gpu_stat_inc(GPU_STAT_MAP_FULL);
-    }
+    gpu_add(&f->key, bpf_ktime_get_ns() - f->start_ns, f->bytes);
     gpu_inflight.delete(&tid);
     return 0;
 }

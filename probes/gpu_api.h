@@ -44,7 +44,19 @@ struct gpu_api_spec {
     __u8 bytes_mul_slot; /* a second factor of the byte count (2D copies: width x height) */
     __u8 bytes_scale;    /* multiplier for bytes_slot (memsetD16: 2, D32: 4) */
     __u8 fixed_kind;     /* copy direction implied by the API's name (GPU_COPY_*) */
-    __u8 pad;
+    __u8 flags;          /* GPU_SPEC_F_* */
+};
+
+/* Counted at entry, with no return probe: what sampled mode does for calls that return at once
+ * (launches, async copies): a return probe costs as much again as the entry probe. */
+#define GPU_SPEC_F_ENTRY_ONLY (1u << 0)
+
+/* The executable ranges of one process's GPU libraries: a call whose caller is in one of them was
+ * made by the runtime itself (cudaLaunchKernel calling cuLaunchKernel) and is not counted twice. */
+#define GPU_MAX_RANGES 8
+struct gpu_ranges {
+    __u64 start[GPU_MAX_RANGES];
+    __u64 end[GPU_MAX_RANGES];
 };
 
 enum gpu_copy_kind {

@@ -42,7 +42,15 @@ class GpuApiSpec(ct.Structure):
     _fields_ = [("api_id", ct.c_uint16), ("cls", ct.c_uint8), ("layout", ct.c_uint8), ("object_slot", ct.c_uint8),
                 ("bytes_slot", ct.c_uint8), ("kind_slot", ct.c_uint8), ("stream_slot", ct.c_uint8),
                 ("name_slot", ct.c_uint8), ("dtype_slot", ct.c_uint8), ("bytes_mul_slot", ct.c_uint8),
-                ("bytes_scale", ct.c_uint8), ("fixed_kind", ct.c_uint8), ("pad", ct.c_uint8)]
+                ("bytes_scale", ct.c_uint8), ("fixed_kind", ct.c_uint8), ("flags", ct.c_uint8)]
+
+
+GPU_SPEC_F_ENTRY_ONLY = 1 << 0
+GPU_MAX_RANGES = 8
+
+
+class GpuRanges(ct.Structure):
+    _fields_ = [("start", ct.c_uint64 * GPU_MAX_RANGES), ("end", ct.c_uint64 * GPU_MAX_RANGES)]
 
 
 class GpuAddrKey(ct.Structure):
@@ -109,6 +117,17 @@ class _LibraryFile:
 class _PidState:
     addrs: set[int] = field(default_factory=set)  # runtime addresses written to gpu_addrs
     mappings: set[tuple[int, str, int]] = field(default_factory=set)  # (start, dev, inode) handled
+    ranges: list[tuple[int, int]] = field(default_factory=list)  # executable ranges of GPU libraries
+
+
+def entry_only(api: gpu_apis.Api, mode: str) -> bool:
+    """Sampled mode counts calls that return at once (launches, async copies and sets, collectives) at
+    entry: no return probe, so no API time, at half the cost per call."""
+    if mode != "sampled":
+        return False
+    if api.cls in (gpu_apis.LAUNCH, gpu_apis.GRAPH, gpu_apis.COLLECTIVE, gpu_apis.OTHER):
+        return True
+    return api.cls in (gpu_apis.MEMCPY, gpu_apis.MEMSET) and "Async" in api.symbol
 
 
 def _vaddr_to_offset(segments: list[tuple[int, int, int]], vaddr: int) -> int | None:
@@ -170,6 +189,10 @@ class GpuApi:
         state = self._pids.pop(target.pid, None)
         if state is None:
             return
+        try:
+            del bpf["gpu_ranges"][ct.c_uint32(target.pid)]
+        except KeyError:
+            pass
         table = bpf["gpu_addrs"]
         for addr in state.addrs:
             try:
@@ -222,6 +245,7 @@ class GpuApi:
             if ident in state.mappings:
                 continue
             state.mappings.add(ident)
+            self._add_range(bpf, target.pid, state, m)
             lib = self._load_file(target.pid, kind, m)
             if lib is None:
                 continue
@@ -237,19 +261,31 @@ class GpuApi:
                 if off is None or not (m.offset <= off < m.offset + (m.end - m.start)):
                     continue
                 addr = m.start + off - m.offset
-                table[GpuAddrKey(target.pid, 0, addr)] = _spec(api_id, api)
+                table[GpuAddrKey(target.pid, 0, addr)] = _spec(api_id, api, self.mode)
                 state.addrs.add(addr)
 
+    def _add_range(self, bpf: Any, pid: int, state: _PidState, m: Mapping) -> None:
+        if len(state.ranges) >= GPU_MAX_RANGES:
+            log.warning("too many GPU library mappings to tell nested calls apart", extra={"pid": pid})
+            return
+        state.ranges.append((m.start, m.end))
+        r = GpuRanges()
+        for i, (lo, hi) in enumerate(state.ranges):
+            r.start[i], r.end[i] = lo, hi
+        bpf["gpu_ranges"][ct.c_uint32(pid)] = r
+
     def _attach_uprobes(self, bpf: Any, lib: _LibraryFile) -> None:
-        offsets = set()
+        both: set[int] = set()
+        entry: set[int] = set()
         for _, api in gpu_apis.BY_LIBRARY[lib.kind]:
             vaddr = lib.symbols.get(api.symbol)
             off = _vaddr_to_offset(lib.segments, vaddr) if vaddr is not None else None
-            if off is not None:
-                offsets.add(off)  # aliases (ncclX / pncclX) share one offset
+            if off is not None:  # aliases (ncclX / pncclX) share one offset
+                (entry if entry_only(api, self.mode) else both).add(off)
         assert self._uprobes is not None
         before = self._uprobes.probes
-        self._uprobes.attach(lib.path, sorted(offsets))
+        self._uprobes.attach(lib.path, sorted(both))
+        self._uprobes.attach(lib.path, sorted(entry - both), with_return=False)
         lib.probes = self._uprobes.probes - before
         log.info("GPU probes attached", extra={"library": lib.path, "kind": lib.kind, "probes": lib.probes,
                                                "uprobe_multi": self._uprobes.multi})
@@ -296,7 +332,7 @@ def _slot(slot: int) -> int:
     return GPU_NO_SLOT if slot < 0 else slot
 
 
-def _spec(api_id: int, api: gpu_apis.Api) -> GpuApiSpec:
+def _spec(api_id: int, api: gpu_apis.Api, mode: str) -> GpuApiSpec:
     return GpuApiSpec(api_id, api.cls, api.layout, _slot(api.object_slot), _slot(api.bytes_slot), _slot(api.kind_slot),
                       _slot(api.stream_slot), _slot(api.name_slot), _slot(api.dtype_slot), _slot(api.bytes_mul_slot),
-                      api.bytes_scale, api.fixed_kind, 0)
+                      api.bytes_scale, api.fixed_kind, GPU_SPEC_F_ENTRY_ONLY if entry_only(api, mode) else 0)

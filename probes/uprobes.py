@@ -61,7 +61,8 @@ class UprobeAttacher:
 
         return self.bpf.load_func(name.encode(), BPF.KPROBE, attach_type=attach_type).fd
 
-    def attach(self, path: str, offsets: list[int]) -> None:
+    def attach(self, path: str, offsets: list[int], with_return: bool = True) -> None:
+        """Entry probes at every offset, and return probes too unless with_return is False."""
         offsets = sorted(set(offsets))
         if not offsets:
             return
@@ -70,9 +71,10 @@ class UprobeAttacher:
                 entry = self._load(self.entry_fn, BPF_TRACE_UPROBE_MULTI)
                 ret = self._load(self.return_fn, BPF_TRACE_UPROBE_MULTI)
                 self.links.append(link_uprobe_multi(entry, path, offsets, retprobe=False))
-                self.links.append(link_uprobe_multi(ret, path, offsets, retprobe=True))
+                if with_return:
+                    self.links.append(link_uprobe_multi(ret, path, offsets, retprobe=True))
                 self.multi = True
-                self.probes += 2 * len(offsets)
+                self.probes += (2 if with_return else 1) * len(offsets)
                 return
             except Exception:
                 if self.multi:  # it worked before: this file is the problem
@@ -84,8 +86,10 @@ class UprobeAttacher:
                         os.close(fn.fd)
         for off in offsets:
             self._attach_one(path, off, retprobe=False)
-            self._attach_one(path, off, retprobe=True)
-            self.probes += 2
+            self.probes += 1
+            if with_return:
+                self._attach_one(path, off, retprobe=True)
+                self.probes += 1
 
     def _attach_one(self, path: str, offset: int, retprobe: bool) -> None:
         from bcc import BPF

@@ -50,7 +50,8 @@ def test_gpu_api_structs_match_header(tmp_path: Path) -> None:
     for c_name, mirror in (("gpu_api_spec", gpu_api.GpuApiSpec), ("gpu_addr_key", gpu_api.GpuAddrKey),
                            ("gpu_key", gpu_api.GpuKey), ("gpu_val", gpu_api.GpuVal),
                            ("gpu_inflight", gpu_api.GpuInflight), ("gpu_fn_key", gpu_api.GpuFnKey),
-                           ("gpu_config", gpu_api.GpuConfig), ("gpu_obj_info", gpu_api.GpuObjInfo)):
+                           ("gpu_config", gpu_api.GpuConfig), ("gpu_obj_info", gpu_api.GpuObjInfo),
+                           ("gpu_ranges", gpu_api.GpuRanges)):
         e, w = struct_exprs(c_name, mirror)
         exprs += e
         want += w
@@ -66,6 +67,7 @@ def test_gpu_api_constants_match_header(tmp_path: Path) -> None:
         "GPU_STAT__COUNT": gpu_api.GPU_STAT__COUNT, "GPU_STAT_CALLS": gpu_api.GPU_STAT_CALLS,
         "GPU_STAT_NAMES_LEARNED": gpu_api.GPU_STAT_NAMES_LEARNED, "GPU_STAT_OBJECTS": gpu_api.GPU_STAT_OBJECTS,
         "GPU_OBJ_WORDS": gpu_api.GPU_OBJ_WORDS, "GPU_OBJ_STR": gpu_api.GPU_OBJ_STR,
+        "GPU_SPEC_F_ENTRY_ONLY": gpu_api.GPU_SPEC_F_ENTRY_ONLY, "GPU_MAX_RANGES": gpu_api.GPU_MAX_RANGES,
         "GPU_CLASS_LAUNCH": gpu_apis.LAUNCH, "GPU_CLASS_GRAPH": gpu_apis.GRAPH, "GPU_CLASS_MEMCPY": gpu_apis.MEMCPY,
         "GPU_CLASS_MEMSET": gpu_apis.MEMSET, "GPU_CLASS_ALLOC": gpu_apis.ALLOC, "GPU_CLASS_FREE": gpu_apis.FREE,
         "GPU_CLASS_SYNC": gpu_apis.SYNC, "GPU_CLASS_COLLECTIVE": gpu_apis.COLLECTIVE,
