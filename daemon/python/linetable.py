@@ -1,0 +1,93 @@
+"""Instruction offset -> line number, from a code object's line table.
+
+3.10 (PEP 626, Objects/lnotab_notes.txt): byte pairs (address delta, signed line delta), -128 = no
+line. 3.11+ (Objects/locations.md): entries of 1-8 code units, a first byte 1cccclll (code,
+length - 1) then a code-dependent payload of varints or bytes. Both start at co_firstlineno, and
+an offset before the first instruction maps to co_firstlineno, as PyCode_Addr2Line does."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+Range = tuple[int, int, int | None]  # [start, end) in bytes of bytecode, line or None
+
+
+def pep626_ranges(table: bytes, firstlineno: int) -> Iterator[Range]:
+    line, addr = firstlineno, 0
+    for i in range(0, len(table) - 1, 2):
+        end = addr + table[i]
+        ldelta = table[i + 1] - 256 if table[i + 1] >= 128 else table[i + 1]
+        if ldelta == -128:
+            yield addr, end, None
+        else:
+            line += ldelta
+            yield addr, end, line
+        addr = end
+
+
+def _varint(table: bytes, i: int) -> tuple[int, int]:
+    b = table[i]
+    val, shift = b & 63, 0
+    while b & 64:
+        i += 1
+        b = table[i]
+        shift += 6
+        val |= (b & 63) << shift
+    return val, i + 1
+
+
+def _svarint(table: bytes, i: int) -> tuple[int, int]:
+    u, i = _varint(table, i)
+    return (-(u >> 1) if u & 1 else u >> 1), i
+
+
+def location_ranges(table: bytes, firstlineno: int) -> Iterator[Range]:
+    line, addr, i = firstlineno, 0, 0
+    n = len(table)
+    while i < n:
+        first = table[i]
+        i += 1
+        code, end = (first >> 3) & 15, addr + ((first & 7) + 1) * 2
+        ln: int | None
+        if code == 15:  # no location
+            ln = None
+        elif code == 14:  # long form: line delta, end line delta, column, end column
+            delta, i = _svarint(table, i)
+            for _ in range(3):
+                _, i = _varint(table, i)
+            line += delta
+            ln = line
+        elif code == 13:  # no columns: line delta
+            delta, i = _svarint(table, i)
+            line += delta
+            ln = line
+        elif code >= 10:  # one-line forms: line delta code - 10, column, end column
+            line += code - 10
+            ln = line
+            i += 2
+        else:  # short form: same line, one byte of columns
+            ln = line
+            i += 1
+        yield addr, end, ln
+        addr = end
+
+
+def line_ranges(fmt: str, table: bytes, firstlineno: int) -> list[Range]:
+    gen = pep626_ranges if fmt == "pep626" else location_ranges
+    return [r for r in gen(table, firstlineno) if r[0] < r[1]]
+
+
+def addr_to_line(ranges: list[Range], firstlineno: int, addr: int) -> int | None:
+    """The line of the instruction at byte offset `addr`, None when it has none."""
+    if addr < 0:
+        return firstlineno
+    lo, hi = 0, len(ranges)
+    while lo < hi:  # ranges are sorted and contiguous
+        mid = (lo + hi) // 2
+        if ranges[mid][1] <= addr:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < len(ranges) and ranges[lo][0] <= addr:
+        return ranges[lo][2]
+    return None

@@ -1,0 +1,240 @@
+/* CPython stack walker: maps and python_stack_capture(), for composed BPF programs (the CPU
+ * sampler, the GPU API probes); its text is inlined there (bcc rewrites map calls in the main file
+ * only). Reads user memory only (bpf_probe_read_user). The per-cpu scratch is safe: tracing BPF
+ * programs do not nest on a cpu.
+ *
+ * User space (python_stack.py) fills py_procs (per-pid layout) and py_threads (native tid ->
+ * PyThreadState); the walker follows the thread's current frame outwards and interns the frames in
+ * py_stacks. New stack ids go to the py_new_stacks queue so user space names their code objects
+ * while the process is alive; threads without a (valid) entry go to py_misses for a refresh. */
+#ifndef DEEPCTX_PYTHON_STACK_BPF_H
+#define DEEPCTX_PYTHON_STACK_BPF_H
+
+#include "python_stack.h"
+
+#ifndef PY_PROCS_MAX
+#define PY_PROCS_MAX 256
+#endif
+#ifndef PY_THREADS_MAX
+#define PY_THREADS_MAX 16384
+#endif
+#ifndef PY_STACKS_MAX
+#define PY_STACKS_MAX 16384
+#endif
+#ifndef PY_MISSES_MAX
+#define PY_MISSES_MAX 1024
+#endif
+#ifndef PY_NEW_STACKS_MAX
+#define PY_NEW_STACKS_MAX 8192
+#endif
+/* Frames visited per capture, counting the C-stack shim frames (3.12+) that are not kept. */
+#ifndef PY_MAX_WALK
+#define PY_MAX_WALK (PY_MAX_DEPTH + PY_MAX_DEPTH / 2)
+#endif
+
+/* Masks that keep variable sizes and offsets provably inside the read buffers (user space keeps
+ * offsets + 8 and sizes within 128 bytes). */
+#define PY_OFF_MASK 0x7f
+#define PY_SIZE_MASK 0xff
+
+#define PY_FNV_PRIME 0x100000001b3ULL
+/* Hides a value's origin from the compiler, so arithmetic on it is not turned back into branches
+ * (BPF has no conditional move: the compiler would branch, and the verifier would fork). */
+#define PY_OPAQUE(x) asm volatile("" : "+r"(x))
+/* 1 if x != 0 else 0, without a branch. */
+#define PY_NONZERO(x) ({ __u64 __v = (__u64)(x); __v |= 0 - __v; PY_OPAQUE(__v); __v >> 63; })
+/* A frame's flags at a position, as a term of an order-independent sum. */
+#define PY_FLAG_TERM(pos, fl) (((__u64)(fl) + 1) * (((__u64)(pos) << 32) + 0xff51afd7ed558ccdULL))
+
+struct py_scratch {
+	struct py_stack stack;
+	__u64 hash;      /* FNV-1a over (code, tag, lasti) of the frames so far */
+	__u64 flag_hash; /* sum of PY_FLAG_TERM over the frames so far */
+	__u8 frame[PY_SIZE_MASK + 1 + 8];
+	__u8 code[PY_SIZE_MASK + 1 + 8];
+};
+
+BPF_HASH(py_procs, __u32, struct py_proc, PY_PROCS_MAX);
+BPF_HASH(py_threads, __u32, struct py_thread, PY_THREADS_MAX);
+BPF_F_TABLE("hash", __u64, struct py_stack, py_stacks, PY_STACKS_MAX, BPF_F_NO_PREALLOC);
+BPF_HASH(py_misses, __u32, __u32, PY_MISSES_MAX); /* tid -> pid */
+BPF_QUEUE(py_new_stacks, struct py_new_stack, PY_NEW_STACKS_MAX);
+BPF_PERCPU_ARRAY(py_stats, __u64, PYSTACK_STAT_COUNT);
+BPF_PERCPU_ARRAY(py_scratch, struct py_scratch, 1);
+
+static __always_inline void py_stat_inc(__u32 idx)
+{
+	__u64 *v = py_stats.lookup(&idx);
+	if (v)
+		*v += 1; /* per-cpu slot: no atomic needed */
+}
+
+static __always_inline void py_note_miss(__u32 pid, __u32 tid, __u32 *flags)
+{
+	py_misses.update(&tid, &pid);
+	py_stat_inc(PYSTACK_STAT_TSTATE_MISS);
+	*flags |= PYSTACK_F_TSTATE_MISS;
+}
+
+static __always_inline __u64 py_read_u64(__u64 addr, int *err)
+{
+	__u64 v = 0;
+	if (bpf_probe_read_user(&v, sizeof(v), (void *)addr))
+		*err = 1;
+	return v;
+}
+
+/* Interns the current thread's Python stack; returns its id in py_stacks, 0 when there is none. */
+static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *flags)
+{
+	struct py_proc *proc = py_procs.lookup(&pid);
+	if (!proc)
+		return 0;
+	py_stat_inc(PYSTACK_STAT_CAPTURES);
+
+	struct py_thread *th = py_threads.lookup(&tid);
+	if (!th) {
+		py_note_miss(pid, tid, flags);
+		return 0;
+	}
+	__u64 tstate = th->tstate;
+	if (!tstate) { /* no thread state when user space last looked: ask again now and then */
+		__u64 now = bpf_ktime_get_ns();
+		if (now >= th->ident) {
+			th->ident = now + PY_RETRY_NS;
+			py_note_miss(pid, tid, flags);
+		}
+		return 0;
+	}
+	int err = 0;
+	__u64 ident = py_read_u64(tstate + proc->tstate_ident, &err);
+	if (err || ident != th->ident) { /* the thread state was freed or belongs to another thread */
+		py_note_miss(pid, tid, flags);
+		return 0;
+	}
+	__u64 frame = py_read_u64(tstate + proc->tstate_frame, &err);
+	if (!err && frame && proc->cframe_current != PY_NO_OFFSET)
+		frame = py_read_u64(frame + proc->cframe_current, &err);
+	if (err) {
+		py_stat_inc(PYSTACK_STAT_READ_ERROR);
+		*flags |= PYSTACK_F_READ_ERROR;
+		return 0;
+	}
+	if (!frame)
+		return 0; /* the thread is not running Python code */
+
+	__u32 zero = 0;
+	struct py_scratch *s = py_scratch.lookup(&zero);
+	if (!s)
+		return 0;
+	struct py_stack *st = &s->stack;
+
+	/* Copy the layout into locals once; masks keep offsets inside the read buffers. */
+	__u32 frame_size = proc->frame_size;
+	__u32 code_size = proc->code_read_size;
+	__u32 off_code = proc->frame_code & PY_OFF_MASK;
+	__u32 off_prev = proc->frame_previous & PY_OFF_MASK;
+	__u32 off_instr = proc->frame_instr & PY_OFF_MASK;
+	__u32 off_owner = proc->frame_owner & PY_OFF_MASK;
+	__u32 off_entry = proc->frame_is_entry & PY_OFF_MASK;
+	__u64 owner_mask = proc->owner_mask;
+	__u64 entry_mask = proc->entry_mask;
+	__u64 entry_always = proc->entry_always;
+	__u64 owner_shim = proc->owner_shim;
+	__u64 owner_gen = proc->owner_generator;
+	__u64 code_adaptive = proc->code_adaptive;
+	__u64 code_read = proc->code_read;
+	__u32 off_first = proc->code_firstlineno & PY_OFF_MASK;
+	__u32 off_name = proc->code_name & PY_OFF_MASK;
+	__u64 ptr_mask = 0 - (__u64)(proc->instr_is_pointer & 1); /* all ones: frame_instr is a pointer */
+	PY_OPAQUE(ptr_mask);
+
+	/* depth, flags and the running hashes live in the map value, not in registers, and the
+	 * per-version choices above are masks, not branches: every path through an iteration ends
+	 * in the same verifier state, so the loop costs the verifier the same at any depth. The id
+	 * hashes the frames in order (FNV-1a) and their flags as a sum of per-position terms, so a
+	 * shim frame can mark its caller an entry frame afterwards. */
+	st->depth = 0;
+	st->flags = 0;
+	s->hash = 0xcbf29ce484222325ULL;
+	s->flag_hash = 0;
+	for (int i = 0; i < PY_MAX_WALK; i++) {
+		if (!frame)
+			break;
+		if (bpf_probe_read_user(s->frame, frame_size & PY_SIZE_MASK, (void *)frame)) {
+			st->flags |= PYSTACK_F_READ_ERROR;
+			break;
+		}
+		__u64 code = *(__u64 *)(s->frame + off_code) & ~7ULL; /* 3.14 tags the low bits */
+		__u64 prev = *(__u64 *)(s->frame + off_prev);
+		__u64 owner = s->frame[off_owner] & owner_mask;
+		__u32 depth = st->depth;
+		if (owner >= owner_shim) {
+			/* A C-stack shim sits below the first frame of each eval activation (3.12+). */
+			if (depth > 0 && depth <= PY_MAX_DEPTH) {
+				__u8 old = st->frame_flags[depth - 1];
+				__u8 new = old | PYFRAME_F_ENTRY;
+				st->frame_flags[depth - 1] = new;
+				s->flag_hash += PY_FLAG_TERM(depth - 1, new) - PY_FLAG_TERM(depth - 1, old);
+			}
+			frame = prev;
+			continue;
+		}
+		if (depth >= PY_MAX_DEPTH) {
+			st->flags |= PYSTACK_F_TRUNCATED;
+			break;
+		}
+		/* prev_instr / instr_ptr -> instruction index, or f_lasti as it is */
+		__u64 ip = *(__u64 *)(s->frame + off_instr);
+		__s64 from_ptr = (__s64)(ip - code - code_adaptive) >> 1;
+		__s64 from_int = (__s32)ip;
+		__s32 lasti = (__s32)((from_ptr & ptr_mask) | (from_int & ~ptr_mask));
+		__u64 entry = PY_NONZERO((s->frame[off_entry] & entry_mask) | entry_always);
+		__u64 gen = PY_NONZERO(owner ^ owner_gen) ^ 1;
+		__u8 fflags = (__u8)(entry * PYFRAME_F_ENTRY | gen * PYFRAME_F_GENERATOR);
+		if (!code || bpf_probe_read_user(s->code, code_size & PY_SIZE_MASK, (void *)(code + code_read))) {
+			st->flags |= PYSTACK_F_READ_ERROR;
+			break;
+		}
+		__u32 tag = py_code_tag(*(__u32 *)(s->code + off_first), *(__u64 *)(s->code + off_name));
+		st->frames[depth].code = code;
+		st->frames[depth].tag = tag;
+		st->frames[depth].lasti = lasti;
+		st->frame_flags[depth] = fflags;
+		s->hash = (s->hash ^ code) * PY_FNV_PRIME;
+		s->hash = (s->hash ^ (((__u64)tag << 32) | (__u32)lasti)) * PY_FNV_PRIME;
+		s->flag_hash += PY_FLAG_TERM(depth, fflags);
+		st->depth = depth + 1;
+		frame = prev;
+	}
+	if (frame && !(st->flags & (PYSTACK_F_TRUNCATED | PYSTACK_F_READ_ERROR)))
+		st->flags |= PYSTACK_F_TRUNCATED; /* the walk bound ended it */
+
+	__u32 depth = st->depth;
+	__u32 sflags = st->flags;
+	*flags |= sflags;
+	if (sflags & PYSTACK_F_TRUNCATED)
+		py_stat_inc(PYSTACK_STAT_TRUNCATED);
+	if (sflags & PYSTACK_F_READ_ERROR)
+		py_stat_inc(PYSTACK_STAT_READ_ERROR);
+	if (depth == 0)
+		return 0;
+
+	__u64 h = (s->hash ^ depth ^ ((__u64)sflags << 32)) * PY_FNV_PRIME ^ (s->flag_hash * 0x9E3779B97F4A7C15ULL);
+	if (h == 0)
+		h = 1;
+	int rc = py_stacks.insert(&h, st);
+	if (rc == 0) {
+		struct py_new_stack fresh = {.id = h, .pid = pid, .tid = tid};
+		if (py_new_stacks.push(&fresh, 0))
+			py_stat_inc(PYSTACK_STAT_NEW_LOST);
+	} else if (rc != -17 /* EEXIST */) {
+		py_stat_inc(PYSTACK_STAT_MAP_FULL);
+		*flags |= PYSTACK_F_MAP_FULL;
+		return 0;
+	}
+	py_stat_inc(PYSTACK_STAT_STACKS);
+	return h;
+}
+
+#endif /* DEEPCTX_PYTHON_STACK_BPF_H */

@@ -1,0 +1,347 @@
+"""Loader for the CPython stack walker (python_stack.bpf.h): probe family "python".
+
+prepare() finds the interpreter, attach() tells the walker its layout and the threads' states,
+poll() keeps the thread map current (a walker miss asks for a refresh) and names the code objects
+of every new stack while the process is alive, frames() turns a stack id into Python frames.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import logging
+import time
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Any
+
+from deepctx.daemon.procfs import ProcessGone, ProcessMemory, thread_ids
+from deepctx.daemon.python.code import CodeReader
+from deepctx.daemon.python.discovery import Interpreter, find_interpreter
+from deepctx.daemon.python.layouts import PyLayout
+from deepctx.daemon.python.pyframe import PyFrameInfo
+from deepctx.daemon.python.stacks import RawFrame, RawStack, prefetch, symbolize_stack
+from deepctx.daemon.python.threads import ThreadMapper, ThreadState
+from deepctx.probes.family import Target, read_source
+
+log = logging.getLogger("deepctx.python")
+
+# Mirrors of python_stack.h (tests/unit/python/test_abi.py checks them against the header).
+PY_NO_OFFSET = 0xFFFFFFFF
+PY_OWNER_NONE = 256  # an owner value no frame has
+PY_RETRY_NS = 500_000_000
+
+PYSTACK_STAT_CAPTURES = 0
+PYSTACK_STAT_STACKS = 1
+PYSTACK_STAT_TSTATE_MISS = 2
+PYSTACK_STAT_TRUNCATED = 3
+PYSTACK_STAT_READ_ERROR = 4
+PYSTACK_STAT_MAP_FULL = 5
+PYSTACK_STAT_NEW_LOST = 6
+PYSTACK_STAT_COUNT = 7
+
+STAT_NAMES = {
+    PYSTACK_STAT_CAPTURES: "python_captures",
+    PYSTACK_STAT_STACKS: "python_stacks",
+    PYSTACK_STAT_TSTATE_MISS: "python_tstate_misses",
+    PYSTACK_STAT_TRUNCATED: "python_truncated",
+    PYSTACK_STAT_READ_ERROR: "python_read_errors",
+    PYSTACK_STAT_MAP_FULL: "python_stack_map_full",
+    PYSTACK_STAT_NEW_LOST: "python_new_stacks_lost",
+}
+
+REFRESH_S = 1.0  # thread states are re-read at least this often, misses or not
+
+
+class PyProc(ct.Structure):
+    _fields_ = [(name, ct.c_uint32) for name in (
+        "version", "tstate_ident", "tstate_frame", "cframe_current", "frame_code", "frame_previous",
+        "frame_instr", "frame_size", "instr_is_pointer", "frame_owner", "owner_mask", "owner_shim",
+        "owner_generator", "frame_is_entry", "entry_mask", "entry_always", "code_adaptive", "code_read",
+        "code_read_size", "code_firstlineno", "code_name",
+    )]
+
+
+class PyThread(ct.Structure):
+    _fields_ = [("tstate", ct.c_uint64), ("ident", ct.c_uint64)]
+
+
+class PyNewStack(ct.Structure):
+    _fields_ = [("id", ct.c_uint64), ("pid", ct.c_uint32), ("tid", ct.c_uint32)]
+
+
+class PyFrame(ct.Structure):
+    _fields_ = [("code", ct.c_uint64), ("tag", ct.c_uint32), ("lasti", ct.c_int32)]
+
+
+_STACK_TYPES: dict[int, type[ct.Structure]] = {}
+
+
+def py_stack_type(max_depth: int) -> type[ct.Structure]:
+    """struct py_stack for a PY_MAX_DEPTH."""
+    if max_depth not in _STACK_TYPES:
+        _STACK_TYPES[max_depth] = type(f"PyStack{max_depth}", (ct.Structure,), {"_fields_": [
+            ("depth", ct.c_uint32),
+            ("flags", ct.c_uint32),
+            ("frames", PyFrame * max_depth),
+            ("frame_flags", ct.c_uint8 * max_depth),
+        ]})
+    return _STACK_TYPES[max_depth]
+
+
+def proc_config(layout: PyLayout) -> PyProc:
+    """The walker's view of a layout (struct py_proc)."""
+    lo, hi = layout.code_tag_span
+    return PyProc(
+        version=layout.hexversion,
+        tstate_ident=layout.tstate_ident,
+        tstate_frame=layout.tstate_frame,
+        cframe_current=PY_NO_OFFSET if layout.cframe_current is None else layout.cframe_current,
+        frame_code=layout.frame_code,
+        frame_previous=layout.frame_previous,
+        frame_instr=layout.frame_instr,
+        frame_size=layout.frame_size,
+        instr_is_pointer=int(layout.instr_is_pointer),
+        frame_owner=layout.frame_owner or 0,
+        owner_mask=0 if layout.frame_owner is None else 0xFF,
+        owner_shim=PY_OWNER_NONE if layout.owner_shim is None else layout.owner_shim,
+        owner_generator=PY_OWNER_NONE if layout.owner_generator is None else layout.owner_generator,
+        frame_is_entry=layout.frame_is_entry or 0,
+        entry_mask=0 if layout.frame_is_entry is None else 0xFF,
+        entry_always=int(layout.frame_owner is None),  # 3.10: one eval activation per frame
+        code_adaptive=layout.code_adaptive or 0,
+        code_read=lo,
+        code_read_size=hi - lo,
+        code_firstlineno=layout.code_firstlineno - lo,
+        code_name=layout.code_name - lo,
+    )
+
+
+def _value(x: Any) -> int:
+    """bcc hands map entries over as ctypes scalars, or as ints (batch operations)."""
+    return x if isinstance(x, int) else int(x.value)
+
+
+def raw_stack(value: ct.Structure) -> RawStack:
+    depth = min(int(value.depth), len(value.frames))
+    frames = [RawFrame(f.code, f.tag, f.lasti, value.frame_flags[i]) for i, f in enumerate(value.frames[:depth])]
+    return RawStack(int(value.flags), frames)
+
+
+@dataclass
+class _Proc:
+    """What the family keeps per target process."""
+
+    interp: Interpreter
+    mem: ProcessMemory
+    codes: CodeReader
+    mapper: ThreadMapper
+    threads: dict[int, tuple[int, int]] = field(default_factory=dict)  # host tid -> (tstate, ident) written
+    last_refresh: float = 0.0
+
+
+class PythonStacks:
+    """Probe family "python". Compose it before the families that call python_stack_capture()."""
+
+    name = "python"
+
+    def __init__(self, max_depth: int = 128, stack_entries: int = 16384, thread_entries: int = 16384) -> None:
+        self.max_depth = max_depth
+        self.stack_entries = stack_entries
+        self.thread_entries = thread_entries
+        self._procs: dict[int, _Proc] = {}
+        self._detached: dict[int, _Proc] = {}
+        self._raw: dict[int, RawStack] = {}  # stack id -> frames as walked
+        self._owner: dict[int, int] = {}  # stack id -> pid whose memory named it
+        self._named: dict[int, list[PyFrameInfo]] = {}
+        self._stack_type = py_stack_type(max_depth)
+        self._lost_seen = 0
+        self.refreshes = 0
+
+    # -- ProbeFamily ---------------------------------------------------------------------------------
+
+    def source(self) -> str:
+        return read_source("python_stack.bpf.h")
+
+    def defines(self) -> dict[str, int | str]:
+        return {
+            "DEEPCTX_PYTHON": 1,
+            "PY_MAX_DEPTH": self.max_depth,
+            "PY_STACKS_MAX": self.stack_entries,
+            "PY_THREADS_MAX": self.thread_entries,
+        }
+
+    def prepare(self, target: Target) -> None:
+        try:
+            mem = ProcessMemory(target.pid)
+        except ProcessGone as e:
+            raise ValueError(f"process {target.pid} exited") from e
+        except PermissionError as e:
+            raise ValueError(f"cannot read the memory of process {target.pid}: {e}") from e
+        try:
+            interp = find_interpreter(target.pid, target.space, mem)
+        except (MemoryError, OSError) as e:
+            mem.close()
+            raise ValueError(f"cannot read the interpreter of process {target.pid}: {e}") from e
+        except Exception:
+            mem.close()
+            raise
+        self._procs[target.pid] = _Proc(interp, mem, CodeReader(mem, interp), ThreadMapper(mem, interp))
+        target.state[self.name] = interp
+
+    def attach(self, bpf: Any, target: Target) -> None:
+        proc = self._procs[target.pid]
+        table = bpf["py_procs"]
+        table[ct.c_uint32(target.pid)] = table.Leaf.from_buffer_copy(bytes(proc_config(proc.interp.layout)))
+        self._refresh(bpf, target.pid, proc)
+
+    def poll(self, bpf: Any, target: Target) -> None:
+        missed = self._drain_misses(bpf)
+        now = time.monotonic()
+        for pid, proc in self._procs.items():
+            if pid in missed or now - proc.last_refresh >= REFRESH_S:
+                self._refresh(bpf, pid, proc, missed.get(pid, set()))
+        self._learn_new_stacks(bpf)
+
+    def detach(self, bpf: Any, target: Target) -> None:
+        proc = self._procs.pop(target.pid, None)
+        if proc is None:
+            return
+        entries = [(bpf["py_procs"], target.pid)] + [(bpf["py_threads"], tid) for tid in proc.threads]
+        for table, key in entries:
+            try:
+                del table[ct.c_uint32(key)]
+            except KeyError:
+                pass
+        proc.mem.close()
+        self._detached[target.pid] = proc  # what its reader already named still names stacks
+
+    def stats(self, bpf: Any) -> dict[str, int]:
+        table = bpf["py_stats"]
+        out = {name: int(sum(table[ct.c_int(i)])) for i, name in STAT_NAMES.items()}
+        out["python_thread_refreshes"] = self.refreshes
+        out["python_unknown_frames"] = sum(
+            1 for frames in self._named.values() for f in frames if f.frame.name == "[unknown]"
+        )
+        return out
+
+    # -- for the call path resolver ------------------------------------------------------------------
+
+    def frames(self, bpf: Any, target: Target | None, py_stack_id: int) -> list[PyFrameInfo]:
+        """The Python frames of a stack id, outermost first ([] for an id the walker never stored)."""
+        if py_stack_id in self._named:
+            return self._named[py_stack_id]
+        raw = self._raw.get(py_stack_id) or self._read_stack(bpf, py_stack_id)
+        if raw is None:
+            return []
+        proc = self._proc_for(target, py_stack_id, raw)
+        if proc is None:
+            return []
+        named = symbolize_stack(proc.codes, raw)
+        self._named[py_stack_id] = named
+        return named
+
+    def interpreter_modules(self, pid: int) -> set[str]:
+        """Basenames of the interpreter's ELF files (for merge_stacks)."""
+        interp = self.interpreter(pid)
+        return set(interp.modules) if interp else set()
+
+    def interpreter(self, pid: int) -> Interpreter | None:
+        proc = self._procs.get(pid) or self._detached.get(pid)
+        return proc.interp if proc else None
+
+    # -- internals -----------------------------------------------------------------------------------
+
+    def _proc_for(self, target: Target | None, stack_id: int, raw: RawStack) -> _Proc | None:
+        procs = {**self._detached, **self._procs}
+        pid = target.pid if target is not None else self._owner.get(stack_id)
+        if pid in procs:
+            return procs[pid]
+        # Without a target: the process whose reader already knows these code objects, else any.
+        for proc in procs.values():
+            if raw.frames and proc.codes.cached(raw.frames[0].code, raw.frames[0].tag):
+                return proc
+        return next(iter(procs.values()), None)
+
+    def _read_stack(self, bpf: Any, stack_id: int) -> RawStack | None:
+        try:
+            value = bpf["py_stacks"][ct.c_uint64(stack_id)]
+        except KeyError:
+            return None
+        raw = raw_stack(self._stack_type.from_buffer_copy(bytes(value)))
+        self._raw[stack_id] = raw
+        return raw
+
+    def _drain_misses(self, bpf: Any) -> dict[int, set[int]]:
+        """pid -> its threads that had samples without a known (or valid) thread state."""
+        table = bpf["py_misses"]
+        missed: dict[int, set[int]] = {}
+        try:
+            entries = list(table.items_lookup_and_delete_batch())
+        except Exception:  # kernels without batch ops: one syscall per entry
+            entries = list(table.items())
+            for k, _ in entries:
+                try:
+                    del table[k]
+                except KeyError:
+                    pass
+        for k, v in entries:
+            missed.setdefault(_value(v), set()).add(_value(k))
+        return missed
+
+    def _refresh(self, bpf: Any, pid: int, proc: _Proc, missed: AbstractSet[int] = frozenset()) -> None:
+        """Writes host tid -> thread state for every thread of the process (0 for threads without one);
+        entries of threads that missed are written again even if unchanged."""
+        proc.last_refresh = time.monotonic()
+        self.refreshes += 1
+        try:
+            states: dict[int, ThreadState] = proc.mapper.snapshot()
+            tids = thread_ids(pid)
+        except (MemoryError, ProcessGone) as e:  # exiting, or caught mid-update: the next poll retries
+            log.debug("thread states unreadable", extra={"pid": pid, "error": str(e)})
+            return
+        table = bpf["py_threads"]
+        retry_at = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + PY_RETRY_NS  # bpf_ktime_get_ns's clock
+        for tid in tids:
+            st = states.get(tid)
+            want = (st.tstate, st.ident) if st else (0, 0)
+            if proc.threads.get(tid) == want and tid not in missed:
+                continue
+            value = want if st else (0, retry_at)
+            table[ct.c_uint32(tid)] = table.Leaf.from_buffer_copy(bytes(PyThread(*value)))
+            proc.threads[tid] = want
+        for tid in set(proc.threads) - set(tids):
+            try:
+                del table[ct.c_uint32(tid)]
+            except KeyError:
+                pass
+            del proc.threads[tid]
+
+    def _learn_new_stacks(self, bpf: Any) -> None:
+        """Reads the code objects of stacks stored since the last poll while their process lives."""
+        queue = bpf["py_new_stacks"]
+        fresh: list[tuple[int, int | None]] = []
+        while True:
+            try:
+                leaf = queue.pop()
+            except KeyError:
+                break
+            fresh.append((int(leaf.id), int(leaf.pid)))
+        if self._queue_overflowed(bpf):  # some ids never made it to the queue: look at them all
+            fresh += [(k.value, None) for k in bpf["py_stacks"].keys() if k.value not in self._raw]
+        for stack_id, pid in fresh:
+            raw = self._raw.get(stack_id) or self._read_stack(bpf, stack_id)
+            if raw is None or not raw.frames:
+                continue
+            if pid is not None and pid in self._procs:
+                self._owner.setdefault(stack_id, pid)
+            proc = self._proc_for(None, stack_id, raw)
+            if proc is not None:
+                prefetch(proc.codes, raw)
+                self._owner.setdefault(stack_id, proc.interp.pid)
+
+    def _queue_overflowed(self, bpf: Any) -> bool:
+        lost = int(sum(bpf["py_stats"][ct.c_int(PYSTACK_STAT_NEW_LOST)]))
+        if lost != self._lost_seen:
+            self._lost_seen = lost
+            return True
+        return False

@@ -1,0 +1,152 @@
+"""The Python family's lifecycle against a live interpreter, with the BPF maps replaced by
+dictionaries: what attach() and poll() write, and that frames are named while the process lives and
+still named after it exited."""
+
+from __future__ import annotations
+
+import ctypes as ct
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import userwalk
+from targets.python.pythons import INTERPRETERS, Interpreter
+
+from deepctx.daemon.procfs import AddressSpace, ProcessMemory, process_info, read_maps, thread_ids
+from deepctx.daemon.python.threads import ThreadMapper
+from deepctx.probes import python_stack as ps
+from deepctx.probes.family import Target
+
+TARGETS = Path(__file__).resolve().parents[2] / "targets" / "python"
+
+
+class FakeTable:
+    """A BPF map as bcc presents it: ctypes keys and leaves."""
+
+    def __init__(self, leaf: Any, percpu: int = 0) -> None:
+        self.Leaf = leaf
+        self.data: dict[int, Any] = {}
+        self.queue: list[Any] = []
+        self.percpu = percpu
+
+    def __getitem__(self, key: Any) -> Any:
+        if self.percpu:
+            return [self.data.get(key.value, 0)] * self.percpu
+        return self.data[key.value]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.data[key.value] = value
+
+    def __delitem__(self, key: Any) -> None:
+        del self.data[key.value]
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return [(ct.c_uint32(k), v) for k, v in self.data.items()]
+
+    def items_lookup_and_delete_batch(self) -> list[tuple[int, int]]:
+        # bcc's batch operations hand scalars over as ints (elements of ctypes arrays)
+        out = [(k, v.value) for k, v in self.data.items()]
+        self.data.clear()
+        return out
+
+    def keys(self) -> list[Any]:
+        return [ct.c_uint64(k) for k in self.data]
+
+    def pop(self) -> Any:
+        if not self.queue:
+            raise KeyError("empty")
+        return self.queue.pop(0)
+
+
+class FakeBPF(dict):
+    def __init__(self, max_depth: int) -> None:
+        super().__init__(
+            py_procs=FakeTable(ps.PyProc), py_threads=FakeTable(ps.PyThread), py_misses=FakeTable(ct.c_uint32),
+            py_stacks=FakeTable(ps.py_stack_type(max_depth)), py_new_stacks=FakeTable(ps.PyNewStack),
+            py_stats=FakeTable(ct.c_uint64, percpu=2),
+        )
+
+
+@pytest.fixture(params=INTERPRETERS, ids=lambda i: i.id)
+def target(request: pytest.FixtureRequest) -> Iterator[tuple[subprocess.Popen, Target, dict]]:
+    interp: Interpreter = request.param
+    if interp.path is None:
+        pytest.skip(f"{interp.id} is not installed")
+    proc = subprocess.Popen([str(interp.path), str(TARGETS / "callpath.py")], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, DEEPCTX_TARGET_SECONDS="60"))
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    info = json.loads(line.split(None, 2)[2])
+    t = Target(proc.pid, process_info(proc.pid), AddressSpace(read_maps(proc.pid)))
+    yield proc, t, info
+    proc.kill()
+    proc.wait()
+
+
+def test_lifecycle(target: tuple[subprocess.Popen, Target, dict]) -> None:
+    proc, t, info = target
+    fam = ps.PythonStacks(max_depth=128)
+    assert fam.defines()["PY_MAX_DEPTH"] == 128 and fam.defines()["DEEPCTX_PYTHON"] == 1
+    assert "python_stack_capture" in fam.source()
+    fam.prepare(t)
+    interp = fam.interpreter(t.pid)
+    assert interp is not None and t.state["python"] is interp
+    assert fam.interpreter_modules(t.pid) == interp.modules
+    bpf = FakeBPF(128)
+    fam.attach(bpf, t)
+
+    assert bytes(bpf["py_procs"].data[t.pid]) == bytes(ps.proc_config(interp.layout))
+    threads = bpf["py_threads"].data
+    assert set(threads) == set(thread_ids(t.pid))
+    main = threads[info["tid"]]
+    assert main.tstate != 0
+    with ProcessMemory(t.pid) as mem:
+        assert ThreadMapper(mem, interp).snapshot()[info["tid"]].tstate == main.tstate
+
+    # a sample of an unknown thread asks for a refresh on the next poll
+    refreshes = fam.refreshes
+    del threads[info["tid"]]
+    bpf["py_misses"].data[info["tid"]] = ct.c_uint32(t.pid)
+    fam.poll(bpf, t)
+    assert fam.refreshes == refreshes + 1 and not bpf["py_misses"].data
+    assert threads[info["tid"]].tstate == main.tstate
+
+    # a new stack is named at the next poll, and stays named once the process is gone
+    with ProcessMemory(t.pid) as mem:
+        raw = userwalk.walk(mem, interp, main.tstate)
+    value = ps.py_stack_type(128)()
+    value.depth, value.flags = len(raw.frames), raw.flags
+    for i, f in enumerate(raw.frames):
+        value.frames[i].code, value.frames[i].tag, value.frames[i].lasti = f.code, f.tag, f.lasti
+        value.frame_flags[i] = f.flags
+    bpf["py_stacks"].data[42] = value
+    bpf["py_new_stacks"].queue.append(ps.PyNewStack(42, t.pid, info["tid"]))
+    fam.poll(bpf, t)
+    proc.kill()
+    proc.wait()
+    names = [f.frame.name for f in fam.frames(bpf, t, 42)]
+    assert names[:4] == ["<module>", "top", "mid", "leaf"]
+    assert fam.frames(bpf, None, 42) == fam.frames(bpf, t, 42)
+    assert fam.frames(bpf, t, 7) == []  # an id the walker never stored
+
+    stats = fam.stats(bpf)
+    assert set(stats) >= {"python_tstate_misses", "python_truncated", "python_read_errors", "python_stacks"}
+    fam.detach(bpf, t)
+    assert not bpf["py_procs"].data and not threads
+    assert [f.frame.name for f in fam.frames(bpf, t, 42)][:4] == ["<module>", "top", "mid", "leaf"]
+    assert fam.interpreter_modules(t.pid) == interp.modules
+
+
+def test_unsupported_target_is_refused_clearly() -> None:
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        t = Target(proc.pid, process_info(proc.pid), AddressSpace(read_maps(proc.pid)))
+        with pytest.raises(ValueError, match=f"process {proc.pid} is not a Python process"):
+            ps.PythonStacks().prepare(t)
+    finally:
+        proc.kill()
+        proc.wait()

@@ -1,0 +1,87 @@
+"""Raw walker stacks -> Python frames: order, incomplete frames, unknown code, truncation markers,
+and the short module names frames carry."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepctx.daemon.frames import TRUNCATED, Frame
+from deepctx.daemon.python.code import CodeInfo
+from deepctx.daemon.python.linetable import line_ranges
+from deepctx.daemon.python.pyframe import PyFrameInfo, module_name
+from deepctx.daemon.python.stacks import (
+    PYFRAME_F_ENTRY,
+    PYFRAME_F_GENERATOR,
+    PYSTACK_F_READ_ERROR,
+    PYSTACK_F_TRUNCATED,
+    RawFrame,
+    RawStack,
+    symbolize_stack,
+)
+
+# 4 code units on line firstlineno + 1, then 4 on + 2 (3.11+ location table, no-column entries)
+TABLE = bytes([0x80 | (13 << 3) | 3, 0x02, 0x80 | (13 << 3) | 3, 0x02])
+
+
+def info(name: str, first: int, firsttraceable: int | None = 2) -> CodeInfo:
+    return CodeInfo(name.rsplit(".", 1)[-1], name, "/app/train.py", first, firsttraceable,
+                    line_ranges("locations", TABLE, first))
+
+
+class FakeCodes:
+    def __init__(self) -> None:
+        self.objects = {(0x100, 1): info("main", 10), (0x200, 2): info("Model.step", 20), (0x300, 3): info("loss", 30)}
+
+    def get(self, addr: int, tag: int) -> CodeInfo | None:
+        return self.objects.get((addr, tag))
+
+
+def names(frames: list[PyFrameInfo]) -> list[str]:
+    return [f.frame.name for f in frames]
+
+
+def test_outermost_first_with_lines_and_entries() -> None:
+    raw = RawStack(0, [RawFrame(0x300, 3, 5, 0), RawFrame(0x200, 2, 2, PYFRAME_F_ENTRY), RawFrame(0x100, 1, 7, PYFRAME_F_ENTRY)])
+    out = symbolize_stack(FakeCodes(), raw)  # type: ignore[arg-type]
+    assert out == [
+        PyFrameInfo(Frame("python", "main", "/app/train.py", 12, "train"), True),
+        PyFrameInfo(Frame("python", "Model.step", "/app/train.py", 21, "train"), True),
+        PyFrameInfo(Frame("python", "loss", "/app/train.py", 32, "train"), False),
+    ]
+
+
+def test_incomplete_frame_is_hidden_unless_it_starts_an_activation() -> None:
+    codes = FakeCodes()
+    hidden = RawStack(0, [RawFrame(0x300, 3, 1, 0), RawFrame(0x100, 1, 3, PYFRAME_F_ENTRY)])
+    assert names(symbolize_stack(codes, hidden)) == ["main"]  # type: ignore[arg-type]
+    kept = RawStack(0, [RawFrame(0x300, 3, -1, PYFRAME_F_ENTRY), RawFrame(0x100, 1, 3, PYFRAME_F_ENTRY)])
+    out = symbolize_stack(codes, kept)  # type: ignore[arg-type]
+    assert names(out) == ["main", "loss"] and out[1].frame.line == 30  # shows its first line
+    gen = RawStack(0, [RawFrame(0x300, 3, 0, PYFRAME_F_GENERATOR), RawFrame(0x100, 1, 3, PYFRAME_F_ENTRY)])
+    assert names(symbolize_stack(codes, gen)) == ["main", "loss"]  # type: ignore[arg-type]
+
+
+def test_unknown_code_object_is_named_unknown_never_garbage() -> None:
+    raw = RawStack(0, [RawFrame(0x300, 99, 5, 0), RawFrame(0x100, 1, 3, PYFRAME_F_ENTRY)])
+    assert symbolize_stack(FakeCodes(), raw)[1] == PyFrameInfo(Frame("python", "[unknown]"), False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("flag", [PYSTACK_F_TRUNCATED, PYSTACK_F_READ_ERROR])
+def test_incomplete_stacks_start_with_the_marker(flag: int) -> None:
+    out = symbolize_stack(FakeCodes(), RawStack(flag, [RawFrame(0x300, 3, 5, 0)]))  # type: ignore[arg-type]
+    assert out[0] == PyFrameInfo(TRUNCATED, True) and names(out) == ["[truncated]", "loss"]
+
+
+@pytest.mark.parametrize(("filename", "module"), [
+    ("/usr/lib/python3.11/json/decoder.py", "json.decoder"),
+    ("/usr/lib/python3.11/asyncio/__init__.py", "asyncio"),
+    ("/root/.pyenv/versions/3.13.0/lib/python3.13/threading.py", "threading"),
+    ("/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", "torch.nn.modules.linear"),
+    ("/usr/lib/python3/dist-packages/numpy/core/numeric.py", "numpy.core.numeric"),
+    ("/home/me/train.py", "train"),
+    ("<frozen importlib._bootstrap>", "importlib._bootstrap"),
+    ("<string>", None),
+])
+def test_module_names(filename: str, module: str | None) -> None:
+    assert module_name(filename) == module
+
