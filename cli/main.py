@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from deepctx.cli.client import CliError, socket_path
-from deepctx.cli.commands import attach, ps, status
+from deepctx.cli.commands import attach, diff, export, ps, report, run, status
 
-COMMANDS = (attach, ps, status)
+COMMANDS = (attach, ps, status, report, export, diff, run)
 
 
 def build_parser() -> argparse.ArgumentParser:

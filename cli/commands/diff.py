@@ -1,0 +1,56 @@
+"""deepctx diff BEFORE AFTER: per call path and per kernel, what grew, shrank, appeared and vanished."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from deepctx.cli.client import CliError
+from deepctx.cli.commands.report import console_for
+from deepctx.cli.formats.diff_table import DiffTables
+from deepctx.cli.views.diff import DiffNode, diff_tree
+from deepctx.cli.views.document import DocumentError, load
+from deepctx.cli.views.model import DEFAULT_SORT_ORDER, from_doc, pick_metric
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("diff", help="compare two profiles: call paths and kernels that grew, shrank, appeared, vanished",
+                       description="Compare two saved profiles of the same program.")
+    p.add_argument("before")
+    p.add_argument("after")
+    p.add_argument("--sort", metavar="METRIC", help="metric compared per call path (default: the first measured)")
+    p.add_argument("--limit", type=int, default=30, help="rows per table (default 30)")
+    p.add_argument("--width", type=int, help="render for this many columns (default: the terminal's)")
+    p.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    p.add_argument("--html", metavar="OUT", help="write a self-contained HTML diff report here instead")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        before, after = load(args.before), load(args.after)
+    except DocumentError as e:
+        raise CliError(str(e), 2) from None
+    after_root = from_doc(after)
+    root = diff_tree(from_doc(before), after_root)
+    try:
+        metric = pick_metric(after_root, args.sort) if args.sort else _default_metric(root)
+    except KeyError:
+        raise CliError(f"--sort {args.sort}: no such metric", 2) from None
+    if args.html:
+        from deepctx.cli.formats.html import HtmlReport
+
+        Path(args.html).write_text(HtmlReport().render_diff(before, after))
+        Console(stderr=True).print(f"diff report written to {args.html}")
+        return 0
+    DiffTables().render(before, after, root, metric, args.limit, console_for(args))
+    return 0
+
+
+def _default_metric(root: DiffNode) -> str:
+    for m in DEFAULT_SORT_ORDER:
+        if root.before_total.get(m) or root.after_total.get(m):
+            return m
+    return "cpu_samples"

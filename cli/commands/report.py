@@ -1,0 +1,127 @@
+"""deepctx report FILE|--pid PID: top-down, bottom-up and flat views in the terminal, or an HTML report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from deepctx.cli.client import CliError
+from deepctx.cli.formats.flat_table import FlatTable
+from deepctx.cli.formats.terminal import ViewOptions
+from deepctx.cli.formats.tree_table import TreeTable
+from deepctx.cli.views.bottomup import bottom_up
+from deepctx.cli.views.document import DocumentError, load
+from deepctx.cli.views.focus import focus_tree
+from deepctx.cli.views.model import ViewNode, from_doc, nonzero_metrics, pick_metric
+
+VIEWS = ("top-down", "bottom-up", "flat")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="show a profile: top-down, bottom-up, flat, or an HTML report",
+                       description="Show a saved profile (JSON, optionally gzipped), or capture one with --pid.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("file", nargs="?", help="a profile written by `deepctx attach -o FILE`")
+    src.add_argument("--pid", type=int, help="capture this process through deepctxd first (like attach)")
+    p.add_argument("--duration", type=float, default=10.0, help="with --pid: seconds to capture (default 10)")
+    p.add_argument("--save", metavar="FILE", help="with --pid: also write the captured profile (JSON) here")
+    p.add_argument("--view", choices=VIEWS, default="top-down")
+    p.add_argument("--sort", metavar="METRIC",
+                   help="metric to sort by and take percentages of (default: the first measured of "
+                        "cpu_samples, gpu_time_ns, api_time_ns, calls, sync_wait_ns, bytes)")
+    p.add_argument("--by", choices=["self", "total"], help="sort by self or total value (default: total; flat: self)")
+    p.add_argument("--columns", metavar="M1,M2", help="metrics to show (default: every metric measured; 'all')")
+    p.add_argument("--focus", metavar="NAME", help="top-down/flat: what frames matching NAME call; "
+                                                   "bottom-up: who calls them (regex on names and file:line)")
+    p.add_argument("--min-percent", type=float, default=None, help="hide rows below this share (default 0.5; flat 0)")
+    p.add_argument("--depth", type=int, default=64, help="deepest tree level shown")
+    p.add_argument("--limit", type=int, default=50, help="flat: at most this many rows")
+    p.add_argument("--width", type=int, help="render for this many columns (default: the terminal's)")
+    p.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                   help="colour frames by kind (auto: when stdout is a terminal and NO_COLOR is unset)")
+    p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report here instead")
+    p.add_argument("--no-sources", action="store_true", help="HTML: do not embed the Python source files")
+    p.set_defaults(run=run)
+
+
+def console_for(args: argparse.Namespace) -> Console:
+    force = {"always": True, "never": False}.get(args.color)
+    kw: dict[str, Any] = {"width": args.width} if args.width else {}
+    if force is False:
+        kw["no_color"] = True
+        kw["color_system"] = None
+    return Console(force_terminal=force, highlight=False, soft_wrap=False, **kw)
+
+
+def document(args: argparse.Namespace) -> dict[str, Any]:
+    if args.pid is None:
+        try:
+            return load(args.file)
+        except DocumentError as e:
+            raise CliError(str(e), 2) from None
+    from deepctx.cli.client import connect
+    from deepctx.cli.commands.attach import capture  # only --pid needs the daemon's client
+    from deepctx.cli.formats import json_file
+    from deepctx.cli.profile_doc import to_doc
+    from deepctx.proto.v1 import deepctx_pb2 as pb
+
+    stub = connect(args.socket_path)
+    req = pb.AttachRequest(pid=args.pid, duration_s=args.duration, python=pb.PYTHON_AUTO, gpu=pb.GPU_AUTO,
+                           mode=pb.MODE_EXACT)
+    doc = to_doc(capture(stub, req, args.socket_path, show_progress=sys.stderr.isatty()))
+    if args.save:
+        json_file.write(doc, args.save)
+    return doc
+
+
+def options(args: argparse.Namespace, root: ViewNode) -> ViewOptions:
+    try:
+        metric = pick_metric(root, args.sort)
+    except KeyError:
+        raise CliError(f"--sort {args.sort}: the profile has no such metric (it has {', '.join(root.total)})",
+                       2) from None
+    if args.columns in (None, ""):
+        columns = nonzero_metrics(root)
+    elif args.columns == "all":
+        columns = list(root.total)
+    else:
+        columns = [c.strip() for c in args.columns.split(",") if c.strip()]
+        unknown = [c for c in columns if c not in root.total]
+        if unknown:
+            raise CliError(f"--columns: no metric named {', '.join(unknown)} (the profile has "
+                           f"{', '.join(root.total)})", 2)
+    flat = args.view == "flat"
+    by = args.by or ("self" if flat else "total")
+    min_percent = args.min_percent if args.min_percent is not None else (0.0 if flat else 0.5)
+    return ViewOptions(metric=metric, by=by, columns=columns, min_percent=min_percent, max_depth=args.depth,
+                       limit=args.limit)
+
+
+def run(args: argparse.Namespace) -> int:
+    doc = document(args)
+    if args.html:
+        from deepctx.cli.formats.html import HtmlReport
+
+        Path(args.html).write_text(HtmlReport(embed_sources=not args.no_sources).render(doc))
+        Console(stderr=True).print(f"report written to {args.html}")
+        return 0
+    root = from_doc(doc)
+    opts = options(args, root)
+    console = console_for(args)
+    if args.view == "bottom-up":
+        TreeTable("bottom-up" + (f" (callers of {args.focus})" if args.focus else "")).render(
+            doc, bottom_up(root, args.focus), opts, console)
+        return 0
+    if args.focus:
+        root = focus_tree(root, args.focus)
+        if not root.children:
+            raise CliError(f"--focus {args.focus}: no frame matches", 1)
+    if args.view == "flat":
+        FlatTable().render(doc, root, opts, console)
+    else:
+        TreeTable("top-down" + (f" (focus {args.focus})" if args.focus else "")).render(doc, root, opts, console)
+    return 0

@@ -1,0 +1,230 @@
+"""deepctx run [--] CMD...: start a command with the CUPTI agent and profile it, device times included
+from its first kernel.
+
+The command runs with CUDA_INJECTION64_PATH naming the agent. When a process of it initializes CUDA,
+the agent (inside cuInit) sends its pid over a socket this command passes down, and waits. The first
+such process is profiled: the CLI asks deepctxd to attach (the agent is loaded by then, so the daemon
+finds it), and once the capture runs it tells the agent to go on. Later processes are told to go on at
+once. The capture ends when that process exits (or after --duration); the command's exit status is
+this command's."""
+
+from __future__ import annotations
+
+import argparse
+import array
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import grpc
+from rich.console import Console
+
+from deepctx.cli.client import CliError, connect, rpc_error
+from deepctx.cli.formats import json_file, tree
+from deepctx.cli.profile_doc import to_doc
+from deepctx.proto.v1 import deepctx_pb2 as pb
+
+PYTHON_MODES = {"auto": pb.PYTHON_AUTO, "on": pb.PYTHON_ON, "off": pb.PYTHON_OFF}
+CALL_PATH_MODES = {"exact": pb.MODE_EXACT, "sampled": pb.MODE_SAMPLED}
+GO, SKIP = b"g", b"s"
+AGENT_WAIT_MS = 120_000  # how long a process waits in cuInit for the daemon to attach
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="start a command with the GPU activity agent and profile it",
+                       description="Start a command with deepctx's CUPTI agent and profile the first process "
+                                   "of it that uses CUDA, with exact device times from its first kernel.")
+    p.add_argument("--duration", type=float, default=0.0,
+                   help="seconds to capture at most (default: until the process exits, within the daemon's "
+                        "max_duration_s)")
+    p.add_argument("--rate", type=int, default=0, dest="sample_hz", help="CPU samples per second")
+    p.add_argument("--python", choices=sorted(PYTHON_MODES), default="auto", help="walk Python frames")
+    p.add_argument("--mode", choices=sorted(CALL_PATH_MODES), default="exact",
+                   help="GPU calls: the call path of every call (exact) or of a fraction (sampled)")
+    p.add_argument("--trace", action="store_true",
+                   help="record every API call and device record; with -o FILE, write a Chrome/Perfetto trace")
+    p.add_argument("--format", choices=["tree", "json"], default="tree")
+    p.add_argument("-o", "--output", help="write the profile (JSON; Chrome trace with --trace) here")
+    p.add_argument("--min-percent", type=float, default=0.5, help="tree: hide nodes below this share")
+    p.add_argument("--depth", type=int, default=64, help="tree: deepest level shown")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--agent", help="the CUPTI agent library (default: the one deepctx ships)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the command (after --)")
+    p.set_defaults(run=run)
+
+
+def agent_path(flag: str | None) -> str:
+    if flag:
+        if not os.path.isfile(flag):
+            raise CliError(f"--agent {flag}: no such file", 2)
+        return os.path.abspath(flag)
+    from deepctx.daemon.inject.agent import find_agent
+
+    try:
+        return find_agent()
+    except ValueError as e:
+        raise CliError(str(e), 2) from None
+
+
+def receive_pid(sock: socket.socket) -> tuple[int, socket.socket] | None:
+    """One agent's message: its pid and its end of a private socket pair. None at end of stream."""
+    fds = array.array("i")
+    try:
+        data, anc, _, _ = sock.recvmsg(64, socket.CMSG_SPACE(fds.itemsize))
+    except ConnectionResetError:
+        return None
+    if not data:
+        return None
+    for level, kind, payload in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    if not fds:
+        return None
+    return int.from_bytes(data[:4], "little", signed=True), socket.socket(fileno=fds[0])
+
+
+def reply(channel: socket.socket, what: bytes) -> None:
+    try:
+        channel.send(what)
+    except OSError:
+        pass  # the process is gone
+    finally:
+        channel.close()
+
+
+class Capture:
+    """The daemon's capture of one process, in a thread: the stream's progress says when the probes are
+    live (then the waiting agent is released), the last message is the profile."""
+
+    def __init__(self, stub: Any, req: pb.AttachRequest, socket_path: str, on_live: Any) -> None:
+        self.stub = stub
+        self.req = req
+        self.socket_path = socket_path
+        self.on_live = on_live
+        self.profile: pb.Profile | None = None
+        self.error: CliError | None = None
+        self.thread = threading.Thread(target=self._run, name="deepctx-run-capture", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        live = False
+        try:
+            for ev in self.stub.Attach(self.req):
+                if ev.HasField("progress"):
+                    if not live and ev.progress.message == "capturing":
+                        live = True
+                        self.on_live()
+                else:
+                    self.profile = ev.profile
+        except grpc.RpcError as e:
+            self.error = rpc_error(e, self.socket_path)
+        finally:
+            if not live:
+                self.on_live()  # never leave the process waiting for a capture that failed
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        raise CliError("nothing to run: deepctx run [options] -- CMD [ARGS...]", 2)
+    if os.environ.get("CUDA_INJECTION64_PATH"):
+        raise CliError(f"CUDA_INJECTION64_PATH is already set ({os.environ['CUDA_INJECTION64_PATH']}): another "
+                       f"tool injects into CUDA; unset it to run with deepctx", 2)
+    stub = connect(args.socket_path)  # fails early, before the command starts, when no daemon answers
+    agent = agent_path(args.agent)
+    err = Console(stderr=True)
+    show = not args.quiet
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    env = dict(os.environ, CUDA_INJECTION64_PATH=agent, DEEPCTX_NOTIFY_FD=str(theirs.fileno()),
+               DEEPCTX_AGENT_WAIT_MS=str(AGENT_WAIT_MS))
+    try:
+        proc = subprocess.Popen(cmd, env=env, pass_fds=(theirs.fileno(),))
+    except OSError as e:
+        raise CliError(f"cannot run {cmd[0]}: {e.strerror}", 127) from None
+    theirs.close()
+    capture: Capture | None = None
+    try:
+        capture = wait_and_profile(proc, ours, stub, args, err if show else None)
+    except KeyboardInterrupt:
+        proc.terminate()
+        raise
+    finally:
+        ours.close()
+    rc = proc.wait()
+    if capture is None:
+        if show:
+            err.print("[yellow]warning:[/] the command never initialized CUDA: nothing was profiled")
+        return rc
+    capture.thread.join()
+    if capture.error is not None:
+        raise capture.error
+    if capture.profile is None:
+        raise CliError("the daemon ended the capture without a profile")
+    render(to_doc(capture.profile), args, err)
+    return rc
+
+
+def wait_and_profile(proc: subprocess.Popen, ours: socket.socket, stub: Any, args: argparse.Namespace,
+                     err: Console | None) -> Capture | None:
+    """Answers the agents of the command's processes until the command exits; profiles the first."""
+    capture: Capture | None = None
+    sel = selectors.DefaultSelector()
+    sel.register(ours, selectors.EVENT_READ)
+    pidfd = os.pidfd_open(proc.pid)
+    sel.register(pidfd, selectors.EVENT_READ)
+    try:
+        while True:
+            for key, _ in sel.select():
+                if key.fileobj is not ours:
+                    return capture  # the command exited
+                got = receive_pid(ours)
+                if got is None:
+                    sel.unregister(ours)
+                    continue
+                pid, channel = got
+                if capture is not None:
+                    reply(channel, SKIP)
+                    continue
+                if err is not None:
+                    err.print(f"deepctx: process {pid} initialized CUDA: profiling it")
+                req = pb.AttachRequest(pid=pid, duration_s=args.duration or 0.0, sample_hz=args.sample_hz,
+                                       python=PYTHON_MODES[args.python], gpu=pb.GPU_ON,
+                                       mode=CALL_PATH_MODES[args.mode], gpu_activity=pb.GPU_ACTIVITY_ON,
+                                       trace=args.trace)
+                if not req.duration_s:
+                    req.duration_s = max_duration(stub)
+                capture = Capture(stub, req, args.socket_path, lambda ch=channel: reply(ch, GO))
+    finally:
+        os.close(pidfd)
+        sel.close()
+
+
+def max_duration(stub: Any) -> float:
+    try:
+        return float(stub.Status(pb.StatusRequest()).max_duration_s) or 3600.0
+    except grpc.RpcError:
+        return 3600.0
+
+
+def render(doc: dict, args: argparse.Namespace, err: Console) -> None:
+    for w in doc["warnings"]:
+        err.print(f"[yellow]warning:[/] {w}")
+    if args.trace and args.output:
+        from deepctx.cli.formats.chrome import ChromeTrace
+        from deepctx.cli.formats.exporter import ExportOptions
+
+        with open(args.output, "w") as f:
+            f.write(ChromeTrace().export(doc, ExportOptions()))
+        if not args.quiet:
+            err.print(f"trace written to {args.output}")
+    elif args.format == "json" or args.output:
+        json_file.write(doc, args.output)
+        if args.output and not args.quiet:
+            err.print(f"profile written to {args.output}")
+    if args.format == "tree":
+        tree.render(doc, min_percent=args.min_percent, max_depth=args.depth)
+    sys.stdout.flush()

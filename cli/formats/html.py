@@ -1,0 +1,67 @@
+"""The HTML report: one self-contained file (template, CSS, vendored d3 and d3-flame-graph, the app and
+the data inlined), so it opens offline, from a mail attachment or a CI artifact."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from deepctx.cli.formats.html_payload import diff_payload, profile_payload, read_sources
+from deepctx.cli.views.diff import diff_tree
+from deepctx.cli.views.model import DEFAULT_SORT_ORDER, from_doc, pick_metric
+
+HTML_DIR = Path(__file__).resolve().parent.parent / "html"
+VENDOR = ("vendor/d3.min.js", "vendor/d3-flamegraph.min.js")
+
+
+def _script_safe(text: str) -> str:
+    """Text that cannot close the <script> element it sits in."""
+    return text.replace("</", "<\\/")
+
+
+def _json_for_script(data: Any) -> str:
+    # '<' escaped as \u003c: JSON stays valid and no '</script>' or '<!--' can appear.
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).replace("<", "\\u003c")
+
+
+def _html_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class HtmlReport:
+    def __init__(self, embed_sources: bool = True) -> None:
+        self.embed_sources = embed_sources
+
+    def render(self, doc: dict[str, Any], metric: str | None = None) -> str:
+        root = from_doc(doc)
+        sources = read_sources(root) if self.embed_sources else {}
+        return self._page(profile_payload(doc, root, pick_metric(root, metric), sources))
+
+    def render_diff(self, before: dict[str, Any], after: dict[str, Any], metric: str | None = None) -> str:
+        root = diff_tree(from_doc(before), from_doc(after))
+        if metric is None:
+            metric = next((m for m in DEFAULT_SORT_ORDER if root.after_total.get(m) or root.before_total.get(m)),
+                          "cpu_samples")
+        return self._page(diff_payload(before, after, root, metric))
+
+    def _page(self, payload: dict[str, Any]) -> str:
+        template = (HTML_DIR / "report.html").read_text()
+        vendor = "\n".join((HTML_DIR / v).read_text() for v in VENDOR)
+        parts = {  # in the order the markers appear in report.html
+            "@TITLE@": _html_escape(f"deepctx: {payload['title']}"[:200]),
+            "/*@CSS@*/": (HTML_DIR / "report.css").read_text(),
+            "@DATA@": _json_for_script(payload),
+            "/*@VENDOR@*/": _script_safe(vendor),
+            "/*@APP@*/": _script_safe((HTML_DIR / "app.js").read_text()),
+        }
+        out = []
+        rest = template
+        # One pass in template order, so text inserted for one marker is never searched for the next.
+        for marker, text in parts.items():
+            head, sep, rest = rest.partition(marker)
+            if not sep:
+                raise ValueError(f"report.html has no {marker}")
+            out.extend([head, text])
+        out.append(rest)
+        return "".join(out)

@@ -1,0 +1,132 @@
+"""The data the HTML report embeds: the tree as column arrays in preorder, strings interned once.
+
+Compact on purpose: a 100k-node profile is a few MB of JSON the page parses in well under a second.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from deepctx.cli.views.diff import DiffNode, kernel_changes, kernel_metric, path_changes
+from deepctx.cli.views.model import METRIC_TITLES, METRIC_UNITS, Frame, ViewNode, gc_paused
+
+KINDS = ["root", "thread", "python", "native", "op", "api", "kernel", "memcpy", "memset", "sync"]
+MAX_SOURCE_BYTES = 2_000_000  # per file: a generated or data file is not worth embedding
+MAX_SOURCES_BYTES = 32_000_000
+
+
+class _Columns:
+    def __init__(self, metrics: list[str]) -> None:
+        self.strings: list[str] = []
+        self.index: dict[str, int] = {}
+        self.kinds = list(KINDS)
+        self.cols: dict[str, list[int]] = {k: [] for k in ("parent", "kind", "name", "file", "line", "module", "tid", "fn")}
+        self.functions: dict[Frame, int] = {}  # frame with the line dropped -> function id (flat, bottom-up)
+        self.values: dict[str, list[int]] = {m: [] for m in metrics}
+        self.base: dict[str, list[int]] = {m: [] for m in metrics}
+
+    def s(self, text: str | None) -> int:
+        if text is None:
+            return -1
+        i = self.index.get(text)
+        if i is None:
+            i = self.index[text] = len(self.strings)
+            self.strings.append(text)
+        return i
+
+    def add(self, frame: Frame, parent: int, tid: int | None) -> int:
+        if frame.kind not in self.kinds:
+            self.kinds.append(frame.kind)
+        c = self.cols
+        c["parent"].append(parent)
+        c["kind"].append(self.kinds.index(frame.kind))
+        c["name"].append(self.s(frame.name))
+        c["file"].append(self.s(frame.file))
+        c["line"].append(frame.line or 0)
+        c["module"].append(self.s(frame.module))
+        c["tid"].append(tid if tid is not None else -1)
+        c["fn"].append(self.functions.setdefault(frame.function(), len(self.functions)))
+        return len(c["parent"]) - 1
+
+
+def _meta(doc: dict[str, Any]) -> dict[str, Any]:
+    keys = ("command", "pid", "hostname", "started_unix", "duration_s", "ended", "sample_hz", "mode", "warnings")
+    return {k: doc.get(k) for k in keys}
+
+
+def _subtitle(doc: dict[str, Any]) -> str:
+    parts = [f"pid {doc.get('pid')}", f"{float(doc.get('duration_s') or 0):.2f} s"]
+    if doc.get("hostname"):
+        parts.append(f"host {doc['hostname']}")
+    if doc.get("sample_hz"):
+        parts.append(f"{doc['sample_hz']} Hz")
+    if doc.get("mode"):
+        parts.append(f"GPU calls {doc['mode']}")
+    return ", ".join(parts)
+
+
+def _common(metrics: list[str], default_metric: str) -> dict[str, Any]:
+    return {"metrics": metrics, "units": {m: METRIC_UNITS.get(m, "count") for m in metrics},
+            "titles": {m: METRIC_TITLES.get(m, m) for m in metrics}, "defaultMetric": default_metric}
+
+
+@gc_paused
+def profile_payload(doc: dict[str, Any], root: ViewNode, default_metric: str, sources: dict[str, str]) -> dict[str, Any]:
+    metrics = list(root.total)
+    cols = _Columns(metrics)
+    stack: list[tuple[ViewNode, int]] = [(root, -1)]
+    while stack:
+        node, parent = stack.pop()
+        i = cols.add(node.frame, parent, node.tid)
+        for m in metrics:
+            cols.values[m].append(node.self[m])
+        stack.extend((c, i) for c in reversed(node.children))
+    return {"mode": "profile", "title": doc.get("command") or "deepctx profile", "subtitle": _subtitle(doc),
+            "meta": _meta(doc), **_common(metrics, default_metric), "kinds": cols.kinds, "strings": cols.strings,
+            "nodes": cols.cols, "values": cols.values, "sources": sources, "findings": doc.get("findings") or [],
+            "trace": doc.get("trace") or None}
+
+
+@gc_paused
+def diff_payload(before: dict[str, Any], after: dict[str, Any], root: DiffNode, default_metric: str,
+                 limit: int = 300) -> dict[str, Any]:
+    metrics = list(root.after_total)
+    cols = _Columns(metrics)
+    stack: list[tuple[DiffNode, int]] = [(root, -1)]
+    while stack:
+        node, parent = stack.pop()
+        i = cols.add(node.frame, parent, None)
+        for m in metrics:
+            cols.values[m].append(node.after_self.get(m, 0))
+            cols.base[m].append(node.before_self.get(m, 0))
+        stack.extend((c, i) for c in reversed(node.children))
+    km = kernel_metric(root)
+    kernels = [{"kind": k.frame.kind, "name": k.frame.name, "status": k.status(km), "before": k.before.get(km, 0),
+                "after": k.after.get(km, 0), "calls_before": k.before.get("calls", 0), "calls_after": k.after.get("calls", 0)}
+               for k in kernel_changes(root)][:limit]
+    paths = [{"path": [f.label() for f in c.path], "status": c.status, "before": c.before, "after": c.after}
+             for c in path_changes(root, default_metric)[:limit]]
+    title = f"diff: {before.get('command', '?')} → {after.get('command', '?')}"
+    return {"mode": "diff", "title": title, "subtitle": f"before: {_subtitle(before)}; after: {_subtitle(after)}",
+            "meta": {"warnings": []}, **_common(metrics, default_metric), "kinds": cols.kinds, "strings": cols.strings,
+            "nodes": cols.cols, "values": cols.values, "base": cols.base, "sources": {}, "findings": [], "trace": None,
+            "changes": {"kernel_metric": km, "path_metric": default_metric, "kernels": kernels, "paths": paths}}
+
+
+def read_sources(root: ViewNode) -> dict[str, str]:
+    """The text of every readable Python file that a Python frame names, read now (at report time)."""
+    names = sorted({n.frame.file for n in root.walk() if n.frame.kind == "python" and n.frame.file})
+    out: dict[str, str] = {}
+    budget = MAX_SOURCES_BYTES
+    for name in names:
+        p = Path(name)
+        try:
+            if not p.is_file() or p.stat().st_size > min(MAX_SOURCE_BYTES, budget):
+                continue
+            text = p.read_bytes().decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        out[name] = text
+        budget -= len(text)
+    return out

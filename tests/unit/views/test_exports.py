@@ -1,0 +1,156 @@
+"""Exports on the fixtures and synthetic profiles: pprof, speedscope, chrome, hatchet, folded (exact values)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+
+import jsonschema
+from synth import trace_events
+
+from deepctx.cli.formats.chrome import ChromeTrace
+from deepctx.cli.formats.exporter import ExportOptions, exporters
+from deepctx.cli.formats.folded import FoldedStacks
+from deepctx.cli.formats.hatchet import HatchetLiteral
+from deepctx.cli.formats.pprof import Pprof
+from deepctx.cli.formats.speedscope import Speedscope
+from deepctx.cli.main import main
+from deepctx.proto.pprof import profile_pb2
+
+HERE = Path(__file__).resolve().parent
+ELEMENTWISE = "[kernel stub [heap]+0x88245c0]"
+
+
+def test_registry_has_every_format() -> None:
+    assert sorted(exporters()) == ["chrome", "folded", "hatchet", "pprof", "speedscope"]
+
+
+def test_folded_lines_sum_to_the_metric_total(torch_doc, gpu_doc) -> None:
+    text = FoldedStacks().export(torch_doc, ExportOptions(metric="calls"))
+    lines = text.splitlines()
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in lines) == 1201
+    hot = [line for line in lines if line.endswith(" 1000")]
+    assert len(hot) == 1 and hot[0].startswith("[thread] python3 (610);")
+    assert hot[0].endswith(f"cudaLaunchKernel [api];{ELEMENTWISE} [kernel] 1000")
+    py = FoldedStacks().export(gpu_doc, ExportOptions(metric="cpu_samples"))
+    assert "[thread] python3 (4242);<module> (" in py and "main (" in py and py.count("\n") == 3
+
+
+def test_pprof_parses_with_every_metric_and_labels(torch_doc) -> None:
+    prof = profile_pb2.Profile()
+    prof.ParseFromString(gzip.decompress(Pprof().export(torch_doc, ExportOptions())))
+    s = prof.string_table
+    assert s[0] == ""
+    assert [(s[t.type], s[t.unit]) for t in prof.sample_type] == [
+        ("cpu_samples", "count"), ("calls", "count"), ("api_time", "nanoseconds"), ("gpu_time", "nanoseconds"),
+        ("bytes", "bytes"), ("sync_wait", "nanoseconds")]
+    assert s[prof.default_sample_type] == "cpu_samples"
+    assert prof.period == 1_000_000_000 // 99 and s[prof.period_type.unit] == "nanoseconds"
+    totals = [sum(x.value[i] for x in prof.sample) for i in range(6)]
+    assert totals == [33, 1201, 63315639, 0, 302122184, 50582754]
+    funcs = {f.id: f for f in prof.function}
+    locs = {loc.id: loc for loc in prof.location}
+    hot = next(x for x in prof.sample if x.value[1] == 1000)
+    leaf = funcs[locs[hot.location_id[0]].line[0].function_id]
+    assert s[leaf.name] == ELEMENTWISE
+    caller = funcs[locs[hot.location_id[1]].line[0].function_id]
+    assert s[caller.name] == "cudaLaunchKernel" and s[caller.filename] == "libcudart.so.13"
+    labels = {s[lab.key]: (s[lab.str] if lab.str else lab.num) for lab in hot.label}
+    assert labels == {"pid": 610, "thread": "python3", "tid": 610, "kind": "kernel", "stream": 0}
+    native = next(loc for loc in prof.location if loc.mapping_id)
+    assert s[prof.mapping[native.mapping_id - 1].filename]
+
+
+def test_pprof_python_frames_have_lines(gpu_doc) -> None:
+    prof = profile_pb2.Profile()
+    prof.ParseFromString(gzip.decompress(Pprof().export(gpu_doc, ExportOptions())))
+    s = prof.string_table
+    funcs = {f.id: f for f in prof.function}
+    lines = {(s[funcs[loc.line[0].function_id].name], loc.line[0].line) for loc in prof.location}
+    assert {("multiply", 7), ("read_scalars", 14), ("main", 21), ("main", 22)} <= lines
+
+
+def test_speedscope_follows_its_schema(torch_doc) -> None:
+    schema = json.loads((HERE / "speedscope-file-format-schema.json").read_text())
+    out = json.loads(Speedscope().export(torch_doc, ExportOptions()))
+    jsonschema.validate(out, schema)
+    by_name = {p["name"]: p for p in out["profiles"]}
+    calls = by_name["calls (calls)"]
+    assert sum(calls["weights"]) == 1201 and calls["endValue"] == 1201 and calls["unit"] == "none"
+    assert by_name["API time (api_time_ns)"]["unit"] == "nanoseconds"
+    frames = out["shared"]["frames"]
+    hot = calls["samples"][calls["weights"].index(1000)]
+    assert frames[hot[-1]]["name"] == f"{ELEMENTWISE} [kernel]" and frames[hot[0]]["name"] == "[thread] python3 (610)"
+
+
+def test_hatchet_literal_has_self_and_inclusive_metrics(torch_doc) -> None:
+    roots = json.loads(HatchetLiteral().export(torch_doc, ExportOptions()))
+    assert len(roots) == 1
+    root = roots[0]
+    assert root["frame"]["type"] == "root" and root["metrics"]["calls (inc)"] == 1201 and root["metrics"]["calls"] == 0
+    stack, kernel = [root], None
+    while stack:
+        x = stack.pop()
+        if x["frame"]["name"] == ELEMENTWISE:
+            kernel = x
+        stack.extend(x["children"])
+    assert kernel is not None and kernel["metrics"]["calls"] == 1000 and kernel["metrics"]["calls (inc)"] == 1000
+    assert kernel["frame"] == {"name": ELEMENTWISE, "type": "kernel"}
+
+
+def test_chrome_aggregated_layout_from_a_tree(gpu_doc) -> None:
+    out = json.loads(ChromeTrace().export(gpu_doc, ExportOptions()))
+    assert out["deepctx"]["synthetic"] is True and out["distributedInfo"]["rank"] == 0
+    ev = out["traceEvents"]
+    cats = Counter(e["cat"] for e in ev if e["ph"] == "X")
+    assert cats["kernel"] == 1 and cats["gpu_memcpy"] == 1 and cats["cuda_sync"] == 1 and cats["cuda_runtime"] == 3
+    kernel = next(e for e in ev if e.get("cat") == "kernel")
+    assert kernel["dur"] == 2000.0 and kernel["pid"] == 0 and kernel["tid"] == 7  # 1000 x 2 us on stream 7
+    assert kernel["args"]["calls"] == 1000 and kernel["args"]["grid"] == [1, 1, 1]
+    flows = [e for e in ev if e.get("cat") == "ac2g"]
+    assert {e["ph"] for e in flows} == {"s", "f"} and len(flows) == 2 * 3
+    start = next(e for e in flows if e["ph"] == "s" and e["id"] == kernel["args"]["correlation"])
+    launch = next(e for e in ev if e.get("cat") == "cuda_runtime" and e["name"] == "cudaLaunchKernel")
+    assert start["ts"] == launch["ts"] and launch["dur"] == 7000.0  # 1000 x 7 us API time
+    main = next(e for e in ev if e.get("name") == "main" and e["args"].get("line") == 21)
+    assert main["ts"] <= launch["ts"] and launch["ts"] + launch["dur"] <= main["ts"] + main["dur"]  # nested
+    names = {e["args"]["name"] for e in ev if e["ph"] == "M"}
+    assert {"GPU 0", "stream 7", "python3 (4242)"} <= names
+
+
+def test_chrome_from_a_recorded_trace(gpu_doc) -> None:
+    doc = dict(gpu_doc, trace=trace_events())
+    out = json.loads(ChromeTrace().export(doc, ExportOptions()))
+    assert out["deepctx"]["synthetic"] is False
+    ev = out["traceEvents"]
+    kernels = [e for e in ev if e.get("cat") == "kernel"]
+    assert [k["dur"] for k in kernels] == [2.0, 3.0, 4.0, 5.0, 6.0]
+    assert all(k["args"]["correlation"] == k["args"]["External id"] for k in kernels)
+    f = [e for e in ev if e.get("cat") == "ac2g" and e["ph"] == "f"]
+    assert sorted(e["id"] for e in f) == [100, 101, 102, 103, 104, 200]
+    assert '"rank": 0' in ChromeTrace().export(doc, ExportOptions())  # HTA's rank pattern needs the space
+
+
+def test_export_command_writes_each_format(tmp_path, torch_doc, capsys) -> None:
+    src = tmp_path / "prof.json"
+    src.write_text(json.dumps(torch_doc))
+    for fmt, suffix in (("pprof", ".pb.gz"), ("speedscope", ".speedscope.json"), ("chrome", ".trace.json"),
+                        ("hatchet", ".hatchet.json"), ("folded", ".folded")):
+        assert main(["export", str(src), "--to", fmt]) == 0
+        assert (tmp_path / f"prof{suffix}").stat().st_size > 1000
+    assert main(["export", str(src), "--to", "folded", "--metric", "calls", "-o", "-"]) == 0
+    out = capsys.readouterr().out
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in out.splitlines()) == 1201
+    assert main(["export", str(src), "--to", "folded", "--metric", "nope"]) == 2
+
+
+def test_exports_of_every_fixture_are_consistent(jax_doc, triton_doc) -> None:
+    for doc in (jax_doc, triton_doc):
+        total = doc["stats"]["cpu_samples_in_profile"]
+        folded = FoldedStacks().export(doc, ExportOptions(metric="cpu_samples"))
+        assert sum(int(line.rsplit(" ", 1)[1]) for line in folded.splitlines()) == total
+        prof = profile_pb2.Profile()
+        prof.ParseFromString(gzip.decompress(Pprof().export(doc, ExportOptions())))
+        assert sum(x.value[0] for x in prof.sample) == total

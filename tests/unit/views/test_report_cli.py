@@ -1,0 +1,120 @@
+"""deepctx report in the terminal: columns, sorting, focus, views, narrow terminals, no colour, errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from deepctx.cli.main import main
+
+FIXTURE = str(Path(__file__).resolve().parents[2] / "fixtures" / "profiles" / "h200_torch_ops.json.gz")
+
+
+def report(capsys, *args: str) -> str:
+    assert main(["report", *args, "--color", "never"]) == 0
+    return capsys.readouterr().out
+
+
+def test_top_down_by_calls_shows_exact_counts(capsys) -> None:
+    out = report(capsys, FIXTURE, "--sort", "calls", "--width", "200")
+    lines = out.splitlines()
+    assert "totals: CPU samples 33, calls 1201, API time 63.3 ms, bytes 288 MiB, sync wait 50.6 ms" in out
+    assert "top-down, % of total calls" in out
+    kernel = next(line for line in lines if "[kernel stub [heap]+0x88245c0]" in line)
+    assert kernel.split()[:3] == ["83.3%", "1000", "1000"]
+    assert "grid 1x1x1 block 128x1x1" in kernel
+    thread = next(line for line in lines if "[thread] python3 (610)" in line)
+    assert thread.split()[:2] == ["100.0%", "1201"]
+
+
+def test_flat_view_is_sorted_by_self(capsys) -> None:
+    out = report(capsys, FIXTURE, "--view", "flat", "--sort", "calls", "--columns", "calls", "--width", "120")
+    rows = [line for line in out.splitlines() if line.strip().endswith("]") and "%" in line]
+    assert [r.split()[1] for r in rows[:4]] == ["1000", "50", "50", "50"]
+    assert "[kernel stub [heap]+0x88245c0]  [kernel]" in rows[0]
+
+
+def test_bottom_up_focus_shows_callers(capsys) -> None:
+    out = report(capsys, FIXTURE, "--view", "bottom-up", "--focus", "^cudaLaunchKernel$", "--sort", "calls",
+                 "--width", "160", "--min-percent", "0")
+    assert "bottom-up (callers of ^cudaLaunchKernel$), % of total calls" in out
+    assert "totals: CPU samples 1, calls 1071" in out
+    first = next(line for line in out.splitlines() if "cudaLaunchKernel  [api]" in line)
+    assert first.split()[:2] == ["100.0%", "1071"]
+
+
+def test_narrow_terminal_drops_columns_and_says_so(capsys) -> None:
+    out = report(capsys, FIXTURE, "--sort", "calls", "--width", "60")
+    assert max(len(line) for line in out.splitlines()) <= 60
+    flat = " ".join(out.split())
+    assert "CPU samples, API time, bytes, sync wait not shown: the terminal is 60 columns wide" in flat
+    assert "83.3%" in out  # the sort metric always stays
+
+
+def test_no_colour_output_has_no_escape_codes_and_keeps_kind_tags(capsys) -> None:
+    out = report(capsys, FIXTURE, "--sort", "calls", "--width", "150")
+    assert "\x1b[" not in out
+    assert "[api]" in out and "[kernel]" in out and "kinds:" not in out  # no legend without colour
+
+
+def test_colour_output_colours_kinds(capsys) -> None:
+    assert main(["report", FIXTURE, "--sort", "calls", "--width", "150", "--color", "always"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[" in out and "kinds:" in out
+
+
+def test_depth_limit_and_deep_paths(capsys) -> None:
+    out = report(capsys, FIXTURE, "--sort", "calls", "--width", "200", "--depth", "2", "--min-percent", "0")
+    assert "deeper than 2 hidden" in out and "[kernel stub" not in out
+
+
+def test_ascii_guides_when_the_terminal_is_not_utf8(capsys, monkeypatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    from deepctx.cli.formats.terminal import ViewOptions
+    from deepctx.cli.formats.tree_table import TreeTable
+    from deepctx.cli.views.document import load
+    from deepctx.cli.views.model import from_doc
+
+    buf = io.StringIO()
+    con = Console(file=buf, width=150, color_system=None, legacy_windows=False)
+    monkeypatch.setattr(Console, "encoding", property(lambda self: "ascii"))
+    doc = load(FIXTURE)
+    TreeTable("top-down").render(doc, from_doc(doc), ViewOptions(metric="calls", columns=["calls"]), con)
+    text = buf.getvalue()
+    assert "`-" in text and "└" not in text and "µs" not in text
+
+
+def test_unknown_metric_and_bad_files_fail_with_one_line(tmp_path, capsys) -> None:
+    assert main(["report", FIXTURE, "--sort", "nope"]) == 2
+    assert "--sort nope: the profile has no such metric" in capsys.readouterr().err
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps({"schema": "other"}))
+    assert main(["report", str(bad)]) == 2
+    assert "not a deepctx profile" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    assert main(["report", FIXTURE, "--focus", "no_such_frame_anywhere"]) == 1
+    assert "no frame matches" in capsys.readouterr().err
+
+
+def test_plain_json_and_gzip_read_the_same(tmp_path, capsys) -> None:
+    plain = tmp_path / "p.json"
+    plain.write_bytes(gzip.decompress(Path(FIXTURE).read_bytes()))
+    a = report(capsys, FIXTURE, "--width", "150")
+    b = report(capsys, str(plain), "--width", "150")
+    assert a == b
+
+
+def test_html_option_writes_a_report(tmp_path, capsys) -> None:
+    out = tmp_path / "r.html"
+    assert main(["report", FIXTURE, "--html", str(out)]) == 0
+    assert out.stat().st_size > 50_000 and "report written to" in capsys.readouterr().err
+
+
+def test_pid_without_a_daemon_says_so(tmp_path, capsys) -> None:
+    assert main(["--socket", str(tmp_path / "none.sock"), "report", "--pid", "1"]) == 3
+    assert "deepctxd is not running" in capsys.readouterr().err
