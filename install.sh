@@ -23,7 +23,9 @@ case "$JOB" in install|demo|test) ;; *) die "unknown job '$JOB' (use: demo, test
 arch=$(dpkg --print-architecture)
 kver=$(uname -r)
 # libamdhip64-5: Debian's real AMD HIP runtime, whose entry points the CPU-only GPU tests probe
-packages=(python3-bpfcc python3-venv python3-dev gcc g++ make libc6-dev binutils systemtap-sdt-dev libamdhip64-5)
+# chromium, golang-go (go tool pprof), fonts-dejavu-core: the HTML report and export tests' real consumers
+packages=(python3-bpfcc python3-venv python3-dev gcc g++ make libc6-dev binutils systemtap-sdt-dev libamdhip64-5
+          chromium golang-go fonts-dejavu-core)
 apt_ready=0
 apt_update() {
   [ $apt_ready -eq 1 ] && return 0

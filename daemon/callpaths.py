@@ -83,7 +83,10 @@ class CallPathResolver:
         if pyframes:
             from deepctx.daemon.python.merge import merge_stacks
 
-            frames += merge_stacks(native, pyframes, self.python_modules, keep_libpython=self.native_python)
+            merged = merge_stacks(native, pyframes, self.python_modules, keep_libpython=self.native_python)
+            if merged.count(TRUNCATED) > 1:  # native and Python stacks both cut: one marker says it
+                merged = [TRUNCATED] + [f for f in merged if f != TRUNCATED]
+            frames += merged
         else:
             frames += native
         frames += self.kernel_frames(kernel_stack_id)

@@ -41,6 +41,7 @@ class CaptureOptions:
     gpu: str = "auto"  # auto | on | off
     gpu_mode: str = "exact"  # exact | sampled
     gpu_sampled_paths_per_s: int = 2000
+    native_unwind: bool = True
 
 
 @dataclass
@@ -67,36 +68,31 @@ class CaptureResult:
 
 
 def _python_family(opts: CaptureOptions) -> ProbeFamily | None:
-    # Until the Python walker is integrated, it runs only when DEEPCTX_PYTHON_STACKS=1.
-    if opts.python == "off" or os.environ.get("DEEPCTX_PYTHON_STACKS", "0") == "0":
+    if opts.python == "off":
         return None
-    try:
-        from deepctx.probes.python_stack import PythonStacks
-    except ImportError:
-        return None
+    from deepctx.probes.python_stack import PythonStacks
+
     return PythonStacks(max_depth=opts.python_max_depth)
 
 
-def _unwinder_family() -> ProbeFamily | None:
-    # Until the DWARF unwinder is integrated, it runs only when DEEPCTX_NATIVE_UNWIND=1.
-    if os.environ.get("DEEPCTX_NATIVE_UNWIND", "0") == "0":
+def _unwinder_family(opts: CaptureOptions, tables: Any) -> ProbeFamily | None:
+    if not opts.native_unwind:
         return None
-    try:
-        from deepctx.probes.native_unwind import NativeUnwinder
-    except ImportError:
-        return None
-    return NativeUnwinder()
+    from deepctx.probes.native_unwind import NativeUnwinder
+
+    return NativeUnwinder(cache=tables)
 
 
 class Capture:
     """Runs in the thread of the request that asked for it; reports progress through a callback."""
 
     def __init__(self, session_id: int, pid: int, opts: CaptureOptions, symbols: SymbolCache,
-                 shutdown: threading.Event) -> None:
+                 shutdown: threading.Event, unwind_tables: Any = None) -> None:
         self.id = session_id
         self.pid = pid
         self.opts = opts
         self.symbols = symbols
+        self.unwind_tables = unwind_tables  # the daemon's unwind table cache, shared by every capture
         self.shutdown = shutdown
         self.state = "starting"
         self.started_unix = time.time()
@@ -150,7 +146,7 @@ class Capture:
                     target.warnings.append(f"Python frames unavailable: {e}")
         elif self.opts.python == "on":
             raise FailedPrecondition("Python frame walking is not available in this build of deepctxd")
-        unwinder = _unwinder_family()
+        unwinder = _unwinder_family(self.opts, self.unwind_tables)
         if unwinder is not None:
             try:
                 unwinder.prepare(target)
@@ -263,8 +259,8 @@ class Capture:
         unwinder = fams.get("native_unwind")
 
         def resolver(read_stack: Callable[[int], tuple[list[int], bool]],
-                     read_kernel: Callable[[int], list[int]] | None = None) -> CallPathResolver:
-            if unwinder is not None:
+                     read_kernel: Callable[[int], list[int]] | None = None, dwarf: bool = True) -> CallPathResolver:
+            if unwinder is not None and dwarf:
                 read_stack = _unwinder_reader(bpf, unwinder)
             return CallPathResolver(
                 target.pid, target.space, read_stack, native, thread_names,
@@ -287,7 +283,7 @@ class Capture:
         gpu = fams.get("gpu")
         if gpu is not None:
             mode = gpu.mode
-            gpu_paths = resolver(lambda sid: gpu.user_stack(bpf, sid))
+            gpu_paths = resolver(lambda sid: gpu.user_stack(bpf, sid), dwarf=gpu.dwarf_stacks)
             namer = KernelNamer(target.pid, target.space, native, gpu.function_names(bpf), gpu.handle_strings(bpf))
             libs = library_basenames(target.space)
             buckets = [b for b in gpu.buckets(bpf) if b.pid == target.pid]

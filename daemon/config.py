@@ -29,6 +29,8 @@ class Config:
     symbol_cache_files: int = 512
     python_max_depth: int = 128
     gpu_sampled_paths_per_s: int = 2000  # sampled mode: call paths captured per second (counts stay exact)
+    native_unwind: bool = True  # walk native stacks with .eh_frame tables (false: frame pointers only)
+    cache_dir: str = "/var/cache/deepctx"  # unwind tables kept by build id
 
 
 class ConfigError(ValueError):

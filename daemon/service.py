@@ -42,12 +42,26 @@ def _bcc_version() -> str:
         return "unavailable"
 
 
+def _cache_dir(base: str, name: str) -> str | None:
+    """A cache folder under base, or None (no disk cache) when it cannot be made."""
+    path = os.path.join(base, name)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as e:
+        log.warning("no disk cache", extra={"path": path, "error": str(e)})
+        return None
+    return path
+
+
 class ProfilerService(pb_grpc.ProfilerServicer):
     def __init__(self, config: Config, shutdown: threading.Event) -> None:
         self.config = config
         self.shutdown = shutdown
         self.started = time.time()
         self.symbols = SymbolCache(config.symbol_cache_files)
+        from deepctx.daemon.unwind.cache import TableCache
+
+        self.unwind_tables = TableCache(_cache_dir(config.cache_dir, "unwind"))
         self._lock = threading.Lock()
         self._sessions: dict[int, Capture] = {}
         self._ids = itertools.count(1)
@@ -89,7 +103,7 @@ class ProfilerService(pb_grpc.ProfilerServicer):
             python=_PYTHON_MODES[req.python], native_python=req.native_python,
             python_max_depth=cfg.python_max_depth, stack_map_entries=cfg.stack_map_entries,
             count_map_entries=cfg.count_map_entries, gpu=_GPU_PROBES[req.gpu], gpu_mode=_CALL_PATH_MODES[req.mode],
-            gpu_sampled_paths_per_s=cfg.gpu_sampled_paths_per_s,
+            gpu_sampled_paths_per_s=cfg.gpu_sampled_paths_per_s, native_unwind=cfg.native_unwind,
         )
 
     def _register(self, pid: int, opts: CaptureOptions) -> Capture:
@@ -102,7 +116,7 @@ class ProfilerService(pb_grpc.ProfilerServicer):
             if len(self._sessions) >= self.config.max_sessions:
                 raise ResourceExhausted(f"{len(self._sessions)} captures are running, the most this daemon runs "
                                         f"at once (setting max_sessions)")
-            cap = Capture(next(self._ids), pid, opts, self.symbols, self.shutdown)
+            cap = Capture(next(self._ids), pid, opts, self.symbols, self.shutdown, self.unwind_tables)
             self._sessions[cap.id] = cap
             self.totals["captures_started"] += 1
             return cap

@@ -7,7 +7,9 @@
  * or it runs deeper on the stack than the outer call's entry. Entry-only APIs (sampled mode) are counted
  * at entry, with no return probe and no time.
  * Settings (-D): GPU_COUNT_ENTRIES, GPU_ADDR_ENTRIES, GPU_NAME_ENTRIES, GPU_INFLIGHT_ENTRIES,
- * and GPU_STACK_MAP (the map name of native stack ids when the native unwinder is absent). */
+ * GPU_STACK_ENTRIES, GPU_OBJECT_ENTRIES, and GPU_DWARF_STACKS: native stacks by the .eh_frame unwinder
+ * (when it is composed in) instead of frame pointers. Off by default: with the Python walker and the
+ * unwinder both inlined, this program passes the verifier's 1M-instruction bound no more. */
 #include <uapi/linux/ptrace.h>
 #include "gpu_api.h"
 
@@ -246,7 +248,7 @@ int on_gpu_api_entry(struct pt_regs *ctx) {
     if (capture) {
         f->key.flags |= GPU_KEY_F_SAMPLED;
         gpu_stat_inc(GPU_STAT_SAMPLED);
-#ifdef DEEPCTX_NATIVE_UNWIND
+#if defined(DEEPCTX_NATIVE_UNWIND) && defined(GPU_DWARF_STACKS)
         __u32 nflags = 0;
         f->key.user_stack = native_stack_capture(ctx, ak.pid, &nflags);
 #else

@@ -145,12 +145,14 @@ class GpuApi:
     name = "gpu"
 
     def __init__(self, mode: str = "exact", required: bool = False, sampled_paths_per_s: int = 2000,
-                 count_entries: int = 65536, stack_entries: int = 16384, symbol_cache: Any = None) -> None:
+                 count_entries: int = 65536, stack_entries: int = 16384, symbol_cache: Any = None,
+                 dwarf_stacks: bool = False) -> None:
         if mode not in ("exact", "sampled"):
             raise ValueError(f"unknown GPU capture mode {mode!r} (exact or sampled)")
         self.mode = mode
         self.required = required
         self.symbol_cache = symbol_cache  # the daemon's SymbolCache: ELF files are read once for all uses
+        self.dwarf_stacks = dwarf_stacks
         self.sampled_paths_per_s = sampled_paths_per_s
         self.count_entries = count_entries
         self.stack_entries = stack_entries
@@ -168,7 +170,7 @@ class GpuApi:
 
     def defines(self) -> dict[str, int | str]:
         return {"GPU_COUNT_ENTRIES": self.count_entries, "GPU_ADDR_ENTRIES": 8192, "GPU_NAME_ENTRIES": 65536,
-                "GPU_OBJECT_ENTRIES": 16384,
+                "GPU_OBJECT_ENTRIES": 16384, **({"GPU_DWARF_STACKS": 1} if self.dwarf_stacks else {}),
                 "GPU_INFLIGHT_ENTRIES": 16384, "GPU_STACK_ENTRIES": self.stack_entries}
 
     def prepare(self, target: Target) -> None:

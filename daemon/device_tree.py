@@ -1,0 +1,201 @@
+"""Device activity into the calling context tree: GPU time (CUPTI's start/end of each kernel, copy and
+set) on the same nodes the GPU API probes create (gpu_tree.py), under the call path that launched it.
+
+The BPF program already summed the records per (call path key, kernel name / copy kind, device); here
+each bucket's call path is resolved like the API bucket of the same key, so the kernel node that counts
+a launch also carries its GPU time."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from deepctx.daemon.callpaths import CallPathResolver
+from deepctx.daemon.frames import Frame
+from deepctx.daemon.gpu_tree import NOT_SAMPLED, UNNAMED_KERNEL, KernelNamer
+from deepctx.daemon.gpu_tree import _child as api_child
+from deepctx.daemon.symbolize.demangle import demangle
+from deepctx.daemon.tree import CallTree
+from deepctx.probes import gpu_apis
+from deepctx.probes.device_activity import (
+    AGENT_STATES,
+    COPY_KINDS,
+    DEV_API_UNPROBED,
+    DEV_KEY_F_UNKNOWN,
+    DEV_KIND_KERNEL,
+    DEV_KIND_MEMCPY,
+    DEV_KIND_MEMSET,
+    DEV_KIND_SYNC,
+    DeviceActivity,
+    DeviceBucket,
+)
+from deepctx.probes.gpu_api import GPU_KEY_F_SAMPLED, GPU_KEY_F_STACK_LOST
+
+UNKNOWN_ORIGIN = Frame("thread", "[GPU work whose launch was not seen]", tid=0)
+UNPROBED_API = "[CUDA call]"
+_CALLBACK_MODULES = ("libdeepctx_cupti", "libcupti", "libcudart", "libcuda.so", "libamdhip64")
+# The device work each API class is expected to cause: such records land on the API's own child node.
+_EXPECTED = {gpu_apis.LAUNCH: DEV_KIND_KERNEL, gpu_apis.MEMCPY: DEV_KIND_MEMCPY, gpu_apis.MEMSET: DEV_KIND_MEMSET}
+
+
+def cupti_kernel_names(buckets: list[DeviceBucket], names: dict[int, str]) -> dict[tuple[int, int], str]:
+    """(pid, launch handle or host stub) -> the kernel's name as CUPTI reported it. Merged into
+    KernelNamer's handle names, it names the kernels the API probes could not ([unnamed kernel]), on
+    the API's node and on the device's alike."""
+    out: dict[tuple[int, int], str] = {}
+    for b in buckets:
+        if b.kind != DEV_KIND_KERNEL or b.api_id == DEV_API_UNPROBED or b.flags & DEV_KEY_F_UNKNOWN:
+            continue
+        if gpu_apis.APIS[b.api_id].cls == gpu_apis.LAUNCH and b.name in names and b.obj:
+            out[(b.pid, b.obj)] = names[b.name]
+    return out
+
+
+def record_frame(b: DeviceBucket, names: dict[int, str]) -> Frame:
+    """The node of a record seen on its own (not as the expected work of its API)."""
+    if b.kind == DEV_KIND_KERNEL:
+        raw = names.get(b.name)
+        return Frame("kernel", demangle(raw) if raw else UNNAMED_KERNEL)
+    if b.kind == DEV_KIND_MEMCPY:
+        return Frame("memcpy", COPY_KINDS.get(b.copy_kind, "unknown"))
+    if b.kind == DEV_KIND_MEMSET:
+        return Frame("memset", "memset")
+    return Frame("sync", "device")
+
+
+def _api_view(b: DeviceBucket) -> SimpleNamespace:
+    """The fields gpu_tree's child frame reads from an API bucket (kind: the API's copy direction)."""
+    return SimpleNamespace(obj=b.obj, grid=b.grid, block=b.block, shared_mem=b.shared_mem, stream=b.stream,
+                           kind=b.api_kind)
+
+
+def work_frames(b: DeviceBucket, namer: KernelNamer, names: dict[int, str]) -> list[Frame]:
+    """The frames below the API node: the API's own child (kernel with its launch shape, copy
+    direction, memset), and for graph launches the node's kernel below the graph."""
+    api = gpu_apis.APIS[b.api_id]
+    child = api_child(api, _api_view(b), namer)  # type: ignore[arg-type]
+    if child is not None and _EXPECTED.get(api.cls) == b.kind:
+        return [child]
+    if child is not None and api.cls == gpu_apis.GRAPH:
+        return [child, record_frame(b, names)]
+    return [record_frame(b, names)]
+
+
+def _apportion(total: int, weights: list[int]) -> list[int]:
+    """Splits an exact total in proportion to weights; the parts add up to the total."""
+    s = sum(weights)
+    if s == 0:
+        return [0] * len(weights)
+    raw = [total * w / s for w in weights]
+    parts = [int(r) for r in raw]
+    for i in sorted(range(len(raw)), key=lambda i: raw[i] - parts[i], reverse=True)[:total - sum(parts)]:
+        parts[i] += 1
+    return parts
+
+
+def _signature(b: DeviceBucket) -> tuple:
+    return (b.api_id, b.obj, b.stream, b.grid, b.block, b.shared_mem, b.api_kind, b.name, b.fn_name, b.kind,
+            b.copy_kind, b.device, b.flags)
+
+
+def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: CallPathResolver,
+                       namer: KernelNamer, api_module: Callable[[gpu_apis.Api], str | None],
+                       names: dict[int, str]) -> dict[str, int]:
+    """Adds `gpu_time_ns` of every kernel, copy and set to the tree. Sampled captures: buckets whose call
+    path was not captured share their time out over the captured paths of the same signature, in
+    proportion to their record counts (as gpu_tree does with calls). Synchronization records carry no
+    GPU time (the API probes measure the wait). Returns counters for the profile's stats."""
+    stats = {"device_time_in_profile_ns": 0, "device_time_unknown_launch_ns": 0,
+             "device_time_without_call_path_ns": 0, "device_sync_records": 0}
+    groups: dict[tuple, list[DeviceBucket]] = defaultdict(list)
+    for b in buckets:
+        if b.kind == DEV_KIND_SYNC:
+            stats["device_sync_records"] += b.count
+            continue
+        groups[_signature(b)].append(b)
+    for group in groups.values():
+        first = group[0]
+        if first.flags & DEV_KEY_F_UNKNOWN:
+            t = sum(b.time_ns for b in group)
+            tree.add([UNKNOWN_ORIGIN, record_frame(first, names)], "gpu_time_ns", t)
+            stats["device_time_unknown_launch_ns"] += t
+            stats["device_time_in_profile_ns"] += t
+            continue
+        sampled = [b for b in group if b.call_flags & GPU_KEY_F_SAMPLED]
+        if not sampled:
+            sampled = group
+        times = _apportion(sum(b.time_ns for b in group), [b.count for b in sampled])
+        for b, t in zip(sampled, times, strict=True):
+            if not t:
+                continue
+            path = _call_path(b, resolver, api_module)
+            if first.api_id == DEV_API_UNPROBED:
+                path.append(Frame("api", names.get(b.fn_name, UNPROBED_API)))
+                path.append(record_frame(b, names))
+            else:
+                api = gpu_apis.APIS[b.api_id]
+                path.append(Frame("api", api.display, module=api_module(api)))
+                path += work_frames(b, namer, names)
+            tree.add(path, "gpu_time_ns", t)
+            stats["device_time_in_profile_ns"] += t
+            if not b.call_flags & GPU_KEY_F_SAMPLED:
+                stats["device_time_without_call_path_ns"] += t
+    return stats
+
+
+def _call_path(b: DeviceBucket, resolver: CallPathResolver,
+               api_module: Callable[[gpu_apis.Api], str | None]) -> list[Frame]:
+    if not b.call_flags & GPU_KEY_F_SAMPLED:
+        return [resolver.thread(b.tid), NOT_SAMPLED]
+    path = resolver.path(b.tid, b.user_stack, b.py_stack, lost=bool(b.call_flags & GPU_KEY_F_STACK_LOST))
+    if b.api_id != DEV_API_UNPROBED:
+        lib = api_module(gpu_apis.APIS[b.api_id])
+        while len(path) > 1 and lib and path[-1].module == lib:  # the API's own entry frame(s), as gpu_tree
+            path.pop()
+    else:  # taken in the agent's callback: CUPTI's and the runtime's frames below the caller's
+        while len(path) > 1 and (path[-1].module or "").startswith(_CALLBACK_MODULES):
+            path.pop()
+    return path
+
+
+@dataclass
+class DeviceView:
+    """What the device family's maps hold for one process, read once at the end of a capture."""
+
+    buckets: list[DeviceBucket]
+    names: dict[int, str]
+
+    @classmethod
+    def read(cls, family: DeviceActivity, bpf: Any, pid: int) -> DeviceView:
+        buckets = [b for b in family.buckets(bpf) if b.pid == pid]
+        return cls(buckets, family.names(bpf, pid, family.name_ids(buckets)))
+
+    def kernel_names(self) -> dict[tuple[int, int], str]:
+        """For KernelNamer's handle names (see cupti_kernel_names)."""
+        return cupti_kernel_names(self.buckets, self.names)
+
+    def add_to(self, tree: CallTree, resolver: CallPathResolver, namer: KernelNamer,
+               api_module: Callable[[gpu_apis.Api], str | None]) -> dict[str, int]:
+        return add_device_buckets(tree, self.buckets, resolver, namer, api_module, self.names)
+
+
+def device_warnings(stats: dict[str, int]) -> list[str]:
+    """What the user should know about a capture's device activity, from its stats."""
+    out = []
+    status = stats.get("device_agent_status", 0)
+    if status < 0:
+        out.append(f"no device activity: {AGENT_STATES.get(status, f'the CUPTI agent failed ({status})')}")
+    unknown = stats.get("device_records_unknown_correlation", 0)
+    if unknown:
+        out.append(f"{unknown} device records had no launch known to deepctx (launched before the capture, "
+                   f"or their correlation was dropped): their GPU time is under '{UNKNOWN_ORIGIN.name}'")
+    lost = (stats.get("device_records_dropped_map_full", 0) + stats.get("device_records_dropped_by_cupti", 0)
+            + stats.get("device_correlations_dropped", 0) + stats.get("device_batches_cut", 0))
+    if lost:
+        out.append(f"{lost} device records or correlations were dropped (see the device_* stats)")
+    if stats.get("device_trace_events_lost", 0):
+        out.append(f"{stats['device_trace_events_lost']} trace events were lost (ring buffer full)")
+    return out

@@ -1,0 +1,238 @@
+"""Loading the CUPTI agent into a running process (`deepctx attach PID --gpu-activity`).
+
+A thread of the target is borrowed through ptrace (remote.py) to call dlopen on the agent, then the
+agent's deepctx_agent_attach(), which checks for a CUDA context and subscribes to CUPTI in a thread of
+its own (the borrowed thread may hold locks CUDA needs) and reports the outcome. Refusals come before
+anything is written into the target where they can: ptrace not permitted, CUDA not loaded. Every path
+puts the borrowed thread back as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from deepctx.daemon import procfs
+from deepctx.daemon.errors import FailedPrecondition
+from deepctx.daemon.inject import ptrace
+from deepctx.daemon.inject.remote import RemoteError, RemoteThread, as_int32
+from deepctx.daemon.symbolize.elf import ElfSymbols
+
+AGENT_NAME = "libdeepctx_cupti.so"
+RTLD_NOW = 0x2
+RTLD_GLOBAL = 0x100
+RTLD_DLOPEN = 0x80000000  # __libc_dlopen_mode's flag for a dlopen-like call
+DEV_AGENT_E_PENDING = -5
+# Blocking system calls: a thread waiting in one holds no lock that dlopen could need.
+_BLOCKING = {0, 7, 23, 35, 43, 45, 47, 61, 202, 230, 232, 270, 271, 281, 288, 441}
+_MESSAGES = {
+    -1: "the process has no CUDA context yet (attach again once it has started using the GPU)",
+    -2: "CUPTI (libcupti) could not be loaded in the process",
+    -3: "CUPTI is held by another profiler in the process (one CUPTI subscriber at a time); "
+        "device activity needs it",
+    -4: "a CUPTI call failed in the process",
+}
+
+
+def find_agent() -> str:
+    """The agent this daemon ships: $DEEPCTX_AGENT, else native/build in the source tree."""
+    env = os.environ.get("DEEPCTX_AGENT")
+    candidates = [Path(env)] if env else []
+    candidates.append(Path(__file__).resolve().parents[2] / "native" / "build" / AGENT_NAME)
+    for c in candidates:
+        if c.is_file():
+            return str(c)
+    raise ValueError(f"the CUPTI agent is not built ({candidates[-1]}): build native/ with CUPTI's headers "
+                     f"(pip install nvidia-cuda-cupti), or set DEEPCTX_AGENT")
+
+
+def _ptrace_refusal(pid: int) -> str | None:
+    """Why ptrace will be refused, known without trying: a tracer already there, Yama's scope 3."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("TracerPid:") and int(line.split()[1]) != 0:
+                return (f"ptrace is not permitted: process {pid} is already traced by process {line.split()[1]} "
+                        f"(a debugger or another profiler); one tracer at a time")
+    except OSError:
+        return None
+    try:
+        scope = int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text())
+    except (OSError, ValueError):
+        scope = 0
+    if scope >= 3:
+        return "ptrace is not permitted on this host (kernel.yama.ptrace_scope = 3)"
+    return None
+
+
+def check_injectable(pid: int) -> None:
+    """Raises ValueError with the reason when the agent cannot be loaded into pid."""
+    if not ptrace.supported():
+        raise ValueError("loading the CUPTI agent into a running process is supported on x86-64 only")
+    maps = procfs.read_maps(pid)
+    if not any(os.path.basename(m.path).startswith("libcuda.so") for m in maps if m.file_backed):
+        raise ValueError("the process has no CUDA context yet (libcuda is not loaded): attach again once it "
+                         "has started using the GPU, or start it with `deepctx run`")
+    reason = _ptrace_refusal(pid)
+    if reason:
+        raise ValueError(reason)
+
+
+def _symbol_address(pid: int, maps: list[procfs.Mapping], match: Callable[[str], bool],
+                    names: set[str]) -> dict[str, int]:
+    """Run-time addresses of functions of the first mapped file whose basename `match`es."""
+    for m in maps:
+        if not (m.file_backed and m.executable and match(os.path.basename(m.path))):
+            continue
+        elf = ElfSymbols(procfs.open_mapped_file(pid, m))
+        found = elf.addresses_of(names)
+        same = [mm for mm in maps if mm.inode == m.inode and mm.dev == m.dev]
+        out = {}
+        for name, vaddr in found.items():
+            for seg in elf.segments:
+                if seg.vaddr <= vaddr < seg.vaddr + seg.filesz:
+                    off = vaddr - seg.vaddr + seg.offset
+                    for mm in same:
+                        if mm.offset <= off < mm.offset + (mm.end - mm.start):
+                            out[name] = mm.start + off - mm.offset
+        if out:
+            return out
+    return {}
+
+
+def _data_address(pid: int, maps: list[procfs.Mapping], path_in_target: str, name: str) -> int | None:
+    """Run-time address of a data symbol (deepctx_agent_state, deepctx_agent_error) of the agent."""
+    from elftools.elf.elffile import ELFFile
+
+    ms = [m for m in maps if m.file_backed and m.path == path_in_target]
+    if not ms:
+        return None
+    with open(procfs.open_mapped_file(pid, ms[0]), "rb") as f:
+        elf = ELFFile(f)
+        sym = None
+        for sec_name in (".dynsym", ".symtab"):
+            sec = elf.get_section_by_name(sec_name)
+            if sec is not None:
+                found = sec.get_symbol_by_name(name)
+                if found:
+                    sym = found[0]
+                    break
+        if sym is None:
+            return None
+        base = min(m.start - m.offset for m in ms)  # load bias: p_vaddr 0 maps at offset 0
+        first = next(s for s in elf.iter_segments() if s["p_type"] == "PT_LOAD")
+        return base + sym["st_value"] - (first["p_vaddr"] - first["p_offset"])
+
+
+def choose_thread(pid: int) -> int:
+    """A thread blocked in a waiting system call (it holds no loader or allocator lock), the main
+    thread first; else the main thread."""
+    candidates = []
+    for tid in procfs.thread_ids(pid):
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            state = stat.rsplit(")", 1)[1].split()[0]
+            nr = Path(f"/proc/{pid}/task/{tid}/syscall").read_text().split()[0]
+        except (OSError, IndexError):
+            continue
+        if state == "S" and nr.lstrip("-").isdigit() and int(nr) in _BLOCKING:
+            candidates.append(tid)
+    if pid in candidates:
+        return pid
+    return min(candidates) if candidates else pid
+
+
+def _path_in_target(pid: int, agent: str) -> tuple[str, str]:
+    """(path the target opens, the same file from here). A process in another mount namespace
+    (container) gets a copy in its /tmp, named by content."""
+    root = f"/proc/{pid}/root"
+    if os.stat(root).st_ino == os.stat("/").st_ino and os.stat(root).st_dev == os.stat("/").st_dev:
+        return agent, agent
+    digest = hashlib.sha256(Path(agent).read_bytes()).hexdigest()[:16]
+    inside = f"/tmp/deepctx-{digest}-{AGENT_NAME}"
+    host = root + inside
+    if not os.path.exists(host):
+        shutil.copyfile(agent, host + ".part")
+        os.chmod(host + ".part", 0o755)
+        os.rename(host + ".part", host)
+    return inside, host
+
+
+def inject_agent(pid: int, agent: str, before_load: Callable[[str], None] | None = None,
+                 after_load: Callable[[str, str], None] | None = None, wait_s: float = 30.0) -> None:
+    """Loads `agent` into pid and starts it. before_load(host_path) runs before dlopen (attach the
+    probes), after_load(path_in_target, host_path) right after it (register the probe sites).
+    Raises FailedPrecondition with a sentence for the user; the target keeps running in every case."""
+    try:
+        check_injectable(pid)
+    except ValueError as e:
+        raise FailedPrecondition(str(e)) from e
+    except procfs.ProcessGone as e:
+        raise FailedPrecondition(f"process {pid} exited") from e
+    path, host = _path_in_target(pid, agent)
+    if before_load:
+        before_load(host)
+    maps = procfs.read_maps(pid)
+    libc = _symbol_address(pid, maps, lambda b: b.startswith("libc.so") or b.startswith("libc-"),
+                           {"dlopen", "dlerror", "__libc_dlopen_mode"})
+    if "dlopen" not in libc:  # glibc before 2.34: dlopen lives in libdl, when loaded
+        libc.update(_symbol_address(pid, maps, lambda b: b.startswith("libdl.so"), {"dlopen", "dlerror"}))
+    if "dlopen" not in libc and "__libc_dlopen_mode" not in libc:
+        raise FailedPrecondition(f"cannot find dlopen in process {pid} (not a glibc process?)")
+    tid = choose_thread(pid)
+    try:
+        with RemoteThread(pid, tid) as rt:
+            where = rt.push_string(path)
+            if "dlopen" in libc:
+                handle = rt.call(libc["dlopen"], where, RTLD_NOW | RTLD_GLOBAL)
+            else:
+                handle = rt.call(libc["__libc_dlopen_mode"], where, RTLD_NOW | RTLD_GLOBAL | RTLD_DLOPEN)
+            if handle == 0:
+                msg = rt.read_cstring(rt.call(libc["dlerror"])) if "dlerror" in libc else "unknown error"
+                raise FailedPrecondition(f"the target could not load the CUPTI agent: {msg}")
+            maps = procfs.read_maps(pid)
+            if after_load:
+                after_load(path, host)
+            attach = _symbol_address(pid, maps, lambda b: b == os.path.basename(path), {"deepctx_agent_attach"})
+            if "deepctx_agent_attach" not in attach:
+                raise FailedPrecondition(f"{path} is not deepctx's CUPTI agent (no deepctx_agent_attach)")
+            rc = as_int32(rt.call(attach["deepctx_agent_attach"]))
+    except ptrace.PtraceError as e:
+        reason = _ptrace_refusal(pid) or f"ptrace is not permitted on process {pid}: {os.strerror(e.errno or 1)}"
+        raise FailedPrecondition(reason) from e
+    except RemoteError as e:
+        raise FailedPrecondition(f"loading the CUPTI agent failed: {e}") from e
+    maps = procfs.read_maps(pid)
+    if rc == DEV_AGENT_E_PENDING:  # the agent's own thread is still starting: follow its state
+        rc = _wait_state(pid, maps, path, wait_s)
+    if rc < 0:
+        detail = _read_agent_string(pid, maps, path, "deepctx_agent_error")
+        msg = _MESSAGES.get(rc, f"the agent failed to start (code {rc})")
+        raise FailedPrecondition(f"{msg}" + (f" ({detail})" if detail else ""))
+
+
+def _wait_state(pid: int, maps: list[procfs.Mapping], path: str, wait_s: float) -> int:
+    addr = _data_address(pid, maps, path, "deepctx_agent_state")
+    if addr is None:
+        return DEV_AGENT_E_PENDING
+    deadline = time.monotonic() + wait_s
+    with procfs.ProcessMemory(pid) as mem:
+        while time.monotonic() < deadline:
+            state = int.from_bytes(mem.read(addr, 4), "little", signed=True)
+            if state != 0:
+                return state if state < 0 else 0
+            time.sleep(0.01)  # the agent's thread reports through this variable, with a deadline
+    raise FailedPrecondition(f"the CUPTI agent did not start within {wait_s:g} s in process {pid}")
+
+
+def _read_agent_string(pid: int, maps: list[procfs.Mapping], path: str, name: str) -> str:
+    addr = _data_address(pid, maps, path, name)
+    if addr is None:
+        return ""
+    try:
+        with procfs.ProcessMemory(pid) as mem:
+            return mem.read_cstring(addr, 256).decode(errors="replace")
+    except (procfs.ProcessGone, MemoryError):
+        return ""

@@ -1,0 +1,347 @@
+/* Device activity: the join of the CUPTI agent's reports with the GPU API probes' call paths.
+ * Composed after gpu_api.bpf.c (uses gpu_inflight, gpu_stacks and, when present, the Python walker and
+ * the native unwinder).
+ *   correlation probe: correlation id -> the call path key of the API call in flight on this thread
+ *                      (gpu_inflight, parked by the API entry probe), else one taken here;
+ *   batch probe:       per record, GPU time, count and bytes per (call path, kernel name / copy kind,
+ *                      device) in dev_counts; records whose id is unknown are kept apart and counted;
+ *   flushed / status:  the agent's last flush and state, for user space (dev_flush);
+ *   api_exit probe:    trace mode only, like per-record events (ring buffer dev_events).
+ * USDT arguments are decoded from dev_sites (probes/usdt.py), keyed by the site's address.
+ * Settings (-D): DEV_CORR_ENTRIES, DEV_COUNT_ENTRIES, DEV_NAME_ENTRIES, DEV_SITE_ENTRIES, DEV_TRACE
+ * (0/1: compile the trace ring buffer in), DEV_RINGBUF_PAGES. */
+#include <uapi/linux/ptrace.h>
+#include "device_activity.h"
+
+BPF_HASH(dev_sites, struct usdt_site_key, struct usdt_site, DEV_SITE_ENTRIES);
+/* LRU: ids whose calls produce no record (a failed launch, a driver id under a runtime id) age out. */
+BPF_TABLE("lru_hash", struct dev_corr_key, struct dev_corr, dev_corr, DEV_CORR_ENTRIES);
+BPF_HASH(dev_counts, struct dev_key, struct dev_val, DEV_COUNT_ENTRIES);
+BPF_F_TABLE("hash", struct dev_name_key, struct dev_name, dev_names, DEV_NAME_ENTRIES, BPF_F_NO_PREALLOC);
+BPF_PERCPU_ARRAY(dev_stats, __u64, DEV_STAT__COUNT);
+BPF_ARRAY(dev_config, struct dev_config, 1);
+BPF_ARRAY(dev_flush, struct dev_flush, 1);
+BPF_PERCPU_ARRAY(dev_corr_scratch, struct dev_corr, 1);
+BPF_PERCPU_ARRAY(dev_key_scratch, struct dev_key, 1);
+BPF_PERCPU_ARRAY(dev_name_scratch, struct dev_name, 1);
+#if DEV_TRACE
+BPF_RINGBUF_OUTPUT(dev_events, DEV_RINGBUF_PAGES);
+#endif
+
+static __always_inline void dev_stat_add(int idx, __u64 n) {
+    __u64 *v = dev_stats.lookup(&idx);
+    if (v)
+        *v += n;
+}
+
+/* --- USDT arguments ------------------------------------------------------------------------------ */
+
+/* The general registers, copied once per probe hit: reading ctx at an offset computed from the
+ * register number is what the verifier refuses, an index into a stack array it accepts. */
+struct usdt_regs {
+    __u64 r[16];  /* probes/usdt.py REGISTERS order */
+};
+
+static __always_inline void usdt_load(struct pt_regs *ctx, struct usdt_regs *u) {
+    u->r[0] = ctx->ax;
+    u->r[1] = ctx->bx;
+    u->r[2] = ctx->cx;
+    u->r[3] = ctx->dx;
+    u->r[4] = ctx->si;
+    u->r[5] = ctx->di;
+    u->r[6] = ctx->bp;
+    u->r[7] = ctx->sp;
+    u->r[8] = ctx->r8;
+    u->r[9] = ctx->r9;
+    u->r[10] = ctx->r10;
+    u->r[11] = ctx->r11;
+    u->r[12] = ctx->r12;
+    u->r[13] = ctx->r13;
+    u->r[14] = ctx->r14;
+    u->r[15] = ctx->r15;
+    asm volatile("" ::: "memory");
+}
+
+/* Few branches on purpose: every path through here multiplies the states the verifier walks in the
+ * handlers' loops. Memory operands are read as 8 bytes, then cut to their size. */
+static __always_inline __u64 usdt_arg(struct usdt_regs *u, struct usdt_site *s, int i) {
+    __u8 kind = s->kind[i];
+    __u64 v = kind == USDT_ARG_CONST ? (__u64)s->value[i] : u->r[s->reg[i] & 15];
+    if (kind == USDT_ARG_MEM) {
+        __u64 addr = v + (__s64)s->offset[i];
+        v = 0;
+        bpf_probe_read_user(&v, sizeof(v), (void *)addr);
+    }
+    __u32 shift = (64 - 8 * (__u32)s->size[i]) & 63;  /* registers hold more than the operand */
+    if (s->is_signed[i])
+        return (__u64)(((__s64)(v << shift)) >> shift);
+    return (v << shift) >> shift;
+}
+
+static __always_inline struct usdt_site *dev_site(struct pt_regs *ctx, __u32 pid) {
+    struct usdt_site_key k = {};
+    k.pid = pid;
+    k.addr = PT_REGS_IP(ctx);
+    return dev_sites.lookup(&k);
+}
+
+static __always_inline void dev_learn_name(__u32 pid, __u64 addr) {
+    struct dev_name_key nk = {};
+    nk.pid = pid;
+    nk.addr = addr;
+    if (!addr || dev_names.lookup(&nk))
+        return;
+    int zero = 0;
+    struct dev_name *n = dev_name_scratch.lookup(&zero);
+    if (!n)
+        return;
+    /* A string on a page the process never touched is not resident yet and reads as nothing: try
+     * again next time (user space reads what is still missing from the live process). */
+    if (bpf_probe_read_user_str(n->name, sizeof(n->name), (void *)addr) > 1 && dev_names.update(&nk, n) == 0)
+        dev_stat_add(DEV_STAT_NAMES, 1);
+}
+
+/* --- correlation: id -> call path ----------------------------------------------------------------- */
+
+int on_dev_correlation(struct pt_regs *ctx) {
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 pid = id >> 32, tid = (__u32)id;
+    struct usdt_site *s = dev_site(ctx, pid);
+    if (!s)
+        return 0;
+    struct usdt_regs u;
+    usdt_load(ctx, &u);
+    __u32 corr = (__u32)usdt_arg(&u, s, 0);
+    __u32 api = (__u32)usdt_arg(&u, s, 1);
+    __u64 fn = usdt_arg(&u, s, 2);
+    dev_stat_add(DEV_STAT_CORRELATIONS, 1);
+    int zero = 0;
+    struct dev_corr *c = dev_corr_scratch.lookup(&zero);
+    if (!c)
+        return 0;
+    __builtin_memset(c, 0, sizeof(*c));
+    c->api = api;
+    c->fn_name = fn;
+    c->api_start_ns = bpf_ktime_get_ns();
+    struct gpu_inflight *f = gpu_inflight.lookup(&tid);
+    if (f && f->key.pid == pid) {  /* the API call this callback runs inside */
+        c->call = f->key;
+#if DEV_TRACE
+        dev_learn_name(pid, fn);  /* CUPTI's function name: names the call in the trace */
+#endif
+    } else {  /* a call the GPU API probes do not track (or sampled mode's entry-only calls) */
+        dev_stat_add(DEV_STAT_UNPROBED, 1);
+        c->call.pid = pid;
+        c->call.tid = tid;
+        c->call.api_id = DEV_API_UNPROBED;
+        c->call.flags = GPU_KEY_F_SAMPLED;
+        dev_learn_name(pid, fn);  /* CUPTI's function name: names the call in the tree */
+#if defined(DEEPCTX_NATIVE_UNWIND) && defined(GPU_DWARF_STACKS)  /* the stack map the GPU family uses */
+        __u32 nflags = 0;
+        c->call.user_stack = native_stack_capture(ctx, pid, &nflags);
+#else
+        int sid = gpu_stacks.get_stackid(ctx, BPF_F_USER_STACK);
+        c->call.user_stack = sid >= 0 ? (__u64)sid + 1 : 0;
+#endif
+        if (c->call.user_stack == 0)
+            c->call.flags |= GPU_KEY_F_STACK_LOST;
+#ifdef DEEPCTX_PYTHON
+        __u32 pyflags = 0;
+        c->call.py_stack = python_stack_capture(pid, tid, &pyflags);
+#endif
+    }
+    struct dev_corr_key k = {};
+    k.pid = pid;
+    k.correlation = corr;
+    if (dev_corr.update(&k, c))
+        dev_stat_add(DEV_STAT_CORR_FULL, 1);
+    return 0;
+}
+
+int on_dev_api_exit(struct pt_regs *ctx) {
+#if DEV_TRACE
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 pid = id >> 32;
+    struct usdt_site *s = dev_site(ctx, pid);
+    if (!s)
+        return 0;
+    struct usdt_regs u;
+    usdt_load(ctx, &u);
+    struct dev_corr_key k = {};
+    k.pid = pid;
+    k.correlation = (__u32)usdt_arg(&u, s, 0);
+    struct dev_corr *c = dev_corr.lookup(&k);
+    if (!c)
+        return 0;
+    struct dev_event *e = dev_events.ringbuf_reserve(sizeof(struct dev_event));
+    if (!e) {
+        dev_stat_add(DEV_STAT_TRACE_LOST, 1);
+        return 0;
+    }
+    __builtin_memset(e, 0, sizeof(*e));
+    e->type = DEV_EV_API;
+    e->start_ns = c->api_start_ns;
+    e->end_ns = bpf_ktime_get_ns();
+    e->pid = pid;
+    e->tid = (__u32)id;
+    e->correlation = k.correlation;
+    e->api_id = c->call.api_id;
+    e->name = c->fn_name;
+    e->user_stack = c->call.user_stack;
+    e->py_stack = c->call.py_stack;
+    e->stream_handle = c->call.stream;
+    e->device = c->api;  /* domain << 16 | cbid: runtime or driver */
+    dev_events.ringbuf_submit(e, 0);
+#endif
+    return 0;
+}
+
+/* --- batches of records ------------------------------------------------------------------------------ */
+
+static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, struct dev_config *cfg) {
+    dev_stat_add(DEV_STAT_RECORDS, 1);
+    if (cfg && r->end_ns <= cfg->start_ns) {  /* finished before this capture began */
+        dev_stat_add(DEV_STAT_BEFORE, 1);
+        return;
+    }
+    int zero = 0;
+    struct dev_key *k = dev_key_scratch.lookup(&zero);
+    if (!k)
+        return;
+    __builtin_memset(k, 0, sizeof(*k));
+    struct dev_corr_key ck = {};
+    ck.pid = pid;
+    ck.correlation = r->correlation;
+    struct dev_corr *c = dev_corr.lookup(&ck);
+    if (c) {
+        k->call = c->call;
+        if (c->call.api_id == DEV_API_UNPROBED) {
+            k->fn_name = c->fn_name;
+            k->flags |= DEV_KEY_F_UNPROBED;
+        }
+    } else {
+        k->call.pid = pid;
+        k->flags |= DEV_KEY_F_UNKNOWN;
+        dev_stat_add(DEV_STAT_UNKNOWN, 1);
+    }
+    if (r->kind == DEV_KIND_KERNEL) {
+        k->name = r->name;
+        dev_learn_name(pid, r->name);
+    }
+    k->device = r->device;
+    k->kind = r->kind;
+    k->copy_kind = r->copy_kind;
+    if (r->flags & DEV_REC_F_GRAPH)
+        k->flags |= DEV_KEY_F_GRAPH;
+    __u64 dt = r->end_ns - r->start_ns;
+    struct dev_val zero_val = {};
+    struct dev_val *v = dev_counts.lookup_or_try_init(k, &zero_val);
+    if (v) {
+        __sync_fetch_and_add(&v->count, 1);
+        __sync_fetch_and_add(&v->time_ns, dt);
+        __sync_fetch_and_add(&v->bytes, r->bytes);
+        if (r->kind != DEV_KIND_SYNC)
+            dev_stat_add(DEV_STAT_TIME_NS, dt);
+    } else {
+        dev_stat_add(DEV_STAT_MAP_FULL, 1);
+    }
+#if DEV_TRACE
+    if (cfg && cfg->trace) {
+        struct dev_event *e = dev_events.ringbuf_reserve(sizeof(struct dev_event));
+        if (e) {
+            __builtin_memset(e, 0, sizeof(*e));
+            e->type = DEV_EV_RECORD;
+            e->start_ns = r->start_ns;
+            e->end_ns = r->end_ns;
+            e->bytes = r->bytes;
+            e->name = r->name;
+            e->graph_node = r->graph_node;
+            e->pid = pid;
+            e->tid = k->call.tid;
+            e->correlation = r->correlation;
+            e->stream = r->stream;
+            e->device = r->device;
+            e->api_id = k->call.api_id;
+            e->kind = r->kind;
+            e->copy_kind = r->copy_kind;
+            e->known = c ? 1 : 0;
+            e->user_stack = k->call.user_stack;
+            e->py_stack = k->call.py_stack;
+            e->stream_handle = k->call.stream;
+            dev_events.ringbuf_submit(e, 0);
+        } else {
+            dev_stat_add(DEV_STAT_TRACE_LOST, 1);
+        }
+    }
+#endif
+    /* One record per call, except graph launches (one id, a record per node): done with the id. */
+    if (c && !(r->flags & DEV_REC_F_GRAPH))
+        dev_corr.delete(&ck);
+}
+
+int on_dev_batch(struct pt_regs *ctx) {
+    __u32 pid = bpf_get_current_pid_tgid() >> 32;
+    struct usdt_site *s = dev_site(ctx, pid);
+    if (!s)
+        return 0;
+    struct usdt_regs u;
+    usdt_load(ctx, &u);
+    __u64 records = usdt_arg(&u, s, 0);
+    __u32 n = (__u32)usdt_arg(&u, s, 1);
+    dev_stat_add(DEV_STAT_BATCHES, 1);
+    if (n > DEV_BATCH) {
+        dev_stat_add(DEV_STAT_BATCH_CUT, 1);
+        n = DEV_BATCH;
+    }
+    int zero = 0;
+    struct dev_config *cfg = dev_config.lookup(&zero);
+    for (__u32 i = 0; i < DEV_BATCH; i++) {
+        asm volatile("" : "+r"(i));  /* keep this counted loop as written: the verifier bounds it by i */
+        if (i >= n)
+            break;
+        struct dev_record r = {};
+        if (bpf_probe_read_user(&r, sizeof(r), (void *)(records + (__u64)i * sizeof(r))))
+            break;
+        dev_record_one(pid, &r, cfg);
+    }
+    return 0;
+}
+
+/* --- the agent's state ------------------------------------------------------------------------------ */
+
+int on_dev_flushed(struct pt_regs *ctx) {
+    __u32 pid = bpf_get_current_pid_tgid() >> 32;
+    struct usdt_site *s = dev_site(ctx, pid);
+    if (!s)
+        return 0;
+    int zero = 0;
+    struct dev_flush *f = dev_flush.lookup(&zero);
+    if (!f)
+        return 0;
+    struct usdt_regs u;
+    usdt_load(ctx, &u);
+    f->sequence = usdt_arg(&u, s, 0);
+    f->started_ns = usdt_arg(&u, s, 1);
+    f->dropped = usdt_arg(&u, s, 2);
+    __sync_fetch_and_add(&f->flushes, 1);
+    return 0;
+}
+
+int on_dev_status(struct pt_regs *ctx) {
+    __u32 pid = bpf_get_current_pid_tgid() >> 32;
+    struct usdt_site *s = dev_site(ctx, pid);
+    if (!s)
+        return 0;
+    int zero = 0;
+    struct dev_flush *f = dev_flush.lookup(&zero);
+    struct usdt_regs u;
+    usdt_load(ctx, &u);
+    if (f)
+        f->status = (__s64)usdt_arg(&u, s, 0);
+    return 0;
+}
+
+/* flush_request: attached only for its semaphore (the daemon's "flush now"). */
+int on_dev_request(struct pt_regs *ctx) {
+    return 0;
+}

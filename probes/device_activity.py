@@ -1,0 +1,440 @@
+"""Loader for device_activity.bpf.c: the CUPTI agent's USDT probes, joined in BPF with the GPU API
+probes' call paths (probe family "device"; compose it after the "gpu" family)."""
+
+from __future__ import annotations
+
+import ctypes as ct
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from deepctx.daemon.procfs import Mapping, ProcessGone, ProcessMemory, open_mapped_file, read_maps
+from deepctx.probes import usdt
+from deepctx.probes.family import Target, read_source
+from deepctx.probes.gpu_api import GpuKey
+from deepctx.probes.maps import items
+
+log = logging.getLogger("deepctx.device")
+
+AGENT_BASENAME = "libdeepctx_cupti.so"
+PROVIDER = "deepctx"
+
+# Mirrors of device_activity.h (tests/unit/test_device_layouts.py checks them against the header).
+DEV_KIND_KERNEL, DEV_KIND_MEMCPY, DEV_KIND_MEMSET, DEV_KIND_SYNC = 1, 2, 3, 4
+DEV_BATCH = 64
+DEV_REC_F_GRAPH = 1 << 0
+DEV_API_DOMAIN_SHIFT = 16
+DEV_KEY_F_UNKNOWN, DEV_KEY_F_UNPROBED, DEV_KEY_F_GRAPH = 1 << 0, 1 << 1, 1 << 2
+DEV_NAME_LEN = 512
+DEV_EV_API, DEV_EV_RECORD = 1, 2
+DEV_API_UNPROBED = 0xFFFF
+DEV_AGENT_OK, DEV_AGENT_ACTIVE, DEV_AGENT_IDLE = 0, 1, 2
+DEV_AGENT_E_NO_CUDA, DEV_AGENT_E_NO_CUPTI, DEV_AGENT_E_BUSY, DEV_AGENT_E_CUPTI, DEV_AGENT_E_PENDING = -1, -2, -3, -4, -5
+(DEV_STAT_CORRELATIONS, DEV_STAT_UNPROBED, DEV_STAT_CORR_FULL, DEV_STAT_BATCHES, DEV_STAT_RECORDS, DEV_STAT_UNKNOWN,
+ DEV_STAT_BEFORE, DEV_STAT_MAP_FULL, DEV_STAT_NAMES, DEV_STAT_TRACE_LOST, DEV_STAT_BATCH_CUT, DEV_STAT_TIME_NS,
+ DEV_STAT__COUNT) = range(13)
+STAT_NAMES = {
+    DEV_STAT_CORRELATIONS: "device_correlations",
+    DEV_STAT_UNPROBED: "device_correlations_outside_probed_calls",
+    DEV_STAT_CORR_FULL: "device_correlations_dropped",
+    DEV_STAT_BATCHES: "device_batches",
+    DEV_STAT_RECORDS: "device_records",
+    DEV_STAT_UNKNOWN: "device_records_unknown_correlation",
+    DEV_STAT_BEFORE: "device_records_before_capture",
+    DEV_STAT_MAP_FULL: "device_records_dropped_map_full",
+    DEV_STAT_NAMES: "device_kernel_names",
+    DEV_STAT_TRACE_LOST: "device_trace_events_lost",
+    DEV_STAT_BATCH_CUT: "device_batches_cut",
+    DEV_STAT_TIME_NS: "device_time_ns",
+}
+AGENT_STATES = {
+    DEV_AGENT_ACTIVE: "active", DEV_AGENT_IDLE: "idle",
+    DEV_AGENT_E_NO_CUDA: "the process has no CUDA context yet",
+    DEV_AGENT_E_NO_CUPTI: "CUPTI (libcupti) could not be loaded in the process",
+    DEV_AGENT_E_BUSY: "CUPTI is held by another profiler in the process (one subscriber at a time)",
+    DEV_AGENT_E_CUPTI: "a CUPTI call failed in the process",
+    DEV_AGENT_E_PENDING: "the agent is still starting",
+}
+# CUPTI's CUpti_ActivityMemcpyKind
+COPY_KINDS = {0: "unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
+              9: "HtoH", 10: "PtoP"}
+# CUPTI's CUpti_ActivitySynchronizationType
+SYNC_KINDS = {0: "unknown", 1: "event", 2: "stream_wait_event", 3: "stream", 4: "context"}
+# CUPTI callback domains (the correlation probe's api argument)
+DOMAIN_DRIVER, DOMAIN_RUNTIME = 1, 2
+
+
+class DevRecord(ct.Structure):
+    _fields_ = [("start_ns", ct.c_uint64), ("end_ns", ct.c_uint64), ("bytes", ct.c_uint64), ("name", ct.c_uint64),
+                ("graph_node", ct.c_uint64), ("correlation", ct.c_uint32), ("stream", ct.c_uint32),
+                ("device", ct.c_uint32), ("kind", ct.c_uint8), ("copy_kind", ct.c_uint8), ("flags", ct.c_uint16)]
+
+
+class DevCorrKey(ct.Structure):
+    _fields_ = [("pid", ct.c_uint32), ("correlation", ct.c_uint32)]
+
+
+class DevCorr(ct.Structure):
+    _fields_ = [("call", GpuKey), ("api_start_ns", ct.c_uint64), ("fn_name", ct.c_uint64), ("api", ct.c_uint32),
+                ("pad", ct.c_uint32)]
+
+
+class DevKey(ct.Structure):
+    _fields_ = [("call", GpuKey), ("name", ct.c_uint64), ("fn_name", ct.c_uint64), ("device", ct.c_uint32),
+                ("kind", ct.c_uint8), ("copy_kind", ct.c_uint8), ("flags", ct.c_uint16)]
+
+
+class DevVal(ct.Structure):
+    _fields_ = [("count", ct.c_uint64), ("time_ns", ct.c_uint64), ("bytes", ct.c_uint64)]
+
+
+class DevNameKey(ct.Structure):
+    _fields_ = [("pid", ct.c_uint32), ("pad", ct.c_uint32), ("addr", ct.c_uint64)]
+
+
+class DevEvent(ct.Structure):
+    _fields_ = [("start_ns", ct.c_uint64), ("end_ns", ct.c_uint64), ("bytes", ct.c_uint64), ("name", ct.c_uint64),
+                ("graph_node", ct.c_uint64), ("user_stack", ct.c_uint64), ("py_stack", ct.c_uint64),
+                ("stream_handle", ct.c_uint64), ("pid", ct.c_uint32), ("tid", ct.c_uint32),
+                ("correlation", ct.c_uint32), ("stream", ct.c_uint32), ("device", ct.c_uint32),
+                ("api_id", ct.c_uint16), ("type", ct.c_uint8), ("kind", ct.c_uint8), ("copy_kind", ct.c_uint8),
+                ("known", ct.c_uint8), ("pad", ct.c_uint16)]
+
+
+class DevFlush(ct.Structure):
+    _fields_ = [("sequence", ct.c_uint64), ("started_ns", ct.c_uint64), ("dropped", ct.c_uint64),
+                ("flushes", ct.c_uint64), ("status", ct.c_int64)]
+
+
+class DevConfig(ct.Structure):
+    _fields_ = [("start_ns", ct.c_uint64), ("trace", ct.c_uint32), ("pad", ct.c_uint32)]
+
+
+@dataclass(frozen=True)
+class DeviceBucket:
+    """GPU work of one kind under one call path (`call`: the GPU API key; GpuKey fields)."""
+
+    pid: int
+    tid: int
+    user_stack: int
+    py_stack: int
+    api_id: int  # gpu_apis index, DEV_API_UNPROBED when the API probes did not see the call
+    obj: int
+    stream: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    api_kind: int  # the API's copy direction argument (gpu_key.kind)
+    call_flags: int  # GPU_KEY_F_*
+    name: int  # kernel name id (address of CUPTI's string in the target)
+    fn_name: int  # API name string (unprobed calls)
+    device: int
+    kind: int  # DEV_KIND_*
+    copy_kind: int  # CUPTI copy kind / sync type
+    flags: int  # DEV_KEY_F_*
+    count: int
+    time_ns: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One trace-mode event as BPF emitted it (struct dev_event)."""
+
+    type: int
+    start_ns: int
+    end_ns: int
+    bytes: int
+    name: int
+    graph_node: int
+    user_stack: int
+    py_stack: int
+    stream_handle: int
+    pid: int
+    tid: int
+    correlation: int
+    stream: int
+    device: int
+    api_id: int
+    kind: int
+    copy_kind: int
+    known: bool
+
+
+@dataclass
+class _AgentFile:
+    path: str  # a path the daemon can open
+    probes: list[usdt.UsdtProbe]
+    links: list[int] = field(default_factory=list)
+    request: list[usdt.UsdtProbe] = field(default_factory=list)  # flush_request sites
+
+
+HANDLERS = {"correlation": "on_dev_correlation", "api_exit": "on_dev_api_exit", "batch": "on_dev_batch",
+            "flushed": "on_dev_flushed", "status": "on_dev_status"}
+
+
+def is_agent(path: str) -> bool:
+    return os.path.basename(path.removesuffix(" (deleted)")).startswith("libdeepctx_cupti")
+
+
+def agent_mappings(mappings: list[Mapping]) -> list[Mapping]:
+    return [m for m in mappings if m.file_backed and m.executable and is_agent(m.path)]
+
+
+class DeviceActivity:
+    """Probe family "device". `inject`: load the agent into the target at attach (ptrace-driven dlopen)
+    when it is not there yet; otherwise the family works with an agent the target already has
+    (`deepctx run`, or CUDA_INJECTION64_PATH set by the user) and refuses without one when `required`."""
+
+    name = "device"
+
+    def __init__(self, trace: bool = False, inject: bool = False, required: bool = False,
+                 agent_path: str | None = None, count_entries: int = 65536, corr_entries: int = 262144,
+                 name_entries: int = 16384, ringbuf_pages: int = 4096,
+                 injector: Callable[..., Any] | None = None) -> None:
+        self.trace = trace
+        self.inject = inject
+        self.required = required or inject
+        self.agent_path = agent_path
+        self.count_entries = count_entries
+        self.corr_entries = corr_entries
+        self.name_entries = name_entries
+        self.ringbuf_pages = ringbuf_pages
+        self.injector = injector
+        self.events: list[TraceEvent] = []
+        self.injected = False
+        self.start_ns = 0
+        self._files: dict[tuple[str, int], _AgentFile] = {}
+        self._sites: set[int] = set()
+        self._mapped: set[tuple[int, str, int]] = set()
+        self._attacher: usdt.UsdtAttacher | None = None
+        self._ringbuf_open = False
+        self._pid = 0
+
+    # --- ProbeFamily ------------------------------------------------------------------------------
+
+    def source(self) -> str:
+        return read_source("device_activity.bpf.c")
+
+    def defines(self) -> dict[str, int | str]:
+        return {"DEV_CORR_ENTRIES": self.corr_entries, "DEV_COUNT_ENTRIES": self.count_entries,
+                "DEV_NAME_ENTRIES": self.name_entries, "DEV_SITE_ENTRIES": 256, "DEV_TRACE": int(self.trace),
+                "DEV_RINGBUF_PAGES": self.ringbuf_pages}
+
+    def prepare(self, target: Target) -> None:
+        if agent_mappings(target.space.mappings):
+            return
+        if self.inject:
+            from deepctx.daemon.inject.agent import check_injectable, find_agent
+
+            self.agent_path = self.agent_path or find_agent()
+            check_injectable(target.pid)  # ValueError with the reason: no CUDA, ptrace not permitted
+            return
+        if self.required:
+            raise ValueError("the process has no deepctx CUPTI agent (start it with `deepctx run`, or attach "
+                             "with --gpu-activity to load one)")
+        raise ValueError("no deepctx CUPTI agent in the process")
+
+    def attach(self, bpf: Any, target: Target) -> None:
+        self._pid = target.pid
+        self._attacher = usdt.UsdtAttacher(bpf)
+        self.start_ns = time.monotonic_ns()  # CLOCK_MONOTONIC: bpf_ktime_get_ns()'s clock
+        bpf["dev_config"][ct.c_int(0)] = DevConfig(self.start_ns, int(self.trace), 0)
+        if self.trace:
+            bpf["dev_events"].open_ring_buffer(self._on_event)
+            self._ringbuf_open = True
+        self._attach_new(bpf, target)
+        if not self._files and self.inject:
+            self._inject(bpf, target)
+
+    def poll(self, bpf: Any, target: Target) -> None:
+        self._attach_new(bpf, target)
+        self.drain(bpf)
+
+    def detach(self, bpf: Any, target: Target) -> None:
+        if self._attacher is not None:
+            self._attacher.close()  # semaphores drop: the agent goes idle and lets CUPTI go
+        table = bpf["dev_sites"]
+        for addr in self._sites:
+            try:
+                del table[usdt.UsdtSiteKey(target.pid, 0, addr)]
+            except KeyError:
+                pass
+        self._sites.clear()
+
+    def stats(self, bpf: Any) -> dict[str, int]:
+        table = bpf["dev_stats"]
+        out = {STAT_NAMES[i]: int(sum(table[ct.c_int(i)])) for i in range(DEV_STAT__COUNT)}
+        f = self.flush_state(bpf)
+        out["device_agent_flushes"] = f.flushes
+        out["device_records_dropped_by_cupti"] = f.dropped
+        out["device_agent_status"] = f.status
+        out["device_agent_injected"] = int(self.injected)
+        out["device_usdt_sites"] = self._attacher.sites if self._attacher else 0
+        return out
+
+    # --- attaching ----------------------------------------------------------------------------------
+
+    def _agent_file(self, pid: int, m: Mapping) -> _AgentFile | None:
+        af = self._files.get(m.file_key)
+        if af is not None:
+            return af
+        try:
+            path = open_mapped_file(pid, m)
+            probes = usdt.read_probes(path, PROVIDER)
+        except (OSError, usdt.UsdtError) as e:
+            log.warning("cannot read the CUPTI agent's probes", extra={"path": m.path, "error": str(e)})
+            return None
+        return self._attach_file(path, probes, m.file_key)
+
+    def _attach_file(self, path: str, probes: list[usdt.UsdtProbe], key: tuple[str, int]) -> _AgentFile:
+        assert self._attacher is not None
+        af = _AgentFile(path, probes)
+        for probe_name, fn in HANDLERS.items():
+            if probe_name == "api_exit" and not self.trace:
+                continue  # its semaphore stays down: the agent does not even fire it
+            sites = [p for p in probes if p.name == probe_name]
+            af.links += self._attacher.attach(fn, path, self._pid, sites)
+        af.request = [p for p in probes if p.name == "flush_request"]
+        self._files[key] = af
+        log.info("CUPTI agent probes attached", extra={"path": path, "sites": len(probes), "pid": self._pid})
+        return af
+
+    def _attach_new(self, bpf: Any, target: Target) -> None:
+        for m in agent_mappings(target.space.mappings):
+            ident = (m.start, m.dev, m.inode)
+            if ident in self._mapped:
+                continue
+            af = self._agent_file(target.pid, m)
+            if af is None:
+                continue
+            self._mapped.add(ident)
+            self._register_sites(bpf, target.pid, af, [mm for mm in target.space.mappings if mm.inode == m.inode
+                                                       and mm.dev == m.dev])
+
+    def _register_sites(self, bpf: Any, pid: int, af: _AgentFile, mappings: list[Mapping]) -> None:
+        """Where each probe site is in this process: the handlers decode their arguments by address."""
+        table = bpf["dev_sites"]
+        for p in af.probes:
+            for m in mappings:
+                if m.offset <= p.pc_offset < m.offset + (m.end - m.start):
+                    addr = m.start + p.pc_offset - m.offset
+                    table[usdt.UsdtSiteKey(pid, 0, addr)] = usdt.site_spec(p)
+                    self._sites.add(addr)
+
+    def _inject(self, bpf: Any, target: Target) -> None:
+        """Loads the agent: its probes are attached to the file first (for this pid), so the kernel
+        raises the semaphores as the agent is mapped and the agent starts watched."""
+        from deepctx.daemon.inject.agent import inject_agent
+
+        assert self.agent_path is not None
+        injector = self.injector or inject_agent
+
+        def loaded(path_in_target: str, host_path: str) -> None:
+            maps = read_maps(target.pid)
+            target.space = type(target.space)(maps)
+            ms = [m for m in maps if m.file_backed and m.path == path_in_target]
+            st = os.stat(host_path)
+            af = self._files.get((_dev_string(st.st_dev), st.st_ino))
+            if af is None:  # the file injected is a copy (container): attach to it now
+                af = self._attach_file(host_path, usdt.read_probes(host_path, PROVIDER),
+                                       (_dev_string(st.st_dev), st.st_ino))
+            self._register_sites(bpf, target.pid, af, ms)
+            self._mapped.update((m.start, m.dev, m.inode) for m in ms if m.executable)
+
+        def before(host_path: str) -> None:
+            st = os.stat(host_path)
+            self._attach_file(host_path, usdt.read_probes(host_path, PROVIDER), (_dev_string(st.st_dev), st.st_ino))
+
+        injector(target.pid, self.agent_path, before_load=before, after_load=loaded)
+        self.injected = True
+
+    # --- the window's end ------------------------------------------------------------------------------
+
+    def flush_state(self, bpf: Any) -> DevFlush:
+        return bpf["dev_flush"][ct.c_int(0)]
+
+    def flush(self, bpf: Any, target: Target, timeout_s: float = 1.0) -> bool:
+        """Asks the agent to hand over every completed record now and waits until it has (at most
+        timeout_s): raises the flush_request semaphore by attaching to its site, waits for a flushed
+        probe that began after the request, then lowers it. False when the agent did not answer."""
+        if self._attacher is None or not self._files:
+            return False
+        t0 = time.monotonic_ns()
+        links: list[int] = []
+        try:
+            for af in self._files.values():
+                links += self._attacher.attach("on_dev_request", af.path, target.pid, af.request)
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                if self.flush_state(bpf).started_ns >= t0:
+                    self.drain(bpf)
+                    return True
+                time.sleep(0.002)  # waiting on the agent's thread, with a deadline
+            return False
+        finally:
+            for fd in links:
+                self._attacher.close_link(fd)
+
+    # --- reading -------------------------------------------------------------------------------------------
+
+    def _on_event(self, ctx: Any, data: Any, size: int) -> None:
+        e = ct.cast(data, ct.POINTER(DevEvent)).contents
+        self.events.append(TraceEvent(e.type, e.start_ns, e.end_ns, e.bytes, e.name, e.graph_node, e.user_stack,
+                                      e.py_stack, e.stream_handle, e.pid, e.tid, e.correlation, e.stream,
+                                      e.device, e.api_id, e.kind, e.copy_kind, bool(e.known)))
+
+    def drain(self, bpf: Any) -> None:
+        """Trace mode: moves the ring buffer's events into self.events."""
+        if self._ringbuf_open:
+            bpf.ring_buffer_consume()
+
+    def buckets(self, bpf: Any) -> list[DeviceBucket]:
+        out = []
+        for k, v in items(bpf["dev_counts"]):
+            c = k.call
+            out.append(DeviceBucket(c.pid, c.tid, c.user_stack, c.py_stack, c.api_id, c.object, c.stream,
+                                    (c.grid[0], c.grid[1], c.grid[2]), (c.block[0], c.block[1], c.block[2]),
+                                    c.shared_mem, c.kind, c.flags, k.name, k.fn_name, k.device, k.kind,
+                                    k.copy_kind, k.flags, v.count, v.time_ns, v.bytes))
+        return out
+
+    def names(self, bpf: Any, pid: int, want: set[int] | None = None) -> dict[int, str]:
+        """Name id -> name: kernels (CUPTI's name, mangled as the compiler made it) and CUPTI's function
+        names. Names BPF had to cut, and ids of `want` it could not copy (a page not resident yet), are
+        read from the process while it lives."""
+        out: dict[int, str] = {}
+        cut: list[int] = []
+        for k, v in items(bpf["dev_names"]):
+            if k.pid != pid:
+                continue
+            raw = bytes(v.name).split(b"\0", 1)[0]
+            if len(raw) >= DEV_NAME_LEN - 1:
+                cut.append(k.addr)
+            out[k.addr] = raw.decode(errors="replace")
+        missing = cut + sorted(a for a in (want or set()) if a and a not in out)
+        if missing:
+            try:
+                with ProcessMemory(pid) as mem:
+                    for addr in missing:
+                        full = mem.read_cstring(addr, 1 << 16)
+                        if full and len(full) >= len(out.get(addr, "")):
+                            out[addr] = full.decode(errors="replace")
+            except (ProcessGone, OSError, MemoryError):
+                pass
+        return out
+
+    def name_ids(self, buckets: list[DeviceBucket]) -> set[int]:
+        """Every name id the buckets and trace events refer to (for names(want=...))."""
+        ids = {b.name for b in buckets} | {b.fn_name for b in buckets}
+        ids |= {e.name for e in self.events}
+        ids.discard(0)
+        return ids
+
+
+def _dev_string(st_dev: int) -> str:
+    """os.stat's st_dev as /proc/<pid>/maps prints it ("major:minor" in hex)."""
+    return f"{os.major(st_dev):02x}:{os.minor(st_dev):02x}"

@@ -1,0 +1,25 @@
+"""Device-activity tier (root, real eBPF, no GPU): the real CUPTI agent (native/) driven by the mock CUDA
+driver, runtime and CUPTI of tests/mocks, built here against CUPTI's headers (skipped without them)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+AGENT = REPO / "native" / "build" / "libdeepctx_cupti.so"
+MOCKS = REPO / "tests" / "mocks" / "build" / "lib"
+TARGET = Path(__file__).resolve().parent / "mock_target.py"
+
+
+@pytest.fixture(scope="session")
+def built() -> tuple[Path, Path]:
+    """(agent, mock library folder), built with make."""
+    for folder in (REPO / "native", REPO / "tests" / "mocks"):
+        subprocess.run(["make", "-s", "-C", str(folder), f"PYTHON={sys.executable}"], check=True)
+    if not AGENT.exists() or not (MOCKS / "libcupti.so.13").exists():
+        pytest.skip("CUPTI headers not found (pip install nvidia-cuda-cupti): agent and mocks not built")
+    return AGENT, MOCKS

@@ -1,0 +1,103 @@
+"""Drives the mock CUDA runtime (tests/mocks) at known lines, with kernels of known durations.
+
+    python mock_target.py MOCK_LIB_DIR [--no-init] [--hold-cupti] [--auto] [--phases N]
+
+Prints "ready <pid>"; then N times (default 1): waits for "go" on stdin, runs one phase of work, prints
+"cupti <subscribed> <callbacks>" (the mock CUPTI's state: does anyone hold it, how many callbacks ran)
+and "done"; then waits for stdin to close. --auto: no handshake, work at once and exit (`deepctx run`). Device times (ns) are
+exact by construction of the mocks:
+    LINE_MATMUL  cudaLaunchKernel x N_MATMUL  of mock_matmul (named by its host stub), MATMUL_NS each
+    LINE_RELU    cuLaunchKernel   x N_RELU    of mock_relu (a bare handle: only CUPTI knows its name)
+    LINE_COPY    cudaMemcpy HtoD  x N_COPY    of COPY_BYTES (1 ns per byte)
+    LINE_SET     cudaMemset       x N_SET     of SET_BYTES (1 ns per byte)
+    LINE_GRAPH   cudaGraphLaunch  x N_GRAPH   of [matmul, relu, matmul]
+    LINE_SYNC    cudaDeviceSynchronize x 1
+--no-init: CUDA is never initialized before "go" (no context: injection must refuse).
+--hold-cupti: subscribes to CUPTI first, as another profiler would (the agent must say CUPTI is held).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+N_MATMUL, N_RELU, N_COPY, N_SET, N_GRAPH = 7, 5, 3, 2, 2
+MATMUL_NS, RELU_NS, COPY_BYTES, SET_BYTES = 1500, 700, 4096, 1000
+MATMUL_NAME, RELU_NAME = b"_Z11mock_matmulPfi", b"_Z9mock_reluPf"
+
+
+class Dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+
+def matmuls(rt: ctypes.CDLL, stub: int) -> None:
+    for _ in range(N_MATMUL):
+        rt.cudaLaunchKernel(ctypes.c_void_p(stub), Dim3(4, 2, 1), Dim3(256, 1, 1), None, ctypes.c_size_t(0),  # LINE_MATMUL
+                            None)
+
+
+def relus(cu: ctypes.CDLL, handle: int) -> None:
+    for _ in range(N_RELU):
+        cu.cuLaunchKernel(ctypes.c_void_p(handle), 8, 1, 1, 128, 1, 1, 0, None, None, None)  # LINE_RELU
+
+
+def copies(rt: ctypes.CDLL, host: ctypes.Array) -> None:
+    for _ in range(N_COPY):
+        rt.cudaMemcpy(None, host, ctypes.c_size_t(COPY_BYTES), 1)  # LINE_COPY
+
+
+def sets(rt: ctypes.CDLL) -> None:
+    for _ in range(N_SET):
+        rt.cudaMemset(None, 0, ctypes.c_size_t(SET_BYTES))  # LINE_SET
+
+
+def graphs(rt: ctypes.CDLL, graph: int) -> None:
+    for _ in range(N_GRAPH):
+        rt.cudaGraphLaunch(ctypes.c_void_p(graph), None)  # LINE_GRAPH
+
+
+def main() -> None:
+    lib = sys.argv[1]
+    cu = ctypes.CDLL(os.path.join(lib, "libcuda.so.1"))
+    rt = ctypes.CDLL(os.path.join(lib, "libcudart.so.13"))
+    kernels = ctypes.CDLL(os.path.join(lib, "libmockkernels.so"))
+    if "--hold-cupti" in sys.argv:  # another profiler in the process holds CUPTI
+        cupti = ctypes.CDLL(os.path.join(lib, "libcupti.so.13"))
+        handle = ctypes.c_void_p()
+        assert cupti.cuptiSubscribe(ctypes.byref(handle), None, None) == 0
+    stub = ctypes.cast(kernels._Z11mock_matmulPfi, ctypes.c_void_p).value or 0
+    relu_handle = ctypes.create_string_buffer(64)  # a bare handle: no symbol, no name next to it
+    relu = ctypes.addressof(relu_handle)
+    cu.mockRegisterKernel.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64]
+    cu.mockRegisterKernel(stub, MATMUL_NAME, MATMUL_NS)
+    cu.mockRegisterKernel(relu, RELU_NAME, RELU_NS)
+    rt.mockGraphCreate.restype = ctypes.c_void_p
+    graph = rt.mockGraphCreate((ctypes.c_void_p * 3)(stub, relu, stub), 3)
+    host = ctypes.create_string_buffer(COPY_BYTES)
+    auto = "--auto" in sys.argv
+    if "--no-init" not in sys.argv:
+        cu.cuInit(0)  # the CUDA context (and, with CUDA_INJECTION64_PATH, the agent) comes up here
+    cupti = ctypes.CDLL(os.path.join(lib, "libcupti.so.13"))
+    cupti.mockcupti_callbacks.restype = ctypes.c_uint64
+    phases = int(sys.argv[sys.argv.index("--phases") + 1]) if "--phases" in sys.argv else 1
+    if not auto:
+        print(f"ready {os.getpid()}", flush=True)
+    for _ in range(phases):
+        if not auto:
+            sys.stdin.readline()
+        matmuls(rt, stub)
+        relus(cu, relu)
+        copies(rt, host)
+        sets(rt)
+        graphs(rt, graph)
+        rt.cudaDeviceSynchronize()  # LINE_SYNC
+        print(f"cupti {cupti.mockcupti_subscribed()} {cupti.mockcupti_callbacks()}", flush=True)
+        if not auto:
+            print("done", flush=True)
+    if not auto:
+        sys.stdin.readline()
+
+
+if __name__ == "__main__":
+    main()

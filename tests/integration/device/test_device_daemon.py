@@ -1,0 +1,167 @@
+"""Device activity through deepctxd and the CLI: `deepctx run`, `deepctx attach --gpu-activity` (agent
+loaded at attach) and `--trace` (Chrome/Perfetto JSON with Kineto's conventions), on the mock CUDA
+libraries, with exact GPU times under the Python lines that launched the work."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TARGET
+from harness import DEEPCTX, StdinTarget, line_of, session_of, wait_for
+from profile_paths import walk
+
+sys.path.insert(0, str(TARGET.parent))
+import mock_target as mt  # noqa: E402
+
+MATMUL = "mock_matmul(float*, int)"
+RELU = "mock_relu(float*)"
+
+
+def no_injection_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"}
+
+
+def gpu_at_line(doc: dict, marker: str) -> dict[tuple[str, str], int]:
+    """GPU time per (kind, name) of the nodes below the target's Python frame at `marker`'s line."""
+    line = line_of(TARGET, marker)
+    out: dict[tuple[str, str], int] = {}
+    for anc, node in walk(doc):
+        if node["metrics"]["gpu_time_ns"] and any(
+                a["kind"] == "python" and (a["file"] or "").endswith("mock_target.py") and a["line"] == line
+                for a in anc):
+            key = (node["kind"], node["name"])
+            out[key] = out.get(key, 0) + node["metrics"]["gpu_time_ns"]
+    return out
+
+
+def check_exact(doc: dict) -> None:
+    assert gpu_at_line(doc, "LINE_MATMUL") == {("kernel", MATMUL): mt.N_MATMUL * mt.MATMUL_NS}
+    assert gpu_at_line(doc, "LINE_RELU") == {("kernel", RELU): mt.N_RELU * mt.RELU_NS}
+    assert gpu_at_line(doc, "LINE_COPY") == {("memcpy", "HtoD"): mt.N_COPY * mt.COPY_BYTES}
+    assert gpu_at_line(doc, "LINE_SET") == {("memset", "memset"): mt.N_SET * mt.SET_BYTES}
+    assert gpu_at_line(doc, "LINE_GRAPH") == {("kernel", MATMUL): mt.N_GRAPH * 2 * mt.MATMUL_NS,
+                                              ("kernel", RELU): mt.N_GRAPH * mt.RELU_NS}
+    stats = doc["stats"]
+    assert stats["device_records_unknown_correlation"] == 0
+    assert stats["device_time_ns"] == stats["device_time_in_profile_ns"]
+
+
+def settled(daemon, pid: int) -> None:
+    """Waits until the capture has polled the live target once more (the Python family names the new
+    stacks' code objects in its polls, while the process lives)."""
+    def refreshes() -> int:
+        return int(((session_of(daemon, pid) or {}).get("stats") or {}).get("python_thread_refreshes", 0))
+
+    seen = refreshes()
+    wait_for(lambda: refreshes() > seen, what="a poll of the target after its work", timeout=30)
+
+
+def capture(daemon, t: StdinTarget, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`deepctx attach` with args over one phase of the target; the capture ends with the target."""
+    with cf.ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(daemon.cli, "attach", str(t.pid), "--duration", "300", "--quiet", *args,
+                          timeout=timeout)
+        wait_for(lambda: (session_of(daemon, t.pid) or {}).get("state") == "capturing" or fut.done(),
+                 what="capture running", timeout=120)
+        if fut.done():
+            return fut.result()
+        t.go()
+        t.expect("cupti")
+        t.expect("done")
+        settled(daemon, t.pid)
+        t.stop()
+        return fut.result()
+
+
+def test_run_profiles_device_activity_from_the_first_kernel(daemon, built: tuple[Path, Path], tmp_path: Path) -> None:
+    """The target's "ready" comes after cuInit, which the agent holds until the capture runs."""
+    _, lib = built
+    out = tmp_path / "run.json"
+    run = StdinTarget([*DEEPCTX, "run", "--quiet", "-o", str(out), "--format", "json", "--", sys.executable,
+                       str(TARGET), str(lib)], env=no_injection_env() | {"DEEPCTX_SOCKET": daemon.socket})
+    try:
+        assert (session_of(daemon, run.pid) or {}).get("state") == "capturing"
+        run.go()
+        assert run.expect("cupti").split()[1] == "1"  # watched from its first call: the agent holds CUPTI
+        run.expect("done")
+        settled(daemon, run.pid)
+        assert run.proc.stdin is not None
+        run.proc.stdin.close()  # the target exits, the capture ends, deepctx run writes the profile
+        assert run.proc.wait(timeout=120) == 0
+    finally:
+        run.stop()
+    doc = json.loads(out.read_text())
+    assert doc["ended"] == "target_exited"
+    check_exact(doc)
+    assert doc["stats"]["device_agent_injected"] == 0  # the command loaded it itself (CUDA_INJECTION64_PATH)
+
+
+def test_run_returns_the_commands_status_without_cuda(daemon) -> None:
+    r = subprocess.run([*DEEPCTX, "run", "--", sys.executable, "-c", "raise SystemExit(7)"],
+                       env=daemon.env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 7
+    assert "never initialized CUDA" in r.stderr
+
+
+def test_attach_gpu_activity_loads_the_agent(daemon, built: tuple[Path, Path], tmp_path: Path) -> None:
+    _, lib = built
+    t = StdinTarget([sys.executable, str(TARGET), str(lib)], env=no_injection_env())
+    out = tmp_path / "attach.json"
+    try:
+        r = capture(daemon, t, "--gpu-activity", "-o", str(out))
+    finally:
+        t.stop()
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    check_exact(doc)
+    assert doc["stats"]["device_agent_injected"] == 1
+
+
+def test_attach_gpu_activity_refuses_without_a_cuda_context(daemon, built: tuple[Path, Path]) -> None:
+    _, lib = built
+    t = StdinTarget([sys.executable, str(TARGET), str(lib), "--no-init"], env=no_injection_env())
+    try:
+        r = daemon.cli("attach", str(t.pid), "--duration", "5", "--gpu-activity", "--quiet")
+        assert r.returncode != 0
+        assert "no CUDA context yet" in r.stderr, r.stderr
+        t.go()  # unharmed: it works and finishes
+        t.expect("cupti")
+        t.expect("done")
+    finally:
+        t.stop()
+    assert daemon.alive()
+
+
+def test_trace_export_follows_kinetos_conventions(daemon, built: tuple[Path, Path], tmp_path: Path) -> None:
+    agent, lib = built
+    t = StdinTarget([sys.executable, str(TARGET), str(lib)], env=no_injection_env() | {
+        "CUDA_INJECTION64_PATH": str(agent)})
+    out = tmp_path / "trace.json"
+    try:
+        r = capture(daemon, t, "--trace", "-o", str(out))
+    finally:
+        t.stop()
+    assert r.returncode == 0, r.stderr
+    trace = json.loads(out.read_text())
+    events = trace["traceEvents"]
+    by_cat: dict[str, list[dict]] = {}
+    for e in events:
+        by_cat.setdefault(e.get("cat", ""), []).append(e)
+    kernels = by_cat["kernel"]
+    assert len(kernels) == mt.N_MATMUL + mt.N_RELU + 3 * mt.N_GRAPH
+    assert len(by_cat["gpu_memcpy"]) == mt.N_COPY and len(by_cat["gpu_memset"]) == mt.N_SET
+    assert sum(e["dur"] for e in kernels if e["name"] == MATMUL) * 1000 == pytest.approx(
+        (mt.N_MATMUL + 2 * mt.N_GRAPH) * mt.MATMUL_NS)
+    runtime = {e["args"]["correlation"]: e for e in by_cat["cuda_runtime"] + by_cat["cuda_driver"]}
+    for e in kernels + by_cat["gpu_memcpy"] + by_cat["gpu_memset"]:
+        assert e["args"]["correlation"] == e["args"]["External id"]
+        assert e["args"]["correlation"] in runtime  # every piece of device work has its launch
+    flows = [e for e in by_cat["ac2g"] if e["ph"] == "s"]
+    assert len(flows) == len(kernels) + mt.N_COPY + mt.N_SET + 1  # + the sync record
+    assert not trace["deepctx"]["synthetic"]
