@@ -3,7 +3,11 @@ launched them, with exact counts."""
 
 from __future__ import annotations
 
+import gzip
+import json
+import os
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import TARGETS
@@ -23,9 +27,19 @@ def under_line(doc: dict, file_name: str, line: int) -> list[tuple[list[dict], d
 def run(daemon, script: str, *attach_args: str) -> dict:
     t = StdinTarget([sys.executable, str(TARGETS / script)])
     try:
-        return profile_phase(daemon, t, *attach_args)
+        doc = profile_phase(daemon, t, *attach_args)
     finally:
         t.stop()
+    save_artifact(f"profile_{Path(script).stem}.json.gz", doc)
+    return doc
+
+
+def save_artifact(name: str, doc: dict) -> None:
+    """Recorded profiles become fixtures for the CPU-only tests (views, analyzer)."""
+    out = os.environ.get("DEEPCTX_ARTIFACTS")
+    if out:
+        with gzip.open(Path(out) / name, "wt") as f:
+            json.dump(doc, f, separators=(",", ":"))
 
 
 @pytest.fixture(scope="module")
