@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TARGETS
 from harness import StdinTarget, line_of, profile_phase
 from profile_paths import walk
+
+TARGETS = Path(__file__).resolve().parent / "targets"
 
 
 def under_line(doc: dict, file_name: str, line: int) -> list[tuple[list[dict], dict]]:
