@@ -101,6 +101,7 @@ class Capture:
         self.samples = 0
         self.command = ""
         self._bpf: Any = None
+        self.stop_requested = threading.Event()  # `deepctx stop`: end now, keep what was captured
 
     @property
     def probe_names(self) -> list[str]:
@@ -199,6 +200,9 @@ class Capture:
                 if cancelled():
                     ended = "cancelled"
                     break
+                if self.stop_requested.is_set():
+                    ended = "stopped"
+                    break
                 if self.shutdown.is_set():
                     ended = "daemon_shutdown"
                     break
@@ -207,6 +211,8 @@ class Capture:
                 if poller.poll(max(wait_s, 0.0) * 1000):
                     ended = "target_exited"
                     break
+                if self.stop_requested.is_set():
+                    continue  # ends at the top of the loop, after one more look at the live process
                 now = time.monotonic()
                 # GPU probes must see libraries loaded after attach (dlopen) quickly: refresh every poll.
                 maps_due = now - last_maps >= (POLL_INTERVAL_S if "gpu" in self.probe_names else 1.0)

@@ -197,6 +197,18 @@ class ProfilerService(pb_grpc.ProfilerServicer):
             entry.stats.update(s.live_stats())
         return reply
 
+    def Stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopReply:
+        if request.pid <= 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"pid must be a positive process id, not {request.pid}")
+        with self._lock:
+            caps = [s for s in self._sessions.values() if s.pid == request.pid]
+        if not caps:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no capture of process {request.pid} is running")
+        for cap in caps:
+            cap.stop_requested.set()
+        log.info("captures stopped", extra={"pid": request.pid, "count": len(caps)})
+        return pb.StopReply(stopped=len(caps))
+
     def ListProcesses(self, request: pb.ListProcessesRequest, context: grpc.ServicerContext) -> pb.ListProcessesReply:
         with self._lock:
             profiled = {s.pid for s in self._sessions.values()}

@@ -133,17 +133,22 @@ def session_of(daemon: Daemon, pid: int) -> dict | None:
 
 
 def profile_phase(daemon: Daemon, target: StdinTarget, *attach_args: str) -> dict:
-    """Attaches, waits until the probes are live, lets the target do its work, ends the capture by
-    ending the target, and returns the profile."""
+    """Attaches, waits until the probes are live, lets the target do its work, ends the capture with
+    `deepctx stop` while the target still lives (so everything is named), and returns the profile."""
     import concurrent.futures as cf
 
     with cf.ThreadPoolExecutor(1) as pool:
         fut = pool.submit(daemon.attach_json, target.pid, "--duration", "300", *attach_args)
-        wait_for(lambda: (session_of(daemon, target.pid) or {}).get("state") == "capturing", what="capture running", timeout=120)
+        wait_for(lambda: (session_of(daemon, target.pid) or {}).get("state") == "capturing", what="capture running",
+                 timeout=120)
         target.go()
         target.expect("done")
+        r = daemon.cli("stop", str(target.pid))
+        assert r.returncode == 0, r.stderr
+        doc = fut.result()
         target.stop()
-        return fut.result()
+    assert doc["ended"] == "stopped", doc["ended"]
+    return doc
 
 
 def line_of(path: Path, marker: str) -> int:

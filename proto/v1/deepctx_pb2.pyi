@@ -19,6 +19,12 @@ class GpuProbes(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GPU_OFF: _ClassVar[GpuProbes]
     GPU_ON: _ClassVar[GpuProbes]
 
+class GpuActivity(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GPU_ACTIVITY_AUTO: _ClassVar[GpuActivity]
+    GPU_ACTIVITY_OFF: _ClassVar[GpuActivity]
+    GPU_ACTIVITY_ON: _ClassVar[GpuActivity]
+
 class CallPathMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     MODE_DEFAULT: _ClassVar[CallPathMode]
@@ -30,12 +36,27 @@ PYTHON_ON: PythonMode
 GPU_AUTO: GpuProbes
 GPU_OFF: GpuProbes
 GPU_ON: GpuProbes
+GPU_ACTIVITY_AUTO: GpuActivity
+GPU_ACTIVITY_OFF: GpuActivity
+GPU_ACTIVITY_ON: GpuActivity
 MODE_DEFAULT: CallPathMode
 MODE_EXACT: CallPathMode
 MODE_SAMPLED: CallPathMode
 
+class StopRequest(_message.Message):
+    __slots__ = ("pid",)
+    PID_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    def __init__(self, pid: _Optional[int] = ...) -> None: ...
+
+class StopReply(_message.Message):
+    __slots__ = ("stopped",)
+    STOPPED_FIELD_NUMBER: _ClassVar[int]
+    stopped: int
+    def __init__(self, stopped: _Optional[int] = ...) -> None: ...
+
 class AttachRequest(_message.Message):
-    __slots__ = ("pid", "duration_s", "sample_hz", "kernel_stacks", "python", "native_python", "gpu", "mode")
+    __slots__ = ("pid", "duration_s", "sample_hz", "kernel_stacks", "python", "native_python", "gpu", "mode", "gpu_activity", "trace")
     PID_FIELD_NUMBER: _ClassVar[int]
     DURATION_S_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_HZ_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +65,8 @@ class AttachRequest(_message.Message):
     NATIVE_PYTHON_FIELD_NUMBER: _ClassVar[int]
     GPU_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    GPU_ACTIVITY_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FIELD_NUMBER: _ClassVar[int]
     pid: int
     duration_s: float
     sample_hz: int
@@ -52,7 +75,9 @@ class AttachRequest(_message.Message):
     native_python: bool
     gpu: GpuProbes
     mode: CallPathMode
-    def __init__(self, pid: _Optional[int] = ..., duration_s: _Optional[float] = ..., sample_hz: _Optional[int] = ..., kernel_stacks: _Optional[bool] = ..., python: _Optional[_Union[PythonMode, str]] = ..., native_python: _Optional[bool] = ..., gpu: _Optional[_Union[GpuProbes, str]] = ..., mode: _Optional[_Union[CallPathMode, str]] = ...) -> None: ...
+    gpu_activity: GpuActivity
+    trace: bool
+    def __init__(self, pid: _Optional[int] = ..., duration_s: _Optional[float] = ..., sample_hz: _Optional[int] = ..., kernel_stacks: _Optional[bool] = ..., python: _Optional[_Union[PythonMode, str]] = ..., native_python: _Optional[bool] = ..., gpu: _Optional[_Union[GpuProbes, str]] = ..., mode: _Optional[_Union[CallPathMode, str]] = ..., gpu_activity: _Optional[_Union[GpuActivity, str]] = ..., trace: _Optional[bool] = ...) -> None: ...
 
 class AttachEvent(_message.Message):
     __slots__ = ("progress", "profile")
@@ -75,7 +100,7 @@ class Progress(_message.Message):
     def __init__(self, elapsed_s: _Optional[float] = ..., duration_s: _Optional[float] = ..., samples: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Profile(_message.Message):
-    __slots__ = ("schema", "pid", "command", "duration_s", "metrics", "nodes", "stats", "warnings", "sample_hz", "ended", "started_unix", "hostname", "mode")
+    __slots__ = ("schema", "pid", "command", "duration_s", "metrics", "nodes", "stats", "warnings", "sample_hz", "ended", "started_unix", "hostname", "mode", "trace")
     class StatsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +121,7 @@ class Profile(_message.Message):
     STARTED_UNIX_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FIELD_NUMBER: _ClassVar[int]
     schema: str
     pid: int
     command: str
@@ -109,7 +135,34 @@ class Profile(_message.Message):
     started_unix: float
     hostname: str
     mode: str
-    def __init__(self, schema: _Optional[str] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., duration_s: _Optional[float] = ..., metrics: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., stats: _Optional[_Mapping[str, int]] = ..., warnings: _Optional[_Iterable[str]] = ..., sample_hz: _Optional[int] = ..., ended: _Optional[str] = ..., started_unix: _Optional[float] = ..., hostname: _Optional[str] = ..., mode: _Optional[str] = ...) -> None: ...
+    trace: _containers.RepeatedCompositeFieldContainer[TraceEvent]
+    def __init__(self, schema: _Optional[str] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., duration_s: _Optional[float] = ..., metrics: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., stats: _Optional[_Mapping[str, int]] = ..., warnings: _Optional[_Iterable[str]] = ..., sample_hz: _Optional[int] = ..., ended: _Optional[str] = ..., started_unix: _Optional[float] = ..., hostname: _Optional[str] = ..., mode: _Optional[str] = ..., trace: _Optional[_Iterable[_Union[TraceEvent, _Mapping]]] = ...) -> None: ...
+
+class TraceEvent(_message.Message):
+    __slots__ = ("kind", "name", "tid", "device", "stream", "start_ns", "dur_ns", "correlation", "bytes", "graph_node", "at")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TID_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    START_NS_FIELD_NUMBER: _ClassVar[int]
+    DUR_NS_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_NODE_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    name: str
+    tid: int
+    device: int
+    stream: int
+    start_ns: int
+    dur_ns: int
+    correlation: int
+    bytes: int
+    graph_node: int
+    at: str
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., tid: _Optional[int] = ..., device: _Optional[int] = ..., stream: _Optional[int] = ..., start_ns: _Optional[int] = ..., dur_ns: _Optional[int] = ..., correlation: _Optional[int] = ..., bytes: _Optional[int] = ..., graph_node: _Optional[int] = ..., at: _Optional[str] = ...) -> None: ...
 
 class Node(_message.Message):
     __slots__ = ("parent", "kind", "name", "file", "line", "module", "metrics", "tid", "grid", "block", "shared_mem", "stream")

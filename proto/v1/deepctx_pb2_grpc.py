@@ -49,6 +49,11 @@ class ProfilerStub:
                 request_serializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.ListProcessesRequest.SerializeToString,
                 response_deserializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.ListProcessesReply.FromString,
                 _registered_method=True)
+        self.Stop = channel.unary_unary(
+                '/deepctx.v1.Profiler/Stop',
+                request_serializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.StopRequest.SerializeToString,
+                response_deserializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.StopReply.FromString,
+                _registered_method=True)
 
 
 class ProfilerServicer:
@@ -76,6 +81,13 @@ class ProfilerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Stop(self, request, context):
+        """Ends the captures of a process now; each Attach stream still gets its profile (ended "stopped").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ProfilerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +105,11 @@ def add_ProfilerServicer_to_server(servicer, server):
                     servicer.ListProcesses,
                     request_deserializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.ListProcessesRequest.FromString,
                     response_serializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.ListProcessesReply.SerializeToString,
+            ),
+            'Stop': grpc.unary_unary_rpc_method_handler(
+                    servicer.Stop,
+                    request_deserializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.StopRequest.FromString,
+                    response_serializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.StopReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -176,6 +193,33 @@ class Profiler:
             '/deepctx.v1.Profiler/ListProcesses',
             deepctx_dot_proto_dot_v1_dot_deepctx__pb2.ListProcessesRequest.SerializeToString,
             deepctx_dot_proto_dot_v1_dot_deepctx__pb2.ListProcessesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Stop(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deepctx.v1.Profiler/Stop',
+            deepctx_dot_proto_dot_v1_dot_deepctx__pb2.StopRequest.SerializeToString,
+            deepctx_dot_proto_dot_v1_dot_deepctx__pb2.StopReply.FromString,
             options,
             channel_credentials,
             insecure,

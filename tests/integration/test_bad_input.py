@@ -142,3 +142,28 @@ def test_raw_api_statuses(daemon) -> None:
         assert e.value.code() == code and text in e.value.details(), (req, e.value)
     channel.close()
     assert daemon.alive()
+
+
+def test_stop_ends_a_capture_early_with_its_profile(daemon, native_targets: Path) -> None:
+    with Target([str(native_targets / "cpu_burner"), "60"]) as t:
+        with cf.ThreadPoolExecutor(1) as pool:
+            fut = pool.submit(daemon.attach_json, t.pid, "--duration", "600")
+
+            def sampled() -> bool:
+                st = json.loads(daemon.cli("status", "--format", "json").stdout)
+                return any(s["pid"] == t.pid and int(s["stats"].get("cpu_samples", 0)) >= 20
+                           for s in st.get("sessions") or [])
+
+            wait_for(sampled, what="samples of the target")
+            r = daemon.cli("stop", str(t.pid))
+            assert r.returncode == 0 and r.stdout.strip() == f"stopped 1 capture of process {t.pid}"
+            doc = fut.result()
+        assert t.proc.poll() is None  # the target was not touched
+    assert doc["ended"] == "stopped" and doc["warnings"] == []
+    assert doc["duration_s"] < 60
+    names = {n["name"] for c in doc["root"]["children"] for n in _descendants(c)}
+    assert "hot_loop" in names
+
+
+def test_stop_without_a_capture(daemon) -> None:
+    assert_refused(daemon, ["stop", "1"], "no capture of process 1 is running")
