@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from deepctx.cli.client import CliError, socket_path
-from deepctx.cli.commands import attach, diff, export, ps, report, run, status
+from deepctx.cli.commands import attach, diff, export, ps, report, status, stop
 
-COMMANDS = (attach, ps, status, report, export, diff, run)
+COMMANDS = (attach, ps, status, stop, report, export, diff)
 
 
 def build_parser() -> argparse.ArgumentParser:
