@@ -233,7 +233,11 @@ class Capture:
                 self._refresh(target, thread_names, refresh_maps=True)
                 for fam in self.families:
                     fam.poll(bpf, target)  # last chance to name what only the live process can tell
-            return self._build(bpf, target, thread_names, duration, ended)
+            t_build = time.monotonic()
+            result = self._build(bpf, target, thread_names, duration, ended)
+            log.info("profile built", extra={"session": self.id, "pid": target.pid, "nodes": len(result.tree.nodes),
+                                             "build_s": round(time.monotonic() - t_build, 3)})
+            return result
         finally:
             for fam in self.families:
                 try:

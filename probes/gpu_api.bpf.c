@@ -121,10 +121,12 @@ static __always_inline void gpu_remember_object(__u32 pid, __u64 handle) {
     struct gpu_obj_info *info = gpu_obj_scratch.lookup(&zero);
     if (!info)
         return;
-    __builtin_memset(info, 0, sizeof(*info));
+    /* no memset of the whole value: LLVM's BPF backend cannot expand one this large */
+    __builtin_memset(info->words, 0, sizeof(info->words));
     bpf_probe_read_user(info->words, sizeof(info->words), (void *)handle);
 #pragma unroll
     for (int i = 0; i < GPU_OBJ_WORDS; i++) {
+        info->strs[i * GPU_OBJ_STR] = 0;
         if (info->words[i] > 4096)
             bpf_probe_read_user_str(&info->strs[i * GPU_OBJ_STR], GPU_OBJ_STR, (void *)info->words[i]);
     }

@@ -121,8 +121,8 @@ struct gpu_fn_name {
 /* The first words of a kernel handle and the strings they point to, copied when the handle is first
  * launched: runtimes keep the kernel's (mangled) name next to the handle (the CUDA 13 runtime: a
  * pointer at +8), and the copy names it even if the process is gone by the time the profile is built. */
-#define GPU_OBJ_WORDS 6
-#define GPU_OBJ_STR 128
+#define GPU_OBJ_WORDS 4
+#define GPU_OBJ_STR 256  /* a prefix of long names: user space reads them whole while the process lives */
 struct gpu_obj_info {
     __u64 words[GPU_OBJ_WORDS];
     char strs[GPU_OBJ_WORDS * GPU_OBJ_STR];  /* flat: bcc's Python side misreads 2D arrays */

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepctx.daemon.procfs import Mapping, open_mapped_file
+from deepctx.daemon.procfs import Mapping, ProcessGone, ProcessMemory, open_mapped_file
 from deepctx.daemon.symbolize.elf import ElfSymbols
 from deepctx.probes import gpu_apis
 from deepctx.probes.family import Target, read_source
@@ -23,8 +23,8 @@ GPU_KEY_F_STACK_LOST = 1 << 1
 GPU_NAME_LEN = 256
 GPU_STAT_CALLS, GPU_STAT_NESTED, GPU_STAT_STALE_INFLIGHT, GPU_STAT_NO_RETURN, GPU_STAT_MAP_FULL, \
     GPU_STAT_STACK_LOST, GPU_STAT_SAMPLED, GPU_STAT_NAMES_LEARNED, GPU_STAT_OBJECTS, GPU_STAT__COUNT = range(10)
-GPU_OBJ_WORDS = 6
-GPU_OBJ_STR = 128
+GPU_OBJ_WORDS = 4
+GPU_OBJ_STR = 256
 STAT_NAMES = {
     GPU_STAT_CALLS: "gpu_api_calls",
     GPU_STAT_NESTED: "gpu_api_nested_calls",
@@ -162,6 +162,7 @@ class GpuApi:
         self._pids: dict[int, _PidState] = {}
         self.libraries_attached: list[str] = []
         self._uprobes: UprobeAttacher | None = None
+        self._full_strings: dict[tuple[int, int], list[str]] = {}
 
     # --- ProbeFamily ------------------------------------------------------------------------------
 
@@ -170,7 +171,7 @@ class GpuApi:
 
     def defines(self) -> dict[str, int | str]:
         return {"GPU_COUNT_ENTRIES": self.count_entries, "GPU_ADDR_ENTRIES": 8192, "GPU_NAME_ENTRIES": 65536,
-                "GPU_OBJECT_ENTRIES": 16384, **({"GPU_DWARF_STACKS": 1} if self.dwarf_stacks else {}),
+                "GPU_OBJECT_ENTRIES": 8192, **({"GPU_DWARF_STACKS": 1} if self.dwarf_stacks else {}),
                 "GPU_INFLIGHT_ENTRIES": 16384, "GPU_STACK_ENTRIES": self.stack_entries}
 
     def prepare(self, target: Target) -> None:
@@ -184,6 +185,7 @@ class GpuApi:
 
     def poll(self, bpf: Any, target: Target) -> None:
         self._attach_new(bpf, target)
+        self._read_full_names(bpf, target.pid)
 
     def detach(self, bpf: Any, target: Target) -> None:
         if self._uprobes is not None:
@@ -310,13 +312,37 @@ class GpuApi:
         return {(k.pid, k.handle): bytes(v.name).split(b"\0", 1)[0].decode(errors="replace")
                 for k, v in items(bpf["gpu_fn_names"])}
 
+    def _object_infos(self, bpf: Any) -> dict[tuple[int, int], GpuObjInfo]:
+        # bcc's own type for the value is unreliable for char arrays: reread its bytes with ours
+        return {(k.pid, k.handle): GpuObjInfo.from_buffer_copy(ct.string_at(ct.addressof(v), ct.sizeof(GpuObjInfo)))
+                for k, v in items(bpf["gpu_objects"])}
+
+    def _read_full_names(self, bpf: Any, pid: int) -> None:
+        """BPF keeps the first GPU_OBJ_STR bytes of each string; C++ kernel names are often longer. While
+        the process lives, read the strings that fill the prefix whole."""
+        new = [(key, info) for key, info in self._object_infos(bpf).items()
+               if key[0] == pid and key not in self._full_strings]
+        if not new:
+            return
+        try:
+            mem = ProcessMemory(pid)
+        except ProcessGone:
+            return
+        with mem:
+            for key, info in new:
+                strings = _prefixes(info)
+                for i, prefix in enumerate(strings):
+                    if len(prefix) >= GPU_OBJ_STR - 1:
+                        full = mem.read_cstring(info.words[i], limit=8192)
+                        if full.startswith(prefix.encode(errors="replace")[:64]):
+                            strings[i] = full.decode(errors="replace")
+                self._full_strings[key] = strings
+
     def handle_strings(self, bpf: Any) -> dict[tuple[int, int], list[str]]:
-        """(pid, kernel handle) -> the strings its first words point to (see gpu_obj_info)."""
-        out = {}
-        for k, v in items(bpf["gpu_objects"]):
-            raw = ct.string_at(ct.addressof(v), ct.sizeof(GpuObjInfo))[8 * GPU_OBJ_WORDS:]
-            out[(k.pid, k.handle)] = [raw[i * GPU_OBJ_STR:(i + 1) * GPU_OBJ_STR].split(b"\0", 1)[0]
-                                      .decode(errors="replace") for i in range(GPU_OBJ_WORDS)]
+        """(pid, kernel handle) -> the strings its first words point to (see gpu_obj_info), whole where
+        they were read from the live process, else as BPF copied them."""
+        out = {key: _prefixes(info) for key, info in self._object_infos(bpf).items()}
+        out.update(self._full_strings)
         return out
 
     def user_stack(self, bpf: Any, stack_id: int) -> tuple[list[int], bool]:
@@ -332,6 +358,13 @@ GPU_NO_SLOT = 0xFF
 
 def _slot(slot: int) -> int:
     return GPU_NO_SLOT if slot < 0 else slot
+
+
+def _prefixes(info: GpuObjInfo) -> list[str]:
+    # not info.strs: ctypes cuts a char array field at its first NUL, and the slots are NUL-separated
+    raw = ct.string_at(ct.addressof(info) + GpuObjInfo.strs.offset, GpuObjInfo.strs.size)
+    return [raw[i * GPU_OBJ_STR:(i + 1) * GPU_OBJ_STR].split(b"\0", 1)[0].decode(errors="replace")
+            for i in range(GPU_OBJ_WORDS)]
 
 
 def _spec(api_id: int, api: gpu_apis.Api, mode: str) -> GpuApiSpec:

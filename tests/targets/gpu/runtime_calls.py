@@ -16,6 +16,8 @@ import sys
 
 N_MALLOC, N_LAUNCH, N_SYNC, N_MEMCPY, N_HANDLE = 7, 11, 5, 3, 4
 FAKE_KERNEL = b"_Z17deepctx_fake_kernPfi"  # deepctx_fake_kern(float*, int)
+# a name longer than BPF's copy of it (256 bytes): deepctx_long::...(40 times)::kern()
+LONG_KERNEL = b"_ZN" + b"12deepctx_long" * 40 + b"4kernEv"
 
 
 class FakeHandle(ctypes.Structure):
@@ -75,6 +77,8 @@ def main() -> None:
     launch(lib, prefix, stub, n_launch)
     handle = FakeHandle(None, FAKE_KERNEL)
     launch_handle(lib, prefix, handle)
+    long_handle = FakeHandle(None, LONG_KERNEL)
+    launch_handle(lib, prefix, long_handle)
     copy(lib, prefix)
     synchronize(lib, prefix)
     print("done", flush=True)
