@@ -1,6 +1,9 @@
 """CPU-sampling overhead, side by side in one run: a fixed-work target alone and under deepctx.
 
-    sudo .venv/bin/python bench/cpu_sampling.py [--rates 99,999] [--rounds 40000] [--repeat 3]
+    sudo .venv/bin/python bench/cpu_sampling.py [--target native|python4] [--rates 99,999] [--rounds N] [--repeat 3]
+
+native: tests/targets/bin/cpu_burner (C, frame pointers); python4: bench/targets/python_threads.py, four
+Python threads (Python frames walked in BPF, native stacks by the .eh_frame unwinder).
 
 Reports, per sampling rate: the target's slowdown (time with deepctx / time alone; the BPF program runs
 on the sampled CPU, so its cost shows here) and the daemon's CPU (share of one core over the capture).
@@ -29,13 +32,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def run_target(rounds: int, on_ready=None, on_done=None) -> float:  # noqa: ANN001
-    p = subprocess.Popen([str(REPO / "tests/targets/bin/cpu_burner"), "work", str(rounds)], stdout=subprocess.PIPE,
-                         text=True)
-    assert p.stdout is not None
+TARGETS = {
+    "native": lambda rounds: [str(REPO / "tests/targets/bin/cpu_burner"), "work", str(rounds)],
+    "python4": lambda rounds: [sys.executable, str(REPO / "bench/targets/python_threads.py"), str(rounds)],
+}
+
+
+def run_target(argv: list[str], on_ready=None, on_done=None) -> float:  # noqa: ANN001
+    """Runs the target's timed work once; on_ready(pid) runs before the work starts."""
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdin is not None
     pid = int(p.stdout.readline().split()[1])
     if on_ready:
         on_ready(pid)
+    p.stdin.write("go\n")
+    p.stdin.flush()
     done = p.stdout.readline().split()
     if on_done:
         on_done()
@@ -45,11 +56,13 @@ def run_target(rounds: int, on_ready=None, on_done=None) -> float:  # noqa: ANN0
 
 def main() -> int:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--target", choices=sorted(TARGETS), default="native")
     ap.add_argument("--rates", default="99,999")
-    ap.add_argument("--rounds", type=int, default=40000)
+    ap.add_argument("--rounds", type=int, default=0, help="work per run (default: native 80000, python4 100000: a few seconds each)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
+    argv = TARGETS[args.target](args.rounds or (80000 if args.target == "native" else 100000))
     subprocess.run(["make", "-s", "-C", str(REPO / "tests/targets")], check=True)
     tmp = tempfile.mkdtemp(prefix="deepctx-bench-")
     sock = os.path.join(tmp, "d.sock")
@@ -61,7 +74,7 @@ def main() -> int:
         for rate in [int(r) for r in args.rates.split(",")]:
             base, prof, daemon_core, samples = [], [], [], []
             for _ in range(args.repeat):
-                base.append(run_target(args.rounds))
+                base.append(run_target(argv))
                 box: dict = {}
 
                 def attach(pid: int, rate: int = rate, box: dict = box) -> None:
@@ -87,7 +100,7 @@ def main() -> int:
                 def finished(box: dict = box) -> None:
                     box["c1"], box["t1"] = cpu_seconds(daemon.pid), time.monotonic()
 
-                prof.append(run_target(args.rounds, on_ready=attach, on_done=finished))
+                prof.append(run_target(argv, on_ready=attach, on_done=finished))
                 box["thread"].join()
                 doc = box["doc"]
                 n = doc.get("stats", {}).get("cpu_samples", 0)

@@ -1,6 +1,7 @@
 /* Known native stacks: main -> outer -> hot_loop burns CPU while a second thread sleeps.
  * Built with frame pointers. Prints "ready <pid>" once both threads run, then runs for argv[1] seconds.
- * `cpu_burner work N`: a fixed amount of work (N rounds) instead, then prints "done <seconds>" (bench/). */
+ * `cpu_burner work N`: prints "ready <pid>", waits for a line on stdin, does a fixed amount of work (N rounds)
+ * and prints "done <seconds>" (bench/). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,9 @@ int main(int argc, char **argv) {
     if (argc > 2 && argv[1][0] == 'w') {
         printf("ready %d\n", getpid());
         fflush(stdout);
+        int c;
+        while ((c = getchar()) != EOF && c != '\n')
+            ;
         double t0 = now();
         fixed_work(atol(argv[2]));
         printf("done %.6f\n", now() - t0);
