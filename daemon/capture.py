@@ -21,7 +21,7 @@ from deepctx.daemon.tree import METRICS, CallTree
 from deepctx.probes import compose
 from deepctx.probes.cpu_sampler import SAMPLE_F_USER_STACK_LOST, CpuSampler
 from deepctx.probes.family import ProbeFamily, Target
-from deepctx.probes.gpu_api import GpuApi
+from deepctx.probes.gpu_api import BUILTIN_HANDOFFS, GpuApi
 
 log = logging.getLogger("deepctx.capture")
 
@@ -42,6 +42,7 @@ class CaptureOptions:
     gpu_mode: str = "exact"  # exact | sampled
     gpu_sampled_paths_per_s: int = 2000
     native_unwind: bool = True
+    handoff_points: tuple = ()  # HandoffPoint, beyond the built-in ones
 
 
 @dataclass
@@ -158,7 +159,7 @@ class Capture:
             gpu = GpuApi(mode=self.opts.gpu_mode, required=self.opts.gpu == "on",
                          sampled_paths_per_s=self.opts.gpu_sampled_paths_per_s,
                          count_entries=self.opts.count_map_entries, stack_entries=self.opts.stack_map_entries,
-                         symbol_cache=self.symbols)
+                         symbol_cache=self.symbols, handoffs=BUILTIN_HANDOFFS + self.opts.handoff_points)
             try:
                 gpu.prepare(target)
                 families.append(gpu)

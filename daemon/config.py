@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,9 @@ class Config:
     symbol_cache_files: int = 512
     python_max_depth: int = 128
     gpu_sampled_paths_per_s: int = 2000  # sampled mode: call paths captured per second (counts stay exact)
+    # extra calls that hand GPU work to worker threads: [{library = "regex", symbol = "name or prefix*",
+    # label = "[my pool]"}] (PyTorch's autograd engine is built in)
+    handoff_points: list = field(default_factory=list)
     native_unwind: bool = True  # walk native stacks with .eh_frame tables (false: frame pointers only)
     cache_dir: str = "/var/cache/deepctx"  # unwind tables kept by build id
 
@@ -91,5 +94,9 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("max_sessions must be at least 1")
     if cfg.gpu_sampled_paths_per_s < 1:
         raise ConfigError("gpu_sampled_paths_per_s must be at least 1")
+    for p in cfg.handoff_points:
+        if not isinstance(p, dict) or set(p) != {"library", "symbol", "label"} or not all(
+                isinstance(v, str) and v for v in p.values()):
+            raise ConfigError("each handoff_points entry needs exactly library, symbol and label (strings)")
     if cfg.python_max_depth < 1 or cfg.python_max_depth > 1024:
         raise ConfigError("python_max_depth must be within [1, 1024]")

@@ -101,7 +101,8 @@ def _metrics(api: gpu_apis.Api, calls: int, time_ns: int, nbytes: int) -> dict[s
 
 
 def _signature(b: GpuBucket) -> tuple:
-    return (b.api.symbol, b.obj, b.stream, b.grid, b.block, b.shared_mem, b.kind)
+    return (b.api.symbol, b.obj, b.stream, b.grid, b.block, b.shared_mem, b.kind, b.origin_tid, b.origin_user_stack,
+            b.origin_py_stack)
 
 
 def _apportion(total: int, weights: list[int]) -> list[int]:
@@ -144,6 +145,11 @@ def add_gpu_buckets(tree: CallTree, buckets: list[GpuBucket], resolver: CallPath
                     path.pop()
             else:
                 path = [resolver.thread(b.tid), NOT_SAMPLED]
+            if b.origin_tid:
+                # worker's launch under the call that handed it the work: origin path, how it got
+                # there, then the worker thread and its own frames
+                origin = resolver.path(b.origin_tid, b.origin_user_stack, b.origin_py_stack, lost=not b.origin_user_stack)
+                path = origin + [Frame("op", b.origin_label)] + path
             path.append(Frame("api", b.api.display, module=api_module(b.api)))
             child = _child(b.api, b, namer)
             if child is not None:

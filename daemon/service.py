@@ -22,6 +22,7 @@ from deepctx.daemon.errors import AlreadyProfiled, InvalidArgument, NotFound, Re
 from deepctx.daemon.processes import list_processes
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.symbolize.native import SymbolCache
+from deepctx.probes.gpu_api import HandoffPoint
 from deepctx.proto.v1 import deepctx_pb2 as pb
 from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
 
@@ -104,6 +105,7 @@ class ProfilerService(pb_grpc.ProfilerServicer):
             python_max_depth=cfg.python_max_depth, stack_map_entries=cfg.stack_map_entries,
             count_map_entries=cfg.count_map_entries, gpu=_GPU_PROBES[req.gpu], gpu_mode=_CALL_PATH_MODES[req.mode],
             gpu_sampled_paths_per_s=cfg.gpu_sampled_paths_per_s, native_unwind=cfg.native_unwind,
+            handoff_points=tuple(HandoffPoint(**p) for p in cfg.handoff_points),
         )
 
     def _register(self, pid: int, opts: CaptureOptions) -> Capture:

@@ -16,6 +16,7 @@
 BPF_HASH(gpu_addrs, struct gpu_addr_key, struct gpu_api_spec, GPU_ADDR_ENTRIES);
 BPF_HASH(gpu_inflight, __u32, struct gpu_inflight, GPU_INFLIGHT_ENTRIES);
 BPF_HASH(gpu_ranges, __u32, struct gpu_ranges, 1024);
+BPF_HASH(gpu_origins, __u32, struct gpu_origin, 1024);
 /* Name lookups (GETFUNC, FUNC_ALIAS) in flight: tracked apart from the calls, since the runtime makes
  * them inside a launch when it loads modules lazily. */
 BPF_HASH(gpu_getfunc, __u32, struct gpu_inflight, GPU_INFLIGHT_ENTRIES);
@@ -134,6 +135,22 @@ static __always_inline void gpu_remember_object(__u32 pid, __u64 handle) {
     gpu_stat_inc(GPU_STAT_OBJECTS);
 }
 
+/* The calling thread's call path: native stack id (+1, 0 = none) and Python stack id. */
+static __always_inline void gpu_capture_path(struct pt_regs *ctx, __u32 pid, __u32 tid, __u64 *user_stack,
+                                             __u64 *py_stack) {
+#if defined(DEEPCTX_NATIVE_UNWIND) && defined(GPU_DWARF_STACKS)
+    __u32 nflags = 0;
+    *user_stack = native_stack_capture(ctx, pid, &nflags);
+#else
+    int sid = gpu_stacks.get_stackid(ctx, BPF_F_USER_STACK);
+    *user_stack = sid >= 0 ? (__u64)sid + 1 : 0;  /* +1: 0 means "no stack" */
+#endif
+#ifdef DEEPCTX_PYTHON
+    __u32 pyflags = 0;
+    *py_stack = python_stack_capture(pid, tid, &pyflags);
+#endif
+}
+
 /* Was this call made from inside a probed GPU library (the runtime calling the driver)? */
 static __always_inline int gpu_called_by_library(struct pt_regs *ctx, __u32 pid) {
     struct gpu_ranges *r = gpu_ranges.lookup(&pid);
@@ -172,6 +189,16 @@ int on_gpu_api_entry(struct pt_regs *ctx) {
     __u32 tid = (__u32)id;
     __u64 sp = PT_REGS_SP(ctx);
     int zero = 0;
+    if (spec->cls == GPU_CLASS_HANDOFF) {
+        struct gpu_origin o = {};
+        o.tid = tid;
+        o.label = spec->api_id;
+        o.entry_sp = sp;
+        gpu_capture_path(ctx, ak.pid, tid, &o.user_stack, &o.py_stack);
+        gpu_origins.update(&ak.pid, &o);
+        gpu_stat_inc(GPU_STAT_HANDOFFS);
+        return 0;
+    }
     if (spec->cls == GPU_CLASS_GETFUNC || spec->cls == GPU_CLASS_FUNC_ALIAS) {
         struct gpu_inflight *g = gpu_scratch.lookup(&zero);
         if (!g)
@@ -250,21 +277,20 @@ int on_gpu_api_entry(struct pt_regs *ctx) {
     if (capture) {
         f->key.flags |= GPU_KEY_F_SAMPLED;
         gpu_stat_inc(GPU_STAT_SAMPLED);
-#if defined(DEEPCTX_NATIVE_UNWIND) && defined(GPU_DWARF_STACKS)
-        __u32 nflags = 0;
-        f->key.user_stack = native_stack_capture(ctx, ak.pid, &nflags);
-#else
-        int sid = gpu_stacks.get_stackid(ctx, BPF_F_USER_STACK);
-        f->key.user_stack = sid >= 0 ? (__u64)sid + 1 : 0;  /* +1: 0 means "no stack" */
-#endif
+        gpu_capture_path(ctx, ak.pid, tid, &f->key.user_stack, &f->key.py_stack);
         if (f->key.user_stack == 0) {
             f->key.flags |= GPU_KEY_F_STACK_LOST;
             gpu_stat_inc(GPU_STAT_STACK_LOST);
         }
-#ifdef DEEPCTX_PYTHON
-        __u32 pyflags = 0;
-        f->key.py_stack = python_stack_capture(ak.pid, tid, &pyflags);
-#endif
+    }
+    /* Launched by a worker while another thread's hand-off call runs: charged to that call too. */
+    struct gpu_origin *origin = gpu_origins.lookup(&ak.pid);
+    if (origin && origin->tid != tid) {
+        f->key.origin_user_stack = origin->user_stack;
+        f->key.origin_py_stack = origin->py_stack;
+        f->key.origin_tid = origin->tid;
+        f->key.origin_label = origin->label;
+        gpu_stat_inc(GPU_STAT_HANDED_OFF);
     }
     if (entry_only) {
         gpu_add(&f->key, 0, f->bytes);
@@ -306,7 +332,13 @@ static __always_inline int gpu_getfunc_return(struct pt_regs *ctx, __u32 tid, st
 }
 
 int on_gpu_api_return(struct pt_regs *ctx) {
-    __u32 tid = (__u32)bpf_get_current_pid_tgid();
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tid = (__u32)id, pid = id >> 32;
+    struct gpu_origin *origin = gpu_origins.lookup(&pid);
+    if (origin && origin->tid == tid && PT_REGS_SP(ctx) == origin->entry_sp + 8) {
+        gpu_origins.delete(&pid);  /* the hand-off call returned: its work is done */
+        return 0;
+    }
     struct gpu_inflight *g = gpu_getfunc.lookup(&tid);
     if (g && gpu_getfunc_return(ctx, tid, g))
         return 0;

@@ -17,6 +17,8 @@ enum gpu_api_class {
     GPU_CLASS_GETFUNC = 9,    /* cuModuleGetFunction & co: learns function handle -> kernel name */
     GPU_CLASS_OTHER = 10,     /* counted, no payload (group start/end, stream wait) */
     GPU_CLASS_FUNC_ALIAS = 11,/* cuKernelGetFunction: a second handle for an already named kernel */
+    GPU_CLASS_HANDOFF = 12,   /* a call that hands GPU work to other threads (autograd backward ...): its
+                                 call path becomes the origin of what those threads launch meanwhile */
 };
 
 /* How to read the arguments, by x86-64 SysV "eightbyte" slot: slots 0-5 are rdi rsi rdx rcx r8 r9,
@@ -85,6 +87,22 @@ struct gpu_key {
     __u16 api_id;
     __u8 kind;             /* copy direction for memcpy */
     __u8 flags;            /* GPU_KEY_F_* */
+    /* Work launched by another thread while this process's hand-off call ran (0: none) */
+    __u64 origin_user_stack;
+    __u64 origin_py_stack;
+    __u32 origin_tid;
+    __u16 origin_label;    /* the hand-off point's index in the user-space label table */
+    __u16 pad;
+};
+
+/* The hand-off call running in a process (one at a time per process; a later one replaces it). */
+struct gpu_origin {
+    __u64 user_stack;
+    __u64 py_stack;
+    __u64 entry_sp;
+    __u32 tid;
+    __u16 label;
+    __u16 pad;
 };
 
 #define GPU_KEY_F_SAMPLED   (1u << 0)  /* the call path was captured for this call */
@@ -138,6 +156,8 @@ enum gpu_stat {
     GPU_STAT_SAMPLED,          /* calls whose call path was captured */
     GPU_STAT_NAMES_LEARNED,    /* function handle -> name pairs recorded */
     GPU_STAT_OBJECTS,          /* distinct kernel handles seen (their first words copied) */
+    GPU_STAT_HANDOFFS,         /* hand-off calls (autograd backward ...) entered */
+    GPU_STAT_HANDED_OFF,       /* calls made by worker threads while a hand-off call ran */
     GPU_STAT__COUNT,
 };
 

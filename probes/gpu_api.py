@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes as ct
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,8 @@ GPU_KEY_F_SAMPLED = 1 << 0
 GPU_KEY_F_STACK_LOST = 1 << 1
 GPU_NAME_LEN = 256
 GPU_STAT_CALLS, GPU_STAT_NESTED, GPU_STAT_STALE_INFLIGHT, GPU_STAT_NO_RETURN, GPU_STAT_MAP_FULL, \
-    GPU_STAT_STACK_LOST, GPU_STAT_SAMPLED, GPU_STAT_NAMES_LEARNED, GPU_STAT_OBJECTS, GPU_STAT__COUNT = range(10)
+    GPU_STAT_STACK_LOST, GPU_STAT_SAMPLED, GPU_STAT_NAMES_LEARNED, GPU_STAT_OBJECTS, GPU_STAT_HANDOFFS, \
+    GPU_STAT_HANDED_OFF, GPU_STAT__COUNT = range(12)
 GPU_OBJ_WORDS = 4
 GPU_OBJ_STR = 256
 STAT_NAMES = {
@@ -35,6 +37,8 @@ STAT_NAMES = {
     GPU_STAT_SAMPLED: "gpu_api_calls_with_call_path",
     GPU_STAT_NAMES_LEARNED: "gpu_kernel_names_learned",
     GPU_STAT_OBJECTS: "gpu_kernel_handles_seen",
+    GPU_STAT_HANDOFFS: "gpu_handoffs",
+    GPU_STAT_HANDED_OFF: "gpu_calls_handed_off",
 }
 
 
@@ -61,7 +65,14 @@ class GpuKey(ct.Structure):
     _fields_ = [("pid", ct.c_uint32), ("tid", ct.c_uint32), ("user_stack", ct.c_uint64), ("py_stack", ct.c_uint64),
                 ("object", ct.c_uint64), ("stream", ct.c_uint64), ("grid", ct.c_uint32 * 3),
                 ("block", ct.c_uint32 * 3), ("shared_mem", ct.c_uint32), ("api_id", ct.c_uint16),
-                ("kind", ct.c_uint8), ("flags", ct.c_uint8)]
+                ("kind", ct.c_uint8), ("flags", ct.c_uint8), ("origin_user_stack", ct.c_uint64),
+                ("origin_py_stack", ct.c_uint64), ("origin_tid", ct.c_uint32), ("origin_label", ct.c_uint16),
+                ("pad", ct.c_uint16)]
+
+
+class GpuOrigin(ct.Structure):
+    _fields_ = [("user_stack", ct.c_uint64), ("py_stack", ct.c_uint64), ("entry_sp", ct.c_uint64),
+                ("tid", ct.c_uint32), ("label", ct.c_uint16), ("pad", ct.c_uint16)]
 
 
 class GpuVal(ct.Structure):
@@ -102,6 +113,28 @@ class GpuBucket:
     calls: int
     time_ns: int
     bytes: int
+    origin_tid: int = 0  # launched by a worker while this thread's hand-off call ran (0: not handed off)
+    origin_user_stack: int = 0
+    origin_py_stack: int = 0
+    origin_label: str = ""
+
+
+@dataclass(frozen=True)
+class HandoffPoint:
+    """A call that hands GPU work to other threads. Matched per library file by `library` (a regular
+    expression on the file's name) and `symbol` (an exact name, or a prefix of mangled names when it
+    ends with '*'); what worker threads launch while it runs is charged under its call path."""
+
+    library: str
+    symbol: str
+    label: str
+
+
+# PyTorch's backward: the Python thread blocks in Engine::execute while the autograd engine's device
+# threads run the backward nodes and launch their kernels.
+BUILTIN_HANDOFFS = (
+    HandoffPoint(r"^libtorch_cpu\.so", "_ZN5torch8autograd6Engine7executeE*", "[autograd backward]"),
+)
 
 
 @dataclass
@@ -146,13 +179,15 @@ class GpuApi:
 
     def __init__(self, mode: str = "exact", required: bool = False, sampled_paths_per_s: int = 2000,
                  count_entries: int = 65536, stack_entries: int = 16384, symbol_cache: Any = None,
-                 dwarf_stacks: bool = False) -> None:
+                 dwarf_stacks: bool = False, handoffs: tuple[HandoffPoint, ...] = BUILTIN_HANDOFFS) -> None:
         if mode not in ("exact", "sampled"):
             raise ValueError(f"unknown GPU capture mode {mode!r} (exact or sampled)")
         self.mode = mode
         self.required = required
         self.symbol_cache = symbol_cache  # the daemon's SymbolCache: ELF files are read once for all uses
         self.dwarf_stacks = dwarf_stacks
+        self.handoffs = handoffs
+        self.handoffs_found: list[str] = []  # "label: library symbol" for the status and the profile
         self.sampled_paths_per_s = sampled_paths_per_s
         self.count_entries = count_entries
         self.stack_entries = stack_entries
@@ -241,8 +276,49 @@ class GpuApi:
         self._files[m.file_key] = lib
         return lib
 
+    def _attach_handoffs(self, bpf: Any, target: Target, state: _PidState) -> None:
+        table = bpf["gpu_addrs"]
+        for m in target.space.mappings:
+            if not (m.executable and m.file_backed):
+                continue
+            base = os.path.basename(m.path.removesuffix(" (deleted)"))
+            for label_id, point in enumerate(self.handoffs):
+                ident = (m.start, m.dev, m.inode + (label_id << 48))
+                if ident in state.mappings or not re.search(point.library, base):
+                    continue
+                state.mappings.add(ident)
+                try:
+                    path = open_mapped_file(target.pid, m)
+                    elf = self.symbol_cache.get(target.pid, m) if self.symbol_cache else ElfSymbols(path)
+                except OSError:
+                    continue
+                if elf is None:
+                    continue
+                if point.symbol.endswith("*"):
+                    symbols = elf.addresses_with_prefix(point.symbol[:-1])
+                else:
+                    symbols = elf.addresses_of({point.symbol})
+                segments = [(seg.offset, seg.vaddr, seg.filesz) for seg in elf.segments]
+                offsets = []
+                for name, vaddr in symbols.items():
+                    off = _vaddr_to_offset(segments, vaddr)
+                    if off is None or not (m.offset <= off < m.offset + (m.end - m.start)):
+                        continue
+                    offsets.append(off)
+                    addr = m.start + off - m.offset
+                    table[GpuAddrKey(target.pid, 0, addr)] = GpuApiSpec(
+                        label_id, gpu_apis.HANDOFF, 0, *([GPU_NO_SLOT] * 7), 1, gpu_apis.UNKNOWN_KIND, 0)
+                    state.addrs.add(addr)
+                    self.handoffs_found.append(f"{point.label}: {base} {name}")
+                if offsets:
+                    assert self._uprobes is not None
+                    self._uprobes.attach(path, offsets)
+                    log.info("hand-off point attached", extra={"label": point.label, "library": base,
+                                                              "symbols": len(offsets)})
+
     def _attach_new(self, bpf: Any, target: Target) -> None:
         state = self._pids.setdefault(target.pid, _PidState())
+        self._attach_handoffs(bpf, target, state)
         table = bpf["gpu_addrs"]
         for kind, m in self._library_mappings(target):
             ident = (m.start, m.dev, m.inode)
@@ -304,8 +380,10 @@ class GpuApi:
             block = (k.block[0], k.block[1], k.block[2])
             if api.symbol.startswith("_Z24hipExtModuleLaunchKernel"):  # global work sizes, in threads
                 grid = tuple(g // b if b else g for g, b in zip(grid, block, strict=True))  # type: ignore[assignment]
+            label = self.handoffs[k.origin_label].label if k.origin_tid and k.origin_label < len(self.handoffs) else ""
             out.append(GpuBucket(k.pid, k.tid, k.user_stack, k.py_stack, api, k.object, k.stream, grid, block,
-                                 k.shared_mem, k.kind, k.flags, v.calls, v.time_ns, v.bytes))
+                                 k.shared_mem, k.kind, k.flags, v.calls, v.time_ns, v.bytes, k.origin_tid,
+                                 k.origin_user_stack, k.origin_py_stack, label))
         return out
 
     def function_names(self, bpf: Any) -> dict[tuple[int, int], str]:

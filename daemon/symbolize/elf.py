@@ -117,6 +117,23 @@ class ElfSymbols:
                     pos = strtab.find(needle, pos + 1)
         return out
 
+    def addresses_with_prefix(self, prefix: str, limit: int = 64) -> dict[str, int]:
+        """Functions whose name starts with prefix (found through the string tables, like addresses_of)."""
+        out: dict[str, int] = {}
+        needle = b"\0" + prefix.encode()
+        for table_idx, (base, size) in enumerate(self._strtabs):
+            strtab = self._data[base: base + size]
+            pos = strtab.find(needle)
+            while pos >= 0 and len(out) < limit:
+                start = pos + 1
+                end = strtab.find(b"\0", start)
+                packed = np.int64(start) | (np.int64(table_idx) << 40)
+                hits = np.nonzero(self.names == packed)[0]
+                if len(hits):
+                    out.setdefault(strtab[start:end].decode(errors="replace"), int(self.addrs[hits[0]]))
+                pos = strtab.find(needle, end)
+        return out
+
     def _name(self, packed: int) -> str:
         base, size = self._strtabs[packed >> 40]
         off = base + (packed & ((1 << 40) - 1))
