@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from harness import StdinTarget, line_of, profile_phase, start_daemon, stop_daemon
 from profile_paths import walk
 
