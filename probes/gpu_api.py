@@ -132,8 +132,13 @@ class HandoffPoint:
 
 # PyTorch's backward: the Python thread blocks in Engine::execute while the autograd engine's device
 # threads run the backward nodes and launch their kernels.
+# JAX/XLA: compiling a jitted function autotunes on a thread pool (those launches belong to the call that
+# triggered the compile), executing it may launch from the runtime's threads.
+_XLA_PLUGIN = r"^(xla_cuda_plugin|pjrt_c_api_gpu_plugin|xla_rocm_plugin)\.so"
 BUILTIN_HANDOFFS = (
     HandoffPoint(r"^libtorch_cpu\.so", "_ZN5torch8autograd6Engine7executeE*", "[autograd backward]"),
+    HandoffPoint(_XLA_PLUGIN, "_ZN4pjrt19PJRT_Client_Compile*", "[xla compile]"),
+    HandoffPoint(_XLA_PLUGIN, "_ZN4pjrt28PJRT_LoadedExecutable_Execute*", "[xla execute]"),
 )
 
 
@@ -310,6 +315,11 @@ class GpuApi:
                         label_id, gpu_apis.HANDOFF, 0, *([GPU_NO_SLOT] * 7), 1, gpu_apis.UNKNOWN_KIND, 0)
                     state.addrs.add(addr)
                     self.handoffs_found.append(f"{point.label}: {base} {name}")
+                if not offsets:
+                    target.warnings.append(
+                        f"hand-off point {point.label} ({point.symbol}) not found in {base}: GPU work its worker "
+                        f"threads launch stays under those threads")
+                    continue
                 if offsets:
                     assert self._uprobes is not None
                     self._uprobes.attach(path, offsets)

@@ -34,3 +34,22 @@ def test_mlp_launches_sit_under_python_lines(daemon) -> None:
         assert any(a["kind"] == "python" and a["line"] == backward for a in anc[:op]), [a["name"] for a in anc]
         assert anc[op + 1]["kind"] == "thread" and anc[op + 1]["tid"] != t.pid
     assert doc["stats"]["gpu_calls_handed_off"] > 0
+
+
+def test_jax_launches_sit_under_the_calling_line(daemon) -> None:
+    from test_gpu_api import save_artifact
+
+    t = StdinTarget([sys.executable, str(TARGETS / "jax_jit.py")])
+    try:
+        doc = profile_phase(daemon, t)
+    finally:
+        t.stop()
+    save_artifact("profile_jax_handoff.json.gz", doc)
+    line = line_of(TARGETS / "jax_jit.py", "LINE_JAX")
+    launches = [(anc, n) for anc, n in walk(doc) if n["kind"] == "kernel"]
+    total = sum(n["metrics"]["calls"] for _, n in launches)
+    under = sum(n["metrics"]["calls"] for anc, n in launches
+                if any(a["kind"] == "python" and a["line"] == line for a in anc))
+    print(f"JAX launches: {total}, under the line that calls the jitted function: {under}")
+    assert not [w for w in doc["warnings"] if "hand-off point" in w], doc["warnings"]
+    assert under == total

@@ -50,3 +50,4 @@ def test_worker_launches_under_the_handing_off_line(handoff_daemon, native_targe
         assert "run_task" in [a["name"] for a in anc[workers[0]:]]
     assert doc["stats"]["gpu_handoffs"] == ROUNDS
     assert doc["stats"]["gpu_calls_handed_off"] == ROUNDS * PER_ROUND
+    assert not [w for w in doc["warnings"] if "hand-off point" in w]

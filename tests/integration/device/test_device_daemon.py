@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from conftest import TARGET
 from harness import DEEPCTX, StdinTarget, line_of, session_of, wait_for
 from profile_paths import walk
@@ -52,14 +51,14 @@ def check_exact(doc: dict) -> None:
     assert stats["device_time_ns"] == stats["device_time_in_profile_ns"]
 
 
-def settled(daemon, pid: int) -> None:
-    """Waits until the capture has polled the live target once more (the Python family names the new
-    stacks' code objects in its polls, while the process lives)."""
-    def refreshes() -> int:
-        return int(((session_of(daemon, pid) or {}).get("stats") or {}).get("python_thread_refreshes", 0))
+def session_pid(daemon) -> int:
+    """The pid of the one capture, once it runs."""
+    def capturing() -> int | None:
+        r = daemon.cli("status", "--format", "json")
+        sessions = json.loads(r.stdout).get("sessions") or []
+        return int(sessions[0]["pid"]) if sessions and sessions[0]["state"] == "capturing" else None
 
-    seen = refreshes()
-    wait_for(lambda: refreshes() > seen, what="a poll of the target after its work", timeout=30)
+    return wait_for(capturing, what="the capture running")
 
 
 def capture(daemon, t: StdinTarget, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -74,8 +73,8 @@ def capture(daemon, t: StdinTarget, *args: str, timeout: float = 120) -> subproc
         t.go()
         t.expect("cupti")
         t.expect("done")
-        settled(daemon, t.pid)
-        t.stop()
+        stop = daemon.cli("stop", str(t.pid))  # the window closes while the target lives: an explicit flush
+        assert stop.returncode == 0, stop.stderr
         return fut.result()
 
 
@@ -86,18 +85,21 @@ def test_run_profiles_device_activity_from_the_first_kernel(daemon, built: tuple
     run = StdinTarget([*DEEPCTX, "run", "--quiet", "-o", str(out), "--format", "json", "--", sys.executable,
                        str(TARGET), str(lib)], env=no_injection_env() | {"DEEPCTX_SOCKET": daemon.socket})
     try:
-        assert (session_of(daemon, run.pid) or {}).get("state") == "capturing"
+        assert run.pid == session_pid(daemon)  # "ready <pid>": the target's, printed once it is watched
         run.go()
         assert run.expect("cupti").split()[1] == "1"  # watched from its first call: the agent holds CUPTI
         run.expect("done")
-        settled(daemon, run.pid)
+        target = int(session_pid(daemon))
+        stop = daemon.cli("stop", str(target))
+        assert stop.returncode == 0, stop.stderr
+        wait_for(lambda: session_of(daemon, target) is None, what="the capture to end")
         assert run.proc.stdin is not None
-        run.proc.stdin.close()  # the target exits, the capture ends, deepctx run writes the profile
+        run.proc.stdin.close()  # the target exits; deepctx run writes the profile and returns its status
         assert run.proc.wait(timeout=120) == 0
     finally:
         run.stop()
     doc = json.loads(out.read_text())
-    assert doc["ended"] == "target_exited"
+    assert doc["ended"] == "stopped"
     check_exact(doc)
     assert doc["stats"]["device_agent_injected"] == 0  # the command loaded it itself (CUDA_INJECTION64_PATH)
 
@@ -156,8 +158,10 @@ def test_trace_export_follows_kinetos_conventions(daemon, built: tuple[Path, Pat
     kernels = by_cat["kernel"]
     assert len(kernels) == mt.N_MATMUL + mt.N_RELU + 3 * mt.N_GRAPH
     assert len(by_cat["gpu_memcpy"]) == mt.N_COPY and len(by_cat["gpu_memset"]) == mt.N_SET
-    assert sum(e["dur"] for e in kernels if e["name"] == MATMUL) * 1000 == pytest.approx(
-        (mt.N_MATMUL + 2 * mt.N_GRAPH) * mt.MATMUL_NS)
+    matmuls = [e for e in kernels if e["name"] == MATMUL]
+    assert len(matmuls) == mt.N_MATMUL + 2 * mt.N_GRAPH
+    # Chrome's unit is the microsecond: each slice is within 1 us of the device's nanoseconds
+    assert abs(sum(e["dur"] for e in matmuls) * 1000 - len(matmuls) * mt.MATMUL_NS) <= 1000 * len(matmuls)
     runtime = {e["args"]["correlation"]: e for e in by_cat["cuda_runtime"] + by_cat["cuda_driver"]}
     for e in kernels + by_cat["gpu_memcpy"] + by_cat["gpu_memset"]:
         assert e["args"]["correlation"] == e["args"]["External id"]

@@ -1,0 +1,158 @@
+"""GPU time into the calling context tree, from buckets as BPF leaves them (no BPF, no root needed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deepctx.daemon.device_tree import (
+    UNKNOWN_ORIGIN,
+    add_device_buckets,
+    cupti_kernel_names,
+    device_warnings,
+)
+from deepctx.daemon.frames import Frame
+from deepctx.daemon.gpu_tree import NOT_SAMPLED, KernelNamer
+from deepctx.daemon.trace import build_trace, totals_by_kernel
+from deepctx.daemon.tree import CallTree
+from deepctx.probes import gpu_apis
+from deepctx.probes.device_activity import (
+    DEV_API_UNPROBED,
+    DEV_EV_API,
+    DEV_EV_RECORD,
+    DEV_KEY_F_GRAPH,
+    DEV_KEY_F_UNKNOWN,
+    DEV_KIND_KERNEL,
+    DEV_KIND_MEMCPY,
+    DEV_KIND_SYNC,
+    DeviceBucket,
+    TraceEvent,
+)
+from deepctx.probes.gpu_api import GPU_KEY_F_SAMPLED
+
+LAUNCH = next(i for i, a in enumerate(gpu_apis.APIS) if a.symbol == "cudaLaunchKernel")
+GRAPH = next(i for i, a in enumerate(gpu_apis.APIS) if a.symbol == "cudaGraphLaunch")
+MEMCPY = next(i for i, a in enumerate(gpu_apis.APIS) if a.symbol == "cudaMemcpy")
+NAMES = {0x1000: "_Z4gemmPf", 0x2000: "_Z4reluPf", 0x3000: "cudaFuncSetAttribute"}
+LINE = {11: Frame("python", "step", file="train.py", line=11), 12: Frame("python", "step", file="train.py", line=12)}
+
+
+class Resolver:
+    """Stack id n -> one Python frame at line n (what CallPathResolver gives, shortened)."""
+
+    def thread(self, tid: int) -> Frame:
+        return Frame("thread", "main", tid=tid)
+
+    def path(self, tid: int, user_stack: int, py_stack: int, lost: bool = False) -> list[Frame]:
+        return [self.thread(tid), LINE[py_stack]]
+
+
+class Namer(KernelNamer):
+    def __init__(self, names: dict[tuple[int, int], str]) -> None:
+        self.handle_names = names
+        self._cache: dict = {}
+
+    def _name(self, api: gpu_apis.Api, obj: int) -> str:
+        return self.handle_names.get((1, obj), "[unnamed kernel]")
+
+
+def bucket(api_id: int = LAUNCH, py: int = 11, name: int = 0x1000, kind: int = DEV_KIND_KERNEL, count: int = 1,
+           time_ns: int = 100, flags: int = 0, call_flags: int = GPU_KEY_F_SAMPLED, obj: int = 0xAB,
+           **kw: Any) -> DeviceBucket:
+    base = dict(pid=1, tid=1, user_stack=py, py_stack=py, api_id=api_id, obj=obj, stream=0, grid=(1, 1, 1),
+                block=(32, 1, 1), shared_mem=0, api_kind=1, call_flags=call_flags, name=name, fn_name=0, device=0,
+                kind=kind, copy_kind=0, flags=flags, count=count, time_ns=time_ns, bytes=0)
+    base.update(kw)
+    return DeviceBucket(**base)  # type: ignore[arg-type]
+
+
+def build(buckets: list[DeviceBucket]) -> tuple[CallTree, dict[str, int]]:
+    tree = CallTree("t")
+    namer = Namer(cupti_kernel_names(buckets, NAMES))
+    stats = add_device_buckets(tree, buckets, Resolver(), namer, lambda api: None, NAMES)  # type: ignore[arg-type]
+    return tree, stats
+
+
+def gpu(tree: CallTree) -> dict[tuple[str, ...], int]:
+    return {tuple(f.name for f in p): v for p, v in tree.paths_with("gpu_time_ns")}
+
+
+def test_kernel_time_lands_on_the_launchs_kernel_node_named_by_cupti() -> None:
+    tree, stats = build([bucket(time_ns=700, count=7), bucket(py=12, name=0x2000, obj=0xCD, time_ns=30)])
+    launch = [n for n in tree.nodes if n.frame.kind == "kernel"]
+    assert {n.frame.name: n.frame.launch for n in launch} == {"gemm(float*)": (1, 1, 1, 32, 1, 1, 0),
+                                                              "relu(float*)": (1, 1, 1, 32, 1, 1, 0)}
+    assert gpu(tree) == {("main", "step", "cudaLaunchKernel", "gemm(float*)"): 700,
+                         ("main", "step", "cudaLaunchKernel", "relu(float*)"): 30}
+    assert stats["device_time_in_profile_ns"] == 730
+
+
+def test_graph_kernels_sit_below_the_graph() -> None:
+    tree, _ = build([bucket(api_id=GRAPH, obj=0x77, time_ns=50, flags=DEV_KEY_F_GRAPH),
+                     bucket(api_id=GRAPH, obj=0x77, name=0x2000, time_ns=5, flags=DEV_KEY_F_GRAPH)])
+    assert gpu(tree) == {("main", "step", "cudaGraphLaunch", "[graph 0x77]", "gemm(float*)"): 50,
+                         ("main", "step", "cudaGraphLaunch", "[graph 0x77]", "relu(float*)"): 5}
+
+
+def test_copies_land_on_the_apis_copy_node_and_syncs_carry_no_gpu_time() -> None:
+    tree, stats = build([bucket(api_id=MEMCPY, kind=DEV_KIND_MEMCPY, name=0, copy_kind=1, time_ns=400, bytes=4096),
+                         bucket(kind=DEV_KIND_SYNC, name=0, time_ns=10_000)])
+    assert gpu(tree) == {("main", "step", "cudaMemcpy", "HtoD"): 400}
+    assert stats["device_sync_records"] == 1
+
+
+def test_unknown_launches_are_kept_apart() -> None:
+    tree, stats = build([bucket(flags=DEV_KEY_F_UNKNOWN, tid=0, time_ns=90, count=3)])
+    assert gpu(tree) == {(UNKNOWN_ORIGIN.name, "gemm(float*)"): 90}
+    assert stats["device_time_unknown_launch_ns"] == 90
+
+
+def test_calls_outside_the_api_probes_are_named_by_cupti() -> None:
+    tree, _ = build([bucket(api_id=DEV_API_UNPROBED, fn_name=0x3000, time_ns=8)])
+    assert gpu(tree) == {("main", "step", "cudaFuncSetAttribute", "gemm(float*)"): 8}
+
+
+def test_sampled_time_is_shared_out_over_the_captured_paths_exactly() -> None:
+    """Records of calls whose path was not captured go to the captured paths of the same kernel and
+    launch shape, in proportion to their record counts; the total stays exact."""
+    tree, stats = build([bucket(py=11, count=3, time_ns=300), bucket(py=12, count=1, time_ns=100),
+                         bucket(py=11, count=6, time_ns=601, call_flags=0, user_stack=0, py_stack=0)])
+    by_line = {p[1].line: v for p, v in tree.paths_with("gpu_time_ns")}
+    assert by_line == {11: 751, 12: 250} and sum(by_line.values()) == 1001
+    assert stats["device_time_without_call_path_ns"] == 0
+
+
+def test_no_captured_path_at_all_says_so() -> None:
+    tree, stats = build([bucket(count=2, time_ns=20, call_flags=0)])
+    assert gpu(tree) == {("main", NOT_SAMPLED.name, "cudaLaunchKernel", "gemm(float*)"): 20}
+    assert stats["device_time_without_call_path_ns"] == 20
+
+
+def test_warnings_name_what_went_missing() -> None:
+    assert device_warnings({"device_correlations": 10, "device_records": 10}) == []
+    w = device_warnings({"device_correlations": 10, "device_records": 0, "device_agent_status": -3})
+    assert "CUPTI is held by another profiler" in w[0] and "handed over no record" in w[1]
+    assert "3 device records had no launch" in device_warnings(
+        {"device_records": 5, "device_records_unknown_correlation": 3})[0]
+
+
+def ev(type_: int, start: int, end: int, corr: int, **kw: Any) -> TraceEvent:
+    base = dict(type=type_, start_ns=start, end_ns=end, bytes=0, name=0, graph_node=0, user_stack=0, py_stack=0,
+                stream_handle=0, pid=1, tid=5, correlation=corr, stream=7, device=0, api_id=LAUNCH,
+                kind=DEV_KIND_KERNEL, copy_kind=0, known=True)
+    base.update(kw)
+    return TraceEvent(**base)  # type: ignore[arg-type]
+
+
+def test_trace_part_fields_order_and_clock() -> None:
+    events = [ev(DEV_EV_RECORD, 150, 250, 9, name=0x1000), ev(DEV_EV_API, 100, 140, 9, name=0),
+              ev(DEV_EV_RECORD, 300, 310, 10, kind=DEV_KIND_MEMCPY, copy_kind=2, bytes=64),
+              ev(DEV_EV_RECORD, 1, 2, 11, pid=2)]
+    trace = build_trace(events, NAMES, offset_ns=1_000_000, pid=1)
+    assert trace == [
+        {"kind": "api", "name": "cudaLaunchKernel", "tid": 5, "start_ns": 1_000_100, "dur_ns": 40, "correlation": 9},
+        {"kind": "kernel", "name": "gemm(float*)", "device": 0, "stream": 7, "start_ns": 1_000_150, "dur_ns": 100,
+         "correlation": 9, "bytes": 0, "graph_node": 0, "tid": 5},
+        {"kind": "memcpy", "name": "Memcpy DtoH", "device": 0, "stream": 7, "start_ns": 1_000_300, "dur_ns": 10,
+         "correlation": 10, "bytes": 64, "graph_node": 0, "tid": 5},
+    ]
+    assert totals_by_kernel(trace) == {"gemm(float*)": 100}

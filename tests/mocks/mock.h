@@ -1,0 +1,21 @@
+/* Hooks between the mock CUDA libraries and the mock CUPTI (tests/mocks). */
+#ifndef DEEPCTX_MOCK_H
+#define DEEPCTX_MOCK_H
+#include <stdint.h>
+
+uint64_t mockcupti_now(void);
+uint32_t mockcupti_api_enter(int domain, uint32_t cbid, const char *fn, const char *symbol);
+void mockcupti_api_exit(int domain, uint32_t cbid, uint32_t corr, const char *fn);
+void mockcupti_kernel(uint32_t corr, const char *name, uint64_t start, uint64_t end, uint32_t stream,
+                      uint64_t graph_node);
+void mockcupti_memcpy(uint32_t corr, uint64_t bytes, uint8_t copy_kind, uint64_t start, uint64_t end,
+                      uint32_t stream);
+void mockcupti_memset(uint32_t corr, uint64_t bytes, uint64_t start, uint64_t end, uint32_t stream);
+void mockcupti_sync(uint32_t corr, uint32_t type, uint64_t start, uint64_t end);
+
+/* libcuda.so.1 (mock); cuInit and cuLaunchKernel as cuda.h declares them */
+uint64_t mock_device_run(uint64_t duration);
+uint64_t mock_device_idle_at(void);
+int mock_run_kernel(const void *handle, uint32_t corr, uint32_t stream, uint64_t graph_node);
+
+#endif

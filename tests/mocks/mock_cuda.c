@@ -1,0 +1,120 @@
+/* A mock CUDA driver (libcuda.so.1) for CPU-only tests. cuInit loads the library CUDA_INJECTION64_PATH
+ * names and calls its InitializeInjection, as the real driver does. Kernels are registered with their
+ * name and a duration (mockRegisterKernel); a launch runs the CUPTI callbacks of the mock CUPTI with a
+ * correlation id and queues an activity record on a simulated device that runs one thing at a time:
+ * start = max(now, when the device is free), end = start + duration. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cupti.h>
+
+#include "mock.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define MAX_KERNELS 64
+
+struct kernel {
+    const void *handle;
+    const char *name;
+    uint64_t duration_ns;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kernel kernels[MAX_KERNELS];
+static int nkernels;
+static int initialized;
+static uint64_t device_free_at;
+
+EXPORT CUresult cuInit(unsigned flags) {
+    (void)flags;
+    pthread_mutex_lock(&lock);
+    int first = !initialized;
+    initialized = 1;
+    pthread_mutex_unlock(&lock);
+    if (!first)
+        return CUDA_SUCCESS;
+    const char *inject = getenv("CUDA_INJECTION64_PATH");
+    if (inject && *inject) {
+        void *h = dlopen(inject, RTLD_NOW);
+        int (*init)(void) = h ? (int (*)(void))dlsym(h, "InitializeInjection") : NULL;
+        if (!init)
+            fprintf(stderr, "mock libcuda: cannot inject %s: %s\n", inject, dlerror());
+        else
+            init();
+    }
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetCount(int *count) {
+    if (!initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    *count = 1;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned *flags, int *active) {
+    if (!initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *flags = 0;
+    *active = 1;
+    return CUDA_SUCCESS;
+}
+
+EXPORT void mockRegisterKernel(const void *handle, const char *name, uint64_t duration_ns) {
+    pthread_mutex_lock(&lock);
+    if (nkernels < MAX_KERNELS)
+        kernels[nkernels++] = (struct kernel){handle, strdup(name), duration_ns};
+    pthread_mutex_unlock(&lock);
+}
+
+static const struct kernel *find_kernel(const void *handle) {
+    for (int i = 0; i < nkernels; i++)
+        if (kernels[i].handle == handle)
+            return &kernels[i];
+    return NULL;
+}
+
+/* Places `duration` of work on the simulated device; returns its start. */
+EXPORT uint64_t mock_device_run(uint64_t duration) {
+    uint64_t now = mockcupti_now();
+    pthread_mutex_lock(&lock);
+    uint64_t start = now > device_free_at ? now : device_free_at;
+    device_free_at = start + duration;
+    pthread_mutex_unlock(&lock);
+    return start;
+}
+
+EXPORT uint64_t mock_device_idle_at(void) {
+    pthread_mutex_lock(&lock);
+    uint64_t t = device_free_at;
+    pthread_mutex_unlock(&lock);
+    return t;
+}
+
+/* A kernel on the device under correlation id corr (graph_node: 0 outside graphs). */
+EXPORT int mock_run_kernel(const void *handle, uint32_t corr, uint32_t stream, uint64_t graph_node) {
+    const struct kernel *k = find_kernel(handle);
+    if (!k)
+        return 98; /* CUDA_ERROR_INVALID_HANDLE */
+    uint64_t start = mock_device_run(k->duration_ns);
+    mockcupti_kernel(corr, k->name, start, start + k->duration_ns, stream, graph_node);
+    return 0;
+}
+
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                               unsigned bz, unsigned smem, CUstream stream, void **params, void **extra) {
+    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)smem; (void)params; (void)extra;
+    cuInit(0);
+    uint32_t corr = mockcupti_api_enter(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+                                        "cuLaunchKernel", NULL);
+    int rc = mock_run_kernel(f, corr, (uint32_t)(uintptr_t)stream, 0);
+    mockcupti_api_exit(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, corr, "cuLaunchKernel");
+    return (CUresult)rc;
+}

@@ -1,0 +1,310 @@
+/* A mock CUPTI (libcupti.so.13) for CPU-only tests: the subset of the API the deepctx agent uses, with
+ * real CUPTI types and record layouts, plus hooks (mockcupti_*) through which the mock CUDA libraries
+ * run the agent's callbacks with correlation ids and hand it activity records with known times.
+ * One subscriber at a time, like CUPTI. Buffers are delivered on flush or when full, in the calling
+ * thread. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cupti.h>
+
+#define EXPORT __attribute__((visibility("default")))
+#define MAX_CBID 1024
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static CUpti_CallbackFunc subscriber_fn;
+static void *subscriber_data;
+static int subscribed;
+static unsigned char enabled[CUPTI_CB_DOMAIN_SIZE][MAX_CBID];
+static unsigned char kinds[64];
+static CUpti_BuffersCallbackRequestFunc buffer_requested;
+static CUpti_BuffersCallbackCompleteFunc buffer_completed;
+static CUpti_TimestampCallbackFunc timestamp_fn;
+static uint8_t *buffer;
+static size_t buffer_size, buffer_used;
+static uint32_t next_correlation = 1;
+static uint64_t callbacks;  /* callbacks delivered to the subscriber */
+
+/* --- the CUPTI API subset ------------------------------------------------------------------------ */
+
+EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *sub, CUpti_CallbackFunc fn, void *data) {
+    pthread_mutex_lock(&lock);
+    if (subscribed) {
+        pthread_mutex_unlock(&lock);
+        return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+    }
+    subscribed = 1;
+    subscriber_fn = fn;
+    subscriber_data = data;
+    *sub = (CUpti_SubscriberHandle)&subscribed;
+    pthread_mutex_unlock(&lock);
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle sub) {
+    (void)sub;
+    pthread_mutex_lock(&lock);
+    subscribed = 0;
+    subscriber_fn = NULL;
+    memset(enabled, 0, sizeof(enabled));
+    pthread_mutex_unlock(&lock);
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle sub, CUpti_CallbackDomain domain,
+                                       CUpti_CallbackId cbid) {
+    (void)sub;
+    if ((unsigned)domain >= CUPTI_CB_DOMAIN_SIZE || cbid >= MAX_CBID)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    enabled[domain][cbid] = enable ? 1 : 0;
+    return CUPTI_SUCCESS;
+}
+
+struct cb_name {
+    CUpti_CallbackDomain domain;
+    uint32_t cbid;
+    const char *name;
+};
+static const struct cb_name NAMES[] = {
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, "cudaMalloc"},
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, "cudaMemcpy"},
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020, "cudaMemset"},
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020, "cudaDeviceSynchronize"},
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, "cudaLaunchKernel"},
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, "cudaGraphLaunch"},
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchHostFunc_v10000, "cudaLaunchHostFunc"},
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, "cuLaunchKernel"},
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, "cuMemAlloc_v2"},
+};
+
+EXPORT CUptiResult cuptiGetCallbackName(CUpti_CallbackDomain domain, uint32_t cbid, const char **name) {
+    for (size_t i = 0; i < sizeof(NAMES) / sizeof(NAMES[0]); i++) {
+        if (NAMES[i].domain == domain && NAMES[i].cbid == cbid) {
+            *name = NAMES[i].name;
+            return CUPTI_SUCCESS;
+        }
+    }
+    return CUPTI_ERROR_INVALID_PARAMETER;
+}
+
+EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
+    if ((unsigned)kind >= sizeof(kinds))
+        return CUPTI_ERROR_INVALID_KIND;
+    kinds[kind] = 1;
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
+    if ((unsigned)kind >= sizeof(kinds))
+        return CUPTI_ERROR_INVALID_KIND;
+    kinds[kind] = 0;
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc req,
+                                                  CUpti_BuffersCallbackCompleteFunc done) {
+    if (!req || !done)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    buffer_requested = req;
+    buffer_completed = done;
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc fn) {
+    if (!fn)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    timestamp_fn = fn;
+    return CUPTI_SUCCESS;
+}
+
+static size_t record_size(const CUpti_Activity *r) {
+    switch (r->kind) {
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return sizeof(CUpti_ActivityKernel10);
+    case CUPTI_ACTIVITY_KIND_MEMCPY: return sizeof(CUpti_ActivityMemcpy6);
+    case CUPTI_ACTIVITY_KIND_MEMSET: return sizeof(CUpti_ActivityMemset4);
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: return sizeof(CUpti_ActivitySynchronization2);
+    default: return 0;
+    }
+}
+
+EXPORT CUptiResult cuptiActivityGetNextRecord(uint8_t *buf, size_t valid, CUpti_Activity **rec) {
+    size_t pos = *rec ? (size_t)((uint8_t *)*rec - buf) + record_size(*rec) : 0;
+    if (pos >= valid)
+        return CUPTI_ERROR_MAX_LIMIT_REACHED;
+    *rec = (CUpti_Activity *)(buf + pos);
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext ctx, uint32_t stream, size_t *dropped) {
+    (void)ctx;
+    (void)stream;
+    *dropped = 0;
+    return CUPTI_SUCCESS;
+}
+
+/* Hands the current buffer to the client (lock held; released around the client's callback). */
+static void deliver(void) {
+    if (!buffer || !buffer_completed)
+        return;
+    uint8_t *b = buffer;
+    size_t size = buffer_size, used = buffer_used;
+    buffer = NULL;
+    buffer_size = buffer_used = 0;
+    pthread_mutex_unlock(&lock);
+    buffer_completed(NULL, 0, b, size, used);
+    pthread_mutex_lock(&lock);
+}
+
+EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
+    (void)flag;
+    pthread_mutex_lock(&lock);
+    if (!buffer_completed) {
+        pthread_mutex_unlock(&lock);
+        return CUPTI_ERROR_INVALID_OPERATION;
+    }
+    if (buffer_used)
+        deliver();
+    pthread_mutex_unlock(&lock);
+    return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiGetResultString(CUptiResult r, const char **str) {
+    *str = r == CUPTI_SUCCESS ? "CUPTI_SUCCESS" : "mock CUPTI error";
+    return CUPTI_SUCCESS;
+}
+
+/* --- hooks for the mock CUDA libraries ----------------------------------------------------------- */
+
+EXPORT uint64_t mockcupti_now(void) {
+    if (timestamp_fn)
+        return timestamp_fn();
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void callback(CUpti_CallbackDomain domain, uint32_t cbid, CUpti_ApiCallbackSite site, uint32_t corr,
+                     const char *fn, const char *symbol) {
+    pthread_mutex_lock(&lock);
+    CUpti_CallbackFunc f = subscribed && cbid < MAX_CBID && enabled[domain][cbid] ? subscriber_fn : NULL;
+    void *data = subscriber_data;
+    pthread_mutex_unlock(&lock);
+    if (!f)
+        return;
+    __atomic_add_fetch(&callbacks, 1, __ATOMIC_RELAXED);
+    CUpti_CallbackData cb;
+    memset(&cb, 0, sizeof(cb));
+    cb.callbackSite = site;
+    cb.functionName = fn;
+    cb.symbolName = symbol;
+    cb.correlationId = corr;
+    f(data, domain, cbid, &cb);
+}
+
+/* An API call starts: a new correlation id, and the subscriber's enter callback in this thread. */
+EXPORT uint32_t mockcupti_api_enter(int domain, uint32_t cbid, const char *fn, const char *symbol) {
+    uint32_t corr = __atomic_fetch_add(&next_correlation, 1, __ATOMIC_RELAXED);
+    callback((CUpti_CallbackDomain)domain, cbid, CUPTI_API_ENTER, corr, fn, symbol);
+    return corr;
+}
+
+EXPORT void mockcupti_api_exit(int domain, uint32_t cbid, uint32_t corr, const char *fn) {
+    callback((CUpti_CallbackDomain)domain, cbid, CUPTI_API_EXIT, corr, fn, NULL);
+}
+
+static void *reserve(size_t size) {
+    if (buffer && buffer_used + size > buffer_size)
+        deliver();
+    if (!buffer) {
+        size_t max_records = 0;
+        if (!buffer_requested)
+            return NULL;
+        buffer_requested(&buffer, &buffer_size, &max_records);
+        buffer_used = 0;
+        if (!buffer || buffer_size < size)
+            return NULL;
+    }
+    void *p = buffer + buffer_used;
+    buffer_used += size;
+    memset(p, 0, size);
+    return p;
+}
+
+EXPORT void mockcupti_kernel(uint32_t corr, const char *name, uint64_t start, uint64_t end, uint32_t stream,
+                             uint64_t graph_node) {
+    pthread_mutex_lock(&lock);
+    if (kinds[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL]) {
+        CUpti_ActivityKernel10 *k = reserve(sizeof(*k));
+        if (k) {
+            k->kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+            k->start = start;
+            k->end = end;
+            k->completed = end;
+            k->streamId = stream;
+            k->correlationId = corr;
+            k->name = name;
+            k->graphNodeId = graph_node;
+            k->graphId = graph_node ? 1 : 0;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+EXPORT void mockcupti_memcpy(uint32_t corr, uint64_t bytes, uint8_t copy_kind, uint64_t start, uint64_t end,
+                             uint32_t stream) {
+    pthread_mutex_lock(&lock);
+    if (kinds[CUPTI_ACTIVITY_KIND_MEMCPY]) {
+        CUpti_ActivityMemcpy6 *m = reserve(sizeof(*m));
+        if (m) {
+            m->kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+            m->copyKind = copy_kind;
+            m->bytes = bytes;
+            m->start = start;
+            m->end = end;
+            m->streamId = stream;
+            m->correlationId = corr;
+            m->copyCount = 1;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+EXPORT void mockcupti_memset(uint32_t corr, uint64_t bytes, uint64_t start, uint64_t end, uint32_t stream) {
+    pthread_mutex_lock(&lock);
+    if (kinds[CUPTI_ACTIVITY_KIND_MEMSET]) {
+        CUpti_ActivityMemset4 *m = reserve(sizeof(*m));
+        if (m) {
+            m->kind = CUPTI_ACTIVITY_KIND_MEMSET;
+            m->bytes = bytes;
+            m->start = start;
+            m->end = end;
+            m->streamId = stream;
+            m->correlationId = corr;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+EXPORT void mockcupti_sync(uint32_t corr, uint32_t type, uint64_t start, uint64_t end) {
+    pthread_mutex_lock(&lock);
+    if (kinds[CUPTI_ACTIVITY_KIND_SYNCHRONIZATION]) {
+        CUpti_ActivitySynchronization2 *s = reserve(sizeof(*s));
+        if (s) {
+            s->kind = CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
+            s->type = (CUpti_ActivitySynchronizationType)type;
+            s->start = start;
+            s->end = end;
+            s->correlationId = corr;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* Is a subscriber there, and how many callbacks did it get (tests: an agent nobody watches costs
+ * nothing and lets CUPTI go)? */
+EXPORT int mockcupti_subscribed(void) { return subscribed; }
+EXPORT uint64_t mockcupti_callbacks(void) { return __atomic_load_n(&callbacks, __ATOMIC_RELAXED); }
