@@ -103,6 +103,11 @@ class Capture:
         self.command = ""
         self._bpf: Any = None
         self.stop_requested = threading.Event()  # `deepctx stop`: end now, keep what was captured
+        self.target: Target | None = None
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.target.warnings) if self.target is not None else []
 
     @property
     def probe_names(self) -> list[str]:
@@ -129,6 +134,7 @@ class Capture:
             raise NotFound(f"process {self.pid} does not exist (it may have exited)") from e
         self.command = info.command
         target = Target(self.pid, info, space)
+        self.target = target
         try:
             return self._run(target, pidfd, progress, cancelled)
         finally:

@@ -195,7 +195,7 @@ class ProfilerService(pb_grpc.ProfilerServicer):
         for s in sessions:
             entry = reply.sessions.add(id=s.id, pid=s.pid, command=s.command, started_unix=s.started_unix,
                                        duration_s=s.opts.duration_s, sample_hz=s.opts.sample_hz,
-                                       probes=s.probe_names, state=s.state)
+                                       probes=s.probe_names, state=s.state, warnings=s.warnings)
             entry.stats.update(s.live_stats())
         return reply
 

@@ -63,4 +63,7 @@ def run(args: argparse.Namespace) -> int:
                       f"{now - s.started_unix:.0f}/{s.duration_s:g} s", str(s.stats.get("cpu_samples", 0)),
                       str(lost), s.command)
     con.print(table)
+    for s in st.sessions:
+        for w in s.warnings:
+            con.print(f"[yellow]session {s.id} (pid {s.pid}):[/] {w}")
     return 0

@@ -197,7 +197,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Session(_message.Message):
-    __slots__ = ("id", "pid", "command", "started_unix", "duration_s", "sample_hz", "probes", "stats", "state")
+    __slots__ = ("id", "pid", "command", "started_unix", "duration_s", "sample_hz", "probes", "stats", "state", "warnings")
     class StatsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -214,6 +214,7 @@ class Session(_message.Message):
     PROBES_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
     id: int
     pid: int
     command: str
@@ -223,7 +224,8 @@ class Session(_message.Message):
     probes: _containers.RepeatedScalarFieldContainer[str]
     stats: _containers.ScalarMap[str, int]
     state: str
-    def __init__(self, id: _Optional[int] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., started_unix: _Optional[float] = ..., duration_s: _Optional[float] = ..., sample_hz: _Optional[int] = ..., probes: _Optional[_Iterable[str]] = ..., stats: _Optional[_Mapping[str, int]] = ..., state: _Optional[str] = ...) -> None: ...
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[int] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., started_unix: _Optional[float] = ..., duration_s: _Optional[float] = ..., sample_hz: _Optional[int] = ..., probes: _Optional[_Iterable[str]] = ..., stats: _Optional[_Mapping[str, int]] = ..., state: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StatusReply(_message.Message):
     __slots__ = ("version", "daemon_pid", "uptime_s", "kernel", "bcc_version", "sessions", "totals", "socket", "max_duration_s", "default_sample_hz", "max_sample_hz")
