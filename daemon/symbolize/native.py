@@ -62,11 +62,21 @@ def module_name(m: Mapping | None) -> str:
 
 
 class NativeSymbolizer:
+    """One per capture: frames are cached by address, since thousands of stacks share their frames."""
+
     def __init__(self, cache: SymbolCache) -> None:
         self.cache = cache
+        self._frames: dict[tuple[int, int], Frame] = {}
 
     def symbolize(self, pid: int, space: AddressSpace, addr: int) -> Frame:
         """A native frame for an exact code address (callers pass return addresses minus one)."""
+        key = (pid, addr)
+        frame = self._frames.get(key)
+        if frame is None:
+            frame = self._frames[key] = self._symbolize(pid, space, addr)
+        return frame
+
+    def _symbolize(self, pid: int, space: AddressSpace, addr: int) -> Frame:
         m = space.find(addr)
         mod = module_name(m)
         if m is None or not m.file_backed:
