@@ -85,6 +85,13 @@ if ! "$VENV/bin/python" -c 'import deepctx.daemon.main, grpc, pytest' 2>/dev/nul
   touch "$VENV/.deepctx-installed"
 fi
 "$VENV/bin/python" -c 'import bcc' || die "the virtualenv cannot import bcc"
+# The CUPTI agent (device activity) and the mock CUDA/CUPTI libraries its CPU-only tests drive.
+if [ -n "$(native/cuda_include.sh cupti.h "$VENV/bin/python")" ]; then
+  make -s -C native PYTHON="$VENV/bin/python" && make -s -C tests/mocks PYTHON="$VENV/bin/python"
+  say "built the CUPTI agent: native/build/libdeepctx_cupti.so"
+else
+  say "CUPTI's headers not found (pip install nvidia-cuda-cupti): the device-activity agent is not built"
+fi
 say "installed: $VENV/bin/deepctxd and $VENV/bin/deepctx (kernel $kver, $("$VENV/bin/python" --version))"
 
 # --- jobs ------------------------------------------------------------------------------------------------

@@ -29,7 +29,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 TICK = os.sysconf("SC_CLK_TCK")
 STEPS = {"launch_bound": 1500, "resnet50": 30, "gpt2": 20, "jax": 300}
-VARIANTS = ["alone", "deepctx_sampled", "deepctx_exact", "torch_cuda", "torch_stacks"]
+VARIANTS = ["alone", "deepctx_sampled", "deepctx_exact", "deepctx_exact_device", "torch_cuda", "torch_stacks"]
+AGENT = HERE.parent / "native" / "build" / "libdeepctx_cupti.so"
 
 
 def cpu_s(pid: int) -> float:
@@ -68,7 +69,10 @@ def one_run(name: str, variant: str, dctx: Deepctx, python: str) -> dict:
     argv = [python, str(HERE / "workloads.py"), name, str(STEPS[name])]
     if variant.startswith("torch_"):
         argv += ["--torch-profiler", "cuda" if variant == "torch_cuda" else "stacks"]
-    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    env = dict(os.environ)
+    if variant.endswith("_device"):  # started as `deepctx run` starts it: the agent idles until attach
+        env["CUDA_INJECTION64_PATH"] = str(AGENT)
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     assert p.stdout is not None and p.stdin is not None
     ready = p.stdout.readline().split()
     assert ready and ready[0] == "ready", f"{name}: {ready}"
@@ -77,10 +81,11 @@ def one_run(name: str, variant: str, dctx: Deepctx, python: str) -> dict:
     attach: dict = {}
     if variant.startswith("deepctx"):
         mode = variant.split("_")[1]
+        device = ["--gpu-activity"] if variant.endswith("_device") else []
 
         def go() -> None:
             t = time.perf_counter()
-            r = subprocess.run(dctx.cli + ["attach", str(pid), "--duration", "600", "--mode", mode, "--format", "json",
+            r = subprocess.run(dctx.cli + ["attach", str(pid), "--duration", "600", "--mode", mode, *device, "--format", "json",
                                            "--quiet"], env=dctx.env, capture_output=True, text=True)
             attach["done"] = time.perf_counter()
             attach["wall"] = attach["done"] - t
@@ -114,6 +119,8 @@ def one_run(name: str, variant: str, dctx: Deepctx, python: str) -> dict:
             st = doc["stats"]
             out["gpu_api_calls"] = st.get("gpu_api_calls", 0)
             out["calls_with_path"] = st.get("gpu_api_calls_with_call_path", 0)
+            out["device_time_ns"] = st.get("device_time_ns", 0)
+            out["device_unknown"] = st.get("device_records_unknown_correlation", 0)
             out["cpu_samples"] = st.get("cpu_samples", 0)
     return out
 

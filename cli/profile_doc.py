@@ -6,6 +6,18 @@ from typing import Any
 
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
+_TRACE_API = ("kind", "name", "tid", "start_ns", "dur_ns", "correlation")
+_TRACE_DEVICE = ("kind", "name", "device", "stream", "start_ns", "dur_ns", "correlation", "bytes", "graph_node",
+                 "tid")
+
+
+def trace_event(e: pb.TraceEvent) -> dict[str, Any]:
+    """One event of the optional trace part (docs/device-activity.md)."""
+    ev = {k: getattr(e, k) for k in (_TRACE_API if e.kind == "api" else _TRACE_DEVICE)}
+    if e.at:
+        ev["at"] = e.at
+    return ev
+
 
 def to_doc(p: pb.Profile) -> dict[str, Any]:
     metrics = list(p.metrics)
@@ -31,7 +43,7 @@ def to_doc(p: pb.Profile) -> dict[str, Any]:
         nodes.append(node)
         if n.parent >= 0:
             nodes[n.parent]["children"].append(node)
-    return {
+    doc = {
         "schema": p.schema,
         "pid": p.pid,
         "command": p.command,
@@ -46,6 +58,9 @@ def to_doc(p: pb.Profile) -> dict[str, Any]:
         "stats": {k: int(v) for k, v in sorted(p.stats.items())},
         "warnings": list(p.warnings),
     }
+    if p.trace:
+        doc["trace"] = [trace_event(e) for e in p.trace]
+    return doc
 
 
 def inclusive(node: dict[str, Any], metric: str) -> int:

@@ -14,12 +14,15 @@ from typing import Any
 
 from deepctx.daemon import procfs
 from deepctx.daemon.callpaths import CallPathResolver
+from deepctx.daemon.device_tree import DeviceView, device_warnings
 from deepctx.daemon.errors import FailedPrecondition, NotFound
 from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basenames
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
+from deepctx.daemon.trace import build_trace, clock_offset_ns
 from deepctx.daemon.tree import METRICS, CallTree
 from deepctx.probes import compose
 from deepctx.probes.cpu_sampler import SAMPLE_F_USER_STACK_LOST, CpuSampler
+from deepctx.probes.device_activity import DeviceActivity
 from deepctx.probes.family import ProbeFamily, Target
 from deepctx.probes.gpu_api import BUILTIN_HANDOFFS, GpuApi
 
@@ -42,6 +45,9 @@ class CaptureOptions:
     gpu_mode: str = "exact"  # exact | sampled
     gpu_sampled_paths_per_s: int = 2000
     native_unwind: bool = True
+    gpu_activity: str = "auto"  # auto (the target's CUPTI agent, if any) | on (load one if absent) | off
+    trace: bool = False  # per-call and per-record events (needs device activity)
+    flush_timeout_s: float = 1.0  # how long the window's end waits for the agent's last records
     handoff_points: tuple = ()  # HandoffPoint, beyond the built-in ones
 
 
@@ -66,6 +72,7 @@ class CaptureResult:
     warnings: list[str] = field(default_factory=list)
     hostname: str = ""
     mode: str = ""  # GPU call-path mode when GPU probes ran
+    trace: list[dict[str, Any]] = field(default_factory=list)  # trace mode: docs/device-activity.md
 
 
 def _python_family(opts: CaptureOptions) -> ProbeFamily | None:
@@ -171,9 +178,30 @@ class Capture:
                 families.append(gpu)
             except ValueError:
                 pass  # no GPU library loaded, and none asked for
+        self._choose_device(target, families)
         self.sampler.prepare(target)
         families.append(self.sampler)
         self.families = families
+
+    def _choose_device(self, target: Target, families: list[ProbeFamily]) -> None:
+        """Device activity, after the GPU API probes it joins with: the target's CUPTI agent, or (asked
+        for) one loaded into it at attach."""
+        asked = self.opts.gpu_activity == "on" or self.opts.trace
+        if self.opts.gpu_activity == "off":
+            return
+        if not any(f.name == "gpu" for f in families):
+            if asked:
+                raise FailedPrecondition("device activity needs the GPU API probes, and the process has no GPU "
+                                         "runtime library loaded")
+            return
+        dev = DeviceActivity(trace=self.opts.trace, inject=asked, count_entries=self.opts.count_map_entries)
+        try:
+            dev.prepare(target)
+        except ValueError as e:
+            if asked:
+                raise FailedPrecondition(f"no device activity: {e}") from e
+            return
+        families.append(dev)
 
     def _run(self, target: Target, pidfd: int, progress: Callable[[Progress], None],
              cancelled: Callable[[], bool]) -> CaptureResult:
@@ -186,6 +214,7 @@ class Capture:
         t_compile = time.monotonic()
         bpf = compose.compile_program(self.families)
         self._bpf = bpf
+        self.clock_offset_ns = clock_offset_ns()  # trace events: BPF's clock -> Unix time
         thread_names: dict[int, str] = {}
         try:
             t_attach = time.monotonic()
@@ -233,6 +262,13 @@ class Capture:
                                   "capturing"))
             duration = time.monotonic() - t0
             self.sampler.stop_sampling(bpf)
+            dev = next((f for f in self.families if isinstance(f, DeviceActivity)), None)
+            if dev is not None and ended != "target_exited":  # an exiting agent flushed at exit
+                progress(Progress(min(duration, opts.duration_s), opts.duration_s, self.samples,
+                                  "collecting device activity"))
+                if not dev.flush(bpf, target, opts.flush_timeout_s):
+                    target.warnings.append("the CUPTI agent did not hand over its last records in time: device "
+                                           "activity at the end of the window may be missing")
             self.state = "building"
             self.samples = self.sampler.samples(bpf)
             progress(Progress(min(duration, opts.duration_s), opts.duration_s, self.samples, "symbolizing"))
@@ -298,13 +334,22 @@ class Capture:
             stats.update(fam.stats(bpf))
         mode = ""
         gpu = fams.get("gpu")
+        dev = fams.get("device")
+        view = DeviceView.read(dev, bpf, target.pid) if dev is not None else None
+        trace: list[dict[str, Any]] = []
         if gpu is not None:
             mode = gpu.mode
             gpu_paths = resolver(lambda sid: gpu.user_stack(bpf, sid), dwarf=gpu.dwarf_stacks)
-            namer = KernelNamer(target.pid, target.space, native, gpu.function_names(bpf), gpu.handle_strings(bpf))
+            handle_names = {**(view.kernel_names() if view else {}), **gpu.function_names(bpf)}
+            namer = KernelNamer(target.pid, target.space, native, handle_names, gpu.handle_strings(bpf))
             libs = library_basenames(target.space)
             buckets = [b for b in gpu.buckets(bpf) if b.pid == target.pid]
             stats.update(add_gpu_buckets(tree, buckets, gpu_paths, namer, lambda api: libs.get(api.library)))
+            if view is not None:
+                stats.update(view.add_to(tree, gpu_paths, namer, lambda api: libs.get(api.library),
+                                         [h.label for h in gpu.handoffs]))
+            if dev is not None and dev.trace:
+                trace = build_trace(dev.events, view.names if view else {}, self.clock_offset_ns, target.pid)
             stats["gpu_stacks_truncated"] = gpu_paths.truncated_stacks
         stats["cpu_stacks_truncated"] = cpu_paths.truncated_stacks
         stats["cpu_samples_in_profile"] = tree.total("cpu_samples")
@@ -322,10 +367,12 @@ class Capture:
         gpu_lost = stats.get("gpu_api_calls_dropped_map_full", 0) + stats.get("gpu_api_stacks_lost", 0)
         if gpu_lost:
             warnings.append(f"{gpu_lost} GPU API calls were dropped or lost their call path (see stats)")
+        if dev is not None:
+            warnings += device_warnings(stats)
         return CaptureResult(
             pid=target.pid, command=target.info.command, duration_s=duration, started_unix=self.started_unix,
             ended=ended, sample_hz=self.opts.sample_hz, tree=tree, stats=stats, warnings=warnings,
-            hostname=socket.gethostname(), mode=mode,
+            hostname=socket.gethostname(), mode=mode, trace=trace,
         )
 
 

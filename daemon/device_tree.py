@@ -8,7 +8,7 @@ a launch also carries its GPU time."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -16,7 +16,7 @@ from typing import Any
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.frames import Frame
 from deepctx.daemon.gpu_tree import NOT_SAMPLED, UNNAMED_KERNEL, KernelNamer
-from deepctx.daemon.gpu_tree import _child as api_child
+from deepctx.daemon.gpu_tree import child_frame as api_child
 from deepctx.daemon.symbolize.demangle import demangle
 from deepctx.daemon.tree import CallTree
 from deepctx.probes import gpu_apis
@@ -98,16 +98,18 @@ def _apportion(total: int, weights: list[int]) -> list[int]:
 
 def _signature(b: DeviceBucket) -> tuple:
     return (b.api_id, b.obj, b.stream, b.grid, b.block, b.shared_mem, b.api_kind, b.name, b.fn_name, b.kind,
-            b.copy_kind, b.device, b.flags)
+            b.copy_kind, b.device, b.flags, b.origin_tid, b.origin_user_stack, b.origin_py_stack, b.origin_label)
 
 
 def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: CallPathResolver,
                        namer: KernelNamer, api_module: Callable[[gpu_apis.Api], str | None],
-                       names: dict[int, str]) -> dict[str, int]:
+                       names: dict[int, str], handoff_labels: Sequence[str] = ()) -> dict[str, int]:
     """Adds `gpu_time_ns` of every kernel, copy and set to the tree. Sampled captures: buckets whose call
     path was not captured share their time out over the captured paths of the same signature, in
-    proportion to their record counts (as gpu_tree does with calls). Synchronization records carry no
-    GPU time (the API probes measure the wait). Returns counters for the profile's stats."""
+    proportion to their record counts (as gpu_tree does with calls). Work a worker thread launched during
+    a hand-off call (autograd backward ...) sits under that call's path, then the hand-off's label, as in
+    gpu_tree. Synchronization records carry no GPU time (the API probes measure the wait). Returns
+    counters for the profile's stats."""
     stats = {"device_time_in_profile_ns": 0, "device_time_unknown_launch_ns": 0,
              "device_time_without_call_path_ns": 0, "device_sync_records": 0}
     groups: dict[tuple, list[DeviceBucket]] = defaultdict(list)
@@ -132,6 +134,11 @@ def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: Ca
             if not t:
                 continue
             path = _call_path(b, resolver, api_module)
+            if b.origin_tid:  # launched by a worker for another thread's hand-off call
+                origin = resolver.path(b.origin_tid, b.origin_user_stack, b.origin_py_stack,
+                                       lost=not b.origin_user_stack)
+                label = handoff_labels[b.origin_label] if b.origin_label < len(handoff_labels) else "[hand-off]"
+                path = origin + [Frame("op", label)] + path
             if first.api_id == DEV_API_UNPROBED:
                 path.append(Frame("api", names.get(b.fn_name, UNPROBED_API)))
                 path.append(record_frame(b, names))
@@ -170,6 +177,7 @@ class DeviceView:
 
     @classmethod
     def read(cls, family: DeviceActivity, bpf: Any, pid: int) -> DeviceView:
+        family.drain(bpf)  # trace mode: the ring buffer's last events (no poll runs after the target exits)
         buckets = [b for b in family.buckets(bpf) if b.pid == pid]
         return cls(buckets, family.names(bpf, pid, family.name_ids(buckets)))
 
@@ -178,8 +186,8 @@ class DeviceView:
         return cupti_kernel_names(self.buckets, self.names)
 
     def add_to(self, tree: CallTree, resolver: CallPathResolver, namer: KernelNamer,
-               api_module: Callable[[gpu_apis.Api], str | None]) -> dict[str, int]:
-        return add_device_buckets(tree, self.buckets, resolver, namer, api_module, self.names)
+               api_module: Callable[[gpu_apis.Api], str | None], handoff_labels: Sequence[str] = ()) -> dict[str, int]:
+        return add_device_buckets(tree, self.buckets, resolver, namer, api_module, self.names, handoff_labels)
 
 
 def device_warnings(stats: dict[str, int]) -> list[str]:
@@ -188,6 +196,9 @@ def device_warnings(stats: dict[str, int]) -> list[str]:
     status = stats.get("device_agent_status", 0)
     if status < 0:
         out.append(f"no device activity: {AGENT_STATES.get(status, f'the CUPTI agent failed ({status})')}")
+    if stats.get("device_correlations", 0) and not stats.get("device_records", 0):
+        out.append("the process launched GPU work but its CUPTI agent handed over no record (was it killed "
+                   "before it could flush?)")
     unknown = stats.get("device_records_unknown_correlation", 0)
     if unknown:
         out.append(f"{unknown} device records had no launch known to deepctx (launched before the capture, "

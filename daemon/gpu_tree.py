@@ -77,7 +77,8 @@ class KernelNamer:
         return found or UNNAMED_KERNEL
 
 
-def _child(api: gpu_apis.Api, b: GpuBucket, namer: KernelNamer) -> Frame | None:
+def child_frame(api: gpu_apis.Api, b: GpuBucket, namer: KernelNamer) -> Frame | None:
+    """The node below an api node: the kernel, copy, set or wait the call asked for."""
     if api.cls == gpu_apis.LAUNCH:
         return Frame("kernel", namer.name(api, b.obj), launch=(*b.grid, *b.block, b.shared_mem), stream=b.stream)
     if api.cls == gpu_apis.GRAPH:
@@ -151,7 +152,7 @@ def add_gpu_buckets(tree: CallTree, buckets: list[GpuBucket], resolver: CallPath
                 origin = resolver.path(b.origin_tid, b.origin_user_stack, b.origin_py_stack, lost=not b.origin_user_stack)
                 path = origin + [Frame("op", b.origin_label)] + path
             path.append(Frame("api", b.api.display, module=api_module(b.api)))
-            child = _child(b.api, b, namer)
+            child = child_frame(b.api, b, namer)
             if child is not None:
                 path.append(child)
             for metric, value in _metrics(b.api, c, t, n).items():

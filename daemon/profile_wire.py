@@ -42,4 +42,6 @@ def to_message(result: CaptureResult) -> pb.Profile:
             n.stream = f.stream
         n.metrics.extend(node.metrics.get(m, 0) for m in METRICS)
         index[idx] = len(msg.nodes) - 1
+    for ev in result.trace:
+        msg.trace.add(**ev)
     return msg

@@ -32,6 +32,7 @@ VERSION = "0.1.0"
 _PYTHON_MODES = {pb.PYTHON_AUTO: "auto", pb.PYTHON_OFF: "off", pb.PYTHON_ON: "on"}
 _GPU_PROBES = {pb.GPU_AUTO: "auto", pb.GPU_OFF: "off", pb.GPU_ON: "on"}
 _CALL_PATH_MODES = {pb.MODE_DEFAULT: "exact", pb.MODE_EXACT: "exact", pb.MODE_SAMPLED: "sampled"}
+_GPU_ACTIVITY = {pb.GPU_ACTIVITY_AUTO: "auto", pb.GPU_ACTIVITY_OFF: "off", pb.GPU_ACTIVITY_ON: "on"}
 
 
 def _bcc_version() -> str:
@@ -91,6 +92,12 @@ class ProfilerService(pb_grpc.ProfilerServicer):
             raise InvalidArgument(f"unknown gpu probes setting {req.gpu}")
         if req.mode not in _CALL_PATH_MODES:
             raise InvalidArgument(f"unknown call path mode {req.mode}")
+        if req.gpu_activity not in _GPU_ACTIVITY:
+            raise InvalidArgument(f"unknown gpu activity setting {req.gpu_activity}")
+        if req.trace and req.gpu_activity == pb.GPU_ACTIVITY_OFF:
+            raise InvalidArgument("a trace needs device activity: drop --no-gpu-activity or --trace")
+        if (req.trace or req.gpu_activity == pb.GPU_ACTIVITY_ON) and req.gpu == pb.GPU_OFF:
+            raise InvalidArgument("device activity joins the GPU API probes: it cannot run with --no-gpu")
         try:
             info = procfs.process_info(req.pid)
         except procfs.ProcessGone:
@@ -106,6 +113,7 @@ class ProfilerService(pb_grpc.ProfilerServicer):
             count_map_entries=cfg.count_map_entries, gpu=_GPU_PROBES[req.gpu], gpu_mode=_CALL_PATH_MODES[req.mode],
             gpu_sampled_paths_per_s=cfg.gpu_sampled_paths_per_s, native_unwind=cfg.native_unwind,
             handoff_points=tuple(HandoffPoint(**p) for p in cfg.handoff_points),
+            gpu_activity=_GPU_ACTIVITY[req.gpu_activity], trace=req.trace,
         )
 
     def _register(self, pid: int, opts: CaptureOptions) -> Capture:

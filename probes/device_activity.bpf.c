@@ -124,10 +124,20 @@ int on_dev_correlation(struct pt_regs *ctx) {
     c->fn_name = fn;
     c->api_start_ns = bpf_ktime_get_ns();
     struct gpu_inflight *f = gpu_inflight.lookup(&tid);
+    /* sampled mode's entry-only calls leave no call in flight, but their last one on this thread, if
+     * it began moments ago, is the call this callback runs inside */
+    struct gpu_last_call *last = f ? NULL : gpu_last.lookup(&tid);
+    if (last && (last->key.pid != pid || c->api_start_ns - last->entry_ns > 1000000))
+        last = NULL;
     if (f && f->key.pid == pid) {  /* the API call this callback runs inside */
         c->call = f->key;
 #if DEV_TRACE
         dev_learn_name(pid, fn);  /* CUPTI's function name: names the call in the trace */
+#endif
+    } else if (last) {
+        c->call = last->key;
+#if DEV_TRACE
+        dev_learn_name(pid, fn);
 #endif
     } else {  /* a call the GPU API probes do not track (or sampled mode's entry-only calls) */
         dev_stat_add(DEV_STAT_UNPROBED, 1);
@@ -149,6 +159,13 @@ int on_dev_correlation(struct pt_regs *ctx) {
         __u32 pyflags = 0;
         c->call.py_stack = python_stack_capture(pid, tid, &pyflags);
 #endif
+        struct gpu_origin *o = gpu_origins.lookup(&pid);  /* a worker's call during a hand-off, as gpu_api */
+        if (o && o->tid != tid) {
+            c->call.origin_user_stack = o->user_stack;
+            c->call.origin_py_stack = o->py_stack;
+            c->call.origin_tid = o->tid;
+            c->call.origin_label = o->label;
+        }
     }
     struct dev_corr_key k = {};
     k.pid = pid;

@@ -138,6 +138,10 @@ class DeviceBucket:
     count: int
     time_ns: int
     bytes: int
+    origin_tid: int = 0  # launched by a worker while this thread's hand-off call ran (see gpu_api.h)
+    origin_user_stack: int = 0
+    origin_py_stack: int = 0
+    origin_label: int = 0  # index of the hand-off point (GpuApi.handoffs)
 
 
 @dataclass(frozen=True)
@@ -222,7 +226,8 @@ class DeviceActivity:
     def defines(self) -> dict[str, int | str]:
         return {"DEV_CORR_ENTRIES": self.corr_entries, "DEV_COUNT_ENTRIES": self.count_entries,
                 "DEV_NAME_ENTRIES": self.name_entries, "DEV_SITE_ENTRIES": 256, "DEV_TRACE": int(self.trace),
-                "DEV_RINGBUF_PAGES": self.ringbuf_pages}
+                "DEV_RINGBUF_PAGES": self.ringbuf_pages,
+                "GPU_LAST_CALL": 1}  # gpu_api.bpf.c keeps each thread's last entry-only call for the join
 
     def prepare(self, target: Target) -> None:
         if agent_mappings(target.space.mappings):
@@ -249,6 +254,17 @@ class DeviceActivity:
         self._attach_new(bpf, target)
         if not self._files and self.inject:
             self._inject(bpf, target)
+        elif self._files:
+            self._wait_active(bpf)
+
+    def _wait_active(self, bpf: Any, timeout_s: float = 1.0) -> None:
+        """An agent that was idle starts within its watcher's tick (100 ms) of the semaphores rising:
+        wait for its status probe, so that the capture covers the first call after attach."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.flush_state(bpf).status != 0:  # active, or a failure it reported
+                return
+            time.sleep(0.005)  # the agent's thread reports through its status probe, with a deadline
 
     def poll(self, bpf: Any, target: Target) -> None:
         self._attach_new(bpf, target)
@@ -399,7 +415,8 @@ class DeviceActivity:
             out.append(DeviceBucket(c.pid, c.tid, c.user_stack, c.py_stack, c.api_id, c.object, c.stream,
                                     (c.grid[0], c.grid[1], c.grid[2]), (c.block[0], c.block[1], c.block[2]),
                                     c.shared_mem, c.kind, c.flags, k.name, k.fn_name, k.device, k.kind,
-                                    k.copy_kind, k.flags, v.count, v.time_ns, v.bytes))
+                                    k.copy_kind, k.flags, v.count, v.time_ns, v.bytes, c.origin_tid,
+                                    c.origin_user_stack, c.origin_py_stack, c.origin_label))
         return out
 
     def names(self, bpf: Any, pid: int, want: set[int] | None = None) -> dict[int, str]:

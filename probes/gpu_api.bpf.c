@@ -17,6 +17,9 @@ BPF_HASH(gpu_addrs, struct gpu_addr_key, struct gpu_api_spec, GPU_ADDR_ENTRIES);
 BPF_HASH(gpu_inflight, __u32, struct gpu_inflight, GPU_INFLIGHT_ENTRIES);
 BPF_HASH(gpu_ranges, __u32, struct gpu_ranges, 1024);
 BPF_HASH(gpu_origins, __u32, struct gpu_origin, 1024);
+#ifdef GPU_LAST_CALL  /* set by the device-activity family, which joins CUPTI's records to these calls */
+BPF_HASH(gpu_last, __u32, struct gpu_last_call, GPU_INFLIGHT_ENTRIES);
+#endif
 /* Name lookups (GETFUNC, FUNC_ALIAS) in flight: tracked apart from the calls, since the runtime makes
  * them inside a launch when it loads modules lazily. */
 BPF_HASH(gpu_getfunc, __u32, struct gpu_inflight, GPU_INFLIGHT_ENTRIES);
@@ -294,6 +297,10 @@ int on_gpu_api_entry(struct pt_regs *ctx) {
     }
     if (entry_only) {
         gpu_add(&f->key, 0, f->bytes);
+#ifdef GPU_LAST_CALL
+        f->start_ns = now;  /* the scratch's key and time, parked for the join inside this call */
+        gpu_last.update(&tid, (struct gpu_last_call *)f);
+#endif
         return 0;
     }
     f->start_ns = bpf_ktime_get_ns();

@@ -95,6 +95,12 @@ struct gpu_key {
     __u16 pad;
 };
 
+/* The last entry-only call of a thread (sampled mode), for a join that runs inside it (GPU_LAST_CALL). */
+struct gpu_last_call {
+    struct gpu_key key;
+    __u64 entry_ns;
+};
+
 /* The hand-off call running in a process (one at a time per process; a later one replaces it). */
 struct gpu_origin {
     __u64 user_stack;

@@ -30,19 +30,32 @@ class _UprobeMultiAttr(ct.Structure):
                 ("multi_flags", ct.c_uint32), ("pid", ct.c_uint32), ("pad", ct.c_uint32)]
 
 
-def link_uprobe_multi(prog_fd: int, path: str, offsets: list[int], retprobe: bool) -> int:
-    """A uprobe_multi link on `offsets` of `path` for every process; returns the link fd."""
+def link_uprobe_multi(prog_fd: int, path: str, offsets: list[int], retprobe: bool, pid: int = 0,
+                      ref_ctr_offsets: list[int] | None = None) -> int:
+    """A uprobe_multi link on `offsets` of `path`, for every process (pid 0) or one; returns the link fd.
+    ref_ctr_offsets: USDT semaphores (0: none), which the kernel raises in the processes that map the file."""
     n = len(offsets)
     offs = (ct.c_uint64 * n)(*offsets)
+    refs = (ct.c_uint64 * n)(*ref_ctr_offsets) if ref_ctr_offsets is not None else None
     cpath = ct.create_string_buffer(os.fsencode(path))
     attr = _UprobeMultiAttr(prog_fd=prog_fd, attach_type=BPF_TRACE_UPROBE_MULTI,
-                            path=ct.addressof(cpath), offsets=ct.addressof(offs), cnt=n,
+                            path=ct.addressof(cpath), offsets=ct.addressof(offs), cnt=n, pid=pid,
+                            ref_ctr_offsets=ct.addressof(refs) if refs is not None else 0,
                             multi_flags=BPF_F_UPROBE_MULTI_RETURN if retprobe else 0)
     fd = _libc.syscall(_SYS_BPF, BPF_LINK_CREATE, ct.byref(attr), ct.sizeof(attr))
     if fd < 0:
         err = ct.get_errno()
         raise OSError(err, f"uprobe_multi link on {path}: {os.strerror(err)}")
     return fd
+
+
+def bcc_attach_uprobe() -> ct._CFuncPtr:  # type: ignore[name-defined]
+    """libbcc's bpf_attach_uprobe with its seventh argument, ref_ctr_offset: bcc 0.26's Python binding
+    declares six, which leaves the seventh (a semaphore offset the kernel writes to) undefined."""
+    fn = ct.CDLL("libbcc.so.0").bpf_attach_uprobe
+    fn.restype = ct.c_int
+    fn.argtypes = [ct.c_int, ct.c_int, ct.c_char_p, ct.c_char_p, ct.c_uint64, ct.c_int, ct.c_uint32]
+    return fn
 
 
 class UprobeAttacher:
@@ -93,11 +106,10 @@ class UprobeAttacher:
 
     def _attach_one(self, path: str, offset: int, retprobe: bool) -> None:
         from bcc import BPF
-        from bcc.libbcc import lib
 
         fn = self.bpf.load_func((self.return_fn if retprobe else self.entry_fn).encode(), BPF.KPROBE)
         ev = self.bpf._get_uprobe_evname(b"r" if retprobe else b"p", os.fsencode(path), offset, -1)
-        fd = lib.bpf_attach_uprobe(fn.fd, 1 if retprobe else 0, ev, os.fsencode(path), offset, -1)
+        fd = bcc_attach_uprobe()(fn.fd, 1 if retprobe else 0, ev, os.fsencode(path), offset, -1, 0)
         if fd < 0:
             raise OSError(f"cannot attach a uprobe at {path}+{offset:#x}")
         self.bpf._add_uprobe_fd(ev, fd)  # bcc closes it in cleanup()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from elftools.elf.elffile import ELFFile
 
-from deepctx.probes.uprobes import _SYS_BPF, BPF_LINK_CREATE, BPF_TRACE_UPROBE_MULTI, _UprobeMultiAttr
+from deepctx.probes.uprobes import BPF_TRACE_UPROBE_MULTI, bcc_attach_uprobe, link_uprobe_multi
 
 NT_STAPSDT = 3
 USDT_MAX_ARGS = 4
@@ -180,31 +180,6 @@ def site_spec(probe: UsdtProbe) -> UsdtSite:
     return s
 
 
-def link_usdt_multi(prog_fd: int, path: str, pid: int, offsets: list[int], ref_ctr_offsets: list[int]) -> int:
-    """One uprobe_multi link on probe sites of `path`, for process `pid` only, each with its semaphore
-    (0: none). The kernel raises the semaphores in that process, now or when it maps the file."""
-    n = len(offsets)
-    offs = (ct.c_uint64 * n)(*offsets)
-    refs = (ct.c_uint64 * n)(*ref_ctr_offsets)
-    cpath = ct.create_string_buffer(os.fsencode(path))
-    attr = _UprobeMultiAttr(prog_fd=prog_fd, attach_type=BPF_TRACE_UPROBE_MULTI, path=ct.addressof(cpath),
-                            offsets=ct.addressof(offs), ref_ctr_offsets=ct.addressof(refs), cnt=n, pid=pid)
-    libc = ct.CDLL(None, use_errno=True)
-    fd = libc.syscall(_SYS_BPF, BPF_LINK_CREATE, ct.byref(attr), ct.sizeof(attr))
-    if fd < 0:
-        err = ct.get_errno()
-        raise OSError(err, f"uprobe_multi link on {path}: {os.strerror(err)}")
-    return int(fd)
-
-
-def _bcc_attach_uprobe() -> ct._CFuncPtr:  # type: ignore[name-defined]
-    """libbcc's bpf_attach_uprobe with its ref_ctr_offset argument (bcc's Python binding omits it)."""
-    fn = ct.CDLL("libbcc.so.0").bpf_attach_uprobe
-    fn.restype = ct.c_int
-    fn.argtypes = [ct.c_int, ct.c_int, ct.c_char_p, ct.c_char_p, ct.c_uint64, ct.c_int, ct.c_uint32]
-    return fn
-
-
 class UsdtAttacher:
     """Attaches BPF functions to USDT probe sites of one process. Uses a uprobe_multi link per (file,
     function) where the kernel has it (6.6+), else one perf-event uprobe per site."""
@@ -228,7 +203,7 @@ class UsdtAttacher:
             try:
                 fd = self.bpf.load_func(fn_name.encode(), BPF.KPROBE,  # type: ignore[attr-defined]
                                         attach_type=BPF_TRACE_UPROBE_MULTI).fd
-                link = link_usdt_multi(fd, path, pid, offsets, refs)
+                link = link_uprobe_multi(fd, path, offsets, retprobe=False, pid=pid, ref_ctr_offsets=refs)
                 self.multi = True
                 self.links.append(link)
                 self.sites += len(offsets)
@@ -240,7 +215,7 @@ class UsdtAttacher:
                 fn = self.bpf.funcs.pop(fn_name.encode(), None)  # type: ignore[attr-defined]
                 if fn is not None:
                     os.close(fn.fd)
-        attach_uprobe = _bcc_attach_uprobe()
+        attach_uprobe = bcc_attach_uprobe()
         fn = self.bpf.load_func(fn_name.encode(), BPF.KPROBE)  # type: ignore[attr-defined]
         for off, ref in zip(offsets, refs, strict=True):
             ev = self.bpf._get_uprobe_evname(b"p", os.fsencode(path), off, pid)  # type: ignore[attr-defined]

@@ -17,6 +17,7 @@ from deepctx.proto.v1 import deepctx_pb2 as pb
 PYTHON_MODES = {"auto": pb.PYTHON_AUTO, "on": pb.PYTHON_ON, "off": pb.PYTHON_OFF}
 GPU_PROBES = {"auto": pb.GPU_AUTO, "on": pb.GPU_ON, "off": pb.GPU_OFF}
 CALL_PATH_MODES = {"exact": pb.MODE_EXACT, "sampled": pb.MODE_SAMPLED}
+GPU_ACTIVITY = {"auto": pb.GPU_ACTIVITY_AUTO, "on": pb.GPU_ACTIVITY_ON, "off": pb.GPU_ACTIVITY_OFF}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +35,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="probe GPU APIs, also in GPU libraries the target loads later")
     gpu.add_argument("--no-gpu", dest="gpu", action="store_const", const="off", help="no GPU API probes")
     p.set_defaults(gpu="auto")
+    act = p.add_mutually_exclusive_group()
+    act.add_argument("--gpu-activity", dest="gpu_activity", action="store_const", const="on",
+                     help="device times through CUPTI: loads deepctx's agent into the process (ptrace) when it "
+                          "has none")
+    act.add_argument("--no-gpu-activity", dest="gpu_activity", action="store_const", const="off",
+                     help="no device times, even from an agent the process has")
+    p.set_defaults(gpu_activity="auto")
+    p.add_argument("--trace", action="store_true",
+                   help="record every API call and device record (implies --gpu-activity); with -o FILE, write a "
+                        "Chrome/Perfetto trace that Holistic Trace Analysis reads")
     p.add_argument("--mode", choices=["exact", "sampled"], default="exact",
                    help="GPU calls: the call path of every call (exact), or of a fraction with exact counts")
     p.add_argument("--format", choices=["tree", "json"], default="tree")
@@ -75,13 +86,22 @@ def run(args: argparse.Namespace) -> int:
     req = pb.AttachRequest(pid=args.pid, duration_s=args.duration, sample_hz=args.sample_hz,
                            kernel_stacks=args.kernel_stacks, python=PYTHON_MODES[args.python],
                            native_python=args.native_python, gpu=GPU_PROBES[args.gpu],
-                           mode=CALL_PATH_MODES[args.mode])
+                           mode=CALL_PATH_MODES[args.mode],
+                           gpu_activity=GPU_ACTIVITY["on" if args.trace else args.gpu_activity], trace=args.trace)
     profile = capture(stub, req, args.socket_path, show_progress=not args.quiet and sys.stderr.isatty())
     doc = to_doc(profile)
     err = Console(stderr=True)
     for w in doc["warnings"]:
         err.print(f"[yellow]warning:[/] {w}")
-    if args.format == "json" or args.output:
+    if args.trace and args.output:
+        from deepctx.cli.formats.chrome import ChromeTrace
+        from deepctx.cli.formats.exporter import ExportOptions
+
+        with open(args.output, "w") as f:
+            f.write(ChromeTrace().export(doc, ExportOptions()))
+        if not args.quiet:
+            err.print(f"trace written to {args.output}")
+    elif args.format == "json" or args.output:
         json_file.write(doc, args.output)
         if args.output and not args.quiet:
             err.print(f"profile written to {args.output}")

@@ -84,7 +84,10 @@ class ChromeTrace:
         gpu: list[dict[str, Any]] = []
         for ev in trace:
             kind = ev.get("kind", "cpu")
-            ts, dur = ev["start_ns"] / 1000.0, ev.get("dur_ns", 0) / 1000.0
+            # Whole microseconds, start and end rounded apart: HTA floors and ceils fractional ones (it
+            # would take up to 1 us off every kernel), and sums of rounded ends keep their totals.
+            ts = round(ev["start_ns"] / 1000)
+            dur = round((ev["start_ns"] + ev.get("dur_ns", 0)) / 1000) - ts
             corr = ev.get("correlation")
             args: dict[str, Any] = {}
             if corr is not None:

@@ -73,7 +73,8 @@ def run_capture(pid: int, work: Callable[[], None], device: DeviceActivity, pyth
         libs = library_basenames(target.space)
         gpu_buckets = [b for b in gpu.buckets(bpf) if b.pid == pid]
         stats.update(add_gpu_buckets(tree, gpu_buckets, resolver, namer, lambda api: libs.get(api.library)))
-        stats.update(add_device_buckets(tree, buckets, resolver, namer, lambda api: libs.get(api.library), names))
+        stats.update(add_device_buckets(tree, buckets, resolver, namer, lambda api: libs.get(api.library), names,
+                                        [h.label for h in gpu.handoffs]))
         trace = build_trace(device.events, names, offset, pid) if device.trace else []
         return Result(tree, stats, buckets, names, trace, flushed)
     finally:

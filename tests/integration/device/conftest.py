@@ -8,11 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[3]
-AGENT = REPO / "native" / "build" / "libdeepctx_cupti.so"
-MOCKS = REPO / "tests" / "mocks" / "build" / "lib"
-TARGET = Path(__file__).resolve().parent / "mock_target.py"
+from device_paths import AGENT, MOCKS, REPO
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import TARGET
+from device_paths import TARGET
 from harness import DEEPCTX, StdinTarget, line_of, session_of, wait_for
 from profile_paths import walk
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from capture_util import Result, run_capture
-from conftest import TARGET
+from device_paths import TARGET
 from harness import StdinTarget, line_of
 
 from deepctx.daemon.device_tree import UNKNOWN_ORIGIN

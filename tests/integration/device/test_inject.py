@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from capture_util import run_capture
-from conftest import TARGET
+from device_paths import TARGET
 from harness import StdinTarget, wait_for
 
 from deepctx.daemon import procfs
