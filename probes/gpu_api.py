@@ -138,7 +138,7 @@ _XLA_PLUGIN = r"^(xla_cuda_plugin|pjrt_c_api_gpu_plugin|xla_rocm_plugin)\.so"
 BUILTIN_HANDOFFS = (
     HandoffPoint(r"^libtorch_cpu\.so", "_ZN5torch8autograd6Engine7executeE*", "[autograd backward]"),
     HandoffPoint(_XLA_PLUGIN, "_ZN4pjrt19PJRT_Client_Compile*", "[xla compile]"),
-    HandoffPoint(_XLA_PLUGIN, "_ZN4pjrt28PJRT_LoadedExecutable_Execute*", "[xla execute]"),
+    HandoffPoint(_XLA_PLUGIN, "_ZN4pjrt29PJRT_LoadedExecutable_Execute*", "[xla execute]"),
 )
 
 
