@@ -39,7 +39,8 @@ class FlatTable:
         ascii_only = is_ascii(console)
         table = new_table(lay, opts)
         for r in shown[:opts.limit]:
-            table.add_row(*value_cells(r.self, r.total, lay, opts, grand, ascii_only), frame_text(r.frame))
+            table.add_row(*value_cells(r.self, r.total, lay, opts, grand, ascii_only),
+                          frame_text(r.frame, width=lay.name_width))
         console.print(table)
         if hidden:
             console.print(Text(f"({hidden} more functions: with nothing of {opts.metric}, below "

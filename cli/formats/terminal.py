@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -77,8 +78,14 @@ def value_cells(node_self: dict[str, int], node_total: dict[str, int], lay: Layo
     return cells
 
 
-def frame_text(frame: Frame, tid: int | None = None, extra: dict[str, Any] | None = None) -> Text:
-    """The frame in its kind's colour; kind tags in brackets so it reads the same without colour."""
+NAME_KEEP = 16  # a name cut to fit its column keeps at least this many characters
+
+
+def frame_text(frame: Frame, tid: int | None = None, extra: dict[str, Any] | None = None,
+               width: int | None = None) -> Text:
+    """The frame in its kind's colour; kind tags in brackets so it reads the same without colour. With a
+    width, a tagged frame's name too long for it is cut first (with an ellipsis), so that its kind tag and
+    launch geometry stay visible (python and native frames are cut at the end as before)."""
     text = Text()
     style = KIND_STYLE.get(frame.kind, "")
     if frame.kind == "thread":
@@ -86,16 +93,24 @@ def frame_text(frame: Frame, tid: int | None = None, extra: dict[str, Any] | Non
         if tid is not None:
             text.append(f" ({tid})", style="dim")
         return text
-    text.append(frame.name, style=style)
+    after = Text()
     if frame.file:
-        text.append(f"  {frame.file}" + (f":{frame.line}" if frame.line else ""), style="dim")
+        after.append(f"  {frame.file}" + (f":{frame.line}" if frame.line else ""), style="dim")
     elif frame.module and frame.kind == "native":
-        text.append(f"  {frame.module}", style="dim")
+        after.append(f"  {frame.module}", style="dim")
     if frame.kind not in ("python", "native", "root"):
-        text.append(f"  [{frame.kind}]", style="dim")
+        after.append(f"  [{frame.kind}]", style="dim")
     if extra and extra.get("grid"):
         g, b = extra["grid"], extra.get("block") or []
-        text.append(f"  grid {'x'.join(map(str, g))} block {'x'.join(map(str, b))}", style="dim")
+        after.append(f"  grid {'x'.join(map(str, g))} block {'x'.join(map(str, b))}", style="dim")
+    name = frame.name
+    tagged = frame.kind not in ("python", "native", "root")
+    if tagged and width is not None and cell_len(name) + after.cell_len > width:
+        keep = max(NAME_KEEP, width - after.cell_len - 1)
+        if keep < len(name):
+            name = name[:keep] + "…"
+    text.append(name, style=style)
+    text.append_text(after)
     return text
 
 

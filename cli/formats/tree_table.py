@@ -42,7 +42,7 @@ class TreeTable:
         for row in visible:
             n = row.node
             name = Text(guides.prefix(row.guides, row.last, row.depth), style="dim")
-            name.append_text(frame_text(n.frame, n.tid, n.extra))
+            name.append_text(frame_text(n.frame, n.tid, n.extra, lay.name_width - name.cell_len))
             table.add_row(*value_cells(n.self, n.total, lay, opts, grand, ascii_only), name)
         console.print(table)
         footer(console, lay, hidden, opts)

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import jsonschema
+import recorded
 from synth import trace_events
 
 from deepctx.cli.formats.chrome import ChromeTrace
@@ -20,7 +21,6 @@ from deepctx.cli.main import main
 from deepctx.proto.pprof import profile_pb2
 
 HERE = Path(__file__).resolve().parent
-ELEMENTWISE = "[kernel stub [heap]+0x88245c0]"
 
 
 def test_registry_has_every_format() -> None:
@@ -28,17 +28,24 @@ def test_registry_has_every_format() -> None:
 
 
 def test_folded_lines_sum_to_the_metric_total(torch_doc, gpu_doc) -> None:
+    anc, kernel = recorded.elementwise(torch_doc)
     text = FoldedStacks().export(torch_doc, ExportOptions(metric="calls"))
     lines = text.splitlines()
-    assert sum(int(line.rsplit(" ", 1)[1]) for line in lines) == 1201
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in lines) == recorded.metric_total(torch_doc, "calls")
+    assert len(lines) == sum(1 for _, n in recorded.nodes(torch_doc) if n["metrics"]["calls"])
     hot = [line for line in lines if line.endswith(" 1000")]
-    assert len(hot) == 1 and hot[0].startswith("[thread] python3 (610);")
-    assert hot[0].endswith(f"cudaLaunchKernel [api];{ELEMENTWISE} [kernel] 1000")
+    thread = anc[0]
+    assert thread["kind"] == "thread" and thread["tid"] == torch_doc["pid"]
+    assert len(hot) == 1 and hot[0].startswith(f"[thread] python3 ({torch_doc['pid']});")
+    mul = next(a for a in anc if a["name"] == "multiply")
+    assert f";multiply ({mul['file']}:{recorded.marker_line(recorded.TORCH_TARGET, 'LINE_MUL')});" in hot[0]
+    assert hot[0].endswith(f"cudaLaunchKernel [api];{kernel['name']} [kernel] 1000") and hot[0].count(";") == len(anc)
     py = FoldedStacks().export(gpu_doc, ExportOptions(metric="cpu_samples"))
     assert "[thread] python3 (4242);<module> (" in py and "main (" in py and py.count("\n") == 3
 
 
 def test_pprof_parses_with_every_metric_and_labels(torch_doc) -> None:
+    anc, kernel = recorded.elementwise(torch_doc)
     prof = profile_pb2.Profile()
     prof.ParseFromString(gzip.decompress(Pprof().export(torch_doc, ExportOptions())))
     s = prof.string_table
@@ -49,16 +56,20 @@ def test_pprof_parses_with_every_metric_and_labels(torch_doc) -> None:
     assert s[prof.default_sample_type] == "cpu_samples"
     assert prof.period == 1_000_000_000 // 99 and s[prof.period_type.unit] == "nanoseconds"
     totals = [sum(x.value[i] for x in prof.sample) for i in range(6)]
-    assert totals == [33, 1201, 63315639, 0, 302122184, 50582754]
+    assert totals == [recorded.metric_total(torch_doc, m) for m in torch_doc["metrics"]]
+    assert totals[1] == 1201 and all(totals[i] for i in (0, 1, 2, 4, 5))
     funcs = {f.id: f for f in prof.function}
     locs = {loc.id: loc for loc in prof.location}
     hot = next(x for x in prof.sample if x.value[1] == 1000)
     leaf = funcs[locs[hot.location_id[0]].line[0].function_id]
-    assert s[leaf.name] == ELEMENTWISE
+    assert s[leaf.name] == kernel["name"]
     caller = funcs[locs[hot.location_id[1]].line[0].function_id]
     assert s[caller.name] == "cudaLaunchKernel" and s[caller.filename] == "libcudart.so.13"
     labels = {s[lab.key]: (s[lab.str] if lab.str else lab.num) for lab in hot.label}
-    assert labels == {"pid": 610, "thread": "python3", "tid": 610, "kind": "kernel", "stream": 0}
+    thread = anc[0]
+    assert labels == {"pid": torch_doc["pid"], "thread": thread["name"], "tid": thread["tid"], "kind": "kernel",
+                      "stream": kernel["stream"]}
+    assert (thread["name"], thread["tid"], kernel["stream"]) == ("python3", torch_doc["pid"], 0)
     native = next(loc for loc in prof.location if loc.mapping_id)
     assert s[prof.mapping[native.mapping_id - 1].filename]
 
@@ -73,31 +84,41 @@ def test_pprof_python_frames_have_lines(gpu_doc) -> None:
 
 
 def test_speedscope_follows_its_schema(torch_doc) -> None:
+    _, kernel = recorded.elementwise(torch_doc)
+    calls_total = recorded.metric_total(torch_doc, "calls")
     schema = json.loads((HERE / "speedscope-file-format-schema.json").read_text())
     out = json.loads(Speedscope().export(torch_doc, ExportOptions()))
     jsonschema.validate(out, schema)
     by_name = {p["name"]: p for p in out["profiles"]}
     calls = by_name["calls (calls)"]
-    assert sum(calls["weights"]) == 1201 and calls["endValue"] == 1201 and calls["unit"] == "none"
+    assert sum(calls["weights"]) == calls_total and calls["endValue"] == calls_total and calls["unit"] == "none"
     assert by_name["API time (api_time_ns)"]["unit"] == "nanoseconds"
     frames = out["shared"]["frames"]
     hot = calls["samples"][calls["weights"].index(1000)]
-    assert frames[hot[-1]]["name"] == f"{ELEMENTWISE} [kernel]" and frames[hot[0]]["name"] == "[thread] python3 (610)"
+    assert frames[hot[-1]]["name"] == f"{kernel['name']} [kernel]"
+    assert frames[hot[0]]["name"] == f"[thread] python3 ({torch_doc['pid']})"
 
 
 def test_hatchet_literal_has_self_and_inclusive_metrics(torch_doc) -> None:
+    _, recorded_kernel = recorded.elementwise(torch_doc)
+    name = recorded_kernel["name"]
     roots = json.loads(HatchetLiteral().export(torch_doc, ExportOptions()))
     assert len(roots) == 1
     root = roots[0]
-    assert root["frame"]["type"] == "root" and root["metrics"]["calls (inc)"] == 1201 and root["metrics"]["calls"] == 0
-    stack, kernel = [root], None
+    assert root["frame"]["type"] == "root" and root["metrics"]["calls"] == 0
+    assert root["metrics"]["calls (inc)"] == recorded.metric_total(torch_doc, "calls")
+    stack, kernels, count = [root], [], 0
     while stack:
         x = stack.pop()
-        if x["frame"]["name"] == ELEMENTWISE:
-            kernel = x
+        count += 1
+        if x["frame"]["name"] == name:
+            kernels.append(x)
         stack.extend(x["children"])
-    assert kernel is not None and kernel["metrics"]["calls"] == 1000 and kernel["metrics"]["calls (inc)"] == 1000
-    assert kernel["frame"] == {"name": ELEMENTWISE, "type": "kernel"}
+    assert count == recorded.node_count(torch_doc) and len(kernels) == 1
+    kernel = kernels[0]
+    assert kernel["metrics"]["calls"] == 1000 and kernel["metrics"]["calls (inc)"] == 1000
+    assert kernel["metrics"]["api_time_ns"] == recorded_kernel["metrics"]["api_time_ns"]
+    assert kernel["frame"] == {"name": name, "type": "kernel"}
 
 
 def test_chrome_aggregated_layout_from_a_tree(gpu_doc) -> None:
@@ -142,15 +163,18 @@ def test_export_command_writes_each_format(tmp_path, torch_doc, capsys) -> None:
         assert (tmp_path / f"prof{suffix}").stat().st_size > 1000
     assert main(["export", str(src), "--to", "folded", "--metric", "calls", "-o", "-"]) == 0
     out = capsys.readouterr().out
-    assert sum(int(line.rsplit(" ", 1)[1]) for line in out.splitlines()) == 1201
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in out.splitlines()) == recorded.metric_total(torch_doc, "calls")
     assert main(["export", str(src), "--to", "folded", "--metric", "nope"]) == 2
 
 
 def test_exports_of_every_fixture_are_consistent(jax_doc, triton_doc) -> None:
     for doc in (jax_doc, triton_doc):
         total = doc["stats"]["cpu_samples_in_profile"]
+        assert total == recorded.metric_total(doc, "cpu_samples")
         folded = FoldedStacks().export(doc, ExportOptions(metric="cpu_samples"))
         assert sum(int(line.rsplit(" ", 1)[1]) for line in folded.splitlines()) == total
         prof = profile_pb2.Profile()
         prof.ParseFromString(gzip.decompress(Pprof().export(doc, ExportOptions())))
         assert sum(x.value[0] for x in prof.sample) == total
+        assert [sum(x.value[i] for x in prof.sample) for i in range(len(doc["metrics"]))] == [
+            recorded.metric_total(doc, m) for m in doc["metrics"]]
