@@ -97,3 +97,11 @@ def test_jax_kernels_by_name_under_the_calling_line(daemon) -> None:
     # cross-thread issue links them back (tests/gpu/test_cross_thread.py once it exists).
     print("JAX kernels under the line:", sum(n["metrics"]["calls"] for n in kernels), "of",
           sum(n["metrics"]["calls"] for n in all_kernels), sorted(names)[:10])
+
+
+def test_nccl_allreduce_counts_and_bytes_under_its_line(daemon) -> None:
+    doc = run(daemon, "nccl_allreduce.py")
+    line = line_of(TARGETS / "nccl_allreduce.py", "LINE_ALLREDUCE")
+    nodes = [n for _, n in under_line(doc, "nccl_allreduce.py", line) if n["kind"] == "api" and n["name"] == "ncclAllReduce"]
+    assert sum(n["metrics"]["calls"] for n in nodes) == 20, [(n["name"], n["metrics"]) for n in nodes]
+    assert sum(n["metrics"]["bytes"] for n in nodes) == 20 * 4 * (1 << 20)  # float32 elements

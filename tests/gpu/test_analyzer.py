@@ -1,0 +1,170 @@
+"""The analyzer on its example programs (examples/inefficiencies/), on a GPU host: each rule fires at the
+line marked `# LINE_<RULE>` of its example and not on the --fixed variant; the estimated speedup is set
+against the achieved one (time of the inefficient variant / time of the fixed one, both unprofiled).
+The table is printed and, with $DEEPCTX_ARTIFACTS set, written there (analyzer_speedups.md and .json),
+with every profile (analyzer_<rule>_<variant>.json.gz, fixtures for the CPU-only tests).
+
+Environment: DEEPCTX_ANALYZER_RULES=r1,r2 (a subset), DEEPCTX_ANALYZER_REPEATS (unprofiled timed runs per
+variant, the fastest counts; default 2), DEEPCTX_ANALYZER_ATTACH_ARGS (replaces the automatic choice of
+--gpu-activity/--trace, which are used when `deepctx attach --help` offers them)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import StdinTarget, line_of, profile_phase
+
+from deepctx.daemon.analyzer import annotate, rule_ids
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "inefficiencies"
+RULES = [r for r in rule_ids() if r in os.environ.get("DEEPCTX_ANALYZER_RULES", ",".join(rule_ids())).split(",")]
+REPEATS = int(os.environ.get("DEEPCTX_ANALYZER_REPEATS", "2"))
+LOW_CONFIDENCE = 0.5  # findings below it are leads, not claims
+SAMPLE_HZ = "499"  # more CPU samples per second than the default 99: host times per line need them
+
+
+def script(rule: str) -> Path:
+    return EXAMPLES / (rule.replace("-", "_") + ".py")
+
+
+def marker(rule: str) -> str:
+    return "LINE_" + rule.upper().replace("-", "_")
+
+
+@dataclass
+class Run:
+    rule: str
+    variant: str  # "inefficient", "fixed" or a well-tuned model
+    seconds: float
+    doc: dict[str, Any] = field(repr=False)
+
+    def findings(self, rule: str | None = None) -> list[dict[str, Any]]:
+        return [f for f in self.doc["findings"] if rule is None or f["rule"] == rule]
+
+    def status(self, rule: str) -> dict[str, Any]:
+        return next(r for r in self.doc["analysis"]["rules"] if r["rule"] == rule)
+
+    @property
+    def device_time(self) -> str:
+        return self.doc["analysis"]["device_time"]["source"]
+
+
+def attach_args(daemon) -> list[str]:
+    given = os.environ.get("DEEPCTX_ANALYZER_ATTACH_ARGS")
+    if given is not None:
+        return shlex.split(given)
+    helptext = daemon.cli("attach", "--help").stdout
+    return ["--rate", SAMPLE_HZ] + [flag for flag in ("--gpu-activity", "--trace") if flag in helptext]
+
+
+def measure(daemon, rule: str, argv: list[str], variant: str, args: list[str]) -> Run:
+    """Times the variant REPEATS times unprofiled, then profiles one more run and analyzes it."""
+    t = StdinTarget([sys.executable, *argv])
+    try:
+        times = []
+        for _ in range(REPEATS):
+            t.go()
+            times.append(float(t.expect("done").split()[1]))
+        doc = profile_phase(daemon, t, *args)
+    finally:
+        t.stop()
+    annotate(doc)
+    out = os.environ.get("DEEPCTX_ARTIFACTS")
+    if out:
+        with gzip.open(Path(out) / f"analyzer_{rule.replace('-', '_')}_{variant}.json.gz", "wt") as f:
+            json.dump(doc, f, separators=(",", ":"))
+    return Run(rule, variant, min(times), doc)
+
+
+@pytest.fixture(scope="module")
+def runs(daemon) -> dict[tuple[str, str], Run | Exception]:
+    """Every example, both variants; a failing example is kept as its error (its own test fails with it)."""
+    args = attach_args(daemon)
+    print(f"\nattach arguments: {' '.join(args)}")
+    out: dict[tuple[str, str], Run | Exception] = {}
+    for rule in RULES:
+        for variant in ("inefficient", "fixed"):
+            argv = [str(script(rule))] + (["--fixed"] if variant == "fixed" else [])
+            try:
+                out[(rule, variant)] = measure(daemon, rule, argv, variant, args)
+            except Exception as e:  # noqa: BLE001  (reported by the rule's test)
+                out[(rule, variant)] = e
+    yield out
+    write_table({k: v for k, v in out.items() if isinstance(v, Run)})
+
+
+def at_marker(run: Run, rule: str) -> list[dict[str, Any]]:
+    path, line = script(rule).resolve(), line_of(script(rule), marker(rule))
+    return [f for f in run.findings(rule)
+            if f["location"]["file"] and Path(f["location"]["file"]).resolve() == path and f["location"]["line"] == line]
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_rule_fires_at_the_marked_line_and_not_when_fixed(runs: dict[tuple[str, str], Run | Exception],
+                                                          rule: str) -> None:
+    bad, good = runs[(rule, "inefficient")], runs[(rule, "fixed")]
+    for r in (bad, good):
+        if isinstance(r, Exception):
+            raise r
+    assert isinstance(bad, Run) and isinstance(good, Run)
+    assert bad.seconds / good.seconds > 1.1, f"the fix did not make {script(rule).name} faster: {bad.seconds} s, {good.seconds} s"
+    assert good.findings(rule) == [], f"{rule} fired on the fixed variant: {good.findings(rule)}"
+    status = bad.status(rule)
+    if status["status"] == "not_evaluated":
+        # rules that need device time or a timeline say so; they never fire on missing data
+        assert status["reason"] and bad.findings(rule) == []
+        pytest.skip(f"{rule} not evaluated: {status['reason']}")
+    found = at_marker(bad, rule)
+    assert found, (f"{rule} did not fire at {script(rule).name}:{line_of(script(rule), marker(rule))}: "
+                   f"{status}; findings: {[(f['rule'], f['location']) for f in bad.findings()]}")
+
+
+@pytest.mark.parametrize("model", ["resnet50", "gpt2"])
+def test_well_tuned_loop_has_no_confident_finding(daemon, model: str) -> None:
+    pytest.importorskip({"resnet50": "torchvision", "gpt2": "transformers"}[model])
+    run = measure(daemon, "well-tuned", [str(EXAMPLES / "well_tuned.py"), model], model, attach_args(daemon))
+    low = [(f["rule"], f["confidence"], f["estimated_speedup"], f["location"]) for f in run.findings()
+           if f["confidence"] < LOW_CONFIDENCE]
+    print(f"\n{model}: low-confidence findings: {low}")
+    confident = [(f["rule"], f["confidence"], f["estimated_speedup"], f["location"], f["evidence"])
+                 for f in run.findings() if f["confidence"] >= LOW_CONFIDENCE]
+    assert confident == [], f"{model}: {confident}"
+
+
+def row(rule: str, bad: Run, good: Run) -> dict[str, Any]:
+    found = at_marker(bad, rule)
+    status = bad.status(rule)["status"]
+    f = found[0] if found else None
+    return {"rule": rule, "example": script(rule).name, "status": status if not found else "fired at the line",
+            "estimated": f["estimated_speedup"] if f else None, "confidence": f["confidence"] if f else None,
+            "achieved": round(bad.seconds / good.seconds, 2), "inefficient_s": round(bad.seconds, 3),
+            "fixed_s": round(good.seconds, 3), "fixed_clean": not good.findings(rule), "device_time": bad.device_time,
+            "reason": bad.status(rule)["reason"]}
+
+
+def write_table(runs: dict[tuple[str, str], Run]) -> None:
+    rows = [row(r, runs[(r, "inefficient")], runs[(r, "fixed")]) for r in RULES
+            if (r, "inefficient") in runs and (r, "fixed") in runs]
+    head = "| rule | example | inefficient s | fixed s | achieved | estimated | confidence | at the line | fixed clean | device time |"
+    lines = [head, "| " + " | ".join(["---"] * 10) + " |"]
+    for x in rows:
+        est = f"{x['estimated']}x" if x["estimated"] is not None else ("not estimated" if x["status"] ==
+                                                                         "fired at the line" else x["status"])
+        lines.append(f"| {x['rule']} | {x['example']} | {x['inefficient_s']} | {x['fixed_s']} | {x['achieved']}x | "
+                     f"{est} | {x['confidence'] if x['confidence'] is not None else ''} | "
+                     f"{'yes' if x['status'] == 'fired at the line' else 'no'} | {'yes' if x['fixed_clean'] else 'no'} | "
+                     f"{x['device_time']} |")
+    table = "\n".join(lines)
+    print("\n" + table)
+    out = os.environ.get("DEEPCTX_ARTIFACTS")
+    if out:
+        (Path(out) / "analyzer_speedups.md").write_text(table + "\n")
+        (Path(out) / "analyzer_speedups.json").write_text(json.dumps(rows, indent=1) + "\n")
