@@ -87,7 +87,8 @@ fi
 "$VENV/bin/python" -c 'import bcc' || die "the virtualenv cannot import bcc"
 # The CUPTI agent (device activity) and the mock CUDA/CUPTI libraries its CPU-only tests drive.
 if [ -n "$(native/cuda_include.sh cupti.h "$VENV/bin/python")" ]; then
-  make -s -C native PYTHON="$VENV/bin/python" && make -s -C tests/mocks PYTHON="$VENV/bin/python"
+  make -s -C native PYTHON="$VENV/bin/python" || die "building the CUPTI agent (native/) failed"
+  make -s -C tests/mocks PYTHON="$VENV/bin/python" || die "building the mock CUDA/CUPTI libraries failed"
   say "built the CUPTI agent: native/build/libdeepctx_cupti.so"
 else
   say "CUPTI's headers not found (pip install nvidia-cuda-cupti): the device-activity agent is not built"
