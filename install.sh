@@ -100,7 +100,7 @@ case "$JOB" in
   install) exit 0 ;;
   test)
     say "running the test suite"
-    exec "$VENV/bin/python" -m pytest -ra -p no:cacheprovider tests
+    exec "$VENV/bin/python" -m pytest -ra --durations=15 -p no:cacheprovider tests
     ;;
   demo)
     exec "$VENV/bin/python" examples/demo.py
