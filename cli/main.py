@@ -6,9 +6,19 @@ import argparse
 import sys
 
 from deepctx.cli.client import CliError, socket_path
-from deepctx.cli.commands import attach, diff, export, ps, report, run, status, stop
+from deepctx.cli.commands import (
+    analyze,
+    attach,
+    diff,
+    export,
+    ps,
+    report,
+    run,
+    status,
+    stop,
+)
 
-COMMANDS = (attach, ps, status, stop, report, export, diff, run)
+COMMANDS = (attach, ps, status, stop, report, analyze, export, diff, run)
 
 
 def build_parser() -> argparse.ArgumentParser:

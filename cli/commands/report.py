@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from deepctx.cli.client import CliError
+from deepctx.cli.formats.findings import FindingsText
 from deepctx.cli.formats.flat_table import FlatTable
 from deepctx.cli.formats.terminal import ViewOptions
 from deepctx.cli.formats.tree_table import TreeTable
@@ -45,6 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="colour frames by kind (auto: when stdout is a terminal and NO_COLOR is unset)")
     p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report here instead")
     p.add_argument("--no-sources", action="store_true", help="HTML: do not embed the Python source files")
+    p.add_argument("--no-findings", action="store_true",
+                   help="leave out the analyzer's findings (run when the profile has none yet)")
     p.set_defaults(run=run)
 
 
@@ -101,8 +104,19 @@ def options(args: argparse.Namespace, root: ViewNode) -> ViewOptions:
                        limit=args.limit)
 
 
+def with_findings(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document with the analyzer's findings: those it carries, else a fresh analysis."""
+    if "findings" not in doc:
+        from deepctx.daemon.analyzer import annotate
+
+        annotate(doc)
+    return doc
+
+
 def run(args: argparse.Namespace) -> int:
     doc = document(args)
+    if not args.no_findings:
+        with_findings(doc)
     if args.html:
         from deepctx.cli.formats.html import HtmlReport
 
@@ -115,13 +129,16 @@ def run(args: argparse.Namespace) -> int:
     if args.view == "bottom-up":
         TreeTable("bottom-up" + (f" (callers of {args.focus})" if args.focus else "")).render(
             doc, bottom_up(root, args.focus), opts, console)
-        return 0
-    if args.focus:
-        root = focus_tree(root, args.focus)
-        if not root.children:
-            raise CliError(f"--focus {args.focus}: no frame matches", 1)
-    if args.view == "flat":
-        FlatTable().render(doc, root, opts, console)
     else:
-        TreeTable("top-down" + (f" (focus {args.focus})" if args.focus else "")).render(doc, root, opts, console)
+        if args.focus:
+            root = focus_tree(root, args.focus)
+            if not root.children:
+                raise CliError(f"--focus {args.focus}: no frame matches", 1)
+        if args.view == "flat":
+            FlatTable().render(doc, root, opts, console)
+        else:
+            TreeTable("top-down" + (f" (focus {args.focus})" if args.focus else "")).render(doc, root, opts, console)
+    if not args.no_findings:
+        console.print()
+        FindingsText().render(doc, console, brief=True)
     return 0

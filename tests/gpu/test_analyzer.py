@@ -4,9 +4,14 @@ against the achieved one (time of the inefficient variant / time of the fixed on
 The table is printed and, with $DEEPCTX_ARTIFACTS set, written there (analyzer_speedups.md and .json),
 with every profile (analyzer_<rule>_<variant>.json.gz, fixtures for the CPU-only tests).
 
+Device activity: the examples start with the CUPTI agent (CUDA_INJECTION64_PATH, built from native/ as in
+test_device_activity.py), so rules that need GPU time get it; rules that need a timeline are captured with
+--trace. Without the agent those rules must say they were not evaluated (their tests then skip).
+Expect about 10 minutes for all rules (-s shows progress).
+
 Environment: DEEPCTX_ANALYZER_RULES=r1,r2 (a subset), DEEPCTX_ANALYZER_REPEATS (unprofiled timed runs per
-variant, the fastest counts; default 2), DEEPCTX_ANALYZER_ATTACH_ARGS (replaces the automatic choice of
---gpu-activity/--trace, which are used when `deepctx attach --help` offers them)."""
+variant, the fastest counts; default 2), DEEPCTX_ANALYZER_ATTACH_ARGS (extra attach arguments),
+DEEPCTX_ANALYZER_NO_AGENT=1 (profile without device activity)."""
 
 from __future__ import annotations
 
@@ -14,7 +19,9 @@ import gzip
 import json
 import os
 import shlex
+import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,8 +30,11 @@ import pytest
 from harness import StdinTarget, line_of, profile_phase
 
 from deepctx.daemon.analyzer import annotate, rule_ids
+from deepctx.daemon.analyzer.registry import RULES as RULE_CLASSES
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "inefficiencies"
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "inefficiencies"
+AGENT = REPO / "native" / "build" / "libdeepctx_cupti.so"
 RULES = [r for r in rule_ids() if r in os.environ.get("DEEPCTX_ANALYZER_RULES", ",".join(rule_ids())).split(",")]
 REPEATS = int(os.environ.get("DEEPCTX_ANALYZER_REPEATS", "2"))
 LOW_CONFIDENCE = 0.5  # findings below it are leads, not claims
@@ -57,26 +67,40 @@ class Run:
         return self.doc["analysis"]["device_time"]["source"]
 
 
-def attach_args(daemon) -> list[str]:
-    given = os.environ.get("DEEPCTX_ANALYZER_ATTACH_ARGS")
-    if given is not None:
-        return shlex.split(given)
-    helptext = daemon.cli("attach", "--help").stdout
-    return ["--rate", SAMPLE_HZ] + [flag for flag in ("--gpu-activity", "--trace") if flag in helptext]
+def agent_env() -> dict[str, str]:
+    """The examples' environment: with the CUPTI agent loaded at cuInit when it can be built here."""
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"}
+    if os.environ.get("DEEPCTX_ANALYZER_NO_AGENT"):
+        return env
+    subprocess.run(["make", "-s", "-C", str(REPO / "native"), f"PYTHON={sys.executable}"], check=False)
+    if AGENT.exists():
+        env["CUDA_INJECTION64_PATH"] = str(AGENT)
+    return env
 
 
-def measure(daemon, rule: str, argv: list[str], variant: str, args: list[str]) -> Run:
+def attach_args(rule: str) -> list[str]:
+    """More CPU samples than the default (host times per line need them); a trace where the rule reads a timeline."""
+    args = ["--rate", SAMPLE_HZ] + shlex.split(os.environ.get("DEEPCTX_ANALYZER_ATTACH_ARGS", ""))
+    needs = RULE_CLASSES[rule].needs if rule in RULE_CLASSES else "api"
+    return args + (["--trace"] if needs in ("device", "timeline") else [])
+
+
+def measure(daemon, rule: str, argv: list[str], variant: str, env: dict[str, str]) -> Run:
     """Times the variant REPEATS times unprofiled, then profiles one more run and analyzes it."""
-    t = StdinTarget([sys.executable, *argv])
+    t = StdinTarget([sys.executable, *argv], env=env)
+    began = time.monotonic()
     try:
         times = []
         for _ in range(REPEATS):
             t.go()
             times.append(float(t.expect("done").split()[1]))
-        doc = profile_phase(daemon, t, *args)
+        doc = profile_phase(daemon, t, *attach_args(rule))
     finally:
         t.stop()
     annotate(doc)
+    print(f"{rule} {variant}: {min(times):.3f} s unprofiled; {time.monotonic() - began:.0f} s in all; device time "
+          f"{doc['analysis']['device_time']['source']}; findings {[(f['rule'], f['location']['line']) for f in doc['findings']]}",
+          flush=True)
     out = os.environ.get("DEEPCTX_ARTIFACTS")
     if out:
         with gzip.open(Path(out) / f"analyzer_{rule.replace('-', '_')}_{variant}.json.gz", "wt") as f:
@@ -87,14 +111,14 @@ def measure(daemon, rule: str, argv: list[str], variant: str, args: list[str]) -
 @pytest.fixture(scope="module")
 def runs(daemon) -> dict[tuple[str, str], Run | Exception]:
     """Every example, both variants; a failing example is kept as its error (its own test fails with it)."""
-    args = attach_args(daemon)
-    print(f"\nattach arguments: {' '.join(args)}")
+    env = agent_env()
+    print(f"\nCUPTI agent: {env.get('CUDA_INJECTION64_PATH', 'none')}", flush=True)
     out: dict[tuple[str, str], Run | Exception] = {}
     for rule in RULES:
         for variant in ("inefficient", "fixed"):
             argv = [str(script(rule))] + (["--fixed"] if variant == "fixed" else [])
             try:
-                out[(rule, variant)] = measure(daemon, rule, argv, variant, args)
+                out[(rule, variant)] = measure(daemon, rule, argv, variant, env)
             except Exception as e:  # noqa: BLE001  (reported by the rule's test)
                 out[(rule, variant)] = e
     yield out
@@ -130,7 +154,7 @@ def test_rule_fires_at_the_marked_line_and_not_when_fixed(runs: dict[tuple[str, 
 @pytest.mark.parametrize("model", ["resnet50", "gpt2"])
 def test_well_tuned_loop_has_no_confident_finding(daemon, model: str) -> None:
     pytest.importorskip({"resnet50": "torchvision", "gpt2": "transformers"}[model])
-    run = measure(daemon, "well-tuned", [str(EXAMPLES / "well_tuned.py"), model], model, attach_args(daemon))
+    run = measure(daemon, "well-tuned", [str(EXAMPLES / "well_tuned.py"), model], model, agent_env())
     low = [(f["rule"], f["confidence"], f["estimated_speedup"], f["location"]) for f in run.findings()
            if f["confidence"] < LOW_CONFIDENCE]
     print(f"\n{model}: low-confidence findings: {low}")

@@ -1,0 +1,97 @@
+"""deepctx analyze PID|FILE: find known inefficiencies in a profile (docs/analyzer.md)."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from deepctx.cli.client import CliError
+from deepctx.cli.formats.findings import FindingsText
+from deepctx.cli.views.document import DocumentError, load
+from deepctx.daemon.analyzer import Limits, annotate, rule_ids
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("analyze", help="find inefficiencies in a profile, with fixes and estimated speedups",
+                       description="Analyze a saved profile (FILE), or capture process PID through deepctxd "
+                                   "first (like attach), and report what slows it down.")
+    p.add_argument("target", metavar="PID|FILE", help="a profile written by `deepctx attach -o FILE`, or a pid")
+    p.add_argument("--format", choices=["text", "json"], default="text",
+                   help="text (default), or json: the profile document with `findings` and `analysis` added")
+    p.add_argument("-o", "--output", help="write here instead of stdout (json: .gz is gzipped)")
+    p.add_argument("--duration", type=float, default=10.0, help="with a PID: seconds to capture (default 10)")
+    p.add_argument("--rate", type=int, default=0, dest="sample_hz", help="with a PID: CPU samples per second")
+    p.add_argument("--save", metavar="FILE", help="with a PID: also write the captured profile here")
+    p.add_argument("--min-speedup", type=float, default=Limits().min_speedup,
+                   help=f"leave out findings estimated below this speedup (default {Limits().min_speedup})")
+    p.add_argument("--rules", metavar="R1,R2", help=f"only these rules ({', '.join(rule_ids())})")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(run=run)
+
+
+def is_pid(target: str) -> bool:
+    return target.isdigit() and not Path(target).exists()
+
+
+def capture(args: argparse.Namespace) -> dict[str, Any]:
+    from deepctx.cli.client import connect
+    from deepctx.cli.commands.attach import capture as attach_capture  # the daemon's client, only for a PID
+    from deepctx.cli.profile_doc import to_doc
+    from deepctx.proto.v1 import deepctx_pb2 as pb
+
+    if args.sample_hz < 0:
+        raise CliError(f"--rate must be a positive number of samples per second, not {args.sample_hz}", 2)
+    stub = connect(args.socket_path)
+    req = pb.AttachRequest(pid=int(args.target), duration_s=args.duration, sample_hz=args.sample_hz,
+                           python=pb.PYTHON_AUTO, gpu=pb.GPU_AUTO, mode=pb.MODE_EXACT)
+    profile = attach_capture(stub, req, args.socket_path, show_progress=not args.quiet and sys.stderr.isatty())
+    return to_doc(profile)
+
+
+def write_json(doc: dict[str, Any], path: str | None) -> None:
+    text = json.dumps(doc, indent=1) + "\n"
+    if path in (None, "-"):
+        sys.stdout.write(text)
+    elif str(path).endswith(".gz"):
+        with gzip.open(str(path), "wt") as f:
+            f.write(text)
+    else:
+        Path(str(path)).write_text(text)
+
+
+def run(args: argparse.Namespace) -> int:
+    rules = [r.strip() for r in args.rules.split(",") if r.strip()] if args.rules else None
+    if rules:
+        unknown = [r for r in rules if r not in rule_ids()]
+        if unknown:
+            raise CliError(f"--rules: no rule named {', '.join(unknown)} (rules: {', '.join(rule_ids())})", 2)
+    if is_pid(args.target):
+        doc = capture(args)
+        if args.save:
+            write_json(doc, args.save)
+    else:
+        try:
+            doc = load(args.target)
+        except DocumentError as e:
+            raise CliError(str(e), 2) from None
+    annotate(doc, Limits(min_speedup=args.min_speedup), rules)
+    if args.format == "json":
+        write_json(doc, args.output)
+        return 0
+    if args.output and args.output != "-":
+        with open(args.output, "w") as out:
+            FindingsText().render(doc, Console(file=out, width=120, no_color=True, highlight=False, soft_wrap=False))
+        if not args.quiet:
+            Console(stderr=True).print(f"findings written to {args.output}")
+        return 0
+    console = Console(highlight=False, no_color=bool(os.environ.get("NO_COLOR")))
+    console.print(f"{doc.get('command') or '?'}  pid {doc.get('pid')}", style="bold", overflow="fold")
+    FindingsText().render(doc, console)
+    return 0

@@ -1,0 +1,37 @@
+"""The GPU a profile ran on: its multiprocessor count, from the document's optional `device` part, else from
+its name, else the H200's (the GPU deepctx is developed on), said so and trusted less."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_SM_COUNT = 132  # NVIDIA H200 (and H100 SXM)
+# Multiprocessors per GPU model (vendor specifications), matched as substrings of the device name.
+SM_COUNTS = (("H200", 132), ("H100 PCIe", 114), ("H100 NVL", 132), ("H100", 132), ("GH200", 132), ("B200", 148),
+             ("A100", 108), ("A30", 56), ("A10G", 80), ("A10", 72), ("L40S", 142), ("L40", 142), ("L4", 58),
+             ("V100", 80), ("T4", 40), ("RTX 4090", 128), ("RTX 3090", 82), ("MI300X", 304), ("MI250X", 220))
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    name: str | None
+    sm_count: int
+    source: str  # "profile", "name" or "default"
+
+    @property
+    def assumed(self) -> bool:
+        return self.source == "default"
+
+
+def device_info(doc: dict[str, Any]) -> DeviceInfo:
+    dev = doc.get("device") or {}
+    name = dev.get("name") if isinstance(dev, dict) else None
+    sm = dev.get("sm_count") if isinstance(dev, dict) else None
+    if isinstance(sm, int) and sm > 0:
+        return DeviceInfo(name, sm, "profile")
+    if name:
+        for model, count in SM_COUNTS:
+            if model in name:
+                return DeviceInfo(name, count, "name")
+    return DeviceInfo(name, DEFAULT_SM_COUNT, "default")

@@ -1,0 +1,43 @@
+"""The rules on their examples' profiles recorded on the GPU host by tests/gpu/test_analyzer.py (its
+$DEEPCTX_ARTIFACTS/analyzer_<rule>_<variant>.json.gz, copied to tests/fixtures/profiles/analyzer/): each rule
+fires at its example's marked line and not on the fixed variant, in CI, without a GPU. Skipped for rules
+whose recordings are not there yet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deepctx.cli.views.document import load
+from deepctx.daemon.analyzer import analyze, rule_ids
+
+REPO = Path(__file__).resolve().parents[3]
+RECORDED = REPO / "tests" / "fixtures" / "profiles" / "analyzer"
+EXAMPLES = REPO / "examples" / "inefficiencies"
+
+
+def recording(rule: str, variant: str) -> Path:
+    path = RECORDED / f"analyzer_{rule.replace('-', '_')}_{variant}.json.gz"
+    if not path.exists():
+        pytest.skip(f"no recording {path.name} yet (run tests/gpu/test_analyzer.py on the GPU host)")
+    return path
+
+
+def marked_line(rule: str) -> tuple[str, int]:
+    name = rule.replace("-", "_") + ".py"
+    marker = "# LINE_" + rule.upper().replace("-", "_")
+    text = (EXAMPLES / name).read_text().splitlines()
+    return name, next(i for i, line in enumerate(text, 1) if line.rstrip().endswith(marker))
+
+
+@pytest.mark.parametrize("rule", rule_ids())
+def test_rule_on_its_recorded_example(rule: str) -> None:
+    bad = analyze(load(recording(rule, "inefficient")), rules=[rule])
+    good = analyze(load(recording(rule, "fixed")), rules=[rule])
+    assert good.findings == [], [f.to_json() for f in good.findings]
+    if bad.rules[0].status == "not_evaluated":
+        pytest.skip(f"recorded without what {rule} needs: {bad.rules[0].reason}")
+    name, line = marked_line(rule)
+    at = [(Path(f.site.file).name, f.site.line) for f in bad.findings if f.site and f.site.file]
+    assert (name, line) in at, (bad.rules[0], at)
