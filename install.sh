@@ -3,6 +3,7 @@
 #   ./install.sh demo    install, start deepctxd, profile the bundled example, print the profile
 #   ./install.sh test    install, run the whole test suite (unit, integration on real eBPF, GPU tests skip
 #                        without a GPU)
+#   ./install.sh service install, then put deepctxd in place as a systemd service (unit, sysusers, tmpfiles)
 #   ./install.sh         install only
 # Installs: Debian's bcc (python3-bpfcc), kernel headers, gcc/make, systemtap-sdt-dev, a virtualenv in
 # .venv that imports the system's bcc, and the Python dependencies (pip). Safe to run again.
@@ -15,7 +16,7 @@ JOB=${1:-install}
 say() { printf '\033[1mdeepctx:\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[1;31mdeepctx:\033[0m %s\n' "$*" >&2; exit 1; }
 
-case "$JOB" in install|demo|test) ;; *) die "unknown job '$JOB' (use: demo, test, or nothing to install only)";; esac
+case "$JOB" in install|demo|test|service) ;; *) die "unknown job '$JOB' (use: demo, test, service, or nothing to install only)";; esac
 [ "$(id -u)" -eq 0 ] || die "run as root: deepctx loads BPF programs (e.g. sudo ./install.sh $JOB)"
 [ -r /etc/debian_version ] || say "warning: this set-up is written for Debian 12; other systems may need other package names"
 
@@ -24,8 +25,9 @@ arch=$(dpkg --print-architecture)
 kver=$(uname -r)
 # libamdhip64-5: Debian's real AMD HIP runtime, whose entry points the CPU-only GPU tests probe
 # chromium, golang-go (go tool pprof), fonts-dejavu-core: the HTML report and export tests' real consumers
+# clickhouse-server, prometheus, bpftool: the service tests' real fleet store, scraper and BPF inspector
 packages=(python3-bpfcc python3-venv python3-dev gcc g++ make libc6-dev binutils systemtap-sdt-dev libamdhip64-5
-          chromium golang-go fonts-dejavu-core)
+          chromium golang-go fonts-dejavu-core clickhouse-server prometheus bpftool)
 apt_ready=0
 apt_update() {
   [ $apt_ready -eq 1 ] && return 0
@@ -104,5 +106,23 @@ case "$JOB" in
     ;;
   demo)
     exec "$VENV/bin/python" examples/demo.py
+    ;;
+  service)
+    # The unit runs this checkout's deepctxd; the fragments make the `deepctx` group and the directories.
+    say "installing the systemd unit, sysusers and tmpfiles fragments"
+    sed "s#/opt/deepctx/.venv/bin/deepctxd#$VENV/bin/deepctxd#; s#file:///opt/deepctx/README.md#file://$ROOT/README.md#" \
+      systemd/deepctxd.service > /etc/systemd/system/deepctxd.service
+    install -D -m 0644 systemd/deepctx.sysusers.conf /etc/sysusers.d/deepctx.conf
+    install -D -m 0644 systemd/deepctx.tmpfiles.conf /etc/tmpfiles.d/deepctx.conf
+    mkdir -p /etc/deepctx
+    systemd-sysusers /etc/sysusers.d/deepctx.conf
+    systemd-tmpfiles --create /etc/tmpfiles.d/deepctx.conf
+    if [ -d /run/systemd/system ]; then
+      systemctl daemon-reload
+      systemctl enable --now deepctxd.service
+      say "deepctxd runs as a service: systemctl status deepctxd; add users to the deepctx group to let them profile any process"
+    else
+      say "installed; systemd is not running here, so start deepctxd yourself: $VENV/bin/deepctxd"
+    fi
     ;;
 esac

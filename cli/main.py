@@ -11,14 +11,17 @@ from deepctx.cli.commands import (
     attach,
     diff,
     export,
+    fleet,
+    profile,
     ps,
     report,
     run,
     status,
     stop,
+    top,
 )
 
-COMMANDS = (attach, ps, status, stop, report, analyze, export, diff, run)
+COMMANDS = (attach, ps, status, stop, report, analyze, export, diff, run, top, profile, fleet)
 
 
 def build_parser() -> argparse.ArgumentParser:

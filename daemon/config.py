@@ -16,7 +16,10 @@ DEFAULT_CONFIG = "/etc/deepctx/deepctxd.toml"
 @dataclass
 class Config:
     socket: str = DEFAULT_SOCKET
-    socket_mode: int = 0o660  # owner root; group `deepctx` when that group exists
+    # Everyone may connect: deepctxd decides per request from the caller's credentials (docs/security.md).
+    socket_mode: int = 0o666
+    max_connections: int = 256  # open client connections at once
+    max_connections_per_user: int = 16  # ... per user outside root and the `deepctx` group
     log_level: str = "info"
     log_format: str = "json"  # "json" (one object per line) or "text"
     log_file: str = "/var/log/deepctx/deepctxd.log"  # used when deepctxd detaches (no --foreground)
@@ -34,6 +37,18 @@ class Config:
     handoff_points: list = field(default_factory=list)
     native_unwind: bool = True  # walk native stacks with .eh_frame tables (false: frame pointers only)
     cache_dir: str = "/var/cache/deepctx"  # unwind tables kept by build id
+    # The window store of continuous mode (docs/fleet.md); "" keeps none.
+    store_path: str = "/var/lib/deepctx/windows.db"
+    store_max_mb: int = 512  # the database file's size; the oldest windows go first
+    store_max_age_s: float = 7 * 24 * 3600.0  # windows older than this go
+    # Prometheus /metrics listener, "HOST:PORT" (e.g. "127.0.0.1:9464"); "" = off (docs/metrics.md).
+    metrics_address: str = ""
+    # Fleet export of every stored window (docs/fleet.md); "" = off.
+    clickhouse_url: str = ""  # ClickHouse's HTTP interface, e.g. "http://clickhouse:8123"
+    clickhouse_database: str = "deepctx"
+    pyroscope_url: str = ""  # a Pyroscope-compatible server's base URL (POST /ingest, pprof)
+    pyroscope_app: str = "deepctx"  # application name of the pushed profiles
+    fleet_queue_windows: int = 1000  # windows waiting for export; more are dropped and counted
 
 
 class ConfigError(ValueError):
@@ -100,3 +115,25 @@ def _validate(cfg: Config) -> None:
             raise ConfigError("each handoff_points entry needs exactly library, symbol and label (strings)")
     if cfg.python_max_depth < 1 or cfg.python_max_depth > 1024:
         raise ConfigError("python_max_depth must be within [1, 1024]")
+    _validate_service(cfg)
+
+
+def _validate_service(cfg: Config) -> None:
+    if not 0 <= cfg.socket_mode <= 0o777:
+        raise ConfigError(f"socket_mode must be a file mode within [0, 0o777], not {cfg.socket_mode:#o}")
+    if cfg.max_connections < 1 or cfg.max_connections_per_user < 1:
+        raise ConfigError("max_connections and max_connections_per_user must be at least 1")
+    if cfg.store_max_mb < 1:
+        raise ConfigError("store_max_mb must be at least 1")
+    if cfg.store_max_age_s <= 0:
+        raise ConfigError("store_max_age_s must be positive")
+    if cfg.metrics_address:
+        host, _, port = cfg.metrics_address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"metrics_address must be HOST:PORT, not {cfg.metrics_address!r}")
+    for key in ("clickhouse_url", "pyroscope_url"):
+        url = getattr(cfg, key)
+        if url and not url.startswith(("http://", "https://")):
+            raise ConfigError(f"{key} must be an http:// or https:// URL, not {url!r}")
+    if cfg.fleet_queue_windows < 1:
+        raise ConfigError("fleet_queue_windows must be at least 1")

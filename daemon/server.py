@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import grp
 import logging
 import os
 import threading
@@ -14,6 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from deepctx.daemon.config import Config
 from deepctx.daemon.service import ProfilerService
+from deepctx.daemon.service_parts import ServiceParts
 from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
 
 log = logging.getLogger("deepctx.server")
@@ -41,38 +41,33 @@ def _prepare_socket(path: str) -> None:
             channel.close()
 
 
-def _secure_socket(path: str, mode: int) -> None:
-    """Owner root, group `deepctx` when it exists, explicit mode: who may connect is decided here."""
-    try:
-        gid = grp.getgrnam("deepctx").gr_gid
-    except KeyError:
-        gid = -1
-    os.chown(path, 0 if os.geteuid() == 0 else -1, gid)
-    os.chmod(path, mode)
-
-
 class DaemonServer:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.shutdown = threading.Event()
         self.service = ProfilerService(config, self.shutdown)
+        # The relay owns the public socket (owner, mode, caller credentials); gRPC listens privately.
+        self.parts = ServiceParts(config, self.service.store, self.service.process_totals,
+                                  lambda: self.service.totals, self.service.active_captures)
         self.health = health.HealthServicer()
         self._server: grpc.Server | None = None
 
     def start(self) -> None:
         _prepare_socket(self.config.socket)
+        address = self.parts.prepare()
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self.config.max_sessions + 8, thread_name_prefix="rpc"),
             options=[("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                      ("grpc.max_receive_message_length", 4 * 1024 * 1024)],
             maximum_concurrent_rpcs=self.config.max_sessions + 8,
+            interceptors=self.parts.interceptors,
         )
         pb_grpc.add_ProfilerServicer_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        if server.add_insecure_port(f"unix://{self.config.socket}") == 0:
-            raise OSError(f"cannot listen on {self.config.socket}")
+        if server.add_insecure_port(address) == 0:
+            raise OSError(f"cannot listen on {address}")
         server.start()
-        _secure_socket(self.config.socket, self.config.socket_mode)
+        self.parts.start()
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self._server = server
@@ -82,8 +77,10 @@ class DaemonServer:
         """Ends every capture (each detaches its probes and returns what it has), then stops serving."""
         self.shutdown.set()
         self.health.enter_graceful_shutdown()
+        self.parts.stop_accepting()
         if self._server is not None:
             self._server.stop(grace_s).wait()
+        self.parts.stop()
         try:
             Path(self.config.socket).unlink()
         except FileNotFoundError:

@@ -15,12 +15,14 @@ from typing import Any
 
 import grpc
 
-from deepctx.daemon import procfs
+from deepctx.daemon import auth, procfs
 from deepctx.daemon.capture import Capture, CaptureOptions, Progress
 from deepctx.daemon.config import Config
 from deepctx.daemon.errors import AlreadyProfiled, InvalidArgument, NotFound, RequestError, ResourceExhausted
+from deepctx.daemon.metrics import ProcessTotals, observe_capture
 from deepctx.daemon.processes import list_processes
 from deepctx.daemon.profile_wire import to_message
+from deepctx.daemon.service_store import StoreRpcs, open_store
 from deepctx.daemon.symbolize.native import SymbolCache
 from deepctx.probes.gpu_api import HandoffPoint
 from deepctx.proto.v1 import deepctx_pb2 as pb
@@ -55,7 +57,7 @@ def _cache_dir(base: str, name: str) -> str | None:
     return path
 
 
-class ProfilerService(pb_grpc.ProfilerServicer):
+class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
     def __init__(self, config: Config, shutdown: threading.Event) -> None:
         self.config = config
         self.shutdown = shutdown
@@ -69,6 +71,8 @@ class ProfilerService(pb_grpc.ProfilerServicer):
         self._ids = itertools.count(1)
         self.totals: dict[str, int] = {"captures_started": 0, "captures_completed": 0, "captures_failed": 0,
                                        "requests_rejected": 0, "samples": 0, "samples_lost": 0}
+        self.store = open_store(config)  # windows of continuous mode; None when store_path is ""
+        self.process_totals = ProcessTotals()  # per-process counters for /metrics
 
     # --- validation -----------------------------------------------------------------------------
 
@@ -135,6 +139,7 @@ class ProfilerService(pb_grpc.ProfilerServicer):
 
     def Attach(self, request: pb.AttachRequest, context: grpc.ServicerContext) -> Iterator[pb.AttachEvent]:
         try:
+            auth.authorize(context, request.pid, inject=request.gpu_activity == pb.GPU_ACTIVITY_ON)
             opts = self._options(request)
             cap = self._register(request.pid, opts)
         except RequestError as e:
@@ -172,7 +177,9 @@ class ProfilerService(pb_grpc.ProfilerServicer):
                 self.totals["captures_completed"] += 1
                 log.info("capture finished", extra={"session": cap.id, "pid": cap.pid, "ended": item.ended,
                                                     "samples": stats.get("cpu_samples", 0)})
-                yield pb.AttachEvent(profile=to_message(item))
+                msg = to_message(item)
+                observe_capture(self.process_totals, msg)
+                yield pb.AttachEvent(profile=msg)
                 return
         except RequestError as e:
             self.totals["captures_failed"] += 1
@@ -198,6 +205,8 @@ class ProfilerService(pb_grpc.ProfilerServicer):
         )
         reply.totals.update(self.totals)
         reply.totals["symbol_files_loaded"] = self.symbols.loads
+        if self.store is not None:
+            reply.totals.update(self.store.stats().counters)
         with self._lock:
             sessions = list(self._sessions.values())
         for s in sessions:
@@ -210,6 +219,10 @@ class ProfilerService(pb_grpc.ProfilerServicer):
     def Stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopReply:
         if request.pid <= 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"pid must be a positive process id, not {request.pid}")
+        try:
+            auth.authorize(context, request.pid)
+        except RequestError as e:
+            context.abort(e.code, e.message)
         with self._lock:
             caps = [s for s in self._sessions.values() if s.pid == request.pid]
         if not caps:
@@ -218,6 +231,10 @@ class ProfilerService(pb_grpc.ProfilerServicer):
             cap.stop_requested.set()
         log.info("captures stopped", extra={"pid": request.pid, "count": len(caps)})
         return pb.StopReply(stopped=len(caps))
+
+    def active_captures(self) -> int:
+        with self._lock:
+            return len(self._sessions)
 
     def ListProcesses(self, request: pb.ListProcessesRequest, context: grpc.ServicerContext) -> pb.ListProcessesReply:
         with self._lock:

@@ -43,6 +43,119 @@ MODE_DEFAULT: CallPathMode
 MODE_EXACT: CallPathMode
 MODE_SAMPLED: CallPathMode
 
+class TopRequest(_message.Message):
+    __slots__ = ("since_unix", "until_unix", "n", "sort")
+    SINCE_UNIX_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_UNIX_FIELD_NUMBER: _ClassVar[int]
+    N_FIELD_NUMBER: _ClassVar[int]
+    SORT_FIELD_NUMBER: _ClassVar[int]
+    since_unix: float
+    until_unix: float
+    n: int
+    sort: str
+    def __init__(self, since_unix: _Optional[float] = ..., until_unix: _Optional[float] = ..., n: _Optional[int] = ..., sort: _Optional[str] = ...) -> None: ...
+
+class TopProcess(_message.Message):
+    __slots__ = ("host", "pid", "command", "container", "windows", "metrics")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    pid: int
+    command: str
+    container: str
+    windows: int
+    metrics: _containers.ScalarMap[str, int]
+    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., container: _Optional[str] = ..., windows: _Optional[int] = ..., metrics: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class TopKernel(_message.Message):
+    __slots__ = ("name", "processes", "metrics")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    processes: int
+    metrics: _containers.ScalarMap[str, int]
+    def __init__(self, name: _Optional[str] = ..., processes: _Optional[int] = ..., metrics: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class TopLine(_message.Message):
+    __slots__ = ("file", "line", "function", "metrics")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    file: str
+    line: int
+    function: str
+    metrics: _containers.ScalarMap[str, int]
+    def __init__(self, file: _Optional[str] = ..., line: _Optional[int] = ..., function: _Optional[str] = ..., metrics: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class TopReply(_message.Message):
+    __slots__ = ("since_unix", "until_unix", "windows", "sort", "kernel_sort", "processes", "kernels", "lines")
+    SINCE_UNIX_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_UNIX_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    SORT_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_SORT_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    KERNELS_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    since_unix: float
+    until_unix: float
+    windows: int
+    sort: str
+    kernel_sort: str
+    processes: _containers.RepeatedCompositeFieldContainer[TopProcess]
+    kernels: _containers.RepeatedCompositeFieldContainer[TopKernel]
+    lines: _containers.RepeatedCompositeFieldContainer[TopLine]
+    def __init__(self, since_unix: _Optional[float] = ..., until_unix: _Optional[float] = ..., windows: _Optional[int] = ..., sort: _Optional[str] = ..., kernel_sort: _Optional[str] = ..., processes: _Optional[_Iterable[_Union[TopProcess, _Mapping]]] = ..., kernels: _Optional[_Iterable[_Union[TopKernel, _Mapping]]] = ..., lines: _Optional[_Iterable[_Union[TopLine, _Mapping]]] = ...) -> None: ...
+
+class QueryProfileRequest(_message.Message):
+    __slots__ = ("since_unix", "until_unix", "pid", "command", "container")
+    SINCE_UNIX_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_UNIX_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    since_unix: float
+    until_unix: float
+    pid: int
+    command: str
+    container: str
+    def __init__(self, since_unix: _Optional[float] = ..., until_unix: _Optional[float] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., container: _Optional[str] = ...) -> None: ...
+
+class QueryProfileReply(_message.Message):
+    __slots__ = ("profile", "windows")
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    profile: Profile
+    windows: int
+    def __init__(self, profile: _Optional[_Union[Profile, _Mapping]] = ..., windows: _Optional[int] = ...) -> None: ...
+
 class StopRequest(_message.Message):
     __slots__ = ("pid",)
     PID_FIELD_NUMBER: _ClassVar[int]

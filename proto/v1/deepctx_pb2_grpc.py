@@ -54,6 +54,16 @@ class ProfilerStub:
                 request_serializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.StopRequest.SerializeToString,
                 response_deserializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.StopReply.FromString,
                 _registered_method=True)
+        self.Top = channel.unary_unary(
+                '/deepctx.v1.Profiler/Top',
+                request_serializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.TopRequest.SerializeToString,
+                response_deserializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.TopReply.FromString,
+                _registered_method=True)
+        self.QueryProfile = channel.unary_unary(
+                '/deepctx.v1.Profiler/QueryProfile',
+                request_serializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.QueryProfileRequest.SerializeToString,
+                response_deserializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.QueryProfileReply.FromString,
+                _registered_method=True)
 
 
 class ProfilerServicer:
@@ -88,6 +98,22 @@ class ProfilerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Top(self, request, context):
+        """The busiest processes, GPU kernels and Python lines over a time range, from the window store
+        (continuous mode). Callers other than root and the `deepctx` group see only their own processes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueryProfile(self, request, context):
+        """One profile merged from the stored windows that match (same call path: metrics added), with the
+        same visibility rule as Top.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ProfilerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -110,6 +136,16 @@ def add_ProfilerServicer_to_server(servicer, server):
                     servicer.Stop,
                     request_deserializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.StopRequest.FromString,
                     response_serializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.StopReply.SerializeToString,
+            ),
+            'Top': grpc.unary_unary_rpc_method_handler(
+                    servicer.Top,
+                    request_deserializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.TopRequest.FromString,
+                    response_serializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.TopReply.SerializeToString,
+            ),
+            'QueryProfile': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueryProfile,
+                    request_deserializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.QueryProfileRequest.FromString,
+                    response_serializer=deepctx_dot_proto_dot_v1_dot_deepctx__pb2.QueryProfileReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -220,6 +256,60 @@ class Profiler:
             '/deepctx.v1.Profiler/Stop',
             deepctx_dot_proto_dot_v1_dot_deepctx__pb2.StopRequest.SerializeToString,
             deepctx_dot_proto_dot_v1_dot_deepctx__pb2.StopReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Top(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deepctx.v1.Profiler/Top',
+            deepctx_dot_proto_dot_v1_dot_deepctx__pb2.TopRequest.SerializeToString,
+            deepctx_dot_proto_dot_v1_dot_deepctx__pb2.TopReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryProfile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deepctx.v1.Profiler/QueryProfile',
+            deepctx_dot_proto_dot_v1_dot_deepctx__pb2.QueryProfileRequest.SerializeToString,
+            deepctx_dot_proto_dot_v1_dot_deepctx__pb2.QueryProfileReply.FromString,
             options,
             channel_credentials,
             insecure,

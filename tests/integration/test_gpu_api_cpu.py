@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import StdinTarget, profile_phase, session_of, start_daemon, stop_daemon, wait_for
+from harness import StdinTarget, line_of, profile_phase, session_of, start_daemon, stop_daemon, wait_for
 from profile_paths import walk
 
 TARGET = Path(__file__).resolve().parents[1] / "targets" / "gpu" / "runtime_calls.py"
@@ -120,6 +120,27 @@ def test_exact_counts_and_arguments(daemon, runtime: tuple[str, str]) -> None:
     assert doc["stats"]["gpu_kernel_handles_seen"] == 3
     assert doc["stats"]["gpu_api_calls_with_call_path"] == doc["stats"]["gpu_api_calls"]
     assert doc["stats"]["gpu_api_nested_calls"] == 0
+
+
+def calls_under_line(doc: dict, api: str, line: int) -> int:
+    """Calls of an API whose call path holds the target's Python frame at `line`."""
+    return sum(inclusive(n, "calls") for anc, n in api_nodes(doc, api)
+               if any(a["kind"] == "python" and a["line"] == line and a["file"] == str(TARGET) for a in anc))
+
+
+def test_calls_sit_under_their_python_lines(daemon, runtime: tuple[str, str]) -> None:
+    prefix, lib = runtime
+    t = RuntimeTarget(prefix, lib)
+    try:
+        doc = profile_calls(daemon, t)
+    finally:
+        t.stop()
+    want = {"Malloc": ("LINE_MALLOC", N_MALLOC), "LaunchKernel": ("LINE_LAUNCH", N_LAUNCH),
+            "Memcpy": ("LINE_MEMCPY", N_MEMCPY), "DeviceSynchronize": ("LINE_SYNC", N_SYNC)}
+    for api, (marker, n) in want.items():
+        assert calls_under_line(doc, prefix + api, line_of(TARGET, marker)) == n, (api, marker)
+    # the handle launches come from their own line, not the stub launches' line
+    assert calls_under_line(doc, prefix + "LaunchKernel", line_of(TARGET, "LINE_HANDLE")) == 2 * N_HANDLE
 
 
 def test_library_opened_after_attach_is_probed(daemon, runtime: tuple[str, str]) -> None:

@@ -1,0 +1,83 @@
+"""deepctxd killed with SIGKILL in the middle of a capture leaves no BPF program and no uprobe behind,
+and a new deepctxd starts on the same socket and profiles."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from harness import StdinTarget, Target, session_of, wait_for
+
+RUNTIME_CALLS = Path(__file__).resolve().parents[2] / "targets" / "gpu" / "runtime_calls.py"
+UPROBE_EVENTS = Path("/sys/kernel/tracing/uprobe_events")
+
+
+def programs() -> set[int]:
+    """Ids of every BPF program loaded in the kernel (bpftool's view)."""
+    out = subprocess.run(["bpftool", "prog", "show", "--json"], capture_output=True, text=True, check=True).stdout
+    return {p["id"] for p in json.loads(out or "[]")}
+
+
+def held_programs(pid: int) -> set[int]:
+    """Ids of the BPF programs a process holds open, from /proc/<pid>/fdinfo."""
+    ids = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if os.readlink(fd) != "anon_inode:bpf-prog":
+                continue
+            info = Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text()
+        except OSError:
+            continue  # closed meanwhile
+        ids |= {int(line.split()[1]) for line in info.splitlines() if line.startswith("prog_id:")}
+    return ids
+
+
+def uprobe_lines() -> list[str]:
+    return UPROBE_EVENTS.read_text().splitlines() if UPROBE_EVENTS.exists() else []
+
+
+def cuda_runtime() -> str:
+    import nvidia
+
+    for base in nvidia.__path__:
+        for lib in sorted(Path(base).glob("cu*/lib/libcudart.so.*")):
+            return str(lib)
+    pytest.skip("pip package nvidia-cuda-runtime is not installed")
+
+
+@pytest.mark.skipif(not shutil.which("bpftool"), reason="bpftool is not installed")
+def test_sigkill_leaves_no_probes_and_a_restart_serves(service_dir, stopped, native_targets) -> None:
+    before = programs()
+    uprobes_before = uprobe_lines()
+    d = service_dir.start()
+    target = StdinTarget([sys.executable, str(RUNTIME_CALLS), "cuda", cuda_runtime()])
+    pool = cf.ThreadPoolExecutor(1)
+    try:
+        fut = pool.submit(d.cli, "attach", str(target.pid), "--duration", "300", "--quiet", "--format", "json")
+        wait_for(lambda: (session_of(d, target.pid) or {}).get("state") == "capturing", 120, "capture running")
+        ours = held_programs(d.proc.pid)
+        assert ours and ours <= programs()
+        probes = json.loads(d.cli("status", "--format", "json").stdout)["sessions"][0]["stats"]
+        assert int(probes["gpu_uprobes"]) > 0  # uprobes on the real CUDA runtime are attached
+    finally:
+        d.proc.send_signal(signal.SIGKILL)
+        assert d.proc.wait(timeout=30) == -signal.SIGKILL
+        target.stop()
+    assert fut.result(timeout=60).returncode != 0  # the client saw the daemon go
+    pool.shutdown()
+    wait_for(lambda: not (programs() - before), 30, "the dead daemon's BPF programs to be released")
+    assert not ours & programs()
+    assert uprobe_lines() == uprobes_before
+    # a new daemon on the same socket and private directory
+    d2 = service_dir.start()
+    stopped.append(d2)
+    with Target([str(native_targets / "cpu_burner"), "30"]) as burner:
+        doc = d2.attach_json(burner.pid, "--duration", "1")
+    assert doc["stats"]["cpu_samples"] > 0
