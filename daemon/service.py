@@ -46,6 +46,17 @@ def _bcc_version() -> str:
         return "unavailable"
 
 
+def _release_free_memory() -> None:
+    """A capture frees its BPF program, LLVM's compile state and its maps' copies: hand the freed pages
+    back to the system so the daemon's resident memory follows what it holds, not what it once held."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _cache_dir(base: str, name: str) -> str | None:
     """A cache folder under base, or None (no disk cache) when it cannot be made."""
     path = os.path.join(base, name)
@@ -194,6 +205,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
             worker.join()
             with self._lock:
                 self._sessions.pop(cap.id, None)
+            _release_free_memory()
 
     def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.StatusReply:
         cfg = self.config
