@@ -89,8 +89,13 @@ def run(args: argparse.Namespace) -> int:
                            mode=CALL_PATH_MODES[args.mode],
                            gpu_activity=GPU_ACTIVITY["on" if args.trace else args.gpu_activity], trace=args.trace)
     profile = capture(stub, req, args.socket_path, show_progress=not args.quiet and sys.stderr.isatty())
-    doc = to_doc(profile)
-    err = Console(stderr=True)
+    emit(to_doc(profile), args, Console(stderr=True))
+    return 0
+
+
+def emit(doc: dict, args: argparse.Namespace, err: Console) -> None:
+    """Warnings on stderr; the trace (Chrome JSON) or the profile (JSON) to -o; the tree to stdout.
+    Shared by `attach` and `run`."""
     for w in doc["warnings"]:
         err.print(f"[yellow]warning:[/] {w}")
     if args.trace and args.output:
@@ -107,4 +112,3 @@ def run(args: argparse.Namespace) -> int:
             err.print(f"profile written to {args.output}")
     if args.format == "tree":
         tree.render(doc, min_percent=args.min_percent, max_depth=args.depth)
-    return 0

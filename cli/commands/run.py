@@ -24,7 +24,7 @@ import grpc
 from rich.console import Console
 
 from deepctx.cli.client import CliError, connect, rpc_error
-from deepctx.cli.formats import json_file, tree
+from deepctx.cli.commands.attach import emit
 from deepctx.cli.profile_doc import to_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
@@ -211,20 +211,5 @@ def max_duration(stub: Any) -> float:
 
 
 def render(doc: dict, args: argparse.Namespace, err: Console) -> None:
-    for w in doc["warnings"]:
-        err.print(f"[yellow]warning:[/] {w}")
-    if args.trace and args.output:
-        from deepctx.cli.formats.chrome import ChromeTrace
-        from deepctx.cli.formats.exporter import ExportOptions
-
-        with open(args.output, "w") as f:
-            f.write(ChromeTrace().export(doc, ExportOptions()))
-        if not args.quiet:
-            err.print(f"trace written to {args.output}")
-    elif args.format == "json" or args.output:
-        json_file.write(doc, args.output)
-        if args.output and not args.quiet:
-            err.print(f"profile written to {args.output}")
-    if args.format == "tree":
-        tree.render(doc, min_percent=args.min_percent, max_depth=args.depth)
+    emit(doc, args, err)
     sys.stdout.flush()
