@@ -45,6 +45,7 @@ class CaptureOptions:
     gpu_mode: str = "exact"  # exact | sampled
     gpu_sampled_paths_per_s: int = 2000
     native_unwind: bool = True
+    window_s: float = 0.0  # continuous mode: cut a profile every window_s seconds (0: one profile at the end)
     gpu_activity: str = "auto"  # auto (the target's CUPTI agent, if any) | on (load one if absent) | off
     trace: bool = False  # per-call and per-record events (needs device activity)
     flush_timeout_s: float = 1.0  # how long the window's end waits for the agent's last records
@@ -95,7 +96,8 @@ class Capture:
     """Runs in the thread of the request that asked for it; reports progress through a callback."""
 
     def __init__(self, session_id: int, pid: int, opts: CaptureOptions, symbols: SymbolCache,
-                 shutdown: threading.Event, unwind_tables: Any = None) -> None:
+                 shutdown: threading.Event, unwind_tables: Any = None,
+                 on_window: Callable[[CaptureResult, float, float], None] | None = None) -> None:
         self.id = session_id
         self.pid = pid
         self.opts = opts
@@ -110,6 +112,8 @@ class Capture:
         self.command = ""
         self._bpf: Any = None
         self.stop_requested = threading.Event()  # `deepctx stop`: end now, keep what was captured
+        self.on_window = on_window  # continuous mode: gets every window's profile with its start and end
+        self.continuous = on_window is not None
         self.target: Target | None = None
 
     @property
@@ -229,6 +233,7 @@ class Capture:
             poller = select.poll()
             poller.register(pidfd, select.POLLIN)
             last_maps = 0.0
+            window_t0, window_unix = t0, time.time()
             while True:
                 elapsed = time.monotonic() - t0
                 if elapsed >= opts.duration_s:
@@ -260,7 +265,10 @@ class Capture:
                 self.samples = self.sampler.samples(bpf)
                 progress(Progress(min(time.monotonic() - t0, opts.duration_s), opts.duration_s, self.samples,
                                   "capturing"))
-            duration = time.monotonic() - t0
+                if opts.window_s and time.monotonic() - window_t0 >= opts.window_s:
+                    self._cut_window(bpf, target, thread_names, time.monotonic() - window_t0, window_unix)
+                    window_t0, window_unix = time.monotonic(), time.time()
+            duration = time.monotonic() - (window_t0 if opts.window_s else t0)
             self.sampler.stop_sampling(bpf)
             dev = next((f for f in self.families if isinstance(f, DeviceActivity)), None)
             if dev is not None and ended != "target_exited":  # an exiting agent flushed at exit
@@ -278,6 +286,8 @@ class Capture:
                     fam.poll(bpf, target)  # last chance to name what only the live process can tell
             t_build = time.monotonic()
             result = self._build(bpf, target, thread_names, duration, ended)
+            if opts.window_s:
+                result.started_unix = window_unix  # the last window's
             log.info("profile built", extra={"session": self.id, "pid": target.pid, "nodes": len(result.tree.nodes),
                                              "build_s": round(time.monotonic() - t_build, 3)})
             return result
@@ -289,6 +299,21 @@ class Capture:
                     log.exception("detach failed", extra={"family": fam.name, "pid": target.pid})
             self._bpf = None
             compose.cleanup_program(bpf)
+
+    def _cut_window(self, bpf: Any, target: Target, thread_names: dict[int, str], duration: float,
+                    start_unix: float) -> None:
+        """Continuous mode: this window's profile to on_window, then the counts start again from zero."""
+        result = self._build(bpf, target, thread_names, duration, "window")
+        result.started_unix = start_unix
+        for fam in self.families:
+            clear = getattr(fam, "clear_window", None)
+            if clear is not None:
+                clear(bpf)
+        if self.on_window is not None:
+            try:
+                self.on_window(result, start_unix, start_unix + duration)
+            except Exception:
+                log.exception("window not stored", extra={"session": self.id, "pid": target.pid})
 
     def _refresh(self, target: Target, thread_names: dict[int, str], refresh_maps: bool) -> None:
         """Remember what only the live process can tell: thread names and mappings (kept after unmap)."""

@@ -37,6 +37,12 @@ class Config:
     handoff_points: list = field(default_factory=list)
     native_unwind: bool = True  # walk native stacks with .eh_frame tables (false: frame pointers only)
     cache_dir: str = "/var/cache/deepctx"  # unwind tables kept by build id
+    # Continuous mode (deepctxd --continuous): every process that maps a CUDA/HIP library is profiled in
+    # windows kept in the window store.
+    continuous: bool = False
+    continuous_window_s: float = 10.0
+    continuous_sample_hz: int = 19
+    continuous_scan_s: float = 2.0  # how often new GPU processes are looked for
     # The window store of continuous mode (docs/fleet.md); "" keeps none.
     store_path: str = "/var/lib/deepctx/windows.db"
     store_max_mb: int = 512  # the database file's size; the oldest windows go first
@@ -115,6 +121,10 @@ def _validate(cfg: Config) -> None:
             raise ConfigError("each handoff_points entry needs exactly library, symbol and label (strings)")
     if cfg.python_max_depth < 1 or cfg.python_max_depth > 1024:
         raise ConfigError("python_max_depth must be within [1, 1024]")
+    if cfg.continuous_window_s < 1 or cfg.continuous_scan_s <= 0:
+        raise ConfigError("continuous_window_s must be at least 1 and continuous_scan_s positive")
+    if not 1 <= cfg.continuous_sample_hz <= cfg.max_sample_hz:
+        raise ConfigError(f"continuous_sample_hz must be within [1, max_sample_hz={cfg.max_sample_hz}]")
     _validate_service(cfg)
 
 

@@ -28,6 +28,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--default-sample-hz", type=int)
     p.add_argument("--max-duration", type=float, dest="max_duration_s")
     p.add_argument("--max-sessions", type=int)
+    p.add_argument("--continuous", action="store_true", default=None,
+                   help="profile every GPU process by itself, in windows kept in the window store")
     p.add_argument("--print-bpf", action="store_true",
                    help="print the BPF program an attach compiles (with its settings) and exit")
     return p.parse_args(argv)
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         "socket": args.socket, "log_level": args.log_level, "log_format": args.log_format,
         "log_file": args.log_file,
         "default_sample_hz": args.default_sample_hz, "max_duration_s": args.max_duration_s,
-        "max_sessions": args.max_sessions,
+        "max_sessions": args.max_sessions, "continuous": args.continuous,
     }
     try:
         cfg = config_mod.load(args.config, overrides)

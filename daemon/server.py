@@ -7,6 +7,7 @@ import os
 import threading
 from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -47,6 +48,7 @@ class DaemonServer:
         self.shutdown = threading.Event()
         self.service = ProfilerService(config, self.shutdown)
         # The relay owns the public socket (owner, mode, caller credentials); gRPC listens privately.
+        self.continuous: Any = None
         self.parts = ServiceParts(config, self.service.store, self.service.process_totals,
                                   lambda: self.service.totals, self.service.active_captures)
         self.health = health.HealthServicer()
@@ -68,6 +70,11 @@ class DaemonServer:
             raise OSError(f"cannot listen on {address}")
         server.start()
         self.parts.start()
+        if self.config.continuous:
+            from deepctx.daemon.continuous import ContinuousProfiler
+
+            self.continuous = ContinuousProfiler(self.service, self.config, self.shutdown)
+            self.continuous.start()
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self._server = server
@@ -77,6 +84,8 @@ class DaemonServer:
         """Ends every capture (each detaches its probes and returns what it has), then stops serving."""
         self.shutdown.set()
         self.health.enter_graceful_shutdown()
+        if self.continuous is not None:
+            self.continuous.stop()  # each capture stores its last window
         self.parts.stop_accepting()
         if self._server is not None:
             self._server.stop(grace_s).wait()

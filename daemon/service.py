@@ -10,13 +10,13 @@ import platform
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
 
 from deepctx.daemon import auth, procfs
-from deepctx.daemon.capture import Capture, CaptureOptions, Progress
+from deepctx.daemon.capture import Capture, CaptureOptions, CaptureResult, Progress
 from deepctx.daemon.config import Config
 from deepctx.daemon.errors import AlreadyProfiled, InvalidArgument, NotFound, RequestError, ResourceExhausted
 from deepctx.daemon.metrics import ProcessTotals, observe_capture
@@ -131,20 +131,41 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
             gpu_activity=_GPU_ACTIVITY[req.gpu_activity], trace=req.trace,
         )
 
-    def _register(self, pid: int, opts: CaptureOptions) -> Capture:
+    def _register(self, pid: int, opts: CaptureOptions,
+                  on_window: Callable[[CaptureResult, float, float], None] | None = None) -> Capture:
         with self._lock:
             for s in self._sessions.values():
-                if s.pid == pid:
+                # a continuous capture does not keep a user's attach away (each has its own program)
+                if s.pid == pid and s.continuous == (on_window is not None):
                     left = max(0.0, s.started_unix + s.opts.duration_s - time.time())
                     raise AlreadyProfiled(f"process {pid} is already being profiled (session {s.id}, "
                                           f"about {left:.0f} s left); wait for it to finish or cancel it")
             if len(self._sessions) >= self.config.max_sessions:
                 raise ResourceExhausted(f"{len(self._sessions)} captures are running, the most this daemon runs "
                                         f"at once (setting max_sessions)")
-            cap = Capture(next(self._ids), pid, opts, self.symbols, self.shutdown, self.unwind_tables)
+            cap = Capture(next(self._ids), pid, opts, self.symbols, self.shutdown, self.unwind_tables, on_window)
             self._sessions[cap.id] = cap
             self.totals["captures_started"] += 1
             return cap
+
+    def run_continuous(self, pid: int, opts: CaptureOptions,
+                       on_window: Callable[[CaptureResult, float, float], None]) -> None:
+        """Continuous mode: profiles pid in windows until it exits or the daemon stops (in the caller's
+        thread); every window, the last included, goes to on_window."""
+        cap = self._register(pid, opts, on_window)
+        try:
+            result = cap.run(lambda _p: None, lambda: False)
+            on_window(result, result.started_unix, result.started_unix + result.duration_s)
+            self.totals["captures_completed"] += 1
+        except RequestError as e:
+            log.info("continuous capture not started", extra={"pid": pid, "reason": e.message})
+        except Exception:
+            self.totals["captures_failed"] += 1
+            log.exception("continuous capture failed", extra={"pid": pid})
+        finally:
+            with self._lock:
+                self._sessions.pop(cap.id, None)
+            _release_free_memory()
 
     # --- RPCs ---------------------------------------------------------------------------------------
 

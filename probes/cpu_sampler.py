@@ -122,6 +122,11 @@ class CpuSampler:
         except KeyError:
             pass
 
+    def clear_window(self, bpf: Any) -> None:
+        """Continuous mode, after a window was read: counts (and the stacks only they refer to) restart."""
+        bpf["counts"].clear()
+        bpf["stacks"].clear()
+
     def _stat_sums(self, bpf: Any) -> list[int]:
         table = bpf["cpu_stats"]
         return [sum(table[ct.c_int(i)]) for i in range(CPU_STAT__COUNT)]

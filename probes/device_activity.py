@@ -281,6 +281,10 @@ class DeviceActivity:
                 pass
         self._sites.clear()
 
+    def clear_window(self, bpf: Any) -> None:
+        """Continuous mode: device time counts from zero again (correlations in flight stay)."""
+        bpf["dev_counts"].clear()
+
     def stats(self, bpf: Any) -> dict[str, int]:
         table = bpf["dev_stats"]
         out = {STAT_NAMES[i]: int(sum(table[ct.c_int(i)])) for i in range(DEV_STAT__COUNT)}

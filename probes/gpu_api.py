@@ -244,6 +244,11 @@ class GpuApi:
             except KeyError:
                 pass
 
+    def clear_window(self, bpf: Any) -> None:
+        """Continuous mode: calls count from zero again; names and handles stay known."""
+        bpf["gpu_counts"].clear()
+        bpf["gpu_stacks"].clear()
+
     def stats(self, bpf: Any) -> dict[str, int]:
         table = bpf["gpu_stats"]
         out = {STAT_NAMES[i]: int(sum(table[ct.c_int(i)])) for i in range(GPU_STAT__COUNT)}

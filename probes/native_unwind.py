@@ -292,6 +292,10 @@ class NativeUnwinder:
         n = min(int(st.len), self.config.max_depth)
         return list(st.ips[:n]), int(st.flags)
 
+    def clear_window(self, bpf: Any) -> None:
+        """Continuous mode: the stack map holds only what the current window refers to."""
+        bpf[b"native_stacks"].clear()
+
     def stats(self, bpf: Any) -> dict[str, int]:
         out = dict.fromkeys(STAT_NAMES, 0)
         for cpu in bpf[b"native_unwind_stats"][ct.c_int(0)]:

@@ -215,6 +215,10 @@ class PythonStacks:
         proc.mem.close()
         self._detached[target.pid] = proc  # what its reader already named still names stacks
 
+    def clear_window(self, bpf: Any) -> None:
+        """Continuous mode: stacks are interned again as they recur (names stay cached by id)."""
+        bpf["py_stacks"].clear()
+
     def stats(self, bpf: Any) -> dict[str, int]:
         table = bpf["py_stats"]
         out = {name: int(sum(table[ct.c_int(i)])) for i, name in STAT_NAMES.items()}

@@ -1,0 +1,95 @@
+"""Continuous mode: finds GPU processes by itself and profiles each at a low rate, in windows kept in the
+window store (deepctxd --continuous)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+from typing import Any
+
+from deepctx.cli.profile_doc import to_doc
+from deepctx.daemon.capture import CaptureOptions, CaptureResult
+from deepctx.daemon.config import Config
+from deepctx.daemon.processes import list_processes
+from deepctx.daemon.profile_wire import to_message
+from deepctx.daemon.store import container_of, window_for
+from deepctx.daemon.store.window import owner_of
+
+log = logging.getLogger("deepctx.continuous")
+
+
+class ContinuousProfiler:
+    """A scan every `continuous_scan_s` picks up processes that map a CUDA/HIP library; each gets a
+    capture of its own (one BPF program, kept until the process exits) that cuts a window every
+    `continuous_window_s` into the store."""
+
+    def __init__(self, service: Any, config: Config, shutdown: threading.Event) -> None:
+        self.service = service
+        self.config = config
+        self.shutdown = shutdown
+        self._active: dict[int, threading.Thread] = {}
+        self._thread: threading.Thread | None = None
+        self.windows = 0
+        self.processes_seen = 0
+
+    def options(self) -> CaptureOptions:
+        cfg = self.config
+        return CaptureOptions(
+            duration_s=math.inf, sample_hz=cfg.continuous_sample_hz, python="auto", gpu="auto",
+            gpu_mode="sampled", gpu_sampled_paths_per_s=cfg.gpu_sampled_paths_per_s,
+            python_max_depth=cfg.python_max_depth, stack_map_entries=cfg.stack_map_entries,
+            count_map_entries=cfg.count_map_entries, native_unwind=cfg.native_unwind,
+            window_s=cfg.continuous_window_s,
+        )
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="continuous", daemon=True)
+        self._thread.start()
+        log.info("continuous mode", extra={"window_s": self.config.continuous_window_s,
+                                           "sample_hz": self.config.continuous_sample_hz})
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """The daemon's shutdown event ends every capture (each stores its last window)."""
+        for t in list(self._active.values()):
+            t.join(timeout_s)
+
+    def _loop(self) -> None:
+        while not self.shutdown.is_set():
+            try:
+                self.scan()
+            except Exception:
+                log.exception("scan failed")
+            self.shutdown.wait(self.config.continuous_scan_s)
+
+    def scan(self) -> list[int]:
+        """Starts a capture for every new GPU process; returns their pids."""
+        for pid, t in list(self._active.items()):
+            if not t.is_alive():
+                del self._active[pid]
+        started = []
+        me = os.getpid()
+        for p in list_processes():
+            if not p.gpu_libraries or p.pid in self._active or p.pid == me:
+                continue
+            t = threading.Thread(target=self._profile, args=(p.pid,), name=f"continuous-{p.pid}", daemon=True)
+            self._active[p.pid] = t
+            self.processes_seen += 1
+            t.start()
+            started.append(p.pid)
+        return started
+
+    def _profile(self, pid: int) -> None:
+        # who owns the process and where it runs, read now: its last window comes after it exited
+        container, uid = container_of(pid), owner_of(pid)
+
+        def store(result: CaptureResult, start_unix: float, end_unix: float) -> None:
+            if self.service.store is None:
+                return
+            doc = to_doc(to_message(result))
+            self.service.store.put(window_for(doc, start_unix, end_unix, container=container, uid=uid))
+            self.windows += 1
+
+        log.info("continuous capture", extra={"pid": pid})
+        self.service.run_continuous(pid, self.options(), store)
