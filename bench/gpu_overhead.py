@@ -28,8 +28,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TICK = os.sysconf("SC_CLK_TCK")
-STEPS = {"launch_bound": 1500, "resnet50": 30, "gpt2": 20, "jax": 300}
-VARIANTS = ["alone", "deepctx_sampled", "deepctx_exact", "deepctx_exact_device", "torch_cuda", "torch_stacks"]
+STEPS = {"launch_bound": 1500, "launch_backward": 600, "resnet50": 30, "gpt2": 20, "jax": 300}
+# deepctx_exact_nonodes: exact mode without the autograd node probes (autograd_nodes = false), to show
+# what charging backward kernels to their forward lines costs
+VARIANTS = ["alone", "deepctx_sampled", "deepctx_exact", "deepctx_exact_nonodes", "deepctx_exact_device", "torch_cuda",
+            "torch_stacks"]
 AGENT = HERE.parent / "native" / "build" / "libdeepctx_cupti.so"
 
 
@@ -46,8 +49,11 @@ def rss_mb(pid: int) -> float:
 
 
 class Deepctx:
-    def __init__(self, cli: list[str], daemon: list[str]) -> None:
+    def __init__(self, cli: list[str], daemon: list[str], config: str = "") -> None:
         self.tmp = tempfile.mkdtemp(prefix="deepctx-bench-")
+        if config:
+            Path(self.tmp, "d.toml").write_text(config)
+            daemon = daemon + ["--config", str(Path(self.tmp, "d.toml"))]
         self.env = dict(os.environ, DEEPCTX_SOCKET=os.path.join(self.tmp, "d.sock"))
         self.cli = cli
         self.proc = subprocess.Popen(daemon + ["--foreground", "--log-level", "warning"], env=self.env)
@@ -65,7 +71,8 @@ class Deepctx:
         self.proc.wait(timeout=60)
 
 
-def one_run(name: str, variant: str, dctx: Deepctx, python: str) -> dict:
+def one_run(name: str, variant: str, daemons: dict[str, Deepctx], python: str) -> dict:
+    dctx = daemons["nonodes" if variant.endswith("_nonodes") else "default"]
     argv = [python, str(HERE / "workloads.py"), name, str(STEPS[name])]
     if variant.startswith("torch_"):
         argv += ["--torch-profiler", "cuda" if variant == "torch_cuda" else "stacks"]
@@ -80,7 +87,7 @@ def one_run(name: str, variant: str, dctx: Deepctx, python: str) -> dict:
     out: dict = {"workload": name, "variant": variant}
     attach: dict = {}
     if variant.startswith("deepctx"):
-        mode = variant.split("_")[1]
+        mode = variant.split("_")[1]  # exact | sampled
         device = ["--gpu-activity"] if variant.endswith("_device") else []
 
         def go() -> None:
@@ -122,6 +129,8 @@ def one_run(name: str, variant: str, dctx: Deepctx, python: str) -> dict:
             out["device_time_ns"] = st.get("device_time_ns", 0)
             out["device_unknown"] = st.get("device_records_unknown_correlation", 0)
             out["cpu_samples"] = st.get("cpu_samples", 0)
+            out["autograd_nodes_created"] = st.get("autograd_nodes_created", 0)
+            out["gpu_calls_charged_to_node_creator"] = st.get("gpu_calls_charged_to_node_creator", 0)
     return out
 
 
@@ -135,20 +144,23 @@ def main() -> int:
     ap.add_argument("--deepctxd", default="deepctxd")
     ap.add_argument("--out")
     args = ap.parse_args()
-    dctx = Deepctx(args.deepctx.split(), args.deepctxd.split())
+    daemons = {"default": Deepctx(args.deepctx.split(), args.deepctxd.split())}
+    if "deepctx_exact_nonodes" in args.variants:
+        daemons["nonodes"] = Deepctx(args.deepctx.split(), args.deepctxd.split(), "autograd_nodes = false\n")
     rows: list[dict] = []
     try:
         for name in args.workloads.split(","):
             variants = [v for v in args.variants.split(",") if not (name == "jax" and v.startswith("torch_"))]
             for _ in range(args.repeat):
                 for v in variants:
-                    r = one_run(name, v, dctx, args.python)
+                    r = one_run(name, v, daemons, args.python)
                     rows.append(r)
                     print(json.dumps(r), flush=True)
     finally:
-        dctx.stop()
+        for d in daemons.values():
+            d.stop()
     print()
-    print(f"{'workload':13} {'variant':16} {'steps/s':>9} {'ratio':>6} {'daemon CPU':>10} {'RSS MB':>7} {'ready s':>8}")
+    print(f"{'workload':15} {'variant':22} {'steps/s':>9} {'ratio':>6} {'daemon CPU':>10} {'RSS MB':>7} {'ready s':>8}")
     for name in args.workloads.split(","):
         base = statistics.median(r["steps_per_s"] for r in rows if r["workload"] == name and r["variant"] == "alone")
         for v in VARIANTS:
@@ -159,7 +171,7 @@ def main() -> int:
             ready = [r.get("profile_ready_s", r["torch_export_s"]) for r in rs]
             cpu = statistics.median(r["daemon_cpu_share"] for r in rs)
             rss = max(r["daemon_rss_mb"] for r in rs)
-            print(f"{name:13} {v:16} {sps:9.2f} {base / sps:6.3f} {100 * cpu:9.1f}% {rss:7.0f} "
+            print(f"{name:15} {v:22} {sps:9.2f} {base / sps:6.3f} {100 * cpu:9.1f}% {rss:7.0f} "
                   f"{statistics.median(ready):8.2f}")
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))

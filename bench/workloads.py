@@ -31,6 +31,24 @@ def launch_bound() -> Callable[[], None]:
     return step
 
 
+def launch_backward() -> Callable[[], None]:
+    """The launch-bound loop with autograd: 50 tiny elementwise ops forward (one autograd node each), then
+    backward, whose ~100 tiny kernels the autograd device thread launches."""
+    import torch
+
+    x = torch.ones(256, device="cuda", requires_grad=True)
+
+    def step() -> None:
+        y = x
+        for _ in range(50):
+            y = y * 1.0001
+        y.sum().backward()
+        x.grad = None
+        torch.cuda.synchronize()
+
+    return step
+
+
 def resnet50() -> Callable[[], None]:
     import torch
     import torchvision
@@ -88,7 +106,7 @@ def jax_loop() -> Callable[[], None]:
     return step
 
 
-WORKLOADS = {"launch_bound": launch_bound, "resnet50": resnet50, "gpt2": gpt2_small, "jax": jax_loop}
+WORKLOADS = {"launch_bound": launch_bound, "launch_backward": launch_backward, "resnet50": resnet50, "gpt2": gpt2_small, "jax": jax_loop}
 
 
 def main() -> int:

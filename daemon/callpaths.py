@@ -40,7 +40,7 @@ class CallPathResolver:
         self.truncated_stacks = 0
 
     def thread(self, tid: int) -> Frame:
-        return thread_frame(tid, self.thread_names.get(tid, f"thread {tid}"))
+        return thread_frame(tid, self.thread_names.get(tid, f"thread {tid}"), self.pid)
 
     def native_frames(self, stack_id: int, lost: bool) -> list[Frame]:
         if lost:

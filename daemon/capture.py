@@ -17,6 +17,7 @@ from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.device_tree import DeviceView, device_warnings
 from deepctx.daemon.errors import FailedPrecondition, NotFound
 from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basenames
+from deepctx.daemon.origins import Origins
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.trace import build_trace, clock_offset_ns
 from deepctx.daemon.tree import METRICS, CallTree
@@ -24,7 +25,7 @@ from deepctx.probes import compose
 from deepctx.probes.cpu_sampler import SAMPLE_F_USER_STACK_LOST, CpuSampler
 from deepctx.probes.device_activity import DeviceActivity
 from deepctx.probes.family import ProbeFamily, Target
-from deepctx.probes.gpu_api import BUILTIN_HANDOFFS, GpuApi
+from deepctx.probes.gpu_api import GpuApi, builtin_handoffs
 
 log = logging.getLogger("deepctx.capture")
 
@@ -50,6 +51,7 @@ class CaptureOptions:
     trace: bool = False  # per-call and per-record events (needs device activity)
     flush_timeout_s: float = 1.0  # how long the window's end waits for the agent's last records
     handoff_points: tuple = ()  # HandoffPoint, beyond the built-in ones
+    autograd_nodes: bool = True  # the built-in forward <-> backward node points (exact mode)
 
 
 @dataclass
@@ -176,7 +178,8 @@ class Capture:
             gpu = GpuApi(mode=self.opts.gpu_mode, required=self.opts.gpu == "on",
                          sampled_paths_per_s=self.opts.gpu_sampled_paths_per_s,
                          count_entries=self.opts.count_map_entries, stack_entries=self.opts.stack_map_entries,
-                         symbol_cache=self.symbols, handoffs=BUILTIN_HANDOFFS + self.opts.handoff_points)
+                         symbol_cache=self.symbols, handoffs=builtin_handoffs(self.opts.autograd_nodes)
+                         + self.opts.handoff_points)
             try:
                 gpu.prepare(target)
                 families.append(gpu)
@@ -332,6 +335,8 @@ class Capture:
                ended: str) -> CaptureResult:
         tree = CallTree(target.info.command)
         fams: dict[str, Any] = {f.name: f for f in self.families}
+        if "gpu" in fams:  # names of threads gone before /proc was read (see gpu_comm)
+            thread_names = {**fams["gpu"].thread_names(bpf), **thread_names}
         native = NativeSymbolizer(self.symbols)
         python = fams.get("python")
         unwinder = fams.get("native_unwind")
@@ -369,10 +374,10 @@ class Capture:
             namer = KernelNamer(target.pid, target.space, native, handle_names, gpu.handle_strings(bpf))
             libs = library_basenames(target.space)
             buckets = [b for b in gpu.buckets(bpf) if b.pid == target.pid]
-            stats.update(add_gpu_buckets(tree, buckets, gpu_paths, namer, lambda api: libs.get(api.library)))
+            origins = Origins([h.label for h in gpu.handoffs], gpu.node_types(bpf, target.pid))
+            stats.update(add_gpu_buckets(tree, buckets, gpu_paths, namer, lambda api: libs.get(api.library), origins))
             if view is not None:
-                stats.update(view.add_to(tree, gpu_paths, namer, lambda api: libs.get(api.library),
-                                         [h.label for h in gpu.handoffs]))
+                stats.update(view.add_to(tree, gpu_paths, namer, lambda api: libs.get(api.library), origins))
             if dev is not None and dev.trace:
                 trace = build_trace(dev.events, view.names if view else {}, self.clock_offset_ns, target.pid)
             stats["gpu_stacks_truncated"] = gpu_paths.truncated_stacks

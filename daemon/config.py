@@ -33,8 +33,12 @@ class Config:
     python_max_depth: int = 128
     gpu_sampled_paths_per_s: int = 2000  # sampled mode: call paths captured per second (counts stay exact)
     # extra calls that hand GPU work to worker threads: [{library = "regex", symbol = "name or prefix*",
-    # label = "[my pool]"}] (PyTorch's autograd engine is built in)
+    # label = "[my pool]"}] (PyTorch's autograd engine is built in); role = "node_created" / "node_run"
+    # for work items numbered at creation (docs/cross-thread.md)
     handoff_points: list = field(default_factory=list)
+    # exact mode: charge each backward node's kernels to the forward line that created the node (costs one
+    # call path capture per autograd node created); false: backward work stays under the backward() line
+    autograd_nodes: bool = True
     native_unwind: bool = True  # walk native stacks with .eh_frame tables (false: frame pointers only)
     cache_dir: str = "/var/cache/deepctx"  # unwind tables kept by build id
     # Continuous mode (deepctxd --continuous): every process that maps a CUDA/HIP library is profiled in
@@ -92,6 +96,21 @@ def load(path: str | None, overrides: dict[str, Any]) -> Config:
     return cfg
 
 
+def _validate_handoff(p: Any) -> None:
+    from deepctx.probes.gpu_api import HandoffPoint
+
+    strings, ints = {"library", "symbol", "label", "role"}, {"node_arg", "node_seq_offset"}
+    if not isinstance(p, dict) or not {"library", "symbol", "label"} <= set(p) <= strings | ints or not all(
+            (isinstance(v, str) and v) if k in strings else (isinstance(v, int) and not isinstance(v, bool))
+            for k, v in p.items()):
+        raise ConfigError("each handoff_points entry needs library, symbol and label (strings), and may set role "
+                          "(string), node_arg and node_seq_offset (integers)")
+    try:
+        HandoffPoint(**p)
+    except ValueError as e:
+        raise ConfigError(f"handoff_points entry {p.get('symbol')!r}: {e}") from None
+
+
 def _set(cfg: Config, key: str, value: Any, origin: str) -> None:
     current = getattr(cfg, key)
     if isinstance(current, bool) or not isinstance(value, type(current)):
@@ -116,9 +135,7 @@ def _validate(cfg: Config) -> None:
     if cfg.gpu_sampled_paths_per_s < 1:
         raise ConfigError("gpu_sampled_paths_per_s must be at least 1")
     for p in cfg.handoff_points:
-        if not isinstance(p, dict) or set(p) != {"library", "symbol", "label"} or not all(
-                isinstance(v, str) and v for v in p.values()):
-            raise ConfigError("each handoff_points entry needs exactly library, symbol and label (strings)")
+        _validate_handoff(p)
     if cfg.python_max_depth < 1 or cfg.python_max_depth > 1024:
         raise ConfigError("python_max_depth must be within [1, 1024]")
     if cfg.continuous_window_s < 1 or cfg.continuous_scan_s <= 0:

@@ -8,7 +8,7 @@ a launch also carries its GPU time."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -17,6 +17,7 @@ from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.frames import Frame
 from deepctx.daemon.gpu_tree import NOT_SAMPLED, UNNAMED_KERNEL, KernelNamer
 from deepctx.daemon.gpu_tree import child_frame as api_child
+from deepctx.daemon.origins import Origins
 from deepctx.daemon.symbolize.demangle import demangle
 from deepctx.daemon.tree import CallTree
 from deepctx.probes import gpu_apis
@@ -98,12 +99,13 @@ def _apportion(total: int, weights: list[int]) -> list[int]:
 
 def _signature(b: DeviceBucket) -> tuple:
     return (b.api_id, b.obj, b.stream, b.grid, b.block, b.shared_mem, b.api_kind, b.name, b.fn_name, b.kind,
-            b.copy_kind, b.device, b.flags, b.origin_tid, b.origin_user_stack, b.origin_py_stack, b.origin_label)
+            b.copy_kind, b.device, b.flags, b.origin_tid, b.origin_user_stack, b.origin_py_stack, b.origin_label,
+            b.origin_node)
 
 
 def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: CallPathResolver,
                        namer: KernelNamer, api_module: Callable[[gpu_apis.Api], str | None],
-                       names: dict[int, str], handoff_labels: Sequence[str] = ()) -> dict[str, int]:
+                       names: dict[int, str], origins: Origins | None = None) -> dict[str, int]:
     """Adds `gpu_time_ns` of every kernel, copy and set to the tree. Sampled captures: buckets whose call
     path was not captured share their time out over the captured paths of the same signature, in
     proportion to their record counts (as gpu_tree does with calls). Work a worker thread launched during
@@ -112,6 +114,7 @@ def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: Ca
     counters for the profile's stats."""
     stats = {"device_time_in_profile_ns": 0, "device_time_unknown_launch_ns": 0,
              "device_time_without_call_path_ns": 0, "device_sync_records": 0}
+    origins = origins or Origins()
     groups: dict[tuple, list[DeviceBucket]] = defaultdict(list)
     for b in buckets:
         if b.kind == DEV_KIND_SYNC:
@@ -134,11 +137,9 @@ def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: Ca
             if not t:
                 continue
             path = _call_path(b, resolver, api_module)
-            if b.origin_tid:  # launched by a worker for another thread's hand-off call
-                origin = resolver.path(b.origin_tid, b.origin_user_stack, b.origin_py_stack,
-                                       lost=not b.origin_user_stack)
-                label = handoff_labels[b.origin_label] if b.origin_label < len(handoff_labels) else "[hand-off]"
-                path = origin + [Frame("op", label)] + path
+            if b.origin_tid:  # launched for a backward node, or by a worker for another thread's hand-off
+                path = origins.frames(resolver, b.origin_tid, b.origin_user_stack, b.origin_py_stack, b.origin_label,
+                                      b.origin_node) + path
             if first.api_id == DEV_API_UNPROBED:
                 path.append(Frame("api", names.get(b.fn_name, UNPROBED_API)))
                 path.append(record_frame(b, names))
@@ -186,8 +187,8 @@ class DeviceView:
         return cupti_kernel_names(self.buckets, self.names)
 
     def add_to(self, tree: CallTree, resolver: CallPathResolver, namer: KernelNamer,
-               api_module: Callable[[gpu_apis.Api], str | None], handoff_labels: Sequence[str] = ()) -> dict[str, int]:
-        return add_device_buckets(tree, self.buckets, resolver, namer, api_module, self.names, handoff_labels)
+               api_module: Callable[[gpu_apis.Api], str | None], origins: Origins | None = None) -> dict[str, int]:
+        return add_device_buckets(tree, self.buckets, resolver, namer, api_module, self.names, origins)
 
 
 def device_warnings(stats: dict[str, int]) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 # Node kinds of the profile schema (docs/formats.md). Frames use the subset that can appear on a path.
@@ -31,8 +32,30 @@ class Frame(NamedTuple):
     stream: int | None = None
 
 
-def thread_frame(tid: int, comm: str) -> Frame:
-    return Frame("thread", comm, tid=tid)
+# What a thread does, from its name: runtimes name their threads (PyTorch's autograd device threads
+# "pt_autograd_<device>"); the main thread is the one whose id is the process id.
+_ROLES = ((re.compile(r"^pt_autograd_(\d+)$"), "autograd device {0}"),
+          (re.compile(r"^pt_autograd_cpu"), "autograd cpu"),
+          (re.compile(r"^(tf_|xla)"), "xla executor"),
+          (re.compile(r"^pt_thread_pool"), "torch thread pool"),
+          (re.compile(r"^cuda-EvtHandlr$"), "cuda event handler"),
+          (re.compile(r"^pt_nccl|^ncclProxy|^NCCL"), "nccl"))
+
+
+def thread_role(pid: int, tid: int, comm: str) -> str | None:
+    if tid == pid:
+        return "MainThread"
+    for rx, role in _ROLES:
+        m = rx.search(comm)
+        if m:
+            return role.format(*m.groups())
+    return None
+
+
+def thread_frame(tid: int, comm: str, pid: int | None = None) -> Frame:
+    """A thread node: its name, and its role where the name or the ids tell it ('python3 (MainThread)')."""
+    role = thread_role(pid, tid, comm) if pid is not None else None
+    return Frame("thread", f"{comm} ({role})" if role and role != comm else comm, tid=tid)
 
 
 TRUNCATED = Frame("native", "[truncated]")

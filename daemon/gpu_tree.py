@@ -11,6 +11,7 @@ from typing import Any
 
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.frames import Frame
+from deepctx.daemon.origins import Origins
 from deepctx.daemon.symbolize.demangle import demangle
 from deepctx.daemon.symbolize.native import NativeSymbolizer
 from deepctx.daemon.tree import CallTree
@@ -103,7 +104,7 @@ def _metrics(api: gpu_apis.Api, calls: int, time_ns: int, nbytes: int) -> dict[s
 
 def _signature(b: GpuBucket) -> tuple:
     return (b.api.symbol, b.obj, b.stream, b.grid, b.block, b.shared_mem, b.kind, b.origin_tid, b.origin_user_stack,
-            b.origin_py_stack)
+            b.origin_py_stack, b.origin_label, b.origin_node)
 
 
 def _apportion(total: int, weights: list[int]) -> list[int]:
@@ -120,10 +121,11 @@ def _apportion(total: int, weights: list[int]) -> list[int]:
 
 
 def add_gpu_buckets(tree: CallTree, buckets: list[GpuBucket], resolver: CallPathResolver, namer: KernelNamer,
-                    api_module: Callable[[gpu_apis.Api], str | None]) -> dict[str, int]:
+                    api_module: Callable[[gpu_apis.Api], str | None], origins: Origins | None = None) -> dict[str, int]:
     """Adds every bucket to the tree. Sampled captures: counts are exact per (API, kernel, launch shape);
     they are shared out over the call paths that were captured, in proportion to how often each was seen.
     Returns counters for the profile's stats."""
+    origins = origins or Origins()
     groups: dict[tuple, list[GpuBucket]] = defaultdict(list)
     for b in buckets:
         groups[_signature(b)].append(b)
@@ -149,8 +151,8 @@ def add_gpu_buckets(tree: CallTree, buckets: list[GpuBucket], resolver: CallPath
             if b.origin_tid:
                 # worker's launch under the call that handed it the work: origin path, how it got
                 # there, then the worker thread and its own frames
-                origin = resolver.path(b.origin_tid, b.origin_user_stack, b.origin_py_stack, lost=not b.origin_user_stack)
-                path = origin + [Frame("op", b.origin_label)] + path
+                path = origins.frames(resolver, b.origin_tid, b.origin_user_stack, b.origin_py_stack, b.origin_label,
+                                      b.origin_node) + path
             path.append(Frame("api", b.api.display, module=api_module(b.api)))
             child = child_frame(b.api, b, namer)
             if child is not None:

@@ -127,7 +127,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
             python_max_depth=cfg.python_max_depth, stack_map_entries=cfg.stack_map_entries,
             count_map_entries=cfg.count_map_entries, gpu=_GPU_PROBES[req.gpu], gpu_mode=_CALL_PATH_MODES[req.mode],
             gpu_sampled_paths_per_s=cfg.gpu_sampled_paths_per_s, native_unwind=cfg.native_unwind,
-            handoff_points=tuple(HandoffPoint(**p) for p in cfg.handoff_points),
+            handoff_points=tuple(HandoffPoint(**p) for p in cfg.handoff_points), autograd_nodes=cfg.autograd_nodes,
             gpu_activity=_GPU_ACTIVITY[req.gpu_activity], trace=req.trace,
         )
 

@@ -159,13 +159,12 @@ int on_dev_correlation(struct pt_regs *ctx) {
         __u32 pyflags = 0;
         c->call.py_stack = python_stack_capture(pid, tid, &pyflags);
 #endif
-        struct gpu_origin *o = gpu_origins.lookup(&pid);  /* a worker's call during a hand-off, as gpu_api */
-        if (o && o->tid != tid) {
-            c->call.origin_user_stack = o->user_stack;
-            c->call.origin_py_stack = o->py_stack;
-            c->call.origin_tid = o->tid;
-            c->call.origin_label = o->label;
-        }
+        gpu_apply_origin(pid, tid, &c->call);  /* a backward node's or a hand-off worker's call, as gpu_api */
+        struct gpu_orphan orphan = {};  /* the probed driver call this runtime call makes may adopt the id */
+        orphan.pid = pid;
+        orphan.correlation = corr;
+        orphan.time_ns = c->api_start_ns;
+        gpu_orphans.update(&tid, &orphan);
     }
     struct dev_corr_key k = {};
     k.pid = pid;
@@ -232,7 +231,11 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
     struct dev_corr *c = dev_corr.lookup(&ck);
     if (c) {
         k->call = c->call;
-        if (c->call.api_id == DEV_API_UNPROBED) {
+        struct gpu_key *adopted = c->call.api_id == DEV_API_UNPROBED ?
+            gpu_adopted.lookup((struct gpu_corr_key *)&ck) : NULL;
+        if (adopted) {
+            k->call = *adopted;  /* the probed driver call made inside the unprobed runtime call */
+        } else if (c->call.api_id == DEV_API_UNPROBED) {
             k->fn_name = c->fn_name;
             k->flags |= DEV_KEY_F_UNPROBED;
         }

@@ -142,6 +142,7 @@ class DeviceBucket:
     origin_user_stack: int = 0
     origin_py_stack: int = 0
     origin_label: int = 0  # index of the hand-off point (GpuApi.handoffs)
+    origin_node: int = 0  # the backward node's type when charged to the node's creator
 
 
 @dataclass(frozen=True)
@@ -420,7 +421,7 @@ class DeviceActivity:
                                     (c.grid[0], c.grid[1], c.grid[2]), (c.block[0], c.block[1], c.block[2]),
                                     c.shared_mem, c.kind, c.flags, k.name, k.fn_name, k.device, k.kind,
                                     k.copy_kind, k.flags, v.count, v.time_ns, v.bytes, c.origin_tid,
-                                    c.origin_user_stack, c.origin_py_stack, c.origin_label))
+                                    c.origin_user_stack, c.origin_py_stack, c.origin_label, c.origin_node))
         return out
 
     def names(self, bpf: Any, pid: int, want: set[int] | None = None) -> dict[int, str]:

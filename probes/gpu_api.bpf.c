@@ -6,7 +6,7 @@
  * (the runtime calling the driver) is not counted twice: its caller is inside a GPU library (gpu_ranges),
  * or it runs deeper on the stack than the outer call's entry. Entry-only APIs (sampled mode) are counted
  * at entry, with no return probe and no time.
- * Settings (-D): GPU_COUNT_ENTRIES, GPU_ADDR_ENTRIES, GPU_NAME_ENTRIES, GPU_INFLIGHT_ENTRIES,
+ * Settings (-D): GPU_NODE_ENTRIES, GPU_COUNT_ENTRIES, GPU_ADDR_ENTRIES, GPU_NAME_ENTRIES, GPU_INFLIGHT_ENTRIES,
  * GPU_STACK_ENTRIES, GPU_OBJECT_ENTRIES, and GPU_DWARF_STACKS: native stacks by the .eh_frame unwinder
  * (when it is composed in) instead of frame pointers. Off by default: with the Python walker and the
  * unwinder both inlined, this program passes the verifier's 1M-instruction bound no more. */
@@ -17,8 +17,17 @@ BPF_HASH(gpu_addrs, struct gpu_addr_key, struct gpu_api_spec, GPU_ADDR_ENTRIES);
 BPF_HASH(gpu_inflight, __u32, struct gpu_inflight, GPU_INFLIGHT_ENTRIES);
 BPF_HASH(gpu_ranges, __u32, struct gpu_ranges, 1024);
 BPF_HASH(gpu_origins, __u32, struct gpu_origin, 1024);
+/* Work items (autograd nodes): creation path by sequence number, the item each thread runs, type names. */
+BPF_TABLE("lru_hash", struct gpu_node_key, struct gpu_node_origin, gpu_node_origins, GPU_NODE_ENTRIES);
+BPF_HASH(gpu_node_pending, __u32, __u64, GPU_INFLIGHT_ENTRIES);  /* tid -> entry sp of NODE_CREATED */
+BPF_HASH(gpu_node_runs, __u32, struct gpu_node_run, GPU_INFLIGHT_ENTRIES);
+BPF_HASH(gpu_node_types, struct gpu_fn_key, struct gpu_type_name, 4096);
+BPF_PERCPU_ARRAY(gpu_type_scratch, struct gpu_type_name, 1);
+BPF_HASH(gpu_comms, __u32, struct gpu_comm, GPU_INFLIGHT_ENTRIES);  /* tid -> name at its first capture */
 #ifdef GPU_LAST_CALL  /* set by the device-activity family, which joins CUPTI's records to these calls */
 BPF_HASH(gpu_last, __u32, struct gpu_last_call, GPU_INFLIGHT_ENTRIES);
+BPF_HASH(gpu_orphans, __u32, struct gpu_orphan, GPU_INFLIGHT_ENTRIES);
+BPF_TABLE("lru_hash", struct gpu_corr_key, struct gpu_key, gpu_adopted, GPU_INFLIGHT_ENTRIES);
 #endif
 /* Name lookups (GETFUNC, FUNC_ALIAS) in flight: tracked apart from the calls, since the runtime makes
  * them inside a launch when it loads modules lazily. */
@@ -181,6 +190,69 @@ static __always_inline void gpu_add(struct gpu_key *key, __u64 dt, __u64 bytes) 
     }
 }
 
+/* Who the call is charged to beyond its own thread: the creator of the work item this thread runs
+ * (a backward node's forward line), else another thread's hand-off call running in the process. Also
+ * used by the device-activity family for the calls only it sees. */
+static __always_inline int gpu_apply_origin(__u32 pid, __u32 tid, struct gpu_key *k) {
+    struct gpu_node_run *run = gpu_node_runs.lookup(&tid);
+    if (run) {
+        k->origin_user_stack = run->user_stack;
+        k->origin_py_stack = run->py_stack;
+        k->origin_tid = run->tid;
+        k->origin_label = run->label;
+        k->origin_node = run->node_type;
+        return 1;
+    }
+    struct gpu_origin *origin = gpu_origins.lookup(&pid);
+    if (origin && origin->tid != tid) {
+        k->origin_user_stack = origin->user_stack;
+        k->origin_py_stack = origin->py_stack;
+        k->origin_tid = origin->tid;
+        k->origin_label = origin->label;
+        return 1;
+    }
+    return 0;
+}
+
+/* A thread starts running a work item: find who created it; name its type once per process. */
+static __always_inline void gpu_node_run_entry(struct pt_regs *ctx, struct gpu_api_spec *spec, __u32 pid, __u32 tid) {
+    __u64 node = gpu_arg(ctx, spec->object_slot);
+    struct gpu_node_key nk = {};
+    nk.pid = pid;
+    if (!node || bpf_probe_read_user(&nk.seq, sizeof(nk.seq), (void *)(node + spec->node_off)))
+        return;
+    struct gpu_node_origin *o = gpu_node_origins.lookup(&nk);
+    if (!o) {
+        gpu_stat_inc(GPU_STAT_NODES_UNKNOWN);
+        return;
+    }
+    gpu_stat_inc(GPU_STAT_NODES_RUN);
+    struct gpu_node_run run = {};
+    run.user_stack = o->user_stack;
+    run.py_stack = o->py_stack;
+    run.tid = o->tid;
+    run.label = spec->api_id;
+    run.entry_sp = PT_REGS_SP(ctx);
+    bpf_probe_read_user(&run.node_type, sizeof(run.node_type), (void *)node);
+    gpu_node_runs.update(&tid, &run);
+    struct gpu_fn_key tk = {};
+    tk.pid = pid;
+    tk.handle = run.node_type;
+    if (!run.node_type || gpu_node_types.lookup(&tk))
+        return;
+    /* Itanium C++ ABI: vtable[-1] is the std::type_info, whose second word is the mangled type name */
+    __u64 info = 0, name = 0;
+    int zero = 0;
+    struct gpu_type_name *tn = gpu_type_scratch.lookup(&zero);
+    if (!tn)
+        return;
+    tn->name[0] = 0;
+    if (!bpf_probe_read_user(&info, sizeof(info), (void *)(run.node_type - 8)) && info &&
+        !bpf_probe_read_user(&name, sizeof(name), (void *)(info + 8)) && name)
+        bpf_probe_read_user_str(tn->name, sizeof(tn->name), (void *)name);
+    gpu_node_types.update(&tk, tn);
+}
+
 int on_gpu_api_entry(struct pt_regs *ctx) {
     __u64 id = bpf_get_current_pid_tgid();
     struct gpu_addr_key ak = {};
@@ -200,6 +272,14 @@ int on_gpu_api_entry(struct pt_regs *ctx) {
         gpu_capture_path(ctx, ak.pid, tid, &o.user_stack, &o.py_stack);
         gpu_origins.update(&ak.pid, &o);
         gpu_stat_inc(GPU_STAT_HANDOFFS);
+        return 0;
+    }
+    if (spec->cls == GPU_CLASS_NODE_CREATED) {  /* its number is known at return */
+        gpu_node_pending.update(&tid, &sp);
+        return 0;
+    }
+    if (spec->cls == GPU_CLASS_NODE_RUN) {
+        gpu_node_run_entry(ctx, spec, ak.pid, tid);
         return 0;
     }
     if (spec->cls == GPU_CLASS_GETFUNC || spec->cls == GPU_CLASS_FUNC_ALIAS) {
@@ -281,20 +361,36 @@ int on_gpu_api_entry(struct pt_regs *ctx) {
         f->key.flags |= GPU_KEY_F_SAMPLED;
         gpu_stat_inc(GPU_STAT_SAMPLED);
         gpu_capture_path(ctx, ak.pid, tid, &f->key.user_stack, &f->key.py_stack);
+        if (!gpu_comms.lookup(&tid)) {
+            struct gpu_comm comm = {};
+            bpf_get_current_comm(comm.comm, sizeof(comm.comm));
+            gpu_comms.update(&tid, &comm);
+        }
         if (f->key.user_stack == 0) {
             f->key.flags |= GPU_KEY_F_STACK_LOST;
             gpu_stat_inc(GPU_STAT_STACK_LOST);
         }
     }
-    /* Launched by a worker while another thread's hand-off call runs: charged to that call too. */
-    struct gpu_origin *origin = gpu_origins.lookup(&ak.pid);
-    if (origin && origin->tid != tid) {
-        f->key.origin_user_stack = origin->user_stack;
-        f->key.origin_py_stack = origin->py_stack;
-        f->key.origin_tid = origin->tid;
-        f->key.origin_label = origin->label;
-        gpu_stat_inc(GPU_STAT_HANDED_OFF);
+    /* Launched for a backward node, or by a worker while another thread's hand-off call runs: charged
+     * to that call path too. */
+    if (gpu_apply_origin(ak.pid, tid, &f->key))
+        gpu_stat_inc(f->key.origin_node ? GPU_STAT_NODE_CALLS : GPU_STAT_HANDED_OFF);
+#ifdef GPU_LAST_CALL
+    /* The driver call inside a runtime call the probes do not see, whose correlation id arrived just
+     * before: the id's device work goes under this call, next to its count, not under a second path. */
+    struct gpu_orphan *orphan = gpu_orphans.lookup(&tid);
+    if (orphan) {
+        if (orphan->pid == ak.pid && now - orphan->time_ns < 1000000 && f->cls != GPU_CLASS_SYNC &&
+            f->cls != GPU_CLASS_ALLOC && f->cls != GPU_CLASS_FREE) {
+            struct gpu_corr_key ck = {};
+            ck.pid = ak.pid;
+            ck.correlation = orphan->correlation;
+            gpu_adopted.update(&ck, &f->key);
+            gpu_stat_inc(GPU_STAT_ADOPTED);
+        }
+        gpu_orphans.delete(&tid);
     }
+#endif
     if (entry_only) {
         gpu_add(&f->key, 0, f->bytes);
 #ifdef GPU_LAST_CALL
@@ -338,9 +434,33 @@ static __always_inline int gpu_getfunc_return(struct pt_regs *ctx, __u32 tid, st
     return 1;
 }
 
+/* A work item was created: its sequence number is the return value; keep the creating call path. */
+static __always_inline int gpu_node_created_return(struct pt_regs *ctx, __u32 pid, __u32 tid, __u64 *entry_sp) {
+    if (PT_REGS_SP(ctx) != *entry_sp + 8)
+        return 0;
+    gpu_node_pending.delete(&tid);
+    struct gpu_node_key nk = {};
+    nk.pid = pid;
+    nk.seq = PT_REGS_RC(ctx);
+    struct gpu_node_origin o = {};
+    o.tid = tid;
+    gpu_capture_path(ctx, pid, tid, &o.user_stack, &o.py_stack);
+    gpu_node_origins.update(&nk, &o);
+    gpu_stat_inc(GPU_STAT_NODES_CREATED);
+    return 1;
+}
+
 int on_gpu_api_return(struct pt_regs *ctx) {
     __u64 id = bpf_get_current_pid_tgid();
     __u32 tid = (__u32)id, pid = id >> 32;
+    __u64 *pending = gpu_node_pending.lookup(&tid);
+    if (pending && gpu_node_created_return(ctx, pid, tid, pending))
+        return 0;
+    struct gpu_node_run *run = gpu_node_runs.lookup(&tid);
+    if (run && PT_REGS_SP(ctx) == run->entry_sp + 8) {
+        gpu_node_runs.delete(&tid);  /* the work item is done */
+        return 0;
+    }
     struct gpu_origin *origin = gpu_origins.lookup(&pid);
     if (origin && origin->tid == tid && PT_REGS_SP(ctx) == origin->entry_sp + 8) {
         gpu_origins.delete(&pid);  /* the hand-off call returned: its work is done */

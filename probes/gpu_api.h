@@ -19,6 +19,12 @@ enum gpu_api_class {
     GPU_CLASS_FUNC_ALIAS = 11,/* cuKernelGetFunction: a second handle for an already named kernel */
     GPU_CLASS_HANDOFF = 12,   /* a call that hands GPU work to other threads (autograd backward ...): its
                                  call path becomes the origin of what those threads launch meanwhile */
+    GPU_CLASS_NODE_CREATED = 13, /* returns the sequence number of a work item being created (PyTorch's
+                                    at::sequence_number::get_and_increment for an autograd node): the
+                                    creating thread's call path is kept under that number */
+    GPU_CLASS_NODE_RUN = 14,  /* runs one work item (Engine::evaluate_function): the object_slot argument
+                                 points at it, its sequence number at node_off; what the thread launches
+                                 meanwhile is charged to the path that created the item */
 };
 
 /* How to read the arguments, by x86-64 SysV "eightbyte" slot: slots 0-5 are rdi rsi rdx rcx r8 r9,
@@ -47,6 +53,7 @@ struct gpu_api_spec {
     __u8 bytes_scale;    /* multiplier for bytes_slot (memsetD16: 2, D32: 4) */
     __u8 fixed_kind;     /* copy direction implied by the API's name (GPU_COPY_*) */
     __u8 flags;          /* GPU_SPEC_F_* */
+    __u8 node_off;       /* NODE_RUN: offset of the sequence number in the work item */
 };
 
 /* Counted at entry, with no return probe: what sampled mode does for calls that return at once
@@ -93,12 +100,25 @@ struct gpu_key {
     __u32 origin_tid;
     __u16 origin_label;    /* the hand-off point's index in the user-space label table */
     __u16 pad;
+    __u64 origin_node;     /* NODE_RUN: the work item's type (its C++ vtable pointer; 0: none) */
 };
 
 /* The last entry-only call of a thread (sampled mode), for a join that runs inside it (GPU_LAST_CALL). */
 struct gpu_last_call {
     struct gpu_key key;
     __u64 entry_ns;
+};
+
+/* A correlation id CUPTI gave a call the API probes do not see (a runtime linked statically into cuDNN or
+ * cuBLAS), parked per thread until the probed driver call that this runtime call makes (GPU_LAST_CALL). */
+struct gpu_orphan {
+    __u32 pid;
+    __u32 correlation;
+    __u64 time_ns;
+};
+struct gpu_corr_key {
+    __u32 pid;
+    __u32 correlation;
 };
 
 /* The hand-off call running in a process (one at a time per process; a later one replaces it). */
@@ -109,6 +129,44 @@ struct gpu_origin {
     __u32 tid;
     __u16 label;
     __u16 pad;
+};
+
+/* A work item's creation (GPU_CLASS_NODE_CREATED), by process and sequence number. Sequence numbers
+ * count per creating thread; one process creating items on two threads at once may mix them up. */
+struct gpu_node_key {
+    __u32 pid;
+    __u32 pad;
+    __u64 seq;
+};
+struct gpu_node_origin {
+    __u64 user_stack;
+    __u64 py_stack;
+    __u32 tid;
+    __u32 pad;
+};
+
+/* The work item a thread is running (GPU_CLASS_NODE_RUN), from entry to return. */
+struct gpu_node_run {
+    __u64 user_stack;      /* the creating thread's call path */
+    __u64 py_stack;
+    __u64 node_type;       /* vtable pointer */
+    __u64 entry_sp;
+    __u32 tid;             /* the creating thread */
+    __u16 label;
+    __u16 pad;
+};
+
+/* Type names of work items, read through the C++ ABI's type_info (vtable[-1] -> name) at first sight. */
+#define GPU_TYPE_NAME_LEN 128
+struct gpu_type_name {
+    char name[GPU_TYPE_NAME_LEN];
+};
+
+/* The name of a thread that made a GPU call, kept at its first call with a captured path: threads that
+ * live shorter than the daemon's periodic look at /proc (autograd's per-call workers) keep their names. */
+#define GPU_COMM_LEN 16
+struct gpu_comm {
+    char comm[GPU_COMM_LEN];
 };
 
 #define GPU_KEY_F_SAMPLED   (1u << 0)  /* the call path was captured for this call */
@@ -164,6 +222,11 @@ enum gpu_stat {
     GPU_STAT_OBJECTS,          /* distinct kernel handles seen (their first words copied) */
     GPU_STAT_HANDOFFS,         /* hand-off calls (autograd backward ...) entered */
     GPU_STAT_HANDED_OFF,       /* calls made by worker threads while a hand-off call ran */
+    GPU_STAT_NODES_CREATED,    /* work items whose creating call path was kept */
+    GPU_STAT_NODES_RUN,        /* work items run whose creation was seen */
+    GPU_STAT_NODES_UNKNOWN,    /* work items run whose creation was not seen (before attach, evicted, none) */
+    GPU_STAT_NODE_CALLS,       /* calls charged to the call path that created the running work item */
+    GPU_STAT_ADOPTED,          /* device-activity ids of unprobed runtime calls joined to their driver call */
     GPU_STAT__COUNT,
 };
 

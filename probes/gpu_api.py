@@ -24,7 +24,9 @@ GPU_KEY_F_STACK_LOST = 1 << 1
 GPU_NAME_LEN = 256
 GPU_STAT_CALLS, GPU_STAT_NESTED, GPU_STAT_STALE_INFLIGHT, GPU_STAT_NO_RETURN, GPU_STAT_MAP_FULL, \
     GPU_STAT_STACK_LOST, GPU_STAT_SAMPLED, GPU_STAT_NAMES_LEARNED, GPU_STAT_OBJECTS, GPU_STAT_HANDOFFS, \
-    GPU_STAT_HANDED_OFF, GPU_STAT__COUNT = range(12)
+    GPU_STAT_HANDED_OFF, GPU_STAT_NODES_CREATED, GPU_STAT_NODES_RUN, GPU_STAT_NODES_UNKNOWN, GPU_STAT_NODE_CALLS, \
+    GPU_STAT_ADOPTED, GPU_STAT__COUNT = range(17)
+GPU_TYPE_NAME_LEN = 128
 GPU_OBJ_WORDS = 4
 GPU_OBJ_STR = 256
 STAT_NAMES = {
@@ -39,6 +41,11 @@ STAT_NAMES = {
     GPU_STAT_OBJECTS: "gpu_kernel_handles_seen",
     GPU_STAT_HANDOFFS: "gpu_handoffs",
     GPU_STAT_HANDED_OFF: "gpu_calls_handed_off",
+    GPU_STAT_NODES_CREATED: "autograd_nodes_created",
+    GPU_STAT_NODES_RUN: "autograd_nodes_run_with_creator",
+    GPU_STAT_NODES_UNKNOWN: "autograd_nodes_run_without_creator",
+    GPU_STAT_NODE_CALLS: "gpu_calls_charged_to_node_creator",
+    GPU_STAT_ADOPTED: "device_correlations_joined_to_driver_call",
 }
 
 
@@ -46,7 +53,8 @@ class GpuApiSpec(ct.Structure):
     _fields_ = [("api_id", ct.c_uint16), ("cls", ct.c_uint8), ("layout", ct.c_uint8), ("object_slot", ct.c_uint8),
                 ("bytes_slot", ct.c_uint8), ("kind_slot", ct.c_uint8), ("stream_slot", ct.c_uint8),
                 ("name_slot", ct.c_uint8), ("dtype_slot", ct.c_uint8), ("bytes_mul_slot", ct.c_uint8),
-                ("bytes_scale", ct.c_uint8), ("fixed_kind", ct.c_uint8), ("flags", ct.c_uint8)]
+                ("bytes_scale", ct.c_uint8), ("fixed_kind", ct.c_uint8), ("flags", ct.c_uint8),
+                ("node_off", ct.c_uint8)]
 
 
 GPU_SPEC_F_ENTRY_ONLY = 1 << 0
@@ -67,7 +75,39 @@ class GpuKey(ct.Structure):
                 ("block", ct.c_uint32 * 3), ("shared_mem", ct.c_uint32), ("api_id", ct.c_uint16),
                 ("kind", ct.c_uint8), ("flags", ct.c_uint8), ("origin_user_stack", ct.c_uint64),
                 ("origin_py_stack", ct.c_uint64), ("origin_tid", ct.c_uint32), ("origin_label", ct.c_uint16),
-                ("pad", ct.c_uint16)]
+                ("pad", ct.c_uint16), ("origin_node", ct.c_uint64)]
+
+
+class GpuNodeKey(ct.Structure):
+    _fields_ = [("pid", ct.c_uint32), ("pad", ct.c_uint32), ("seq", ct.c_uint64)]
+
+
+class GpuNodeOrigin(ct.Structure):
+    _fields_ = [("user_stack", ct.c_uint64), ("py_stack", ct.c_uint64), ("tid", ct.c_uint32), ("pad", ct.c_uint32)]
+
+
+class GpuNodeRun(ct.Structure):
+    _fields_ = [("user_stack", ct.c_uint64), ("py_stack", ct.c_uint64), ("node_type", ct.c_uint64),
+                ("entry_sp", ct.c_uint64), ("tid", ct.c_uint32), ("label", ct.c_uint16), ("pad", ct.c_uint16)]
+
+
+GPU_COMM_LEN = 16
+
+
+class GpuComm(ct.Structure):
+    _fields_ = [("comm", ct.c_char * GPU_COMM_LEN)]
+
+
+class GpuOrphan(ct.Structure):
+    _fields_ = [("pid", ct.c_uint32), ("correlation", ct.c_uint32), ("time_ns", ct.c_uint64)]
+
+
+class GpuCorrKey(ct.Structure):
+    _fields_ = [("pid", ct.c_uint32), ("correlation", ct.c_uint32)]
+
+
+class GpuTypeName(ct.Structure):
+    _fields_ = [("name", ct.c_char * GPU_TYPE_NAME_LEN)]
 
 
 class GpuOrigin(ct.Structure):
@@ -113,21 +153,42 @@ class GpuBucket:
     calls: int
     time_ns: int
     bytes: int
-    origin_tid: int = 0  # launched by a worker while this thread's hand-off call ran (0: not handed off)
+    origin_tid: int = 0  # charged to another thread's call path (0: not handed off); see daemon/origins.py
     origin_user_stack: int = 0
     origin_py_stack: int = 0
-    origin_label: str = ""
+    origin_label: int = 0  # index into GpuApi.handoffs
+    origin_node: int = 0  # the backward node's type (vtable address) when charged to the node's creator
+
+
+ROLES = ("origin", "node_created", "node_run")
 
 
 @dataclass(frozen=True)
 class HandoffPoint:
     """A call that hands GPU work to other threads. Matched per library file by `library` (a regular
     expression on the file's name) and `symbol` (an exact name, or a prefix of mangled names when it
-    ends with '*'); what worker threads launch while it runs is charged under its call path."""
+    ends with '*').
+
+    role "origin": what other threads launch while the call runs is charged under its call path.
+    role "node_created": the call returns the sequence number of a work item being created (an autograd
+    node); the calling thread's path is kept under that number.
+    role "node_run": the call runs one work item, whose address is argument `node_arg` (0-based) and
+    whose sequence number is the 8 bytes at `node_seq_offset`; what the thread launches meanwhile is
+    charged to the path that created the item, under `label` ('{node}' becomes the item's C++ type).
+    """
 
     library: str
     symbol: str
     label: str
+    role: str = "origin"
+    node_arg: int = 0
+    node_seq_offset: int = 0
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"hand-off point role must be one of {', '.join(ROLES)}, not {self.role!r}")
+        if not 0 <= self.node_arg <= 5 or not 0 <= self.node_seq_offset <= 255:
+            raise ValueError("node_arg must be within [0, 5] and node_seq_offset within [0, 255]")
 
 
 # PyTorch's backward: the Python thread blocks in Engine::execute while the autograd engine's device
@@ -135,11 +196,24 @@ class HandoffPoint:
 # JAX/XLA: compiling a jitted function autotunes on a thread pool (those launches belong to the call that
 # triggered the compile), executing it may launch from the runtime's threads.
 _XLA_PLUGIN = r"^(xla_cuda_plugin|pjrt_c_api_gpu_plugin|xla_rocm_plugin)\.so"
+# Forward <-> backward: every autograd node takes its number from at::sequence_number::get_and_increment()
+# on the forward thread; Engine::evaluate_function(graph_task, Node* func, ...) runs one node on a backward
+# thread. torch::autograd::Node is `struct Node : std::enable_shared_from_this<Node>` with virtual methods:
+# vptr at 0, the base's weak_ptr at 8, then sequence_nr_, its first member, at 24.
+_TORCH = r"^libtorch_cpu\.so"
 BUILTIN_HANDOFFS = (
-    HandoffPoint(r"^libtorch_cpu\.so", "_ZN5torch8autograd6Engine7executeE*", "[autograd backward]"),
+    HandoffPoint(_TORCH, "_ZN5torch8autograd6Engine7executeE*", "[autograd backward]"),
+    HandoffPoint(_TORCH, "_ZN2at15sequence_number17get_and_incrementEv", "[autograd node created]",
+                 role="node_created"),
+    HandoffPoint(_TORCH, "_ZN5torch8autograd6Engine17evaluate_functionE*", "[backward of {node}]",
+                 role="node_run", node_arg=2, node_seq_offset=24),
     HandoffPoint(_XLA_PLUGIN, "_ZN4pjrt19PJRT_Client_Compile*", "[xla compile]"),
     HandoffPoint(_XLA_PLUGIN, "_ZN4pjrt29PJRT_LoadedExecutable_Execute*", "[xla execute]"),
 )
+
+
+def builtin_handoffs(autograd_nodes: bool = True) -> tuple[HandoffPoint, ...]:
+    return tuple(h for h in BUILTIN_HANDOFFS if autograd_nodes or h.role == "origin")
 
 
 @dataclass
@@ -184,14 +258,18 @@ class GpuApi:
 
     def __init__(self, mode: str = "exact", required: bool = False, sampled_paths_per_s: int = 2000,
                  count_entries: int = 65536, stack_entries: int = 16384, symbol_cache: Any = None,
-                 dwarf_stacks: bool = False, handoffs: tuple[HandoffPoint, ...] = BUILTIN_HANDOFFS) -> None:
+                 dwarf_stacks: bool = False, handoffs: tuple[HandoffPoint, ...] = BUILTIN_HANDOFFS,
+                 node_entries: int = 65536) -> None:
         if mode not in ("exact", "sampled"):
             raise ValueError(f"unknown GPU capture mode {mode!r} (exact or sampled)")
         self.mode = mode
         self.required = required
         self.symbol_cache = symbol_cache  # the daemon's SymbolCache: ELF files are read once for all uses
         self.dwarf_stacks = dwarf_stacks
-        self.handoffs = handoffs
+        # Sampled mode keeps its cost bounded by the sampling rate: the per-node probes (one capture per
+        # autograd node created) are left out, and backward work stays under the backward() line.
+        self.handoffs = handoffs if mode == "exact" else tuple(h for h in handoffs if h.role == "origin")
+        self.node_entries = node_entries
         self.handoffs_found: list[str] = []  # "label: library symbol" for the status and the profile
         self.sampled_paths_per_s = sampled_paths_per_s
         self.count_entries = count_entries
@@ -210,7 +288,7 @@ class GpuApi:
         return read_source("gpu_api.bpf.c")
 
     def defines(self) -> dict[str, int | str]:
-        return {"GPU_COUNT_ENTRIES": self.count_entries, "GPU_ADDR_ENTRIES": 8192, "GPU_NAME_ENTRIES": 65536,
+        return {"GPU_COUNT_ENTRIES": self.count_entries, "GPU_NODE_ENTRIES": self.node_entries, "GPU_ADDR_ENTRIES": 8192, "GPU_NAME_ENTRIES": 65536,
                 "GPU_OBJECT_ENTRIES": 8192, **({"GPU_DWARF_STACKS": 1} if self.dwarf_stacks else {}),
                 "GPU_INFLIGHT_ENTRIES": 16384, "GPU_STACK_ENTRIES": self.stack_entries}
 
@@ -316,8 +394,7 @@ class GpuApi:
                         continue
                     offsets.append(off)
                     addr = m.start + off - m.offset
-                    table[GpuAddrKey(target.pid, 0, addr)] = GpuApiSpec(
-                        label_id, gpu_apis.HANDOFF, 0, *([GPU_NO_SLOT] * 7), 1, gpu_apis.UNKNOWN_KIND, 0)
+                    table[GpuAddrKey(target.pid, 0, addr)] = _handoff_spec(label_id, point)
                     state.addrs.add(addr)
                     self.handoffs_found.append(f"{point.label}: {base} {name}")
                 if not offsets:
@@ -395,11 +472,21 @@ class GpuApi:
             block = (k.block[0], k.block[1], k.block[2])
             if api.symbol.startswith("_Z24hipExtModuleLaunchKernel"):  # global work sizes, in threads
                 grid = tuple(g // b if b else g for g, b in zip(grid, block, strict=True))  # type: ignore[assignment]
-            label = self.handoffs[k.origin_label].label if k.origin_tid and k.origin_label < len(self.handoffs) else ""
             out.append(GpuBucket(k.pid, k.tid, k.user_stack, k.py_stack, api, k.object, k.stream, grid, block,
                                  k.shared_mem, k.kind, k.flags, v.calls, v.time_ns, v.bytes, k.origin_tid,
-                                 k.origin_user_stack, k.origin_py_stack, label))
+                                 k.origin_user_stack, k.origin_py_stack, k.origin_label, k.origin_node))
         return out
+
+    def thread_names(self, bpf: Any) -> dict[int, str]:
+        """tid -> name, for the threads that made GPU calls (short-lived ones included)."""
+        return {getattr(k, "value", k): bytes(v.comm).split(b"\0", 1)[0].decode(errors="replace") for k, v in items(bpf["gpu_comms"])}
+
+    def node_types(self, bpf: Any, pid: int) -> dict[int, str]:
+        """vtable address -> class name of the work items (autograd nodes) run in process pid."""
+        from deepctx.daemon.origins import type_display_name
+
+        return {k.handle: type_display_name(bytes(v.name).split(b"\0", 1)[0].decode(errors="replace"))
+                for k, v in items(bpf["gpu_node_types"]) if k.pid == pid}
 
     def function_names(self, bpf: Any) -> dict[tuple[int, int], str]:
         return {(k.pid, k.handle): bytes(v.name).split(b"\0", 1)[0].decode(errors="replace")
@@ -458,6 +545,17 @@ def _prefixes(info: GpuObjInfo) -> list[str]:
     raw = ct.string_at(ct.addressof(info) + GpuObjInfo.strs.offset, GpuObjInfo.strs.size)
     return [raw[i * GPU_OBJ_STR:(i + 1) * GPU_OBJ_STR].split(b"\0", 1)[0].decode(errors="replace")
             for i in range(GPU_OBJ_WORDS)]
+
+
+_ROLE_CLASS = {"origin": gpu_apis.HANDOFF, "node_created": gpu_apis.NODE_CREATED, "node_run": gpu_apis.NODE_RUN}
+
+
+def _handoff_spec(label_id: int, point: HandoffPoint) -> GpuApiSpec:
+    spec = GpuApiSpec(label_id, _ROLE_CLASS[point.role], 0, *([GPU_NO_SLOT] * 7), 1, gpu_apis.UNKNOWN_KIND, 0)
+    if point.role == "node_run":
+        spec.object_slot = point.node_arg
+        spec.node_off = point.node_seq_offset
+    return spec
 
 
 def _spec(api_id: int, api: gpu_apis.Api, mode: str) -> GpuApiSpec:

@@ -11,10 +11,11 @@ import re
 from dataclasses import dataclass
 
 # enum gpu_api_class
-LAUNCH, GRAPH, MEMCPY, MEMSET, ALLOC, FREE, SYNC, COLLECTIVE, GETFUNC, OTHER, FUNC_ALIAS, HANDOFF = range(1, 13)
+LAUNCH, GRAPH, MEMCPY, MEMSET, ALLOC, FREE, SYNC, COLLECTIVE, GETFUNC, OTHER, FUNC_ALIAS, HANDOFF, NODE_CREATED, \
+    NODE_RUN = range(1, 15)
 CLASS_NAMES = {LAUNCH: "launch", GRAPH: "graph", MEMCPY: "memcpy", MEMSET: "memset", ALLOC: "alloc", FREE: "free",
                SYNC: "sync", COLLECTIVE: "collective", GETFUNC: "getfunc", OTHER: "other", FUNC_ALIAS: "alias",
-               HANDOFF: "handoff"}
+               HANDOFF: "handoff", NODE_CREATED: "node_created", NODE_RUN: "node_run"}
 # enum gpu_arg_layout
 L_NONE, L_DIM3, L_SCALARS, L_CU_EX, L_RT_EX = range(5)
 # enum gpu_copy_kind

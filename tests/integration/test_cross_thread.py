@@ -51,3 +51,56 @@ def test_worker_launches_under_the_handing_off_line(handoff_daemon, native_targe
     assert doc["stats"]["gpu_handoffs"] == ROUNDS
     assert doc["stats"]["gpu_calls_handed_off"] == ROUNDS * PER_ROUND
     assert not [w for w in doc["warnings"] if "hand-off point" in w]
+
+
+NODES_TARGET = TARGET.parent / "nodes_calls.py"
+NODE_ROUNDS = 4
+
+
+@pytest.fixture(scope="module")
+def nodes_daemon(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("nodes")
+    cfg = tmp / "d.toml"
+    cfg.write_text(
+        '[[handoff_points]]\nlibrary = "^libnodes\\\\.so$"\nsymbol = "nodes_backward"\nlabel = "[demo backward]"\n'
+        '[[handoff_points]]\nlibrary = "^libnodes\\\\.so$"\nsymbol = "_ZN4demo8next_seqEv"\nlabel = "[node]"\n'
+        'role = "node_created"\n'
+        '[[handoff_points]]\nlibrary = "^libnodes\\\\.so$"\nsymbol = "_ZN4demo6Engine8evaluateE*"\n'
+        'label = "[backward of {node}]"\nrole = "node_run"\nnode_arg = 2\nnode_seq_offset = 24\n')
+    d = start_daemon(tmp, "--config", str(cfg))
+    yield d
+    assert stop_daemon(d) == 0
+
+
+def test_backward_node_launches_under_the_forward_line(nodes_daemon, native_targets: Path) -> None:
+    """Each node's launches, made on the backward worker, sit under the Python line that created the node,
+    below an op frame that names the node's C++ class; the worker's own frames follow."""
+    from test_gpu_api_cpu import cuda_runtime
+
+    t = StdinTarget([sys.executable, str(NODES_TARGET), str(native_targets / "libnodes.so"), cuda_runtime()])
+    try:
+        doc = profile_phase(nodes_daemon, t)
+    finally:
+        t.stop()
+    want = {"matmul_backward_kernel": (line_of(NODES_TARGET, "LINE_MATMUL"), "[backward of MatmulBackward]", 2),
+            "relu_backward_kernel": (line_of(NODES_TARGET, "LINE_RELU"), "[backward of ReluBackward]", 1)}
+    for kernel, (line, label, per_node) in want.items():
+        found = [(anc, n) for anc, n in walk(doc) if n["kind"] == "kernel" and n["name"] == kernel]
+        assert sum(n["metrics"]["calls"] for _, n in found) == NODE_ROUNDS * per_node, kernel
+        for anc, _ in found:
+            kinds = [(a["kind"], a["name"]) for a in anc]
+            op = [i for i, a in enumerate(anc) if a["kind"] == "op"]
+            assert len(op) == 1 and anc[op[0]]["name"] == label, kinds
+            # the creating line is the innermost frame before the op: the forward's native bookkeeping is cut
+            assert anc[op[0] - 1]["kind"] == "python" and anc[op[0] - 1]["line"] == line, kinds
+            assert anc[0]["kind"] == "thread" and anc[0]["tid"] == t.pid, kinds
+            assert anc[op[0] + 1]["kind"] == "thread" and anc[op[0] + 1]["name"] == "nodes-bwd", kinds
+            node_class = label.removeprefix("[backward of ").removesuffix("]")
+            assert f"demo::{node_class}::apply()" in [a["name"] for a in anc[op[0]:]], kinds
+    stats = doc["stats"]
+    assert stats["autograd_nodes_created"] == 2 * NODE_ROUNDS
+    assert stats["autograd_nodes_run_with_creator"] == 2 * NODE_ROUNDS
+    assert stats["autograd_nodes_run_without_creator"] == 0
+    assert stats["gpu_calls_charged_to_node_creator"] == 3 * NODE_ROUNDS
+    assert stats["gpu_calls_handed_off"] == 0  # charged to the node's creator, not to the hand-off call
+    assert not [w for w in doc["warnings"] if "hand-off point" in w], doc["warnings"]

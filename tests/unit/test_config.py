@@ -37,12 +37,29 @@ def test_file_then_env_then_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     ("max_duration_s = -5\n", "max_duration_s must be positive"),
     ('log_format = "xml"\n', "log_format must be 'json' or 'text'"),
     ("socket = \n", "Invalid value"),
+    ('[[handoff_points]]\nlibrary = "x"\nsymbol = "y"\n', "needs library, symbol and label"),
+    ('[[handoff_points]]\nlibrary = "x"\nsymbol = "y"\nlabel = "z"\nrole = "sometimes"\n', "role must be one of"),
+    ('[[handoff_points]]\nlibrary = "x"\nsymbol = "y"\nlabel = "z"\nrole = "node_run"\nnode_arg = 9\n',
+     "node_arg must be within"),
+    ('[[handoff_points]]\nlibrary = "x"\nsymbol = "y"\nlabel = "z"\nnode_arg = "2"\n', "integers"),
+    ("autograd_nodes = 1\n", "autograd_nodes must be a bool"),
 ])
 def test_bad_config_files_are_refused_with_the_reason(tmp_path: Path, text: str, message: str) -> None:
     f = tmp_path / "d.toml"
     f.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load(str(f), {})
+
+
+def test_handoff_points_with_roles_load(tmp_path: Path) -> None:
+    from deepctx.probes.gpu_api import HandoffPoint
+
+    f = tmp_path / "d.toml"
+    f.write_text('autograd_nodes = false\n[[handoff_points]]\nlibrary = "^libg\\\\.so$"\nsymbol = "run*"\n'
+                 'label = "[b {node}]"\nrole = "node_run"\nnode_arg = 2\nnode_seq_offset = 24\n')
+    cfg = load(str(f), {})
+    assert cfg.autograd_nodes is False
+    assert HandoffPoint(**cfg.handoff_points[0]) == HandoffPoint("^libg\\.so$", "run*", "[b {node}]", "node_run", 2, 24)
 
 
 def test_missing_explicit_config_file_is_an_error(tmp_path: Path) -> None:

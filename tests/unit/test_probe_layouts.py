@@ -51,7 +51,11 @@ def test_gpu_api_structs_match_header(tmp_path: Path) -> None:
                            ("gpu_key", gpu_api.GpuKey), ("gpu_val", gpu_api.GpuVal),
                            ("gpu_inflight", gpu_api.GpuInflight), ("gpu_fn_key", gpu_api.GpuFnKey),
                            ("gpu_config", gpu_api.GpuConfig), ("gpu_obj_info", gpu_api.GpuObjInfo),
-                           ("gpu_ranges", gpu_api.GpuRanges), ("gpu_origin", gpu_api.GpuOrigin)):
+                           ("gpu_ranges", gpu_api.GpuRanges), ("gpu_origin", gpu_api.GpuOrigin),
+                           ("gpu_node_key", gpu_api.GpuNodeKey), ("gpu_node_origin", gpu_api.GpuNodeOrigin),
+                           ("gpu_node_run", gpu_api.GpuNodeRun), ("gpu_type_name", gpu_api.GpuTypeName),
+                           ("gpu_comm", gpu_api.GpuComm), ("gpu_orphan", gpu_api.GpuOrphan),
+                           ("gpu_corr_key", gpu_api.GpuCorrKey)):
         e, w = struct_exprs(c_name, mirror)
         exprs += e
         want += w
@@ -75,6 +79,10 @@ def test_gpu_api_constants_match_header(tmp_path: Path) -> None:
         "GPU_CLASS_GETFUNC": gpu_apis.GETFUNC, "GPU_CLASS_OTHER": gpu_apis.OTHER,
         "GPU_CLASS_FUNC_ALIAS": gpu_apis.FUNC_ALIAS, "GPU_CLASS_HANDOFF": gpu_apis.HANDOFF,
         "GPU_STAT_HANDOFFS": gpu_api.GPU_STAT_HANDOFFS, "GPU_STAT_HANDED_OFF": gpu_api.GPU_STAT_HANDED_OFF,
+        "GPU_CLASS_NODE_CREATED": gpu_apis.NODE_CREATED, "GPU_CLASS_NODE_RUN": gpu_apis.NODE_RUN,
+        "GPU_STAT_NODES_CREATED": gpu_api.GPU_STAT_NODES_CREATED, "GPU_STAT_NODES_RUN": gpu_api.GPU_STAT_NODES_RUN,
+        "GPU_STAT_NODES_UNKNOWN": gpu_api.GPU_STAT_NODES_UNKNOWN, "GPU_STAT_NODE_CALLS": gpu_api.GPU_STAT_NODE_CALLS,
+        "GPU_TYPE_NAME_LEN": gpu_api.GPU_TYPE_NAME_LEN, "GPU_STAT_ADOPTED": gpu_api.GPU_STAT_ADOPTED,
         "GPU_LAYOUT_LAUNCH_DIM3": gpu_apis.L_DIM3, "GPU_LAYOUT_LAUNCH_SCALARS": gpu_apis.L_SCALARS,
         "GPU_LAYOUT_LAUNCH_CU_EX": gpu_apis.L_CU_EX, "GPU_LAYOUT_LAUNCH_RT_EX": gpu_apis.L_RT_EX,
         "GPU_COPY_H2D": gpu_apis.H2D, "GPU_COPY_D2H": gpu_apis.D2H, "GPU_COPY_D2D": gpu_apis.D2D,

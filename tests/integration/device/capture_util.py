@@ -11,6 +11,7 @@ from deepctx.daemon import procfs
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.device_tree import add_device_buckets, cupti_kernel_names
 from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basenames
+from deepctx.daemon.origins import Origins
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.trace import build_trace, clock_offset_ns
 from deepctx.daemon.tree import CallTree
@@ -72,9 +73,10 @@ def run_capture(pid: int, work: Callable[[], None], device: DeviceActivity, pyth
                                                         **gpu.function_names(bpf)}, gpu.handle_strings(bpf))
         libs = library_basenames(target.space)
         gpu_buckets = [b for b in gpu.buckets(bpf) if b.pid == pid]
-        stats.update(add_gpu_buckets(tree, gpu_buckets, resolver, namer, lambda api: libs.get(api.library)))
+        origins = Origins([h.label for h in gpu.handoffs], gpu.node_types(bpf, pid))
+        stats.update(add_gpu_buckets(tree, gpu_buckets, resolver, namer, lambda api: libs.get(api.library), origins))
         stats.update(add_device_buckets(tree, buckets, resolver, namer, lambda api: libs.get(api.library), names,
-                                        [h.label for h in gpu.handoffs]))
+                                        origins))
         trace = build_trace(device.events, names, offset, pid) if device.trace else []
         return Result(tree, stats, buckets, names, trace, flushed)
     finally:

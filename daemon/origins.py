@@ -1,0 +1,63 @@
+"""The front of a call path for work done on behalf of another thread: a hand-off call's path (worker
+launches during autograd's backward, XLA's execute) or a work item's creator (a backward node's forward
+line), then an `op` frame that says how the work got there."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from deepctx.daemon.frames import Frame
+from deepctx.daemon.symbolize.demangle import demangle
+
+
+class _Resolver(Protocol):
+    def path(self, tid: int, user_stack: int, py_stack: int, lost: bool) -> list[Frame]: ...
+
+
+def type_display_name(mangled: str) -> str:
+    """The class name of a C++ type from its type_info name: 'N5torch8autograd9generated14AddmmBackward0E'
+    -> 'AddmmBackward0' (namespaces dropped; template arguments kept)."""
+    if not mangled:
+        return ""
+    full = demangle("_ZTS" + mangled).removeprefix("typeinfo name for ")
+    if full.startswith("_ZTS"):  # not a mangled type name
+        return mangled
+    depth, cut = 0, 0
+    for i, ch in enumerate(full):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == ":" and depth == 0 and full[i - 1:i + 1] == "::":
+            cut = i + 1
+    return full[cut:]
+
+
+def creation_frames(path: list[Frame]) -> list[Frame]:
+    """A work item's creation path up to its innermost Python frame: the native frames below it are the
+    framework's bookkeeping (the operator's autograd wrapper, the sequence counter), not the user's code."""
+    last = max((i for i, f in enumerate(path) if f.kind == "python"), default=-1)
+    return path[:last + 1] if last >= 0 else path
+
+
+class Origins:
+    """Turns a bucket's origin fields into frames. labels: the hand-off points' labels by index (a
+    label may hold '{node}', the work item's type name); node_types: vtable address -> type name."""
+
+    def __init__(self, labels: Sequence[str] = (), node_types: Mapping[int, str] | None = None) -> None:
+        self.labels = labels
+        self.node_types = node_types or {}
+
+    def label(self, index: int, node: int) -> str:
+        label = self.labels[index] if index < len(self.labels) else "[hand-off]"
+        if "{node}" in label:
+            label = label.replace("{node}", self.node_types.get(node) or f"node type {node:#x}")
+        return label
+
+    def frames(self, resolver: _Resolver, tid: int, user_stack: int, py_stack: int, label: int,
+               node: int) -> list[Frame]:
+        path = resolver.path(tid, user_stack, py_stack, lost=not user_stack)
+        if node:
+            path = creation_frames(path)
+        return path + [Frame("op", self.label(label, node))]
