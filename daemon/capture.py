@@ -15,7 +15,7 @@ from typing import Any
 from deepctx.daemon import procfs
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.device_tree import DeviceView, device_warnings
-from deepctx.daemon.errors import FailedPrecondition, NotFound
+from deepctx.daemon.errors import FailedPrecondition, NotFound, PermissionDenied
 from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basenames
 from deepctx.daemon.origins import Origins
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
@@ -145,6 +145,10 @@ class Capture:
             pidfd = os.pidfd_open(self.pid)
         except (procfs.ProcessGone, ProcessLookupError) as e:
             raise NotFound(f"process {self.pid} does not exist (it may have exited)") from e
+        except PermissionError as e:  # another PID namespace's init, a process the kernel hides from us
+            raise PermissionDenied(f"process {self.pid} cannot be read by deepctxd ({e.strerror}: {e.filename}); "
+                                   "it may belong to another user namespace or be protected by a security "
+                                   "module") from e
         self.command = info.command
         target = Target(self.pid, info, space)
         self.target = target

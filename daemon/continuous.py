@@ -16,6 +16,7 @@ from deepctx.daemon.processes import list_processes
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.store import container_of, window_for
 from deepctx.daemon.store.window import owner_of
+from deepctx.probes.gpu_api import HandoffPoint
 
 log = logging.getLogger("deepctx.continuous")
 
@@ -41,7 +42,7 @@ class ContinuousProfiler:
             gpu_mode="sampled", gpu_sampled_paths_per_s=cfg.gpu_sampled_paths_per_s,
             python_max_depth=cfg.python_max_depth, stack_map_entries=cfg.stack_map_entries,
             count_map_entries=cfg.count_map_entries, native_unwind=cfg.native_unwind,
-            window_s=cfg.continuous_window_s,
+            window_s=cfg.continuous_window_s, handoff_points=tuple(HandoffPoint(**p) for p in cfg.handoff_points),
         )
 
     def start(self) -> None:
@@ -90,6 +91,7 @@ class ContinuousProfiler:
             doc = to_doc(to_message(result))
             self.service.store.put(window_for(doc, start_unix, end_unix, container=container, uid=uid))
             self.windows += 1
+            self.service.totals["continuous_windows"] += 1
 
         log.info("continuous capture", extra={"pid": pid})
         self.service.run_continuous(pid, self.options(), store)

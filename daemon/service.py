@@ -81,7 +81,8 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         self._sessions: dict[int, Capture] = {}
         self._ids = itertools.count(1)
         self.totals: dict[str, int] = {"captures_started": 0, "captures_completed": 0, "captures_failed": 0,
-                                       "requests_rejected": 0, "samples": 0, "samples_lost": 0}
+                                       "requests_rejected": 0, "samples": 0, "samples_lost": 0,
+                                       "continuous_windows": 0}
         self.store = open_store(config)  # windows of continuous mode; None when store_path is ""
         self.process_totals = ProcessTotals()  # per-process counters for /metrics
 

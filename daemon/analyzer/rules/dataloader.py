@@ -28,6 +28,8 @@ class DataLoaderOnMainThread(Rule):
             samples = all_samples - idx.loader_multi.get((tid, site), 0)
             if tid != main or samples <= 0:
                 continue
+            if idx.loader_multi.get((tid, site)) and not idx.loader_single.get((tid, site)):
+                continue  # a loader with workers: what is left (__next__'s own bookkeeping) is receiving batches
             load_ns = cpu_ns(idx, samples)
             if load_ns < lim.min_share * basis.time_ns:
                 continue

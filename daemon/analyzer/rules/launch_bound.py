@@ -48,13 +48,16 @@ class LaunchBound(Rule):
             if n_tiny < lim.launch_bound_launches or kernel_ns >= per_launch:
                 continue
             removable = n_tiny * (per_launch - kernel_ns)
+            if basis.device.known:  # launch cost the GPU hid behind other work costs nothing
+                removable = min(removable, max(0, basis.time_ns - basis.device.busy_ns))
             evidence: dict[str, object] = {
                 "launches": n, "host_per_launch_ns": round(per_launch), "host_time_ns": host_ns,
                 "kernels": top_kernels(recs), "largest_grid_blocks": max((r.blocks or 0) for r in recs),
             }
             if measured:
                 evidence["gpu_per_launch_ns"] = round(kernel_ns)
-                model = "launch: R = launches x (host time per launch - GPU time per launch); speedup = T/(T-R)"
+                model = ("launch: R = min(launches x (host time per launch - GPU time per launch), GPU idle time); "
+                         "speedup = T/(T-R)")
             else:
                 evidence["one_wave_launches"] = n_tiny
                 evidence["assumed_gpu_per_launch_ns"] = ASSUMED_TINY_KERNEL_NS
