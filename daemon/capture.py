@@ -16,7 +16,7 @@ from deepctx.daemon import procfs
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.device_tree import DeviceView, device_warnings
 from deepctx.daemon.errors import FailedPrecondition, NotFound, PermissionDenied
-from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basenames
+from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basenames, scale_buckets
 from deepctx.daemon.origins import Origins
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.trace import build_trace, clock_offset_ns
@@ -52,6 +52,9 @@ class CaptureOptions:
     flush_timeout_s: float = 1.0  # how long the window's end waits for the agent's last records
     handoff_points: tuple = ()  # HandoffPoint, beyond the built-in ones
     autograd_nodes: bool = True  # the built-in forward <-> backward node points (exact mode)
+    # windowed captures: share of each window the GPU API probes are attached (the rest of the window
+    # they are detached and cost nothing; counts are scaled up to the window)
+    gpu_duty: float = 1.0
 
 
 @dataclass
@@ -117,6 +120,7 @@ class Capture:
         self.on_window = on_window  # continuous mode: gets every window's profile with its start and end
         self.continuous = on_window is not None
         self.target: Target | None = None
+        self.gpu_probed_s: float | None = None  # seconds the GPU probes were attached in the window being built
 
     @property
     def warnings(self) -> list[str]:
@@ -241,6 +245,7 @@ class Capture:
             poller.register(pidfd, select.POLLIN)
             last_maps = 0.0
             window_t0, window_unix = t0, time.time()
+            duty = _DutyCycle.of(self, opts)
             while True:
                 elapsed = time.monotonic() - t0
                 if elapsed >= opts.duration_s:
@@ -256,6 +261,8 @@ class Capture:
                     break
                 # The pidfd turns readable the moment the target exits: no polling delay.
                 wait_s = min(POLL_INTERVAL_S, opts.duration_s - elapsed)
+                if duty is not None:
+                    wait_s = min(wait_s, duty.next_switch_s(time.monotonic() - window_t0))
                 if poller.poll(max(wait_s, 0.0) * 1000):
                     ended = "target_exited"
                     break
@@ -269,12 +276,17 @@ class Capture:
                     last_maps = now
                 for fam in self.families:
                     fam.poll(bpf, target)
+                if duty is not None:
+                    duty.update(time.monotonic() - window_t0)
                 self.samples = self.sampler.samples(bpf)
                 progress(Progress(min(time.monotonic() - t0, opts.duration_s), opts.duration_s, self.samples,
                                   "capturing"))
                 if opts.window_s and time.monotonic() - window_t0 >= opts.window_s:
+                    self.gpu_probed_s = duty.end_window(time.monotonic() - window_t0) if duty else None
                     self._cut_window(bpf, target, thread_names, time.monotonic() - window_t0, window_unix)
                     window_t0, window_unix = time.monotonic(), time.time()
+                    if duty is not None:
+                        duty.update(0.0)
             duration = time.monotonic() - (window_t0 if opts.window_s else t0)
             self.sampler.stop_sampling(bpf)
             dev = next((f for f in self.families if isinstance(f, DeviceActivity)), None)
@@ -292,6 +304,7 @@ class Capture:
                 for fam in self.families:
                     fam.poll(bpf, target)  # last chance to name what only the live process can tell
             t_build = time.monotonic()
+            self.gpu_probed_s = duty.end_window(duration) if duty else None
             result = self._build(bpf, target, thread_names, duration, ended)
             if opts.window_s:
                 result.started_unix = window_unix  # the last window's
@@ -378,6 +391,9 @@ class Capture:
             namer = KernelNamer(target.pid, target.space, native, handle_names, gpu.handle_strings(bpf))
             libs = library_basenames(target.space)
             buckets = [b for b in gpu.buckets(bpf) if b.pid == target.pid]
+            if self.gpu_probed_s is not None:  # probes attached part of the window: counts scaled up to it
+                stats["gpu_probe_duty_permille"] = round(1000 * min(1.0, self.gpu_probed_s / max(duration, 1e-9)))
+                buckets = scale_buckets(buckets, duration / self.gpu_probed_s if self.gpu_probed_s > 0 else 0.0)
             origins = Origins([h.label for h in gpu.handoffs], gpu.node_types(bpf, target.pid))
             stats.update(add_gpu_buckets(tree, buckets, gpu_paths, namer, lambda api: libs.get(api.library), origins))
             if view is not None:
@@ -408,6 +424,49 @@ class Capture:
             ended=ended, sample_hz=self.opts.sample_hz, tree=tree, stats=stats, warnings=warnings,
             hostname=socket.gethostname(), mode=mode, trace=trace,
         )
+
+
+class _DutyCycle:
+    """Attaches the GPU API probes for the first `share` of each window and detaches them for the rest,
+    and keeps the time they were attached (what the window's counts are scaled by)."""
+
+    def __init__(self, gpu: GpuApi, share: float, window_s: float) -> None:
+        self.gpu, self.on_s, self.window_s = gpu, share * window_s, window_s
+        self.probed_s = 0.0
+        self.on_since: float | None = 0.0  # attached at the window's start
+
+    @classmethod
+    def of(cls, capture: Capture, opts: CaptureOptions) -> _DutyCycle | None:
+        gpu = next((f for f in capture.families if isinstance(f, GpuApi)), None)
+        if gpu is None or not opts.window_s or opts.gpu_duty >= 1.0:
+            return None
+        if not gpu.can_pause:  # probes attached one by one (no uprobe_multi): they stay, counts are whole
+            if capture.target is not None:
+                capture.target.warnings.append("GPU API probes cannot be detached on this kernel (no uprobe_multi): "
+                                               "they stay attached for the whole window")
+            return None
+        return cls(gpu, opts.gpu_duty, opts.window_s)
+
+    def next_switch_s(self, t: float) -> float:
+        return max(0.0, self.on_s - t) if t < self.on_s else self.window_s - t
+
+    def update(self, t: float) -> None:
+        """t: seconds into the window."""
+        if t < self.on_s and self.on_since is None:
+            self.gpu.resume()
+            self.on_since = t
+        elif t >= self.on_s and self.on_since is not None:
+            self.gpu.pause()
+            self.probed_s += t - self.on_since
+            self.on_since = None
+
+    def end_window(self, t: float) -> float:
+        """The window's probed seconds; the next window starts with the probes attached."""
+        if self.on_since is not None:
+            self.probed_s += t - self.on_since
+        probed, self.probed_s = self.probed_s, 0.0
+        self.on_since = None
+        return probed
 
 
 def _unwinder_reader(bpf: Any, unwinder: Any) -> Callable[[int], tuple[list[int], bool]]:

@@ -47,6 +47,9 @@ class Config:
     continuous_window_s: float = 10.0
     continuous_sample_hz: int = 19
     continuous_scan_s: float = 2.0  # how often new GPU processes are looked for
+    # share of each window the GPU API probes are attached (0.02: 0.2 s of 10 s); the window's counts are
+    # scaled up from that share. 1.0 keeps them attached and the counts exact, at the uprobes' full cost.
+    continuous_gpu_duty: float = 0.02
     # The window store of continuous mode (docs/fleet.md); "" keeps none.
     store_path: str = "/var/lib/deepctx/windows.db"
     store_max_mb: int = 512  # the database file's size; the oldest windows go first
@@ -140,6 +143,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("python_max_depth must be within [1, 1024]")
     if cfg.continuous_window_s < 1 or cfg.continuous_scan_s <= 0:
         raise ConfigError("continuous_window_s must be at least 1 and continuous_scan_s positive")
+    if not 0 < cfg.continuous_gpu_duty <= 1:
+        raise ConfigError("continuous_gpu_duty must be within (0, 1]")
     if not 1 <= cfg.continuous_sample_hz <= cfg.max_sample_hz:
         raise ConfigError(f"continuous_sample_hz must be within [1, max_sample_hz={cfg.max_sample_hz}]")
     _validate_service(cfg)

@@ -42,7 +42,7 @@ class ContinuousProfiler:
             gpu_mode="sampled", gpu_sampled_paths_per_s=cfg.gpu_sampled_paths_per_s,
             python_max_depth=cfg.python_max_depth, stack_map_entries=cfg.stack_map_entries,
             count_map_entries=cfg.count_map_entries, native_unwind=cfg.native_unwind,
-            window_s=cfg.continuous_window_s, handoff_points=tuple(HandoffPoint(**p) for p in cfg.handoff_points),
+            window_s=cfg.continuous_window_s, gpu_duty=cfg.continuous_gpu_duty, handoff_points=tuple(HandoffPoint(**p) for p in cfg.handoff_points),
         )
 
     def start(self) -> None:

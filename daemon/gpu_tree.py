@@ -7,6 +7,7 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from deepctx.daemon.callpaths import CallPathResolver
@@ -118,6 +119,12 @@ def _apportion(total: int, weights: list[int]) -> list[int]:
     for i in sorted(range(len(raw)), key=lambda i: raw[i] - parts[i], reverse=True)[:rest]:
         parts[i] += 1
     return parts
+
+
+def scale_buckets(buckets: list[GpuBucket], factor: float) -> list[GpuBucket]:
+    """Counts seen while the probes were attached for part of a window, scaled up to the whole window."""
+    return [replace(b, calls=round(b.calls * factor), time_ns=round(b.time_ns * factor),
+                    bytes=round(b.bytes * factor)) for b in buckets]
 
 
 def add_gpu_buckets(tree: CallTree, buckets: list[GpuBucket], resolver: CallPathResolver, namer: KernelNamer,

@@ -281,6 +281,8 @@ class GpuApi:
         self.libraries_attached: list[str] = []
         self._uprobes: UprobeAttacher | None = None
         self._full_strings: dict[tuple[int, int], list[str]] = {}
+        self.resumes = 0  # duty cycle: times the probes were attached again
+        self._live = 1  # the probes are attached: 1, detached: 0, being switched: -1 (see pause)
 
     # --- ProbeFamily ------------------------------------------------------------------------------
 
@@ -322,6 +324,30 @@ class GpuApi:
             except KeyError:
                 pass
 
+    @property
+    def can_pause(self) -> bool:
+        """The probes can be detached and attached again (uprobe_multi links)."""
+        return self._uprobes is not None and self._uprobes.can_pause
+
+    def pause(self) -> None:
+        """Continuous mode's duty cycle: detach the uprobes (the maps and what they learned stay)."""
+        if self.can_pause and self._live == 1:
+            assert self._uprobes is not None
+            self._live = -1  # switching: some probes may still fire
+            self._uprobes.pause()
+            self._live = 0
+
+    def resume(self) -> None:
+        if self._uprobes is not None and self._uprobes.paused:
+            self._live = -1
+            self._uprobes.resume()
+            self.resumes += 1
+            self._live = 1
+
+    @property
+    def attached(self) -> bool:
+        return self._uprobes is not None and self._live == 1
+
     def clear_window(self, bpf: Any) -> None:
         """Continuous mode: calls count from zero again; names and handles stay known."""
         bpf["gpu_counts"].clear()
@@ -333,6 +359,8 @@ class GpuApi:
         out["gpu_sample_interval_ns"] = self.sample_interval_ns
         out["gpu_libraries_attached"] = len(self.libraries_attached)
         out["gpu_uprobes"] = self._uprobes.probes if self._uprobes else 0
+        out["gpu_probes_attached"] = self._live if self._uprobes is not None else 0
+        out["gpu_probe_resumes"] = self.resumes
         return out
 
     # --- attaching ------------------------------------------------------------------------------------

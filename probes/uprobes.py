@@ -68,6 +68,8 @@ class UprobeAttacher:
         self.multi: bool | None = None  # decided on first use
         self.links: list[int] = []
         self.probes = 0
+        self.attached: list[tuple[str, list[int], bool]] = []  # what resume() attaches again
+        self.paused = False
 
     def _load(self, name: str, attach_type: int) -> int:
         from bcc import BPF
@@ -79,6 +81,9 @@ class UprobeAttacher:
         offsets = sorted(set(offsets))
         if not offsets:
             return
+        self.attached.append((path, offsets, with_return))
+        if self.paused:
+            return  # attached by resume()
         if self.multi is not False:
             try:
                 entry = self._load(self.entry_fn, BPF_TRACE_UPROBE_MULTI)
@@ -118,3 +123,22 @@ class UprobeAttacher:
         for fd in self.links:
             os.close(fd)
         self.links.clear()
+
+    @property
+    def can_pause(self) -> bool:
+        """Pausing closes uprobe_multi links; probes attached one by one stay until bcc's cleanup."""
+        return self.multi is True
+
+    def pause(self) -> None:
+        """Detaches every probe; resume() attaches them again (what was attached meanwhile included)."""
+        if self.can_pause and not self.paused:
+            self.close()
+            self.paused = True
+
+    def resume(self) -> None:
+        if not self.paused:
+            return
+        self.paused = False
+        calls, self.attached, self.probes = self.attached, [], 0
+        for path, offsets, with_return in calls:
+            self.attach(path, offsets, with_return)

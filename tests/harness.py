@@ -113,8 +113,11 @@ class StdinTarget:
         return line
 
     def go(self) -> None:
+        self.send("go")
+
+    def send(self, line: str) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write("go\n")
+        self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
 
     def stop(self) -> None:

@@ -31,7 +31,8 @@ def launches_in_store(daemon, pid: int) -> int:
 def test_gpu_process_is_found_and_profiled_in_windows(service_dir, stopped) -> None:
     from test_gpu_api_cpu import cuda_runtime
 
-    d = service_dir.start("--continuous", continuous_window_s=1.0, continuous_scan_s=0.2)
+    # probes attached the whole window: the counts are exact (the default duty cycle scales them)
+    d = service_dir.start("--continuous", continuous_window_s=1.0, continuous_scan_s=0.2, continuous_gpu_duty=1.0)
     stopped.append(d)
     t = StdinTarget([sys.executable, str(TARGET), "cuda", cuda_runtime(), "--launches", str(N_LAUNCH)])
     try:
@@ -60,3 +61,54 @@ def test_gpu_process_is_found_and_profiled_in_windows(service_dir, stopped) -> N
     assert mallocs == N_MALLOC  # counts stay exact in sampled mode, paths from the Python walker
     top = json.loads(d.cli("top", "--once", "--since", "1h", "--format", "json").stdout)
     assert t.pid in [p["pid"] for p in top["processes"]]
+
+
+ON_DEMAND = TARGET.parent / "launch_on_demand.py"
+
+
+def test_gpu_probes_are_attached_for_their_share_of_each_window(service_dir, stopped) -> None:
+    """continuous_gpu_duty 0.5 of 4 s windows: launches made while the probes are detached cost no trap and
+    are not counted; those made while attached are, and the stored window scales them up to the window."""
+    import grpc
+    from test_gpu_api_cpu import cuda_runtime
+
+    from deepctx.proto.v1 import deepctx_pb2 as pb
+    from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
+
+    d = service_dir.start("--continuous", continuous_window_s=4.0, continuous_scan_s=0.2, continuous_gpu_duty=0.5)
+    stopped.append(d)
+    stub = pb_grpc.ProfilerStub(grpc.insecure_channel(f"unix:{d.socket}"))
+
+    def live(pid: int) -> dict[str, int]:
+        for s in stub.Status(pb.StatusRequest(), timeout=10).sessions:
+            if s.pid == pid and s.state == "capturing":
+                return dict(s.stats)
+        return {}
+
+    t = StdinTarget([sys.executable, str(ON_DEMAND), cuda_runtime()])
+    try:
+        wait_for(lambda: "gpu_probes_attached" in live(t.pid), timeout=120, what="the continuous capture")
+
+        def burst(attached: int, n: int) -> int:
+            """n launches inside one phase (the same phase and resume count before and after; a burst that
+            straddles a switch is tried again); returns how many the probes counted."""
+            while True:
+                wait_for(lambda: live(t.pid)["gpu_probes_attached"] == attached, timeout=30,
+                         what=f"probes attached={attached}")
+                before = live(t.pid)
+                t.send(str(n))
+                t.expect(f"done {n}")
+                after = live(t.pid)
+                if (after["gpu_probes_attached"] == before["gpu_probes_attached"] == attached and
+                        after["gpu_probe_resumes"] == before["gpu_probe_resumes"]):
+                    return after["gpu_api_calls"] - before["gpu_api_calls"]
+
+        assert burst(0, 50) == 0  # detached: no trap, not seen
+        assert burst(1, 30) == 30  # attached: every one counted
+        assert burst(0, 40) == 0
+        assert live(t.pid)["gpu_probe_resumes"] >= 1  # detached, then attached again
+        # the stored window holds the 30 calls scaled up by window / attached time (about 2x)
+        wait_for(lambda: launches_in_store(d, t.pid) > 30, timeout=60, what="the scaled window in the store")
+        assert launches_in_store(d, t.pid) <= 30 * 4.5 / 1.5  # a window of at most 4.5 s, 1.5 s or more attached
+    finally:
+        t.stop()

@@ -1,0 +1,41 @@
+"""Continuous mode's duty cycle for the GPU probes: when they are attached, and how counts scale up."""
+
+from __future__ import annotations
+
+from deepctx.daemon.capture import _DutyCycle
+from deepctx.daemon.gpu_tree import scale_buckets
+from deepctx.probes import gpu_apis
+from deepctx.probes.gpu_api import GpuBucket
+
+
+class FakeGpu:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def pause(self) -> None:
+        self.calls.append("pause")
+
+    def resume(self) -> None:
+        self.calls.append("resume")
+
+
+def test_attached_for_the_first_share_of_each_window() -> None:
+    gpu = FakeGpu()
+    d = _DutyCycle(gpu, 0.25, 4.0)  # type: ignore[arg-type]
+    assert d.next_switch_s(0.0) == 1.0 and d.next_switch_s(0.4) == 0.6 and d.next_switch_s(1.5) == 2.5
+    d.update(0.5)  # still in the attached share
+    d.update(1.25)  # past it: detached
+    d.update(3.0)
+    assert gpu.calls == ["pause"]
+    assert d.end_window(4.1) == 1.25  # attached from 0 to 1.25 s
+    d.update(0.0)  # the next window starts attached
+    assert gpu.calls == ["pause", "resume"]
+    assert d.end_window(0.75) == 0.75  # a last window cut short while attached
+
+
+def test_counts_scale_up_to_the_window() -> None:
+    api = gpu_apis.APIS[0]
+    b = GpuBucket(1, 1, 0, 0, api, 0, 0, (1, 1, 1), (1, 1, 1), 0, 0, 0, calls=30, time_ns=1001, bytes=7)
+    [s] = scale_buckets([b], 2.5)
+    assert (s.calls, s.time_ns, s.bytes) == (75, 2502, 18)
+    assert s.api is api and s.pid == 1
