@@ -15,46 +15,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from gpu_overhead import cpu_s, rss_mb  # noqa: E402
+from gpu_overhead import Deepctx, cpu_s, rss_mb  # noqa: E402
 
 STEPS = {"launch_bound": 12000, "launch_backward": 4000, "resnet50": 300, "gpt2": 150, "jax": 3000}
 
 
-class ContinuousDaemon:
+class ContinuousDaemon(Deepctx):
     def __init__(self, cli: list[str], daemon: list[str]) -> None:
-        self.tmp = tempfile.mkdtemp(prefix="deepctx-continuous-")
-        cfg = Path(self.tmp, "d.toml")
-        cfg.write_text(f'store_path = "{self.tmp}/windows.db"\n')
-        self.env = dict(os.environ, DEEPCTX_SOCKET=os.path.join(self.tmp, "d.sock"))
-        self.cli = cli
-        self.proc = subprocess.Popen(daemon + ["--foreground", "--continuous", "--config", str(cfg),
-                                               "--log-level", "warning"], env=self.env)
-        self.run("status", "--wait", "60")
-
-    def run(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(self.cli + list(args), env=self.env, capture_output=True, text=True, check=True)
-
-    def profiling(self, pid: int) -> bool:
-        st = json.loads(self.run("status", "--format", "json").stdout)
-        return any(s["pid"] == pid and s["state"] == "capturing" for s in st.get("sessions") or [])
+        super().__init__(cli, daemon + ["--continuous"], 'store_path = "{tmp}/windows.db"\n')
 
     def windows(self) -> int:
         st = json.loads(self.run("status", "--format", "json").stdout)
         return int((st.get("totals") or {}).get("continuous_windows", 0))
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
 
 
 def start(name: str, python: str, steps: int) -> tuple[subprocess.Popen, int]:
@@ -85,7 +65,7 @@ def one(name: str, python: str, daemon: ContinuousDaemon | None, targets: int = 
     row: dict = {"workload": name, "variant": "continuous" if daemon else "alone", "targets": targets}
     if daemon is not None:
         deadline = time.monotonic() + 60
-        while not all(daemon.profiling(pid) for _, pid in procs):
+        while not all(daemon.capturing(pid) for _, pid in procs):
             assert time.monotonic() < deadline, "the continuous daemon did not pick the targets up"
             time.sleep(0.2)
         c0, w0, t0 = cpu_s(daemon.proc.pid), daemon.windows(), time.perf_counter()

@@ -51,8 +51,8 @@ def rss_mb(pid: int) -> float:
 class Deepctx:
     def __init__(self, cli: list[str], daemon: list[str], config: str = "") -> None:
         self.tmp = tempfile.mkdtemp(prefix="deepctx-bench-")
-        if config:
-            Path(self.tmp, "d.toml").write_text(config)
+        if config:  # "{tmp}" in it: this daemon's own folder
+            Path(self.tmp, "d.toml").write_text(config.replace("{tmp}", self.tmp))
             daemon = daemon + ["--config", str(Path(self.tmp, "d.toml"))]
         self.env = dict(os.environ, DEEPCTX_SOCKET=os.path.join(self.tmp, "d.sock"))
         self.cli = cli
