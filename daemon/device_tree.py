@@ -139,7 +139,7 @@ def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: Ca
             path = _call_path(b, resolver, api_module)
             if b.origin_tid:  # launched for a backward node, or by a worker for another thread's hand-off
                 path = origins.frames(resolver, b.origin_tid, b.origin_user_stack, b.origin_py_stack, b.origin_label,
-                                      b.origin_node) + path
+                                      b.origin_node, path)
             if first.api_id == DEV_API_UNPROBED:
                 path.append(Frame("api", names.get(b.fn_name, UNPROBED_API)))
                 path.append(record_frame(b, names))

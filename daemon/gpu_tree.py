@@ -159,7 +159,7 @@ def add_gpu_buckets(tree: CallTree, buckets: list[GpuBucket], resolver: CallPath
                 # worker's launch under the call that handed it the work: origin path, how it got
                 # there, then the worker thread and its own frames
                 path = origins.frames(resolver, b.origin_tid, b.origin_user_stack, b.origin_py_stack, b.origin_label,
-                                      b.origin_node) + path
+                                      b.origin_node, path)
             path.append(Frame("api", b.api.display, module=api_module(b.api)))
             child = child_frame(b.api, b, namer)
             if child is not None:

@@ -41,6 +41,11 @@ def creation_frames(path: list[Frame]) -> list[Frame]:
     return path[:last + 1] if last >= 0 else path
 
 
+# A worker thread's role from how its work got there, for threads whose name says nothing (XLA's pools
+# keep the process's name; PyTorch names its autograd threads itself)
+_WORKER_ROLES = (("[xla execute]", "xla executor"), ("[xla compile]", "xla compiler"))
+
+
 class Origins:
     """Turns a bucket's origin fields into frames. labels: the hand-off points' labels by index (a
     label may hold '{node}', the work item's type name); node_types: vtable address -> type name."""
@@ -56,8 +61,16 @@ class Origins:
         return label
 
     def frames(self, resolver: _Resolver, tid: int, user_stack: int, py_stack: int, label: int,
-               node: int) -> list[Frame]:
+               node: int, worker: list[Frame] | None = None) -> list[Frame]:
+        """The origin's path, the op frame, then the worker's path (its thread frame named with a role
+        from the op when its name has none)."""
         path = resolver.path(tid, user_stack, py_stack, lost=not user_stack)
         if node:
             path = creation_frames(path)
-        return path + [Frame("op", self.label(label, node))]
+        text = self.label(label, node)
+        worker = list(worker or [])
+        if worker and worker[0].kind == "thread" and not worker[0].name.endswith(")"):
+            role = next((r for prefix, r in _WORKER_ROLES if text.startswith(prefix)), None)
+            if role:
+                worker[0] = worker[0]._replace(name=f"{worker[0].name} ({role})")
+        return path + [Frame("op", text)] + worker

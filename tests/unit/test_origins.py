@@ -45,6 +45,18 @@ def test_node_origin_names_the_node_and_cuts_native_frames() -> None:
     assert o.frames(r, 10, 5, 6, 7, 0)[-1] == Frame("op", "[hand-off]")
 
 
+def test_worker_threads_get_a_role_from_how_their_work_got_there() -> None:
+    r = Resolver()
+    o = Origins(["[xla execute]", "[my pool]", "[backward of {node}]"], {1: "MulBackward0"})
+    worker = [Frame("thread", "python3", tid=12), Frame("native", "Execute")]
+    assert o.frames(r, 10, 5, 6, 0, 0, worker)[-2:] == [Frame("thread", "python3 (xla executor)", tid=12),
+                                                        Frame("native", "Execute")]
+    assert o.frames(r, 10, 5, 6, 1, 0, worker)[-2] == Frame("thread", "python3", tid=12)  # no role known
+    named = [Frame("thread", "pt_autograd_0 (autograd device 0)", tid=13)]
+    assert o.frames(r, 10, 5, 6, 2, 1, named)[-1] == named[0]  # a role from its name stays
+    assert worker[0].name == "python3"  # the caller's list is not changed
+
+
 def test_thread_roles() -> None:
     assert thread_role(10, 10, "python3") == "MainThread"
     assert thread_role(10, 11, "pt_autograd_0") == "autograd device 0"
