@@ -1,4 +1,5 @@
-"""The README's demo: start deepctxd, run the bundled example, attach to it, print the profile.
+"""The README's demo: start deepctxd, run the bundled example, attach to it, print the profile and the
+analyzer's findings.
 
 Run through `./install.sh demo` (as root). Uses a private socket so it never disturbs a running daemon.
 """
@@ -34,9 +35,13 @@ def main() -> int:
             return 1
         pid = int(ready[1])
         print(f"profiling examples/mini_train.py (pid {pid}) for 5 s ...", flush=True)
-        rc = subprocess.run([str(BIN / "deepctx"), "attach", str(pid), "--duration", "5", "--min-percent", "2"],
-                            env=env).returncode
-        return rc
+        profile = os.path.join(tmp, "profile.json")
+        rc = subprocess.run([str(BIN / "deepctx"), "attach", str(pid), "--duration", "5", "--format", "json",
+                             "-o", profile], env=env).returncode
+        if rc != 0:
+            return rc
+        # the report prints the tree, then the analyzer's findings (deepctx analyze FILE prints them alone)
+        return subprocess.run([str(BIN / "deepctx"), "report", profile, "--min-percent", "2"], env=env).returncode
     finally:
         if workload is not None:
             workload.kill()
