@@ -282,6 +282,7 @@ class GpuApi:
         self._uprobes: UprobeAttacher | None = None
         self._full_strings: dict[tuple[int, int], list[str]] = {}
         self.resumes = 0  # duty cycle: times the probes were attached again
+        self.stack_clears = 0  # continuous mode: times the stack map was emptied at a window's end
         self._live = 1  # the probes are attached: 1, detached: 0, being switched: -1 (see pause)
 
     # --- ProbeFamily ------------------------------------------------------------------------------
@@ -349,9 +350,17 @@ class GpuApi:
         return self._uprobes is not None and self._live == 1
 
     def clear_window(self, bpf: Any) -> None:
-        """Continuous mode: calls count from zero again; names and handles stay known."""
+        """Continuous mode: calls count from zero again; names and handles stay known. The stack map stays
+        too until it is half full: a hand-off call (or a device record) that spans the window's end still
+        holds a stack id from it, which must not come to mean another stack. When it is cleared, so are
+        those holders: their work falls back to the worker's own path rather than a wrong one."""
         bpf["gpu_counts"].clear()
-        bpf["gpu_stacks"].clear()
+        stacks = bpf["gpu_stacks"]
+        if sum(1 for _ in stacks.keys()) > self.stack_entries // 2:
+            stacks.clear()
+            for name in ("gpu_origins", "gpu_node_origins", "gpu_node_runs"):
+                bpf[name].clear()
+            self.stack_clears += 1
 
     def stats(self, bpf: Any) -> dict[str, int]:
         table = bpf["gpu_stats"]
@@ -361,6 +370,7 @@ class GpuApi:
         out["gpu_uprobes"] = self._uprobes.probes if self._uprobes else 0
         out["gpu_probes_attached"] = self._live if self._uprobes is not None else 0
         out["gpu_probe_resumes"] = self.resumes
+        out["gpu_stack_map_clears"] = self.stack_clears
         return out
 
     # --- attaching ------------------------------------------------------------------------------------

@@ -39,3 +39,26 @@ def test_counts_scale_up_to_the_window() -> None:
     [s] = scale_buckets([b], 2.5)
     assert (s.calls, s.time_ns, s.bytes) == (75, 2502, 18)
     assert s.api is api and s.pid == 1
+
+
+class FakeTable(dict):
+    cleared = 0
+
+    def clear(self) -> None:
+        super().clear()
+        self.cleared += 1
+
+
+def test_window_end_keeps_stack_ids_until_the_map_is_half_full() -> None:
+    from deepctx.probes.gpu_api import GpuApi
+
+    gpu = GpuApi(mode="sampled", stack_entries=8)
+    bpf = {name: FakeTable() for name in ("gpu_counts", "gpu_stacks", "gpu_origins", "gpu_node_origins",
+                                          "gpu_node_runs")}
+    bpf["gpu_stacks"].update({i: i for i in range(4)})
+    bpf["gpu_origins"][1] = "origin holding stack 3"
+    gpu.clear_window(bpf)
+    assert bpf["gpu_counts"].cleared == 1 and len(bpf["gpu_stacks"]) == 4 and bpf["gpu_origins"]  # ids stay valid
+    bpf["gpu_stacks"][4] = 4  # more than half of 8
+    gpu.clear_window(bpf)
+    assert not bpf["gpu_stacks"] and not bpf["gpu_origins"] and gpu.stack_clears == 1
