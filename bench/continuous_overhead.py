@@ -7,7 +7,8 @@ Blocks alternate: every workload alone (no daemon), then every workload under a 
 default settings (19 Hz CPU sampling, sampled GPU call paths, 10 s windows into the window store). Each
 run starts a fresh process (bench/workloads.py), waits until the daemon profiles it, then times the
 steps, which last long enough to span window cuts. Then --targets launch-bound processes run at once
-under one daemon, for its CPU and memory with several targets. Reported per workload: steps/s (median),
+under one daemon, for its CPU and memory with several targets. --gpu-duty sets the share of each window the
+GPU API probes are attached (1.0: always, the counts exact). Reported per workload: steps/s (median),
 ratio (alone / continuous), and the daemon's CPU (share of one core) and RSS over the timed steps.
 """
 
@@ -29,8 +30,9 @@ STEPS = {"launch_bound": 12000, "launch_backward": 4000, "resnet50": 300, "gpt2"
 
 
 class ContinuousDaemon(Deepctx):
-    def __init__(self, cli: list[str], daemon: list[str]) -> None:
-        super().__init__(cli, daemon + ["--continuous"], 'store_path = "{tmp}/windows.db"\n')
+    def __init__(self, cli: list[str], daemon: list[str], gpu_duty: float | None = None) -> None:
+        duty = f"continuous_gpu_duty = {gpu_duty}\n" if gpu_duty is not None else ""  # None: the default
+        super().__init__(cli, daemon + ["--continuous"], 'store_path = "{tmp}/windows.db"\n' + duty)
 
     def windows(self) -> int:
         st = json.loads(self.run("status", "--format", "json").stdout)
@@ -88,13 +90,14 @@ def main() -> int:
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--deepctx", default="deepctx")
     ap.add_argument("--deepctxd", default="deepctxd")
+    ap.add_argument("--gpu-duty", type=float, help="continuous_gpu_duty (default: the daemon's, 0.02)")
     ap.add_argument("--out")
     args = ap.parse_args()
     names = args.workloads.split(",")
     rows: list[dict] = []
     for _ in range(args.repeat):
         for variant in ("alone", "continuous"):
-            daemon = ContinuousDaemon(args.deepctx.split(), args.deepctxd.split()) if variant == "continuous" else None
+            daemon = ContinuousDaemon(args.deepctx.split(), args.deepctxd.split(), args.gpu_duty) if variant == "continuous" else None
             try:
                 for name in names:
                     rows.append(one(name, args.python, daemon))

@@ -88,11 +88,13 @@ def main() -> int:
                     box["thread"].start()
                     # wait until the capture runs before letting the measured work start counting
                     deadline = time.monotonic() + 30
-                    while time.monotonic() < deadline:
+                    while True:  # a run the profiler never attached to is no profiled run
                         st = subprocess.run([str(BIN / "deepctx"), "status", "--format", "json"], env=env,
                                             capture_output=True, text=True)
                         if '"capturing"' in st.stdout:
                             break
+                        if time.monotonic() > deadline:
+                            raise RuntimeError(f"deepctx did not attach: {box.get('doc')}")
                         time.sleep(0.02)
                     # steady state starts now: the daemon's CPU is measured from here to the target's end
                     box["c0"], box["t0"] = cpu_seconds(daemon.pid), time.monotonic()

@@ -101,7 +101,10 @@ def one_run(name: str, variant: str, daemons: dict[str, Deepctx], python: str) -
         th = threading.Thread(target=go)
         th.start()
         deadline = time.monotonic() + 120
-        while not dctx.capturing(pid) and time.monotonic() < deadline:
+        while not dctx.capturing(pid):  # a run the profiler never attached to is no profiled run
+            if time.monotonic() > deadline or not th.is_alive():
+                p.kill()
+                raise RuntimeError(f"{name} {variant}: deepctx did not attach: {attach.get('doc')}")
             time.sleep(0.05)
     c0 = cpu_s(dctx.proc.pid)
     t0 = time.perf_counter()

@@ -61,14 +61,3 @@ def to_doc(p: pb.Profile) -> dict[str, Any]:
     if p.trace:
         doc["trace"] = [trace_event(e) for e in p.trace]
     return doc
-
-
-def inclusive(node: dict[str, Any], metric: str) -> int:
-    """Self plus all descendants (iterative: trees can be deep)."""
-    total = 0
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        total += n["metrics"].get(metric, 0)
-        stack.extend(n["children"])
-    return total

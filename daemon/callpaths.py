@@ -7,6 +7,7 @@ from typing import Any
 
 from deepctx.daemon.frames import TRUNCATED, Frame, thread_frame
 from deepctx.daemon.procfs import AddressSpace
+from deepctx.daemon.python.merge import merge_stacks
 from deepctx.daemon.symbolize.kernel import KernelSymbols
 from deepctx.daemon.symbolize.native import NativeSymbolizer
 
@@ -36,6 +37,7 @@ class CallPathResolver:
         self._native_cache: dict[int, list[Frame]] = {}
         self._kernel_cache: dict[int, list[Frame]] = {}
         self._python_cache: dict[int, list[Any]] = {}
+        self._path_cache: dict[tuple[int, int, int, bool, int], list[Frame]] = {}
         self._ksyms: KernelSymbols | None = None
         self.truncated_stacks = 0
 
@@ -76,13 +78,19 @@ class CallPathResolver:
         return cached
 
     def path(self, tid: int, user_stack: int, py_stack: int, lost: bool, kernel_stack_id: int = -1) -> list[Frame]:
-        """thread, then the merged Python + native frames outermost first, then kernel frames."""
+        """thread, then the merged Python + native frames outermost first, then kernel frames. A new list
+        each time (callers trim and extend it); built once per distinct stack."""
+        key = (tid, user_stack, py_stack, lost, kernel_stack_id)
+        cached = self._path_cache.get(key)
+        if cached is None:
+            cached = self._path_cache[key] = self._build_path(*key)
+        return list(cached)
+
+    def _build_path(self, tid: int, user_stack: int, py_stack: int, lost: bool, kernel_stack_id: int) -> list[Frame]:
         frames = [self.thread(tid)]
         native = self.native_frames(user_stack, lost)
         pyframes = self.python_frames(py_stack)
         if pyframes:
-            from deepctx.daemon.python.merge import merge_stacks
-
             merged = merge_stacks(native, pyframes, self.python_modules, keep_libpython=self.native_python)
             if merged.count(TRUNCATED) > 1:  # native and Python stacks both cut: one marker says it
                 merged = [TRUNCATED] + [f for f in merged if f != TRUNCATED]

@@ -56,6 +56,16 @@ class CaptureOptions:
     # they are detached and cost nothing; counts are scaled up to the window)
     gpu_duty: float = 1.0
 
+    @classmethod
+    def from_config(cls, cfg: Any, **per_capture: Any) -> CaptureOptions:
+        """The daemon-wide settings (a daemon Config), plus what this capture asks for."""
+        from deepctx.probes.gpu_api import HandoffPoint
+
+        return cls(python_max_depth=cfg.python_max_depth, stack_map_entries=cfg.stack_map_entries,
+                   count_map_entries=cfg.count_map_entries, gpu_sampled_paths_per_s=cfg.gpu_sampled_paths_per_s,
+                   native_unwind=cfg.native_unwind, autograd_nodes=cfg.autograd_nodes,
+                   handoff_points=tuple(HandoffPoint(**p) for p in cfg.handoff_points), **per_capture)
+
 
 @dataclass
 class Progress:
@@ -120,6 +130,7 @@ class Capture:
         self.on_window = on_window  # continuous mode: gets every window's profile with its start and end
         self.continuous = on_window is not None
         self.target: Target | None = None
+        self._last_maps: tuple[Any, str] = (None, "")  # (the space, the maps text last merged into it)
         self.gpu_probed_s: float | None = None  # seconds the GPU probes were attached in the window being built
 
     @property
@@ -344,7 +355,12 @@ class Capture:
                     if name:
                         thread_names[tid] = name
             if refresh_maps:
-                target.space = target.space.merged_with(procfs.AddressSpace(procfs.read_maps(target.pid)))
+                # parsed and merged only when it changed (twice a second for every GPU process otherwise)
+                text = procfs.read_maps_text(target.pid)
+                space, merged = self._last_maps
+                if space is not target.space or merged != text:
+                    target.space = target.space.merged_with(procfs.AddressSpace(procfs.parse_maps(text)))
+                    self._last_maps = (target.space, text)
         except procfs.ProcessGone:
             pass
 

@@ -116,11 +116,11 @@ def _validate_handoff(p: Any) -> None:
 
 def _set(cfg: Config, key: str, value: Any, origin: str) -> None:
     current = getattr(cfg, key)
-    if isinstance(current, bool) or not isinstance(value, type(current)):
-        if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        elif not (isinstance(current, bool) and isinstance(value, bool)):
-            raise ConfigError(f"{origin}: {key} must be a {type(current).__name__}, not {value!r}")
+    if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    # bool is an int in Python: `max_sessions = true` must not pass for a number, nor 1 for a switch
+    if isinstance(value, bool) != isinstance(current, bool) or not isinstance(value, type(current)):
+        raise ConfigError(f"{origin}: {key} must be a {type(current).__name__}, not {value!r}")
     setattr(cfg, key, value)
 
 

@@ -16,7 +16,6 @@ from deepctx.daemon.processes import list_processes
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.store import container_of, window_for
 from deepctx.daemon.store.window import owner_of
-from deepctx.probes.gpu_api import HandoffPoint
 
 log = logging.getLogger("deepctx.continuous")
 
@@ -32,18 +31,11 @@ class ContinuousProfiler:
         self.shutdown = shutdown
         self._active: dict[int, threading.Thread] = {}
         self._thread: threading.Thread | None = None
-        self.windows = 0
-        self.processes_seen = 0
 
     def options(self) -> CaptureOptions:
         cfg = self.config
-        return CaptureOptions(
-            duration_s=math.inf, sample_hz=cfg.continuous_sample_hz, python="auto", gpu="auto",
-            gpu_mode="sampled", gpu_sampled_paths_per_s=cfg.gpu_sampled_paths_per_s,
-            python_max_depth=cfg.python_max_depth, stack_map_entries=cfg.stack_map_entries,
-            count_map_entries=cfg.count_map_entries, native_unwind=cfg.native_unwind,
-            window_s=cfg.continuous_window_s, gpu_duty=cfg.continuous_gpu_duty, handoff_points=tuple(HandoffPoint(**p) for p in cfg.handoff_points),
-        )
+        return CaptureOptions.from_config(cfg, duration_s=math.inf, sample_hz=cfg.continuous_sample_hz, gpu_mode="sampled",
+                                          window_s=cfg.continuous_window_s, gpu_duty=cfg.continuous_gpu_duty)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="continuous", daemon=True)
@@ -76,7 +68,6 @@ class ContinuousProfiler:
                 continue
             t = threading.Thread(target=self._profile, args=(p.pid,), name=f"continuous-{p.pid}", daemon=True)
             self._active[p.pid] = t
-            self.processes_seen += 1
             t.start()
             started.append(p.pid)
         return started
@@ -86,11 +77,8 @@ class ContinuousProfiler:
         container, uid = container_of(pid), owner_of(pid)
 
         def store(result: CaptureResult, start_unix: float, end_unix: float) -> None:
-            if self.service.store is None:
-                return
             doc = to_doc(to_message(result))
             self.service.store.put(window_for(doc, start_unix, end_unix, container=container, uid=uid))
-            self.windows += 1
             self.service.totals["continuous_windows"] += 1
 
         log.info("continuous capture", extra={"pid": pid})

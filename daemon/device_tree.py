@@ -15,7 +15,7 @@ from typing import Any
 
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.frames import Frame
-from deepctx.daemon.gpu_tree import NOT_SAMPLED, UNNAMED_KERNEL, KernelNamer
+from deepctx.daemon.gpu_tree import UNNAMED_KERNEL, KernelNamer, apportion, caller_path
 from deepctx.daemon.gpu_tree import child_frame as api_child
 from deepctx.daemon.origins import Origins
 from deepctx.daemon.symbolize.demangle import demangle
@@ -33,7 +33,7 @@ from deepctx.probes.device_activity import (
     DeviceActivity,
     DeviceBucket,
 )
-from deepctx.probes.gpu_api import GPU_KEY_F_SAMPLED, GPU_KEY_F_STACK_LOST
+from deepctx.probes.gpu_api import GPU_KEY_F_SAMPLED
 
 UNKNOWN_ORIGIN = Frame("thread", "[GPU work whose launch was not seen]", tid=0)
 UNPROBED_API = "[CUDA call]"
@@ -85,18 +85,6 @@ def work_frames(b: DeviceBucket, namer: KernelNamer, names: dict[int, str]) -> l
     return [record_frame(b, names)]
 
 
-def _apportion(total: int, weights: list[int]) -> list[int]:
-    """Splits an exact total in proportion to weights; the parts add up to the total."""
-    s = sum(weights)
-    if s == 0:
-        return [0] * len(weights)
-    raw = [total * w / s for w in weights]
-    parts = [int(r) for r in raw]
-    for i in sorted(range(len(raw)), key=lambda i: raw[i] - parts[i], reverse=True)[:total - sum(parts)]:
-        parts[i] += 1
-    return parts
-
-
 def _signature(b: DeviceBucket) -> tuple:
     return (b.api_id, b.obj, b.stream, b.grid, b.block, b.shared_mem, b.api_kind, b.name, b.fn_name, b.kind,
             b.copy_kind, b.device, b.flags, b.origin_tid, b.origin_user_stack, b.origin_py_stack, b.origin_label,
@@ -132,7 +120,7 @@ def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: Ca
         sampled = [b for b in group if b.call_flags & GPU_KEY_F_SAMPLED]
         if not sampled:
             sampled = group
-        times = _apportion(sum(b.time_ns for b in group), [b.count for b in sampled])
+        times = apportion(sum(b.time_ns for b in group), [b.count for b in sampled])
         for b, t in zip(sampled, times, strict=True):
             if not t:
                 continue
@@ -156,17 +144,11 @@ def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: Ca
 
 def _call_path(b: DeviceBucket, resolver: CallPathResolver,
                api_module: Callable[[gpu_apis.Api], str | None]) -> list[Frame]:
-    if not b.call_flags & GPU_KEY_F_SAMPLED:
-        return [resolver.thread(b.tid), NOT_SAMPLED]
-    path = resolver.path(b.tid, b.user_stack, b.py_stack, lost=bool(b.call_flags & GPU_KEY_F_STACK_LOST))
-    if b.api_id != DEV_API_UNPROBED:
-        lib = api_module(gpu_apis.APIS[b.api_id])
-        while len(path) > 1 and lib and path[-1].module == lib:  # the API's own entry frame(s), as gpu_tree
-            path.pop()
-    else:  # taken in the agent's callback: CUPTI's and the runtime's frames below the caller's
-        while len(path) > 1 and (path[-1].module or "").startswith(_CALLBACK_MODULES):
-            path.pop()
-    return path
+    if b.api_id == DEV_API_UNPROBED:  # taken in the agent's callback: CUPTI's and the runtime's frames go
+        return caller_path(resolver, b.tid, b.user_stack, b.py_stack, b.call_flags,
+                           lambda f: (f.module or "").startswith(_CALLBACK_MODULES))
+    lib = api_module(gpu_apis.APIS[b.api_id])  # the API's own entry frame(s) go, as in gpu_tree
+    return caller_path(resolver, b.tid, b.user_stack, b.py_stack, b.call_flags, lambda f: bool(lib) and f.module == lib)
 
 
 @dataclass

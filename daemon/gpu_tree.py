@@ -108,7 +108,7 @@ def _signature(b: GpuBucket) -> tuple:
             b.origin_py_stack, b.origin_label, b.origin_node)
 
 
-def _apportion(total: int, weights: list[int]) -> list[int]:
+def apportion(total: int, weights: list[int]) -> list[int]:
     """Splits an exact total in proportion to weights, rounding so the parts add up to the total."""
     s = sum(weights)
     if s == 0:
@@ -127,6 +127,18 @@ def scale_buckets(buckets: list[GpuBucket], factor: float) -> list[GpuBucket]:
                     bytes=round(b.bytes * factor)) for b in buckets]
 
 
+def caller_path(resolver: CallPathResolver, tid: int, user_stack: int, py_stack: int, flags: int,
+                callee: Callable[[Frame], bool]) -> list[Frame]:
+    """The calling thread's path down to the code that made a GPU call: NOT_SAMPLED when the call's path
+    was not captured, else the captured path without its innermost frames that belong to the callee."""
+    if not flags & GPU_KEY_F_SAMPLED:
+        return [resolver.thread(tid), NOT_SAMPLED]
+    path = resolver.path(tid, user_stack, py_stack, lost=bool(flags & GPU_KEY_F_STACK_LOST))
+    while len(path) > 1 and callee(path[-1]):
+        path.pop()
+    return path
+
+
 def add_gpu_buckets(tree: CallTree, buckets: list[GpuBucket], resolver: CallPathResolver, namer: KernelNamer,
                     api_module: Callable[[gpu_apis.Api], str | None], origins: Origins | None = None) -> dict[str, int]:
     """Adds every bucket to the tree. Sampled captures: counts are exact per (API, kernel, launch shape);
@@ -139,28 +151,22 @@ def add_gpu_buckets(tree: CallTree, buckets: list[GpuBucket], resolver: CallPath
     unattributed = 0
     for group in groups.values():
         sampled = [b for b in group if b.flags & GPU_KEY_F_SAMPLED]
-        unsampled = [b for b in group if not b.flags & GPU_KEY_F_SAMPLED]
         if not sampled:  # no call of this kind had its path captured: keep the counts, say so
-            sampled = unsampled
-            unsampled = []
-            unattributed += sum(b.calls for b in sampled)
-        calls = _apportion(sum(b.calls for b in group), [b.calls for b in sampled])
-        times = _apportion(sum(b.time_ns for b in group), [b.calls for b in sampled])
-        nbytes = _apportion(sum(b.bytes for b in group), [b.calls for b in sampled])
+            sampled = group
+            unattributed += sum(b.calls for b in group)
+        calls = apportion(sum(b.calls for b in group), [b.calls for b in sampled])
+        times = apportion(sum(b.time_ns for b in group), [b.calls for b in sampled])
+        nbytes = apportion(sum(b.bytes for b in group), [b.calls for b in sampled])
         for b, c, t, n in zip(sampled, calls, times, nbytes, strict=True):
-            if b.flags & GPU_KEY_F_SAMPLED:
-                path = resolver.path(b.tid, b.user_stack, b.py_stack, lost=bool(b.flags & GPU_KEY_F_STACK_LOST))
-                lib = api_module(b.api)
-                while len(path) > 1 and lib and path[-1].module == lib:  # the API's own entry frame(s)
-                    path.pop()
-            else:
-                path = [resolver.thread(b.tid), NOT_SAMPLED]
+            lib = api_module(b.api)
+            path = caller_path(resolver, b.tid, b.user_stack, b.py_stack, b.flags,
+                               lambda f, lib=lib: bool(lib) and f.module == lib)  # the API's own entry frame(s)
             if b.origin_tid:
                 # worker's launch under the call that handed it the work: origin path, how it got
                 # there, then the worker thread and its own frames
                 path = origins.frames(resolver, b.origin_tid, b.origin_user_stack, b.origin_py_stack, b.origin_label,
                                       b.origin_node, path)
-            path.append(Frame("api", b.api.display, module=api_module(b.api)))
+            path.append(Frame("api", b.api.display, module=lib))
             child = child_frame(b.api, b, namer)
             if child is not None:
                 path.append(child)

@@ -62,11 +62,15 @@ def parse_maps(text: str) -> list[Mapping]:
     return out
 
 
-def read_maps(pid: int) -> list[Mapping]:
+def read_maps_text(pid: int) -> str:
     try:
-        return parse_maps(Path(f"/proc/{pid}/maps").read_text())
+        return Path(f"/proc/{pid}/maps").read_text()
     except (FileNotFoundError, ProcessLookupError) as e:
         raise ProcessGone(pid) from e
+
+
+def read_maps(pid: int) -> list[Mapping]:
+    return parse_maps(read_maps_text(pid))
 
 
 @dataclass

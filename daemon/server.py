@@ -47,8 +47,8 @@ class DaemonServer:
         self.config = config
         self.shutdown = threading.Event()
         self.service = ProfilerService(config, self.shutdown)
-        # The relay owns the public socket (owner, mode, caller credentials); gRPC listens privately.
         self.continuous: Any = None
+        # The relay owns the public socket (owner, mode, caller credentials); gRPC listens privately.
         self.parts = ServiceParts(config, self.service.store, self.service.process_totals,
                                   lambda: self.service.totals, self.service.active_captures)
         self.health = health.HealthServicer()
@@ -70,7 +70,10 @@ class DaemonServer:
             raise OSError(f"cannot listen on {address}")
         server.start()
         self.parts.start()
-        if self.config.continuous:
+        if self.config.continuous and self.service.store is None:  # windows would have nowhere to go
+            log.error("continuous mode needs the window store: set store_path (it is empty, or the store "
+                      "could not be opened); not profiling in the background")
+        elif self.config.continuous:
             from deepctx.daemon.continuous import ContinuousProfiler
 
             self.continuous = ContinuousProfiler(self.service, self.config, self.shutdown)

@@ -24,7 +24,6 @@ from deepctx.daemon.processes import list_processes
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.service_store import StoreRpcs, open_store
 from deepctx.daemon.symbolize.native import SymbolCache
-from deepctx.probes.gpu_api import HandoffPoint
 from deepctx.proto.v1 import deepctx_pb2 as pb
 from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
 
@@ -122,14 +121,10 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
             raise InvalidArgument(f"process {req.pid} ({info.comm}) is a kernel thread: nothing to profile in user space")
         if not procfs.is_alive(req.pid):
             raise NotFound(f"process {req.pid} has exited")
-        return CaptureOptions(
-            duration_s=req.duration_s, sample_hz=hz, kernel_stacks=req.kernel_stacks,
-            python=_PYTHON_MODES[req.python], native_python=req.native_python,
-            python_max_depth=cfg.python_max_depth, stack_map_entries=cfg.stack_map_entries,
-            count_map_entries=cfg.count_map_entries, gpu=_GPU_PROBES[req.gpu], gpu_mode=_CALL_PATH_MODES[req.mode],
-            gpu_sampled_paths_per_s=cfg.gpu_sampled_paths_per_s, native_unwind=cfg.native_unwind,
-            handoff_points=tuple(HandoffPoint(**p) for p in cfg.handoff_points), autograd_nodes=cfg.autograd_nodes,
-            gpu_activity=_GPU_ACTIVITY[req.gpu_activity], trace=req.trace,
+        return CaptureOptions.from_config(
+            cfg, duration_s=req.duration_s, sample_hz=hz, kernel_stacks=req.kernel_stacks,
+            python=_PYTHON_MODES[req.python], native_python=req.native_python, gpu=_GPU_PROBES[req.gpu],
+            gpu_mode=_CALL_PATH_MODES[req.mode], gpu_activity=_GPU_ACTIVITY[req.gpu_activity], trace=req.trace,
         )
 
     def _register(self, pid: int, opts: CaptureOptions,

@@ -8,7 +8,7 @@
 struct sample_key {
     __u32 pid;
     __u32 tid;
-    __u64 user_stack;      /* id in the native stack map (see CPU_SAMPLER_F_* for which map) */
+    __u64 user_stack;      /* id in native_stacks with DEEPCTX_NATIVE_UNWIND, else in `stacks` */
     __u64 py_stack;        /* id in py_stacks, 0 = no Python stack */
     __s32 kernel_stack_id; /* id in `stacks`, negative = none / not recorded */
     __u32 flags;           /* SAMPLE_F_* and the Python / unwinder flags */

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from deepctx.probes.family import Target, read_source
-from deepctx.probes.maps import items
+from deepctx.probes.maps import items, percpu_sum
 
 MIN_SAMPLE_HZ = 1
 MAX_SAMPLE_HZ = 10_000  # perf's default cap is 100 kHz, but beyond 10 kHz the probe itself dominates
@@ -127,16 +127,12 @@ class CpuSampler:
         bpf["counts"].clear()
         bpf["stacks"].clear()
 
-    def _stat_sums(self, bpf: Any) -> list[int]:
-        table = bpf["cpu_stats"]
-        return [sum(table[ct.c_int(i)]) for i in range(CPU_STAT__COUNT)]
-
     def samples(self, bpf: Any) -> int:
-        return int(sum(bpf["cpu_stats"][ct.c_int(CPU_STAT_SAMPLES)]))
+        return percpu_sum(bpf["cpu_stats"], CPU_STAT_SAMPLES)
 
     def stats(self, bpf: Any) -> dict[str, int]:
-        sums = self._stat_sums(bpf)
-        out = {STAT_NAMES[i]: int(v) for i, v in enumerate(sums)}
+        table = bpf["cpu_stats"]
+        out = {STAT_NAMES[i]: percpu_sum(table, i) for i in range(CPU_STAT__COUNT)}
         out["cpu_stack_map_entries"] = self.stack_entries
         return out
 

@@ -15,7 +15,7 @@
 
 BPF_HASH(dev_sites, struct usdt_site_key, struct usdt_site, DEV_SITE_ENTRIES);
 /* LRU: ids whose calls produce no record (a failed launch, a driver id under a runtime id) age out. */
-BPF_TABLE("lru_hash", struct dev_corr_key, struct dev_corr, dev_corr, DEV_CORR_ENTRIES);
+BPF_TABLE("lru_hash", struct gpu_corr_key, struct dev_corr, dev_corr, DEV_CORR_ENTRIES);
 BPF_HASH(dev_counts, struct dev_key, struct dev_val, DEV_COUNT_ENTRIES);
 BPF_F_TABLE("hash", struct dev_name_key, struct dev_name, dev_names, DEV_NAME_ENTRIES, BPF_F_NO_PREALLOC);
 BPF_PERCPU_ARRAY(dev_stats, __u64, DEV_STAT__COUNT);
@@ -123,21 +123,22 @@ int on_dev_correlation(struct pt_regs *ctx) {
     c->api = api;
     c->fn_name = fn;
     c->api_start_ns = bpf_ktime_get_ns();
+    /* The API call this callback runs inside: the one in flight on this thread, or (sampled mode's
+     * entry-only calls leave none in flight) the thread's last call, if it began moments ago. */
+    struct gpu_key *inside = NULL;
     struct gpu_inflight *f = gpu_inflight.lookup(&tid);
-    /* sampled mode's entry-only calls leave no call in flight, but their last one on this thread, if
-     * it began moments ago, is the call this callback runs inside */
-    struct gpu_last_call *last = f ? NULL : gpu_last.lookup(&tid);
-    if (last && (last->key.pid != pid || c->api_start_ns - last->entry_ns > 1000000))
-        last = NULL;
-    if (f && f->key.pid == pid) {  /* the API call this callback runs inside */
-        c->call = f->key;
+    if (f) {
+        if (f->key.pid == pid)
+            inside = &f->key;
+    } else {
+        struct gpu_last_call *last = gpu_last.lookup(&tid);
+        if (last && last->key.pid == pid && c->api_start_ns - last->entry_ns <= GPU_JOIN_WINDOW_NS)
+            inside = &last->key;
+    }
+    if (inside) {
+        c->call = *inside;
 #if DEV_TRACE
         dev_learn_name(pid, fn);  /* CUPTI's function name: names the call in the trace */
-#endif
-    } else if (last) {
-        c->call = last->key;
-#if DEV_TRACE
-        dev_learn_name(pid, fn);
 #endif
     } else {  /* a call the GPU API probes do not track (or sampled mode's entry-only calls) */
         dev_stat_add(DEV_STAT_UNPROBED, 1);
@@ -146,19 +147,9 @@ int on_dev_correlation(struct pt_regs *ctx) {
         c->call.api_id = DEV_API_UNPROBED;
         c->call.flags = GPU_KEY_F_SAMPLED;
         dev_learn_name(pid, fn);  /* CUPTI's function name: names the call in the tree */
-#if defined(DEEPCTX_NATIVE_UNWIND) && defined(GPU_DWARF_STACKS)  /* the stack map the GPU family uses */
-        __u32 nflags = 0;
-        c->call.user_stack = native_stack_capture(ctx, pid, &nflags);
-#else
-        int sid = gpu_stacks.get_stackid(ctx, BPF_F_USER_STACK);
-        c->call.user_stack = sid >= 0 ? (__u64)sid + 1 : 0;
-#endif
+        gpu_capture_path(ctx, pid, tid, &c->call.user_stack, &c->call.py_stack);  /* as the API probes do */
         if (c->call.user_stack == 0)
             c->call.flags |= GPU_KEY_F_STACK_LOST;
-#ifdef DEEPCTX_PYTHON
-        __u32 pyflags = 0;
-        c->call.py_stack = python_stack_capture(pid, tid, &pyflags);
-#endif
         gpu_apply_origin(pid, tid, &c->call);  /* a backward node's or a hand-off worker's call, as gpu_api */
         struct gpu_orphan orphan = {};  /* the probed driver call this runtime call makes may adopt the id */
         orphan.pid = pid;
@@ -166,7 +157,7 @@ int on_dev_correlation(struct pt_regs *ctx) {
         orphan.time_ns = c->api_start_ns;
         gpu_orphans.update(&tid, &orphan);
     }
-    struct dev_corr_key k = {};
+    struct gpu_corr_key k = {};
     k.pid = pid;
     k.correlation = corr;
     if (dev_corr.update(&k, c))
@@ -183,7 +174,7 @@ int on_dev_api_exit(struct pt_regs *ctx) {
         return 0;
     struct usdt_regs u;
     usdt_load(ctx, &u);
-    struct dev_corr_key k = {};
+    struct gpu_corr_key k = {};
     k.pid = pid;
     k.correlation = (__u32)usdt_arg(&u, s, 0);
     struct dev_corr *c = dev_corr.lookup(&k);
@@ -225,14 +216,14 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
     if (!k)
         return;
     __builtin_memset(k, 0, sizeof(*k));
-    struct dev_corr_key ck = {};
+    struct gpu_corr_key ck = {};
     ck.pid = pid;
     ck.correlation = r->correlation;
     struct dev_corr *c = dev_corr.lookup(&ck);
     if (c) {
         k->call = c->call;
         struct gpu_key *adopted = c->call.api_id == DEV_API_UNPROBED ?
-            gpu_adopted.lookup((struct gpu_corr_key *)&ck) : NULL;
+            gpu_adopted.lookup(&ck) : NULL;
         if (adopted) {
             k->call = *adopted;  /* the probed driver call made inside the unprobed runtime call */
         } else if (c->call.api_id == DEV_API_UNPROBED) {

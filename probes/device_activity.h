@@ -1,5 +1,5 @@
 /* Structs shared by the CUPTI agent (native/deepctx_cupti.c), device_activity.bpf.c and
- * probes/device_activity.py (checked by tests/unit/test_device_layouts.py).
+ * probes/device_activity.py (checked by tests/integration/device/test_device_layouts.py).
  *
  * The agent inside the target only reports, through USDT probes of provider "deepctx":
  *   correlation(u32 correlation_id, u32 api, const char *function_name)
@@ -8,8 +8,9 @@
  *   batch(const struct dev_record *records, u32 n)   per batch of completed activity records
  *   flushed(u64 sequence, u64 started_ns, u64 dropped)  after each flush of CUPTI's buffers
  *   status(s32 code)                                 when the agent starts, stops or fails to start
- *   flush_request()                                  never fires: its semaphore is the daemon's
- *                                                    "flush now" request (the kernel raises it)
+ *   flush_request()                                  after each flush the daemon requested: its
+ *                                                    semaphore is the daemon's "flush now" request
+ *                                                    (the kernel raises it)
  * Every probe is semaphore-guarded: an agent nobody watches does not even build the arguments. */
 #ifndef DEEPCTX_DEVICE_ACTIVITY_H
 #define DEEPCTX_DEVICE_ACTIVITY_H
@@ -17,8 +18,6 @@
 #include <linux/types.h>
 
 #include "gpu_api.h"
-
-#define DEV_PROVIDER "deepctx"
 
 enum dev_kind {
     DEV_KIND_KERNEL = 1,
@@ -51,13 +50,8 @@ struct dev_record {
 /* What the `api` argument of the correlation probe packs: CUPTI domain << 16 | callback id. */
 #define DEV_API_DOMAIN_SHIFT 16
 
-/* An API call with device work in flight in the kernel's view: correlation id -> call path. */
-struct dev_corr_key {
-    __u32 pid;
-    __u32 correlation;
-};
-
-/* struct gpu_key (gpu_api.h) is the call path key; kept here by value. */
+/* An API call with device work in flight in the kernel's view, in dev_corr under its (pid, correlation id)
+ * (struct gpu_corr_key, gpu_api.h). Its call path key, struct gpu_key (gpu_api.h), is kept by value. */
 struct dev_corr {
     struct gpu_key call;
     __u64 api_start_ns;  /* when CUPTI's enter callback ran (trace mode) */

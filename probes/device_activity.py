@@ -15,14 +15,13 @@ from deepctx.daemon.procfs import Mapping, ProcessGone, ProcessMemory, open_mapp
 from deepctx.probes import usdt
 from deepctx.probes.family import Target, read_source
 from deepctx.probes.gpu_api import GpuKey
-from deepctx.probes.maps import items
+from deepctx.probes.maps import items, percpu_sum
 
 log = logging.getLogger("deepctx.device")
 
-AGENT_BASENAME = "libdeepctx_cupti.so"
 PROVIDER = "deepctx"
 
-# Mirrors of device_activity.h (tests/unit/test_device_layouts.py checks them against the header).
+# Mirrors of device_activity.h (tests/integration/device/test_device_layouts.py checks them against the header).
 DEV_KIND_KERNEL, DEV_KIND_MEMCPY, DEV_KIND_MEMSET, DEV_KIND_SYNC = 1, 2, 3, 4
 DEV_BATCH = 64
 DEV_REC_F_GRAPH = 1 << 0
@@ -61,20 +60,12 @@ AGENT_STATES = {
 # CUPTI's CUpti_ActivityMemcpyKind
 COPY_KINDS = {0: "unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
               9: "HtoH", 10: "PtoP"}
-# CUPTI's CUpti_ActivitySynchronizationType
-SYNC_KINDS = {0: "unknown", 1: "event", 2: "stream_wait_event", 3: "stream", 4: "context"}
-# CUPTI callback domains (the correlation probe's api argument)
-DOMAIN_DRIVER, DOMAIN_RUNTIME = 1, 2
 
 
 class DevRecord(ct.Structure):
     _fields_ = [("start_ns", ct.c_uint64), ("end_ns", ct.c_uint64), ("bytes", ct.c_uint64), ("name", ct.c_uint64),
                 ("graph_node", ct.c_uint64), ("correlation", ct.c_uint32), ("stream", ct.c_uint32),
                 ("device", ct.c_uint32), ("kind", ct.c_uint8), ("copy_kind", ct.c_uint8), ("flags", ct.c_uint16)]
-
-
-class DevCorrKey(ct.Structure):
-    _fields_ = [("pid", ct.c_uint32), ("correlation", ct.c_uint32)]
 
 
 class DevCorr(ct.Structure):
@@ -173,7 +164,6 @@ class TraceEvent:
 class _AgentFile:
     path: str  # a path the daemon can open
     probes: list[usdt.UsdtProbe]
-    links: list[int] = field(default_factory=list)
     request: list[usdt.UsdtProbe] = field(default_factory=list)  # flush_request sites
 
 
@@ -288,7 +278,7 @@ class DeviceActivity:
 
     def stats(self, bpf: Any) -> dict[str, int]:
         table = bpf["dev_stats"]
-        out = {STAT_NAMES[i]: int(sum(table[ct.c_int(i)])) for i in range(DEV_STAT__COUNT)}
+        out = {STAT_NAMES[i]: percpu_sum(table, i) for i in range(DEV_STAT__COUNT)}
         f = self.flush_state(bpf)
         out["device_agent_flushes"] = f.flushes
         out["device_records_dropped_by_cupti"] = f.dropped
@@ -318,7 +308,7 @@ class DeviceActivity:
             if probe_name == "api_exit" and not self.trace:
                 continue  # its semaphore stays down: the agent does not even fire it
             sites = [p for p in probes if p.name == probe_name]
-            af.links += self._attacher.attach(fn, path, self._pid, sites)
+            self._attacher.attach(fn, path, self._pid, sites)
         af.request = [p for p in probes if p.name == "flush_request"]
         self._files[key] = af
         log.info("CUPTI agent probes attached", extra={"path": path, "sites": len(probes), "pid": self._pid})

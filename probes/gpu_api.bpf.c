@@ -1,7 +1,8 @@
 /* GPU API probes: one entry and one return handler for every CUDA / HIP / NCCL entry point.
  * The entry handler finds which API fired by its address in the target (gpu_addrs, filled by user
  * space per process), reads the arguments that matter, captures the call path (Python walker and
- * native stack) for 1 call in `sample_every`, and parks the call in gpu_inflight; the return handler
+ * native stack) of every call, or in sampled mode of the first call on each CPU after each
+ * sample_interval_ns (gpu_config), and parks the call in gpu_inflight; the return handler
  * adds calls, time and bytes to gpu_counts. A call made inside another probed call on the same thread
  * (the runtime calling the driver) is not counted twice: its caller is inside a GPU library (gpu_ranges),
  * or it runs deeper on the stack than the outer call's entry. Entry-only APIs (sampled mode) are counted
@@ -380,7 +381,7 @@ int on_gpu_api_entry(struct pt_regs *ctx) {
      * before: the id's device work goes under this call, next to its count, not under a second path. */
     struct gpu_orphan *orphan = gpu_orphans.lookup(&tid);
     if (orphan) {
-        if (orphan->pid == ak.pid && now - orphan->time_ns < 1000000 && f->cls != GPU_CLASS_SYNC &&
+        if (orphan->pid == ak.pid && now - orphan->time_ns <= GPU_JOIN_WINDOW_NS && f->cls != GPU_CLASS_SYNC &&
             f->cls != GPU_CLASS_ALLOC && f->cls != GPU_CLASS_FREE) {
             struct gpu_corr_key ck = {};
             ck.pid = ak.pid;

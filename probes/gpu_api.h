@@ -111,6 +111,9 @@ struct gpu_last_call {
 
 /* A correlation id CUPTI gave a call the API probes do not see (a runtime linked statically into cuDNN or
  * cuBLAS), parked per thread until the probed driver call that this runtime call makes (GPU_LAST_CALL). */
+/* How long after a call's entry a CUPTI callback on the same thread is taken to belong to it. */
+#define GPU_JOIN_WINDOW_NS 1000000
+
 struct gpu_orphan {
     __u32 pid;
     __u32 correlation;

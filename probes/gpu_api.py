@@ -13,8 +13,9 @@ from deepctx.daemon.procfs import Mapping, ProcessGone, ProcessMemory, open_mapp
 from deepctx.daemon.symbolize.elf import ElfSymbols
 from deepctx.probes import gpu_apis
 from deepctx.probes.family import Target, read_source
-from deepctx.probes.maps import items
+from deepctx.probes.maps import items, percpu_sum
 from deepctx.probes.uprobes import UprobeAttacher
+from deepctx.probes.usdt import vaddr_to_offset
 
 log = logging.getLogger("deepctx.gpu")
 
@@ -242,13 +243,6 @@ def entry_only(api: gpu_apis.Api, mode: str) -> bool:
     return api.cls in (gpu_apis.MEMCPY, gpu_apis.MEMSET) and "Async" in api.symbol
 
 
-def _vaddr_to_offset(segments: list[tuple[int, int, int]], vaddr: int) -> int | None:
-    for off, va, size in segments:
-        if va <= vaddr < va + size:
-            return vaddr - va + off
-    return None
-
-
 class GpuApi:
     """Probe family "gpu". mode "exact" captures the call path of every call; "sampled" of at most
     `sampled_paths_per_s` calls a second, spread over time (the first call after each interval on each
@@ -364,7 +358,7 @@ class GpuApi:
 
     def stats(self, bpf: Any) -> dict[str, int]:
         table = bpf["gpu_stats"]
-        out = {STAT_NAMES[i]: int(sum(table[ct.c_int(i)])) for i in range(GPU_STAT__COUNT)}
+        out = {STAT_NAMES[i]: percpu_sum(table, i) for i in range(GPU_STAT__COUNT)}
         out["gpu_sample_interval_ns"] = self.sample_interval_ns
         out["gpu_libraries_attached"] = len(self.libraries_attached)
         out["gpu_uprobes"] = self._uprobes.probes if self._uprobes else 0
@@ -427,7 +421,7 @@ class GpuApi:
                 segments = [(seg.offset, seg.vaddr, seg.filesz) for seg in elf.segments]
                 offsets = []
                 for name, vaddr in symbols.items():
-                    off = _vaddr_to_offset(segments, vaddr)
+                    off = vaddr_to_offset(segments, vaddr)
                     if off is None or not (m.offset <= off < m.offset + (m.end - m.start)):
                         continue
                     offsets.append(off)
@@ -440,11 +434,10 @@ class GpuApi:
                         f"hand-off point {point.label} ({point.symbol}) not found in {base}: GPU work its worker "
                         f"threads launch stays under those threads")
                     continue
-                if offsets:
-                    assert self._uprobes is not None
-                    self._uprobes.attach(path, offsets)
-                    log.info("hand-off point attached", extra={"label": point.label, "library": base,
-                                                              "symbols": len(offsets)})
+                assert self._uprobes is not None
+                self._uprobes.attach(path, offsets)
+                log.info("hand-off point attached", extra={"label": point.label, "library": base,
+                                                          "symbols": len(offsets)})
 
     def _attach_new(self, bpf: Any, target: Target) -> None:
         state = self._pids.setdefault(target.pid, _PidState())
@@ -467,7 +460,7 @@ class GpuApi:
                 vaddr = lib.symbols.get(api.symbol)
                 if vaddr is None:
                     continue
-                off = _vaddr_to_offset(lib.segments, vaddr)
+                off = vaddr_to_offset(lib.segments, vaddr)
                 if off is None or not (m.offset <= off < m.offset + (m.end - m.start)):
                     continue
                 addr = m.start + off - m.offset
@@ -489,7 +482,7 @@ class GpuApi:
         entry: set[int] = set()
         for _, api in gpu_apis.BY_LIBRARY[lib.kind]:
             vaddr = lib.symbols.get(api.symbol)
-            off = _vaddr_to_offset(lib.segments, vaddr) if vaddr is not None else None
+            off = vaddr_to_offset(lib.segments, vaddr) if vaddr is not None else None
             if off is not None:  # aliases (ncclX / pncclX) share one offset
                 (entry if entry_only(api, self.mode) else both).add(off)
         assert self._uprobes is not None

@@ -13,9 +13,6 @@ from dataclasses import dataclass
 # enum gpu_api_class
 LAUNCH, GRAPH, MEMCPY, MEMSET, ALLOC, FREE, SYNC, COLLECTIVE, GETFUNC, OTHER, FUNC_ALIAS, HANDOFF, NODE_CREATED, \
     NODE_RUN = range(1, 15)
-CLASS_NAMES = {LAUNCH: "launch", GRAPH: "graph", MEMCPY: "memcpy", MEMSET: "memset", ALLOC: "alloc", FREE: "free",
-               SYNC: "sync", COLLECTIVE: "collective", GETFUNC: "getfunc", OTHER: "other", FUNC_ALIAS: "alias",
-               HANDOFF: "handoff", NODE_CREATED: "node_created", NODE_RUN: "node_run"}
 # enum gpu_arg_layout
 L_NONE, L_DIM3, L_SCALARS, L_CU_EX, L_RT_EX = range(5)
 # enum gpu_copy_kind
@@ -61,7 +58,7 @@ def _variants(base: Api, suffixes: tuple[str, ...]) -> list[Api]:
     return [base] + [replace(base, symbol=base.symbol + s) for s in suffixes]
 
 
-def _runtime(lib: str, p: str, spt: tuple[str, ...], sync_prefix: str) -> list[Api]:
+def _runtime(lib: str, p: str, spt: tuple[str, ...]) -> list[Api]:
     """The CUDA runtime and HIP share their launch/copy/set/alloc signatures (p = "cuda" or "hip")."""
     a: list[Api] = []
     a += _variants(Api(lib, f"{p}LaunchKernel", LAUNCH, L_DIM3), spt)
@@ -100,7 +97,7 @@ def _runtime(lib: str, p: str, spt: tuple[str, ...], sync_prefix: str) -> list[A
 
 def _cuda_runtime() -> list[Api]:
     pt = ("_ptsz",)
-    a = _runtime("cudart", "cuda", pt, "cuda")
+    a = _runtime("cudart", "cuda", pt)
     a += _variants(Api("cudart", "cudaLaunchKernelExC", LAUNCH, L_RT_EX), pt)
     a += [Api("cudart", "cudaHostAlloc", ALLOC, bytes_slot=1)]
     # cudaMemcpy and cudaMemset's synchronous forms take _ptds, not _ptsz
@@ -116,7 +113,7 @@ def _cuda_runtime() -> list[Api]:
 
 def _hip() -> list[Api]:
     spt = ("_spt",)
-    a = _runtime("hip", "hip", spt, "hip")
+    a = _runtime("hip", "hip", spt)
     a += [
         Api("hip", "hipModuleLaunchKernel", LAUNCH, L_SCALARS),
         # global work sizes (threads) in the grid slots: the tree divides them by the block (gpu_api.py)

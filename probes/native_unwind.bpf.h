@@ -262,10 +262,17 @@ static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __
 		st->flags |= NATIVE_F_TRUNCATED;
 	__u32 f = st->flags;
 
-	/* Counted without branching: a branch on a value the verifier knows exactly makes it keep every
-	 * value apart, and fp_frames differs on every path through the loop. */
-	__u32 zero_ = 0;
-	struct native_unwind_counters *c = native_unwind_stats.lookup(&zero_);
+	*flags = f;
+	st->len = n;
+	__u64 id = native_mix(h ^ ((__u64)n << 32 | f));
+	if (id == 0)
+		id = 1;
+	int err = native_stacks.insert(&id, st);
+	int stored = !err || err == -17 /* EEXIST: the same stack was stored before */;
+
+	/* The flags are counted without branching: a branch on a value the verifier knows exactly makes it
+	 * keep every value apart, and fp_frames differs on every path through the loop. */
+	struct native_unwind_counters *c = native_unwind_stats.lookup(&zero);
 	if (c) {
 		c->v[NATIVE_STAT_NO_PROC] += (f / NATIVE_F_NO_PROC) & 1;
 		c->v[NATIVE_STAT_TRUNCATED] += (f / NATIVE_F_TRUNCATED) & 1;
@@ -274,21 +281,14 @@ static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __
 		c->v[NATIVE_STAT_BAD_FRAME] += (f / NATIVE_F_BAD_FRAME) & 1;
 		c->v[NATIVE_STAT_COMPLETE] += (f / NATIVE_F_COMPLETE) & 1;
 		c->v[NATIVE_STAT_FP_FRAMES] += fp_frames;
+		if (stored) {
+			c->v[NATIVE_STAT_STORED] += 1;
+			c->v[NATIVE_STAT_FRAMES] += n;
+		} else {
+			c->v[NATIVE_STAT_STORE_FAILED] += 1;
+		}
 	}
-
-	*flags = f;
-	st->len = n;
-	__u64 id = native_mix(h ^ ((__u64)n << 32 | f));
-	if (id == 0)
-		id = 1;
-	int err = native_stacks.insert(&id, st);
-	if (err && err != -17 /* EEXIST: the same stack was stored before */) {
-		native_stat_add(NATIVE_STAT_STORE_FAILED, 1);
-		return 0;
-	}
-	native_stat_add(NATIVE_STAT_STORED, 1);
-	native_stat_add(NATIVE_STAT_FRAMES, n);
-	return id;
+	return stored ? id : 0;
 }
 
 /* regs: user-mode registers, or a perf event's registers (&ctx->regs) which may be kernel-mode: then the

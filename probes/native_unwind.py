@@ -23,12 +23,11 @@ from deepctx.daemon.unwind.cache import TableCache
 from deepctx.daemon.unwind.elf import ElfError, ElfFile
 from deepctx.daemon.unwind.space import NO_ROWS, TableSpace, Upload
 from deepctx.daemon.unwind.table import UnwindTable
-from deepctx.probes.family import PROBES_DIR, Target
+from deepctx.probes.family import PROBES_DIR, Target, read_source
 
 log = logging.getLogger(__name__)
 
 HEADER = PROBES_DIR / "native_unwind.h"
-BPF_HEADER = PROBES_DIR / "native_unwind.bpf.h"
 
 # Mirrors of native_unwind.h (tests/unit/unwind/test_unwind_layout.py compiles the header to check them).
 NATIVE_F_TRUNCATED = 1 << 0
@@ -185,7 +184,7 @@ class NativeUnwinder:
     # --- lifecycle -------------------------------------------------------------------------------
 
     def source(self) -> str:
-        return BPF_HEADER.read_text()
+        return read_source("native_unwind.bpf.h")
 
     def defines(self) -> dict[str, int | str]:
         """Map sizes for the files prepared so far; fixed from the first call on (the program is compiled

@@ -22,6 +22,7 @@ from deepctx.daemon.python.pyframe import PyFrameInfo
 from deepctx.daemon.python.stacks import RawFrame, RawStack, prefetch, symbolize_stack
 from deepctx.daemon.python.threads import ThreadMapper, ThreadState
 from deepctx.probes.family import Target, read_source
+from deepctx.probes.maps import percpu_sum
 
 log = logging.getLogger("deepctx.python")
 
@@ -221,7 +222,7 @@ class PythonStacks:
 
     def stats(self, bpf: Any) -> dict[str, int]:
         table = bpf["py_stats"]
-        out = {name: int(sum(table[ct.c_int(i)])) for i, name in STAT_NAMES.items()}
+        out = {name: percpu_sum(table, i) for i, name in STAT_NAMES.items()}
         out["python_thread_refreshes"] = self.refreshes
         out["python_unknown_frames"] = sum(
             1 for frames in self._named.values() for f in frames if f.frame.name == "[unknown]"
@@ -344,7 +345,7 @@ class PythonStacks:
                 self._owner.setdefault(stack_id, proc.interp.pid)
 
     def _queue_overflowed(self, bpf: Any) -> bool:
-        lost = int(sum(bpf["py_stats"][ct.c_int(PYSTACK_STAT_NEW_LOST)]))
+        lost = percpu_sum(bpf["py_stats"], PYSTACK_STAT_NEW_LOST)
         if lost != self._lost_seen:
             self._lost_seen = lost
             return True

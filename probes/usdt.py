@@ -24,10 +24,10 @@ from deepctx.probes.uprobes import BPF_TRACE_UPROBE_MULTI, bcc_attach_uprobe, li
 NT_STAPSDT = 3
 USDT_MAX_ARGS = 4
 
-# struct usdt_arg.kind
+# struct usdt_site.kind[]
 ARG_NONE, ARG_REG, ARG_MEM, ARG_CONST = range(4)
 
-# Register numbering shared with device_activity.bpf.c (usdt_reg()).
+# Register numbering shared with device_activity.bpf.c (usdt_load() and usdt_arg()).
 REGISTERS = {
     "ax": 0, "bx": 1, "cx": 2, "dx": 3, "si": 4, "di": 5, "bp": 6, "sp": 7,
     "r8": 8, "r9": 9, "r10": 10, "r11": 11, "r12": 12, "r13": 13, "r14": 14, "r15": 15, "ip": 16,
@@ -102,7 +102,8 @@ def parse_arg(text: str) -> UsdtArg:
     raise UsdtError(f"cannot decode USDT argument {text!r}")
 
 
-def _vaddr_to_offset(segments: list[tuple[int, int, int]], vaddr: int) -> int | None:
+def vaddr_to_offset(segments: list[tuple[int, int, int]], vaddr: int) -> int | None:
+    """The file offset of a virtual address, given the PT_LOAD segments as (offset, vaddr, filesz)."""
     for off, va, size in segments:
         if va <= vaddr < va + size:
             return vaddr - va + off
@@ -144,10 +145,10 @@ def read_probes(path: str, provider: str | None = None) -> list[UsdtProbe]:
             pc += base_addr - base  # the file was prelinked: the note still has the old addresses
             if sem:
                 sem += base_addr - base
-        pc_off = _vaddr_to_offset(segments, pc)
+        pc_off = vaddr_to_offset(segments, pc)
         if pc_off is None:
             raise UsdtError(f"{path}: probe {prov}:{pname} at {pc:#x} is outside every loaded segment")
-        sem_off = _vaddr_to_offset(segments, sem) if sem else 0
+        sem_off = vaddr_to_offset(segments, sem) if sem else 0
         args = tuple(parse_arg(a) for a in argstr.split()) if argstr else ()
         out.append(UsdtProbe(prov, pname, pc, pc_off, sem, sem_off or 0, args))
     return out

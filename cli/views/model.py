@@ -82,10 +82,6 @@ class ViewNode:
             stack.extend(reversed(n.children))
 
 
-def frame_of(node: dict[str, Any]) -> Frame:
-    return Frame(node["kind"], node["name"], node.get("file"), node.get("line"), node.get("module"))
-
-
 EXTRA_FIELDS = ("grid", "block", "shared_mem", "stream", "device")
 
 
@@ -134,10 +130,6 @@ def _view_node(node: dict[str, Any], metrics: list[str]) -> ViewNode:
     extra = {k: node[k] for k in EXTRA_FIELDS if k in node and node[k] is not None} if len(node) > 7 else {}
     frame = Frame(node["kind"], node["name"], node["file"], node["line"], node["module"])
     return ViewNode(frame, self_v, self_v.copy(), [], node.get("tid"), extra)
-
-
-def totals(root: ViewNode) -> dict[str, int]:
-    return dict(root.total)
 
 
 def pick_metric(root: ViewNode, wanted: str | None = None) -> str:

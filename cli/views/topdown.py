@@ -18,19 +18,14 @@ class Row:
     guides: tuple[bool, ...]  # for each ancestor level: does a later sibling follow there (draw a bar)
 
 
-@dataclass(frozen=True)
-class Hidden:
-    count: int
-
-
 def sort_key(metric: str, by: str) -> object:
     if by == "self":
         return lambda n: (-n.self.get(metric, 0), -n.total.get(metric, 0), n.frame.name)
     return lambda n: (-n.total.get(metric, 0), n.frame.name)
 
 
-def rows(root: ViewNode, metric: str, by: str = "total", min_percent: float = 0.0, max_depth: int = 1 << 30,
-         include_root: bool = False) -> tuple[list[Row], int]:
+def rows(root: ViewNode, metric: str, by: str = "total", min_percent: float = 0.0,
+         max_depth: int = 1 << 30) -> tuple[list[Row], int]:
     """Visible rows in display order and the number of nodes hidden by min_percent or max_depth.
 
     A node is shown when its total for metric is at least min_percent of the root's total (nodes with
@@ -41,7 +36,7 @@ def rows(root: ViewNode, metric: str, by: str = "total", min_percent: float = 0.
     key = sort_key(metric, by)
     out: list[Row] = []
     hidden = 0
-    start = [root] if include_root else sorted(root.children, key=key)  # type: ignore[arg-type]
+    start = sorted(root.children, key=key)  # type: ignore[arg-type]
     stack: list[tuple[ViewNode, int, bool, tuple[bool, ...]]] = []
     for i, n in reversed(list(enumerate(start))):
         stack.append((n, 0, i == len(start) - 1, ()))

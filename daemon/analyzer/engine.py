@@ -69,8 +69,17 @@ def analyze(doc: dict[str, Any], limits: Limits | None = None, rules: list[str] 
         if isinstance(result, NotEvaluated):
             reports.append(RuleReport(rule.id, rule.title, rule.needs, "not_evaluated", result.reason, 0))
             continue
-        kept = [f for f in result if f.estimated_speedup is None or f.estimated_speedup >= limits.min_speedup]
-        dropped = sorted((f for f in result if f not in kept), key=_order)
+        kept: list[Finding] = []
+        dropped: list[Finding] = []
+        for f in result:
+            if f.estimated_speedup is None or f.estimated_speedup >= limits.min_speedup:
+                kept.append(f)
+            else:
+                dropped.append(f)
+        dropped.sort(key=_order)
+        for f in kept:  # a rule may give its own call path; else the representative one of the finding's line
+            if not f.call_path and f.site is not None:
+                f.call_path = idx.paths.get(f.site, ())
         reason = None
         if dropped:
             best = dropped[0]

@@ -20,7 +20,7 @@ class Finding:
     estimated_speedup: float | None
     confidence: float
     model: str  # how estimated_speedup was computed, with the inputs that were assumed rather than measured
-    call_path: tuple[Site, ...] = ()
+    call_path: tuple[Site, ...] = ()  # left empty, the engine fills in the site's representative path
     removable_ns: int = 0  # the time the model says the fix removes; orders findings of equal speedup
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -40,6 +40,11 @@ class TimeBasis:
     device: DeviceTime
     source: str  # one sentence: where time_ns came from
 
+    @property
+    def gpu_idle_ns(self) -> int | None:
+        """The GPU's idle time within T (never negative); None when the device's busy time is unknown."""
+        return max(0, self.time_ns - self.device.busy_ns) if self.device.known else None
+
     def speedup(self, removable_ns: float) -> float | None:
         if self.time_ns <= 0:
             return None

@@ -47,18 +47,21 @@ class RemoteThread:
         self._held = False
         self._pending_signal = 0
         self._mem = -1
+        # what release() puts back: None until saved (a failure in between restores only what was saved)
+        self.saved: ptrace.UserRegs | None = None
+        self.xstate: bytes | None = None
         ptrace.seize(tid)
         self._held = True
         try:
             ptrace.interrupt(tid)
             self._wait_for_stop()
-            self.saved = ptrace.get_regs(tid)
+            saved = self.saved = ptrace.get_regs(tid)
             self.xstate = ptrace.get_xstate(tid)
             self._mem = os.open(f"/proc/{pid}/mem", os.O_RDWR)
         except BaseException:
             self.release()
             raise
-        self._top = (self.saved.rsp - RED_ZONE - SCRATCH) & ~0xF  # scratch area grows up from here
+        self._top = (saved.rsp - RED_ZONE - SCRATCH) & ~0xF  # scratch area grows up from here
         self._used = 0
 
     def _wait(self) -> int:
@@ -72,14 +75,19 @@ class RemoteThread:
                                   f"within {self.timeout_s:g} s")
             time.sleep(0.001)  # waiting on the target's thread, with a deadline
 
+    def _next_stop(self, exited: str) -> tuple[int, int]:
+        """Waits for the thread's next stop: (signal, ptrace event). If the process exited instead, the
+        thread is no longer held and TargetExited(exited) is raised."""
+        stopped, sig, event = _stopped(self._wait())
+        if not stopped:
+            self._held = False
+            raise TargetExited(exited)
+        return sig, event
+
     def _wait_for_stop(self) -> None:
         """Waits for the interrupt's stop; a signal arriving first is kept to be delivered at release."""
         while True:
-            status = self._wait()
-            stopped, sig, event = _stopped(status)
-            if not stopped:
-                self._held = False
-                raise TargetExited(f"process {self.pid} exited")
+            sig, event = self._next_stop(f"process {self.pid} exited")
             if event == ptrace.PTRACE_EVENT_STOP:
                 return
             self._pending_signal = sig  # signal-delivery stop: hold it, the interrupt stop follows
@@ -126,11 +134,7 @@ class RemoteThread:
         ptrace.set_regs(self.tid, regs)
         ptrace.cont(self.tid, 0)
         while True:
-            status = self._wait()
-            stopped, sig, event = _stopped(status)
-            if not stopped:
-                self._held = False
-                raise TargetExited(f"process {self.pid} exited during the call")
+            sig, event = self._next_stop(f"process {self.pid} exited during the call")
             if event == ptrace.PTRACE_EVENT_STOP:  # group stop (SIGSTOP from someone): carry on
                 ptrace.cont(self.tid, 0)
                 continue
@@ -150,10 +154,13 @@ class RemoteThread:
             return
         self._held = False
         try:
-            if hasattr(self, "saved"):
-                ptrace.set_regs(self.tid, self.saved)
-                ptrace.set_xstate(self.tid, self.xstate)
-            ptrace.detach(self.tid, self._pending_signal)
+            try:
+                if self.saved is not None:
+                    ptrace.set_regs(self.tid, self.saved)
+                if self.xstate is not None:
+                    ptrace.set_xstate(self.tid, self.xstate)
+            finally:  # even if the state could not be put back: a thread left stopped hangs its process
+                ptrace.detach(self.tid, self._pending_signal)
         except ptrace.PtraceError as e:
             if e.errno != 3:  # ESRCH: the process is gone
                 raise

@@ -11,7 +11,7 @@ from deepctx.daemon.python.discovery import Interpreter
 
 MAX_INTERPRETERS = 64
 MAX_THREADS = 65536
-GLIBC_PTHREAD_TID = 720  # offsetof(struct pthread, tid), glibc x86-64: tried first, then searched
+GLIBC_PTHREAD_TID = 720  # offsetof(struct pthread, tid), glibc x86-64: tried first, else searched for
 
 
 @dataclass(frozen=True)
@@ -68,12 +68,22 @@ def _pthread_tid(mem: ProcessMemory, pthread: int, offset: int) -> int | None:
 def find_pthread_tid_offset(mem: ProcessMemory, pthreads: list[int], tids: set[int]) -> int | None:
     """Where glibc's struct pthread keeps the kernel tid (3.10 records only pthread_self()): the
     offset at which the most threads' structs hold one of the process's tids (an exited thread's
-    struct may be gone, so not necessarily all)."""
-    best, best_score = None, 0
-    for off in [GLIBC_PTHREAD_TID, *range(0, 2048, 4)]:
-        score = sum(_pthread_tid(mem, p, off) in tids for p in pthreads)
-        if score > best_score:
-            best, best_score = off, score
+    struct may be gone, so not necessarily all). glibc's offset wins ties, and is taken at once when it
+    holds a tid for every thread (no other offset can score more)."""
+
+    def score(off: int) -> int:
+        return sum(_pthread_tid(mem, p, off) in tids for p in pthreads)
+
+    best_score = score(GLIBC_PTHREAD_TID)
+    if pthreads and best_score == len(pthreads):
+        return GLIBC_PTHREAD_TID
+    best = GLIBC_PTHREAD_TID if best_score else None
+    for off in range(0, 2048, 4):
+        if off == GLIBC_PTHREAD_TID:
+            continue  # scored above
+        s = score(off)
+        if s > best_score:
+            best, best_score = off, s
     return best
 
 

@@ -64,6 +64,12 @@ def _finish(root: dict[str, Any], metrics: list[str]) -> None:
         stack.extend(n["children"])
 
 
+# Window stats that do not add up across windows: shares (weighted by window length) and levels (the max).
+SHARES = frozenset({"gpu_probe_duty_permille"})
+LEVELS = frozenset({"device_agent_status", "cpu_stack_map_entries", "gpu_sample_interval_ns", "gpu_uprobes",
+                    "gpu_probes_attached", "gpu_libraries_attached"})
+
+
 class Merger:
     """Adds documents one at a time (a query over many windows holds one decoded window at a time)."""
 
@@ -72,6 +78,7 @@ class Merger:
         self.root: dict[str, Any] = {"kind": "root", "name": "", "file": None, "line": None, "module": None,
                                      "metrics": {}, "children": []}
         self.stats: dict[str, int] = {}
+        self._shares: dict[str, tuple[float, float]] = {}  # stat -> (sum of value x duration, duration)
         self.warnings: list[str] = []
         self.count = 0
         self._headers: dict[str, set[Any]] = {k: set() for k in ("pid", "command", "hostname", "sample_hz", "mode")}
@@ -90,8 +97,16 @@ class Merger:
         self._end = max(self._end, start + float(doc.get("duration_s") or 0.0))
         if isinstance(doc.get("root"), dict):
             merge_tree_into(self.root, doc["root"])
+        duration = float(doc.get("duration_s") or 0.0)
         for k, v in (doc.get("stats") or {}).items():
-            if isinstance(v, int):
+            if not isinstance(v, int):
+                continue
+            if k in SHARES:  # a share of each window: weighted by the window's length
+                self._shares[k] = (self._shares.get(k, (0.0, 0.0))[0] + v * duration,
+                                   self._shares.get(k, (0.0, 0.0))[1] + duration)
+            elif k in LEVELS:
+                self.stats[k] = max(self.stats.get(k, v), v)
+            else:
                 self.stats[k] = self.stats.get(k, 0) + v
         for w in doc.get("warnings") or []:
             if w not in self.warnings and len(self.warnings) < MAX_WARNINGS:
@@ -114,6 +129,7 @@ class Merger:
         start = self._start if started_unix is None else started_unix
         end = self._end if ended_unix is None else ended_unix
         stats = dict(self.stats, windows=self.count)
+        stats.update({k: round(total / d) if d > 0 else 0 for k, (total, d) in self._shares.items()})
         return {
             "schema": SCHEMA,
             "pid": pids.pop() if len(pids) == 1 else 0,

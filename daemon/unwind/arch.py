@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deepctx.daemon.unwind import elf
+from deepctx.daemon.unwind.cfi import read_sleb
 from deepctx.daemon.unwind.interp import EXPR, OFFSET, SAME, UNDEF, UNSET, State
 
 # Mirrors of native_unwind.h (a unit test checks they agree).
@@ -48,22 +49,11 @@ def arch_for_machine(machine: int) -> Arch:
     raise ValueError(f"unsupported ELF machine {machine}")
 
 
-def _sleb(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            return (result - (1 << shift) if b & 0x40 else result), pos
-
-
 def _breg(expr: bytes, pos: int, reg: int) -> tuple[int, int] | None:
     """(offset, next position) if expr[pos] is DW_OP_breg<reg>."""
     if reg < 0 or reg > 31 or pos >= len(expr) or expr[pos] != _DW_OP_BREG0 + reg:
         return None
-    return _sleb(expr, pos + 1)
+    return read_sleb(expr, pos + 1)
 
 
 def _cfa_expression(expr: bytes, arch: Arch) -> tuple[int, int, int]:

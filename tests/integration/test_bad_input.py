@@ -6,7 +6,6 @@ import concurrent.futures as cf
 import json
 import math
 import os
-import time
 from pathlib import Path
 
 import grpc
@@ -69,7 +68,6 @@ def test_the_daemon_itself(daemon) -> None:
 
 def test_target_exits_during_the_capture(daemon, native_targets: Path) -> None:
     with Target([str(native_targets / "cpu_burner"), "60"]) as t:
-        start = time.monotonic()
         with cf.ThreadPoolExecutor(1) as pool:
             fut = pool.submit(daemon.attach_json, t.pid, "--duration", "30")
 
@@ -81,9 +79,8 @@ def test_target_exits_during_the_capture(daemon, native_targets: Path) -> None:
             wait_for(sampled, what="samples of the target")
             t.stop()  # the target dies in the middle of the capture
             doc = fut.result()
-        took = time.monotonic() - start
     assert doc["ended"] == "target_exited"
-    assert took < 25  # returned when the target exited, not after 30 s
+    assert doc["duration_s"] < 30  # the capture ended with the target, not after the 30 s asked for
     assert any(f"process {t.pid} exited after" in w for w in doc["warnings"])
     names = {n["name"] for c in doc["root"]["children"] for n in _descendants(c)}
     assert "hot_loop" in names  # what was captured before the exit is kept and symbolized

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from deepctx.cli.formats.tree import inclusive_values, render
@@ -34,10 +35,9 @@ def test_environment_variable_names_the_socket(tmp_path: Path) -> None:
 
 
 def test_bad_arguments_exit_2(capsys) -> None:
-    try:
+    with pytest.raises(SystemExit) as e:
         main(["attach", "not-a-pid"])
-    except SystemExit as e:
-        assert e.code == 2
+    assert e.value.code == 2
     assert "invalid int value" in capsys.readouterr().err
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from deepctx.daemon.gpu_tree import _apportion
+from deepctx.daemon.gpu_tree import apportion
 from deepctx.daemon.symbolize.elf import ElfSymbols
 from deepctx.probes import gpu_apis
 
@@ -74,8 +74,8 @@ def test_every_library_kind_has_launch_copy_and_sync() -> None:
     (5, [0, 0], [0, 0]),
     (1000, [1], [1000]),
 ])
-def test_apportion_keeps_totals_exact(total: int, weights: list[int], want: list[int]) -> None:
-    got = _apportion(total, weights)
+def testapportion_keeps_totals_exact(total: int, weights: list[int], want: list[int]) -> None:
+    got = apportion(total, weights)
     assert got == want
     if sum(weights):
         assert sum(got) == total

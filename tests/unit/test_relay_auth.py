@@ -120,9 +120,20 @@ def test_stale_private_directory_is_replaced_and_a_foreign_one_refused(tmp_path:
 def test_refusal_rules_on_real_processes() -> None:
     me = Caller(os.getpid(), 4242, 4242, frozenset())
     assert "belongs to another user" in (auth.refusal(me, os.getpid()) or "")
-    st = os.stat(f"/proc/{os.getpid()}")
-    owner = Caller(1, st.st_uid, st.st_gid, frozenset())
-    assert auth.refusal(owner, os.getpid()) is None or owner.privileged
+    # the owner rules, on a process of an unprivileged user (root starts one; others use their own)
+    import subprocess
+
+    uid = gid = 65534 if os.geteuid() == 0 else None
+    proc = subprocess.Popen(["sleep", "60"], user=uid, group=gid)
+    try:
+        st = os.stat(f"/proc/{proc.pid}")
+        owner = Caller(1, st.st_uid, st.st_gid, frozenset())
+        assert not owner.privileged and auth.refusal(owner, proc.pid) is None
+        assert "belongs to another user" in (auth.refusal(Caller(1, st.st_uid + 1, st.st_gid, frozenset()), proc.pid) or "")
+        assert "other group ids" in (auth.refusal(Caller(1, st.st_uid, st.st_gid + 1, frozenset()), proc.pid) or "")
+    finally:
+        proc.kill()
+        proc.wait()
     with pytest.raises(auth.NotFound):
         auth.refusal(me, 2**22 + 4321)
     assert Caller(1, 0, 0, frozenset()).privileged

@@ -59,5 +59,5 @@ class AllocationChurn(Rule):
                 estimated_speedup=basis.speedup(removable), confidence=0.6,
                 model="allocator: R = time inside allocation and free calls (cudaFree also waits for the GPU); "
                       "speedup = T/(T-R), an upper bound",
-                call_path=idx.paths.get(site, ()) if site else (), removable_ns=int(removable)))
+                removable_ns=int(removable)))
         return out

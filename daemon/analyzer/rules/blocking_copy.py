@@ -92,4 +92,4 @@ class BlockingCopy(Rule):
             site=site, evidence=evidence,
             suggestion=f"{site_text(site)} copies {nbytes} bytes {direction} in {n} blocking copies. {fix}",
             estimated_speedup=basis.speedup(removable), confidence=confidence, model=model,
-            call_path=ctx.index.paths.get(site, ()) if site else (), removable_ns=int(removable))
+            removable_ns=int(removable))

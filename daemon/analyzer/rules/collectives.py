@@ -69,4 +69,4 @@ class CollectiveNotOverlapped(Rule):
             estimated_speedup=basis.speedup(removable), confidence=0.7,
             model="overlap: R = min(collective time with no compute kernel running, compute time with no collective "
                   "running); speedup = T/(T-R)",
-            call_path=idx.paths.get(site, ()) if site else (), removable_ns=int(removable))]
+            removable_ns=int(removable))]

@@ -22,7 +22,7 @@ class DataLoaderOnMainThread(Rule):
         idx, basis, lim = ctx.index, ctx.basis, ctx.limits
         main = basis.main_tid
         waits = idx.threads[main].sync_wait_ns if main in idx.threads else 0
-        gpu_idle = basis.time_ns - basis.device.busy_ns if basis.device.known else None
+        gpu_idle = basis.gpu_idle_ns
         out = []
         for (tid, site), all_samples in idx.loader_sites.items():
             samples = all_samples - idx.loader_multi.get((tid, site), 0)
@@ -34,7 +34,7 @@ class DataLoaderOnMainThread(Rule):
             if load_ns < lim.min_share * basis.time_ns:
                 continue
             # moving loading off the main thread can only save time the GPU was not already busy
-            bound = max(0, gpu_idle) if gpu_idle is not None else max(0, basis.time_ns - waits)
+            bound = gpu_idle if gpu_idle is not None else max(0, basis.time_ns - waits)
             removable = min(load_ns, bound)
             user_code = sorted(((s, c) for (t, s), c in idx.loader_user_code.items() if t == tid),
                                key=lambda sc: -sc[1])[:3]
@@ -45,7 +45,7 @@ class DataLoaderOnMainThread(Rule):
                 "dataset_code": [{"at": s.label(), "cpu_ns": cpu_ns(idx, c)} for s, c in user_code],
             }
             if gpu_idle is not None:
-                evidence["gpu_idle_ns"] = max(0, gpu_idle)
+                evidence["gpu_idle_ns"] = gpu_idle
                 model = "loading: R = min(loading time on the main thread, GPU idle time); speedup = T/(T-R)"
             else:
                 evidence["main_thread_gpu_wait_ns"] = waits
@@ -58,5 +58,5 @@ class DataLoaderOnMainThread(Rule):
                 rule=self.id, title="data loading on the main thread, on the step's critical path", site=site,
                 evidence=evidence, suggestion=f"{site_text(site)} spends {load_ns / 1e6:.0f} ms loading data. {fix}",
                 estimated_speedup=basis.speedup(removable), confidence=0.7 if gpu_idle is not None else 0.5,
-                model=model, call_path=idx.paths.get(site, ()) if site else (), removable_ns=int(removable)))
+                model=model, removable_ns=int(removable)))
         return out

@@ -71,6 +71,5 @@ class ElementwiseChain(Rule):
                             "(Inductor emits one kernel), use a fused operator where one exists (e.g. "
                             "torch.nn.functional.gelu(x, approximate='tanh') for the tanh GELU formula), or "
                             "write one Triton kernel."),
-                estimated_speedup=speedup, confidence=confidence, model=model,
-                call_path=idx.paths.get(site, ()) if site else (), removable_ns=int(removable)))
+                estimated_speedup=speedup, confidence=confidence, model=model, removable_ns=int(removable)))
         return out

@@ -44,6 +44,5 @@ class Fp32Gemm(Rule):
                             "'high')) and torch.backends.cudnn.allow_tf32 = True, or run the step under "
                             "torch.autocast('cuda', dtype=torch.bfloat16); in JAX, "
                             "jax.default_matmul_precision('tensorfloat32')."),
-                estimated_speedup=speedup, confidence=confidence, model=model,
-                call_path=idx.paths.get(site, ()) if site else (), removable_ns=int(removable)))
+                estimated_speedup=speedup, confidence=confidence, model=model, removable_ns=int(removable)))
         return out

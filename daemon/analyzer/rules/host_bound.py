@@ -21,12 +21,12 @@ class HostBoundStep(Rule):
     def evaluate(self, ctx: Context) -> list[Finding] | NotEvaluated:
         idx, basis, lim = ctx.index, ctx.basis, ctx.limits
         dev = basis.device
-        if not dev.known:
+        idle = basis.gpu_idle_ns
+        if idle is None:  # the device's busy time is unknown
             return NotEvaluated("the profile has no device activity (no gpu_time_ns, no trace), so the GPU's idle "
                                 "time is unknown; capture with the CUPTI agent (deepctx run, or attach --gpu-activity)")
         if basis.time_ns <= 0 or basis.main_tid not in idx.threads:
             return NotEvaluated("the profile has no CPU samples of the main thread")
-        idle = max(0, basis.time_ns - dev.busy_ns)
         main = idx.threads[basis.main_tid]
         host_ns = cpu_ns(idx, main.samples - main.api_samples)
         if idle < MIN_IDLE_SHARE * basis.time_ns or host_ns < MIN_HOST_SHARE * basis.time_ns:
@@ -55,5 +55,5 @@ class HostBoundStep(Rule):
                             "DataLoader worker or a background thread so it overlaps with GPU work."),
                 estimated_speedup=basis.speedup(removable), confidence=0.7 if dev.source == "trace" else 0.5,
                 model="host-bound: R = min(CPU time of the line, GPU idle time); speedup = T/(T-R)",
-                call_path=idx.paths.get(site, ()), removable_ns=int(removable)))
+                removable_ns=int(removable)))
         return out

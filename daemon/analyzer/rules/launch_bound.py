@@ -28,6 +28,7 @@ class LaunchBound(Rule):
     def evaluate(self, ctx: Context) -> list[Finding] | NotEvaluated:
         idx, basis, lim = ctx.index, ctx.basis, ctx.limits
         one_wave = ctx.device.sm_count * ONE_WAVE_THREADS_PER_SM
+        idle = basis.gpu_idle_ns
         out = []
         for site, recs in by_site(launches(idx)).items():
             n = sum(r.calls for r in recs)
@@ -48,8 +49,8 @@ class LaunchBound(Rule):
             if n_tiny < lim.launch_bound_launches or kernel_ns >= per_launch:
                 continue
             removable = n_tiny * (per_launch - kernel_ns)
-            if basis.device.known:  # launch cost the GPU hid behind other work costs nothing
-                removable = min(removable, max(0, basis.time_ns - basis.device.busy_ns))
+            if idle is not None:  # launch cost the GPU hid behind other work costs nothing
+                removable = min(removable, idle)
             evidence: dict[str, object] = {
                 "launches": n, "host_per_launch_ns": round(per_launch), "host_time_ns": host_ns,
                 "kernels": top_kernels(recs), "largest_grid_blocks": max((r.blocks or 0) for r in recs),
@@ -71,5 +72,5 @@ class LaunchBound(Rule):
                             "torch.compile (mode=\"reduce-overhead\" also captures it in a CUDA graph), or "
                             "capture it with torch.cuda.CUDAGraph and replay it."),
                 estimated_speedup=basis.speedup(removable), confidence=0.8 if measured else 0.5, model=model,
-                call_path=idx.paths.get(site, ()) if site else (), removable_ns=int(removable)))
+                removable_ns=int(removable)))
         return out

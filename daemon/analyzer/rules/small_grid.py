@@ -65,6 +65,5 @@ class SmallGrid(Rule):
                             f"{idle_sms:.0%} of the GPU's multiprocessors idle while it runs. Spread the work over "
                             "more blocks (a smaller block size, a split-K or split reduction, a larger Triton grid), "
                             "batch several calls into one launch, or run independent work on another stream."),
-                estimated_speedup=speedup, confidence=confidence, model=model,
-                call_path=idx.paths.get(site, ()) if site else (), removable_ns=int(removable)))
+                estimated_speedup=speedup, confidence=confidence, model=model, removable_ns=int(removable)))
         return out

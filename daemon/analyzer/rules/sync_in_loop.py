@@ -33,7 +33,7 @@ class SyncInLoop(Rule):
         idx, basis, lim = ctx.index, ctx.basis, ctx.limits
         skip = upload_sites(ctx)
         overlappable = pure_host_ns(idx, basis.main_tid)
-        idle = basis.time_ns - basis.device.busy_ns if basis.device.known else None
+        idle = basis.gpu_idle_ns
         out = []
         for site, recs in by_site(steady(idx.gpu)).items():
             syncs = [r for r in recs if r.kind == "sync" and r.calls]
@@ -43,7 +43,7 @@ class SyncInLoop(Rule):
             wait = sum(r.sync_wait_ns for r in syncs)
             reads = [r for r in recs if r.kind == "memcpy" and r.name == "DtoH"]
             n_reads = sum(r.calls for r in reads)
-            removable = min(wait, overlappable) if idle is None else min(wait, overlappable, max(0, idle))
+            removable = min(wait, overlappable) if idle is None else min(wait, overlappable, idle)
             apis: Counter[str] = Counter()
             for r in syncs:
                 apis[r.api] += r.calls
@@ -54,7 +54,7 @@ class SyncInLoop(Rule):
             }
             model = "sync: R = min(wait at the line, main-thread CPU time at lines without GPU work"
             if idle is not None:
-                evidence["gpu_idle_ns"] = max(0, idle)
+                evidence["gpu_idle_ns"] = idle
                 model += ", GPU idle time"
             model += "); speedup = T/(T-R), an upper bound"
             if n_reads * 2 >= n:
@@ -70,5 +70,5 @@ class SyncInLoop(Rule):
                 suggestion=(f"{site_text(site)} {what}; each wait drains the GPU's queue, so the host's next work "
                             f"cannot overlap with GPU work. {fix}"),
                 estimated_speedup=basis.speedup(removable), confidence=0.6, model=model,
-                call_path=idx.paths.get(site, ()) if site else (), removable_ns=int(removable)))
+                removable_ns=int(removable)))
         return out

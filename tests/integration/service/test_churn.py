@@ -101,6 +101,7 @@ def test_short_lived_processes_and_thread_churn(service_dir, stopped) -> None:
     assert totals["requests_rejected"] + totals["captures_failed"] == len(outcomes) - outcomes.count("ok")
     # memory: under the unit's cap, and the second round leaves no more behind than the first
     assert rss_kb(d.proc.pid, "VmHWM") * 1024 < memory_cap()
+    assert d.alive()  # before the known-leak xfail below, which ends the test
     if settled_rss[1] - settled_rss[0] >= 32 * 1024:
         pytest.xfail(f"deepctxd's RSS grew from {settled_rss[0] // 1024} to {settled_rss[1] // 1024} MiB over the "
                      f"second round of 100 attaches (known: memory kept per capture; the lead's issue)")

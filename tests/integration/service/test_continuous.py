@@ -110,5 +110,8 @@ def test_gpu_probes_are_attached_for_their_share_of_each_window(service_dir, sto
         # the stored window holds the 30 calls scaled up by window / attached time (about 2x)
         wait_for(lambda: launches_in_store(d, t.pid) > 30, timeout=60, what="the scaled window in the store")
         assert launches_in_store(d, t.pid) <= 30 * 4.5 / 1.5  # a window of at most 4.5 s, 1.5 s or more attached
+        doc = json.loads(d.cli("profile", "--pid", str(t.pid), "--since", "1h", "--format", "json").stdout)
+        # merged over the windows: a share of their time (not a sum), about half
+        assert 1.5 / 4.5 <= doc["stats"]["gpu_probe_duty_permille"] / 1000 <= 0.6, doc["stats"]
     finally:
         t.stop()

@@ -1,7 +1,7 @@
 """The rules on their examples' profiles recorded on the GPU host by tests/gpu/test_analyzer.py (its
 $DEEPCTX_ARTIFACTS/analyzer_<rule>_<variant>.json.gz, copied to tests/fixtures/profiles/analyzer/): each rule
-fires at its example's marked line and not on the fixed variant, in CI, without a GPU. Skipped for rules
-whose recordings are not there yet."""
+fires at its example's marked line and not on the fixed variant, in CI, without a GPU. Skipped only for the
+rules listed in PENDING."""
 
 from __future__ import annotations
 
@@ -17,10 +17,17 @@ RECORDED = REPO / "tests" / "fixtures" / "profiles" / "analyzer"
 EXAMPLES = REPO / "examples" / "inefficiencies"
 
 
+# Rules whose example is being reworked, so their recording is not kept yet (BENCHMARKS.md says why).
+# Any other rule without a recording fails: a rule cannot land untested in CI.
+PENDING = {"collective-not-overlapped": "its fix does not pay off on one GPU; the example needs rework"}
+
+
 def recording(rule: str, variant: str) -> Path:
     path = RECORDED / f"analyzer_{rule.replace('-', '_')}_{variant}.json.gz"
-    if not path.exists():
-        pytest.skip(f"no recording {path.name} yet (run tests/gpu/test_analyzer.py on the GPU host)")
+    if rule in PENDING:
+        assert not path.exists(), f"{rule} has a recording now: take it out of PENDING"
+        pytest.skip(f"{rule}: {PENDING[rule]}")
+    assert path.exists(), f"no recording {path.name} (run tests/gpu/test_analyzer.py on the GPU host)"
     return path
 
 
