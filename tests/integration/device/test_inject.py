@@ -152,6 +152,9 @@ def test_the_borrowed_thread_is_restored(built: tuple[Path, Path]) -> None:
 
         addr = _symbol_address(t.pid, maps, lambda b: b.startswith("libc.so"), {"getpid"})["getpid"]
         assert getpid  # (this process's libc, only to be sure the symbol exists)
+        # "ready" is printed just before the target blocks reading stdin: borrow the thread once it is
+        # in read(2) (syscall 0), so both borrows find it in the same place
+        wait_for(lambda: open(f"/proc/{t.pid}/syscall").read().split()[0] == "0", what="the target blocked in read")
         with RemoteThread(t.pid, t.pid) as rt:
             before = bytes(rt.saved), rt.xstate
             assert rt.call(addr) == t.pid
