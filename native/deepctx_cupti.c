@@ -10,7 +10,9 @@
  *   - flushed, after each flush of CUPTI's buffers (periodic, on request, at exit).
  * Every probe is guarded by its USDT semaphore, which the kernel raises while deepctxd has a probe
  * attached. Nobody watching: CUPTI is not even subscribed (a watcher thread checks the semaphores
- * ten times a second), so an idle agent costs one wake-up per 100 ms.
+ * ten times a second), so an idle agent costs one wake-up per 100 ms. The probes, the watcher, the flushes,
+ * the `deepctx run` handshake and the attach thread are shared with the rocprofiler-sdk agent
+ * (agent_common.c); this file drives CUPTI.
  *
  * CUPTI is opened with dlopen (the copy the process already has, else the one next to the loaded CUDA
  * runtime, else the loader's search path, or $DEEPCTX_CUPTI_LIB), so the agent loads everywhere and
@@ -19,48 +21,15 @@
  * DEEPCTX_AGENT_WAIT_MS (the `deepctx run` handshake, see notify_and_wait()). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <errno.h>
 #include <link.h>
-#include <poll.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <cupti.h>
 
-#define _SDT_HAS_SEMAPHORES 1
-#include <sys/sdt.h>
-#if defined(__x86_64__)
-/* A 5-byte nop at each probe site instead of sdt.h's 1-byte one: kernels that optimize uprobes on nop5
- * (6.17+) call a trampoline instead of trapping; others emulate it like any nop (20% faster here). */
-#undef _SDT_NOP
-#define _SDT_NOP .byte 0x0f;.byte 0x1f;.byte 0x44;.byte 0x00;.byte 0x00
-#endif
-
-#include "device_activity.h"
-
-#define EXPORT __attribute__((visibility("default")))
-
-/* USDT semaphores: the kernel adds one per attached probe (uprobe ref_ctr_offset). */
-#define SEMAPHORE(name) \
-    __extension__ unsigned short deepctx_##name##_semaphore __attribute__((unused, section(".probes")))
-SEMAPHORE(correlation);
-SEMAPHORE(api_exit);
-SEMAPHORE(batch);
-SEMAPHORE(flushed);
-SEMAPHORE(status);
-SEMAPHORE(flush_request);
-#define WATCHED(name) __builtin_expect(__atomic_load_n(&deepctx_##name##_semaphore, __ATOMIC_RELAXED) != 0, 0)
-
-/* What the injector and tests can read in the target: DEV_AGENT_* and a sentence. */
-EXPORT volatile int deepctx_agent_state = 0;
-EXPORT char deepctx_agent_error[256];
+#include "agent_common.h"
 
 struct cupti_api {
     CUptiResult (*Subscribe)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
@@ -78,16 +47,8 @@ struct cupti_api {
 };
 
 static struct cupti_api cupti;
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;  /* state changes and flushes */
-static int initialized;
 static int subscribed;
-static int active;
-static int exiting;
 static CUpti_SubscriberHandle subscriber;
-static size_t buffer_bytes = 4096 * 1024;
-static uint64_t flush_period_ns = 200 * 1000000ull;
-static uint64_t flush_sequence;
-static uint64_t dropped_records;      /* CUPTI's count plus records without timestamps */
 static int64_t clock_offset_ns;       /* CUPTI clock - CLOCK_MONOTONIC when no timestamp callback */
 static __thread uint32_t runtime_correlation;  /* the runtime call in progress on this thread */
 
@@ -104,25 +65,8 @@ static const char *const TRACKED[] = {
     "cuEventSynchronize", "cuStreamWaitEvent",
 };
 
-static uint64_t monotonic_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t realtime_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* CUPTI's clock: the kernel's CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns(). */
-static uint64_t CUPTIAPI cupti_timestamp(void) { return monotonic_ns(); }
-
-static void set_error(int code, const char *fmt, const char *detail) {
-    snprintf(deepctx_agent_error, sizeof(deepctx_agent_error), fmt, detail ? detail : "");
-    deepctx_agent_state = code;
-}
+static uint64_t CUPTIAPI cupti_timestamp(void) { return agent_monotonic_ns(); }
 
 static const char *cupti_error(CUptiResult r) {
     const char *s = NULL;
@@ -131,11 +75,6 @@ static const char *cupti_error(CUptiResult r) {
     static __thread char buf[32];
     snprintf(buf, sizeof(buf), "CUPTI error %d", (int)r);
     return buf;
-}
-
-static void report_status(int64_t code) {
-    if (WATCHED(status))
-        STAP_PROBE1(deepctx, status, code);
 }
 
 /* --- finding CUPTI ---------------------------------------------------------------------------- */
@@ -191,14 +130,14 @@ static void *open_cupti(void) {
 static int load_cupti(void) {
     void *h = open_cupti();
     if (!h) {
-        set_error(DEV_AGENT_E_NO_CUPTI, "libcupti could not be loaded (set DEEPCTX_CUPTI_LIB): %s", dlerror());
+        agent_set_error(DEV_AGENT_E_NO_CUPTI, "libcupti could not be loaded (set DEEPCTX_CUPTI_LIB): %s", dlerror());
         return DEV_AGENT_E_NO_CUPTI;
     }
 #define SYM(field, name, required)                                                           \
     do {                                                                                     \
         *(void **)&cupti.field = dlsym(h, name);                                             \
         if (required && !cupti.field) {                                                      \
-            set_error(DEV_AGENT_E_NO_CUPTI, "libcupti lacks %s", name);                      \
+            agent_set_error(DEV_AGENT_E_NO_CUPTI, "libcupti lacks %s", name);                      \
             return DEV_AGENT_E_NO_CUPTI;                                                     \
         }                                                                                    \
     } while (0)
@@ -232,14 +171,14 @@ static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_C
     if (cb->callbackSite == CUPTI_API_ENTER) {
         if (domain == CUPTI_CB_DOMAIN_RUNTIME_API)
             runtime_correlation = corr;
-        if (!inner && WATCHED(correlation)) {
+        if (!inner) {
             uint32_t api = ((uint32_t)domain << DEV_API_DOMAIN_SHIFT) | (uint32_t)cbid;
             const char *fn = cb->functionName;
-            STAP_PROBE3(deepctx, correlation, corr, api, fn);
+            AGENT_CORRELATION(corr, api, fn);
         }
     } else {
-        if (!inner && WATCHED(api_exit))
-            STAP_PROBE1(deepctx, api_exit, corr);
+        if (!inner)
+            AGENT_API_EXIT(corr);
         if (domain == CUPTI_CB_DOMAIN_RUNTIME_API)
             runtime_correlation = 0;
     }
@@ -267,10 +206,10 @@ static void enable_callbacks(CUpti_CallbackDomain domain, uint32_t count) {
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
     void *p = NULL;
-    if (posix_memalign(&p, 8, buffer_bytes) != 0)
+    if (posix_memalign(&p, 8, agent_buffer_bytes) != 0)
         p = NULL;
     *buffer = p;
-    *size = p ? buffer_bytes : 0;
+    *size = p ? agent_buffer_bytes : 0;
     *max_records = 0;
 }
 
@@ -346,7 +285,7 @@ static int convert(const CUpti_Activity *rec, struct dev_record *out) {
         return 0;
     }
     if (!out->start_ns || out->end_ns < out->start_ns) {  /* no timestamps (forced flush mid-kernel) */
-        __atomic_add_fetch(&dropped_records, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&agent_dropped_records, 1, __ATOMIC_RELAXED);
         return 0;
     }
     out->start_ns = to_monotonic(out->start_ns);
@@ -354,10 +293,6 @@ static int convert(const CUpti_Activity *rec, struct dev_record *out) {
     if (out->graph_node)
         out->flags |= DEV_REC_F_GRAPH;
     return 1;
-}
-
-static void fire_batch(struct dev_record *records, uint32_t n) {
-    STAP_PROBE2(deepctx, batch, records, n);
 }
 
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
@@ -368,56 +303,49 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     if (valid && WATCHED(batch)) {
         while (cupti.ActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
             if (convert(rec, &batch[n]) && ++n == DEV_BATCH) {
-                fire_batch(batch, n);
+                agent_fire_batch(batch, n);
                 n = 0;
             }
         }
         if (n)
-            fire_batch(batch, n);
+            agent_fire_batch(batch, n);
     }
     size_t dropped = 0;
     if (cupti.ActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS && dropped)
-        __atomic_add_fetch(&dropped_records, dropped, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&agent_dropped_records, dropped, __ATOMIC_RELAXED);
     free(buffer);
 }
 
-/* Delivers CUPTI's buffers (completed records only, or everything when forced), then says so. */
-static void flush(uint32_t flags) {
-    uint64_t started = monotonic_ns();
-    if (cupti.ActivityFlushAll(flags) != CUPTI_SUCCESS)
-        return;
-    uint64_t seq = ++flush_sequence;
-    uint64_t dropped = __atomic_load_n(&dropped_records, __ATOMIC_RELAXED);
-    if (WATCHED(flushed))
-        STAP_PROBE3(deepctx, flushed, seq, started, dropped);
-}
 
-/* --- starting and stopping --------------------------------------------------------------------- */
+/* --- starting and stopping (agent_common.c decides when) ------------------------------------------ */
+
+static int flush_cupti(int forced) {
+    return cupti.ActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0) == CUPTI_SUCCESS ? 0 : -1;
+}
 
 static int subscribe(void) {
     if (subscribed)
         return DEV_AGENT_OK;
     CUptiResult r = cupti.Subscribe(&subscriber, on_api, NULL);
     if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
-        set_error(DEV_AGENT_E_BUSY, "CUPTI is held by another profiler (one subscriber at a time)%s", NULL);
+        agent_set_error(DEV_AGENT_E_BUSY, "CUPTI is held by another profiler (one subscriber at a time)%s", NULL);
         return DEV_AGENT_E_BUSY;
     }
     if (r != CUPTI_SUCCESS) {
-        set_error(DEV_AGENT_E_CUPTI, "cuptiSubscribe failed: %s", cupti_error(r));
+        agent_set_error(DEV_AGENT_E_CUPTI, "cuptiSubscribe failed: %s", cupti_error(r));
         return DEV_AGENT_E_CUPTI;
     }
     subscribed = 1;
     return DEV_AGENT_OK;
 }
 
-/* Called with the lock held. */
-static int start_activity(void) {
+static int start_cupti(void) {
     int rc = subscribe();
     if (rc != DEV_AGENT_OK)
         return rc;
     CUptiResult r = cupti.ActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) {
-        set_error(DEV_AGENT_E_CUPTI, "cuptiActivityRegisterCallbacks failed: %s", cupti_error(r));
+        agent_set_error(DEV_AGENT_E_CUPTI, "cuptiActivityRegisterCallbacks failed: %s", cupti_error(r));
         return DEV_AGENT_E_CUPTI;
     }
     enable_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE);
@@ -425,106 +353,40 @@ static int start_activity(void) {
     for (size_t i = 0; i < sizeof(KINDS) / sizeof(KINDS[0]); i++) {
         r = cupti.ActivityEnable(KINDS[i]);
         if (r != CUPTI_SUCCESS && KINDS[i] == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
-            set_error(DEV_AGENT_E_CUPTI, "cuptiActivityEnable(CONCURRENT_KERNEL) failed: %s", cupti_error(r));
+            agent_set_error(DEV_AGENT_E_CUPTI, "cuptiActivityEnable(CONCURRENT_KERNEL) failed: %s", cupti_error(r));
             return DEV_AGENT_E_CUPTI;
         }
     }
-    active = 1;
-    deepctx_agent_state = DEV_AGENT_ACTIVE;
-    report_status(DEV_AGENT_ACTIVE);
     return DEV_AGENT_OK;
 }
 
-/* Called with the lock held: hands everything over, then lets CUPTI go for other tools. */
-static void stop_activity(void) {
+static void stop_cupti(void) {
     for (size_t i = 0; i < sizeof(KINDS) / sizeof(KINDS[0]); i++)
         cupti.ActivityDisable(KINDS[i]);
-    flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
+/* Nobody watches (or the last records are handed over): no subscription, so no callback runs and other
+ * tools can have CUPTI. */
+static void release_cupti(void) {
     if (subscribed) {
         cupti.Unsubscribe(subscriber);
         subscribed = 0;
     }
-    active = 0;
-    deepctx_agent_state = DEV_AGENT_IDLE;
-    report_status(DEV_AGENT_IDLE);
 }
 
-static int watched(void) { return WATCHED(batch) || WATCHED(correlation); }
-
-/* Nobody watches: no subscription, so no callback runs and other tools can have CUPTI. */
-static void release_cupti(void) {
-    if (subscribed && !active) {
-        cupti.Unsubscribe(subscriber);
-        subscribed = 0;
-    }
-}
-
-/* Follows the semaphores: starts when a watcher appears, stops when the last one leaves, flushes
- * periodically and whenever the flush_request semaphore is raised. */
-static void *watcher(void *arg) {
-    (void)arg;
-    uint64_t last_flush = monotonic_ns();
-    int failed = 0;  /* start failed for this watcher: do not retry until it leaves */
-    for (;;) {
-        int w = watched();
-        pthread_mutex_lock(&lock);
-        if (exiting) {
-            pthread_mutex_unlock(&lock);
-            return NULL;
-        }
-        if (w && !active && !failed) {
-            int rc = start_activity();
-            if (rc != DEV_AGENT_OK) {
-                failed = 1;
-                report_status(rc);
-            }
-        } else if (!w && active) {
-            stop_activity();
-        } else if (!w) {
-            release_cupti();
-        }
-        if (!w)
-            failed = 0;
-        uint64_t now = monotonic_ns();
-        int requested = WATCHED(flush_request);
-        if (active && (requested || now - last_flush >= flush_period_ns)) {
-            flush(0);
-            last_flush = now;
-            if (requested)
-                STAP_PROBE(deepctx, flush_request);  /* the note the daemon's request attaches to */
-        }
-        pthread_mutex_unlock(&lock);
-        struct timespec tick = {0, (active ? 10 : 100) * 1000000L};
-        nanosleep(&tick, NULL);
-    }
-}
-
-static void at_exit(void) {
-    pthread_mutex_lock(&lock);
-    exiting = 1;
-    if (active) {  /* the last records, before the process is gone */
-        flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    }
-    pthread_mutex_unlock(&lock);
-}
-
-static uint64_t env_u64(const char *name, uint64_t fallback) {
-    const char *s = getenv(name);
-    if (!s || !*s)
-        return fallback;
-    char *end = NULL;
-    unsigned long long v = strtoull(s, &end, 10);
-    return (end && *end == 0) ? (uint64_t)v : fallback;
-}
+static const struct agent_ops CUPTI_OPS = {
+    .thread_name = "deepctx-cupti",
+    .start = start_cupti,
+    .stop = stop_cupti,
+    .release = release_cupti,
+    .flush = flush_cupti,
+};
 
 /* The common start: CUPTI loaded and subscribed, buffers and clock registered, watcher running. */
 static int agent_init(void) {
-    if (initialized)
+    if (agent_initialized)
         return DEV_AGENT_OK;
-    buffer_bytes = env_u64("DEEPCTX_BUFFER_KB", 4096) * 1024;
-    if (buffer_bytes < 64 * 1024)
-        buffer_bytes = 64 * 1024;
-    flush_period_ns = env_u64("DEEPCTX_FLUSH_MS", 200) * 1000000ull;
+    agent_read_settings();
     int rc = load_cupti();
     if (rc != DEV_AGENT_OK)
         return rc;
@@ -533,96 +395,21 @@ static int agent_init(void) {
         return rc;
     if (!cupti.ActivityRegisterTimestampCallback ||
         cupti.ActivityRegisterTimestampCallback(cupti_timestamp) != CUPTI_SUCCESS)
-        clock_offset_ns = (int64_t)(realtime_ns() - monotonic_ns());  /* CUPTI's default clock */
-    pthread_t t;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    int err = pthread_create(&t, &attr, watcher, NULL);
-    pthread_attr_destroy(&attr);
-    if (err) {
-        set_error(DEV_AGENT_E_CUPTI, "cannot start the agent's thread: %s", strerror(err));
-        return DEV_AGENT_E_CUPTI;
-    }
-    pthread_setname_np(t, "deepctx-cupti");
-    atexit(at_exit);
-    initialized = 1;
-    deepctx_agent_state = DEV_AGENT_IDLE;
-    if (watched()) {  /* a watcher is already there (`deepctx run`, attach): from the first call */
-        rc = start_activity();
-        if (rc != DEV_AGENT_OK)
-            report_status(rc);
-    } else {
-        release_cupti();
-    }
-    return DEV_AGENT_OK;
-}
-
-/* `deepctx run`: tell the CLI this process has started CUDA, then wait (bounded) until it says the
- * daemon watches, so that device activity is exact from the first kernel. The CLI's socket is a
- * SOCK_SEQPACKET; each process sends its pid and one end of a private socket pair, and waits for one
- * byte on the other end. */
-static void notify_and_wait(void) {
-    const char *fd_s = getenv("DEEPCTX_NOTIFY_FD");
-    if (!fd_s || !*fd_s)
-        return;
-    int fd = atoi(fd_s);
-    uint64_t wait_ms = env_u64("DEEPCTX_AGENT_WAIT_MS", 60000);
-    int pair[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
-        return;
-    int32_t pid = (int32_t)getpid();
-    struct iovec iov = {&pid, sizeof(pid)};
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    memset(&ctl, 0, sizeof(ctl));
-    struct msghdr msg = {0};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctl.buf;
-    msg.msg_controllen = sizeof(ctl.buf);
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &pair[1], sizeof(int));
-    if (sendmsg(fd, &msg, MSG_NOSIGNAL) >= 0) {
-        close(pair[1]);
-        pair[1] = -1;
-        /* Until the CLI answers, or deepctxd's probes are there (the semaphores rise), or time is up. */
-        struct pollfd p = {pair[0], POLLIN, 0};
-        for (uint64_t waited = 0; waited < wait_ms && !watched(); waited += 10) {
-            if (poll(&p, 1, 10) != 0) {
-                char reply = 0;
-                (void)!read(pair[0], &reply, 1);
-                break;
-            }
-        }
-    }
-    close(pair[0]);
-    if (pair[1] >= 0)
-        close(pair[1]);
+        clock_offset_ns = (int64_t)(agent_realtime_ns() - agent_monotonic_ns());  /* CUPTI's default clock */
+    return agent_start_watching(&CUPTI_OPS);
 }
 
 /* The CUDA driver calls this when CUDA_INJECTION64_PATH names this library (inside cuInit). */
 EXPORT int InitializeInjection(void) {
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&agent_lock);
     int rc = agent_init();
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&agent_lock);
     if (rc != DEV_AGENT_OK) {
         fprintf(stderr, "deepctx agent: no device activity: %s\n", deepctx_agent_error);
         return 1;  /* never fail the application's cuInit */
     }
-    notify_and_wait();
-    pthread_mutex_lock(&lock);
-    if (watched() && !active) {
-        int r = start_activity();
-        if (r != DEV_AGENT_OK)
-            report_status(r);
-    }
-    pthread_mutex_unlock(&lock);
+    agent_notify_and_wait();
+    agent_start_if_watched();
     return 1;  /* CUDA's contract: 1 = success */
 }
 
@@ -630,14 +417,14 @@ EXPORT int InitializeInjection(void) {
 static int has_cuda_context(void) {
     void *cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     if (!cu) {
-        set_error(DEV_AGENT_E_NO_CUDA, "the process has not loaded libcuda.so.1%s", NULL);
+        agent_set_error(DEV_AGENT_E_NO_CUDA, "the process has not loaded libcuda.so.1%s", NULL);
         return 0;
     }
     int (*get_count)(int *) = (int (*)(int *))dlsym(cu, "cuDeviceGetCount");
     int (*ctx_state)(int, unsigned *, int *) = (int (*)(int, unsigned *, int *))dlsym(cu, "cuDevicePrimaryCtxGetState");
     int n = 0;
     if (!get_count || !ctx_state || get_count(&n) != 0) {
-        set_error(DEV_AGENT_E_NO_CUDA, "CUDA is not initialized in the process (no cuInit yet)%s", NULL);
+        agent_set_error(DEV_AGENT_E_NO_CUDA, "CUDA is not initialized in the process (no cuInit yet)%s", NULL);
         return 0;
     }
     for (int dev = 0; dev < n; dev++) {
@@ -646,66 +433,15 @@ static int has_cuda_context(void) {
         if (ctx_state(dev, &flags, &on) == 0 && on)
             return 1;
     }
-    set_error(DEV_AGENT_E_NO_CUDA, "the process has no CUDA context yet%s", NULL);
+    agent_set_error(DEV_AGENT_E_NO_CUDA, "the process has no CUDA context yet%s", NULL);
     return 0;
 }
 
-/* Attach time. deepctxd calls deepctx_agent_attach() after dlopen, in a thread of the target it
- * borrowed through ptrace; that thread may hold locks that CUDA or CUPTI take, so the work runs in a
- * thread of its own and the borrowed one waits for it at most DEEPCTX_ATTACH_WAIT_MS (default 5000).
- * Returns DEV_AGENT_OK, DEV_AGENT_E_* (deepctx_agent_error says why), or DEV_AGENT_E_PENDING when the
- * start outlasted the wait (deepctx_agent_state then tells the outcome when it comes). */
-static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t attach_done = PTHREAD_COND_INITIALIZER;
-static int attach_started;
-static int attach_finished;
-static int attach_result;
-
-static void *attach_worker(void *arg) {
-    (void)arg;
-    pthread_mutex_lock(&lock);
-    int rc = initialized ? DEV_AGENT_OK : (has_cuda_context() ? agent_init() : DEV_AGENT_E_NO_CUDA);
-    pthread_mutex_unlock(&lock);
-    if (rc != DEV_AGENT_OK)
-        deepctx_agent_state = rc;
-    pthread_mutex_lock(&attach_lock);
-    attach_result = rc;
-    attach_finished = 1;
-    pthread_cond_broadcast(&attach_done);
-    pthread_mutex_unlock(&attach_lock);
-    return NULL;
+static int attach_init(void) {
+    return agent_initialized ? DEV_AGENT_OK : (has_cuda_context() ? agent_init() : DEV_AGENT_E_NO_CUDA);
 }
 
-EXPORT int deepctx_agent_attach(void) {
-    pthread_mutex_lock(&attach_lock);
-    if (!attach_started) {
-        pthread_t t;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        int err = pthread_create(&t, &attr, attach_worker, NULL);
-        pthread_attr_destroy(&attr);
-        if (err) {
-            pthread_mutex_unlock(&attach_lock);
-            set_error(DEV_AGENT_E_CUPTI, "cannot start the agent's thread: %s", strerror(err));
-            return DEV_AGENT_E_CUPTI;
-        }
-        attach_started = 1;
-    }
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    uint64_t wait_ms = env_u64("DEEPCTX_ATTACH_WAIT_MS", 5000);
-    deadline.tv_sec += (time_t)(wait_ms / 1000);
-    deadline.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
-    while (!attach_finished) {
-        if (pthread_cond_timedwait(&attach_done, &attach_lock, &deadline) == ETIMEDOUT)
-            break;
-    }
-    int rc = attach_finished ? attach_result : DEV_AGENT_E_PENDING;
-    pthread_mutex_unlock(&attach_lock);
-    return rc;
-}
+/* Attach time: deepctxd calls this after dlopen, in a thread of the target it borrowed through ptrace
+ * (agent_attach() in agent_common.c says how). Returns DEV_AGENT_OK, DEV_AGENT_E_* (deepctx_agent_error
+ * says why), or DEV_AGENT_E_PENDING. */
+EXPORT int deepctx_agent_attach(void) { return agent_attach(attach_init); }

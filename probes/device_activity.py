@@ -172,7 +172,8 @@ HANDLERS = {"correlation": "on_dev_correlation", "api_exit": "on_dev_api_exit", 
 
 
 def is_agent(path: str) -> bool:
-    return os.path.basename(path.removesuffix(" (deleted)")).startswith("libdeepctx_cupti")
+    """The CUPTI agent or the rocprofiler-sdk agent (native/): the same probes, the same records."""
+    return os.path.basename(path.removesuffix(" (deleted)")).startswith(("libdeepctx_cupti", "libdeepctx_rocprof"))
 
 
 def agent_mappings(mappings: list[Mapping]) -> list[Mapping]:

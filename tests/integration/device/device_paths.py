@@ -8,3 +8,4 @@ REPO = Path(__file__).resolve().parents[3]
 AGENT = REPO / "native" / "build" / "libdeepctx_cupti.so"
 MOCKS = REPO / "tests" / "mocks" / "build" / "lib"
 TARGET = Path(__file__).resolve().parent / "mock_target.py"
+ROCPROF_AGENT = REPO / "native" / "build" / "libdeepctx_rocprof.so"

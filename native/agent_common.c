@@ -1,0 +1,305 @@
+/* The part of the deepctx device-activity agents that does not depend on the SDK (agent_common.h). */
+#define _GNU_SOURCE
+#include "agent_common.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SEMAPHORE(name) \
+    __extension__ unsigned short deepctx_##name##_semaphore __attribute__((unused, section(".probes")))
+SEMAPHORE(correlation);
+SEMAPHORE(api_exit);
+SEMAPHORE(batch);
+SEMAPHORE(flushed);
+SEMAPHORE(status);
+SEMAPHORE(flush_request);
+
+EXPORT volatile int deepctx_agent_state = 0;
+EXPORT char deepctx_agent_error[256];
+
+pthread_mutex_t agent_lock = PTHREAD_MUTEX_INITIALIZER;  /* state changes and flushes */
+int agent_initialized;
+int agent_active;
+size_t agent_buffer_bytes = 4096 * 1024;
+uint64_t agent_flush_period_ns = 200 * 1000000ull;
+uint64_t agent_dropped_records;
+
+static const struct agent_ops *ops;
+static int exiting;
+static uint64_t flush_sequence;
+
+uint64_t agent_monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t agent_realtime_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t agent_env_u64(const char *name, uint64_t fallback) {
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return fallback;
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    return (end && *end == 0) ? (uint64_t)v : fallback;
+}
+
+void agent_set_error(int code, const char *fmt, const char *detail) {
+    snprintf(deepctx_agent_error, sizeof(deepctx_agent_error), fmt, detail ? detail : "");
+    deepctx_agent_state = code;
+}
+
+void agent_report_status(int64_t code) {
+    if (WATCHED(status))
+        STAP_PROBE1(deepctx, status, code);
+}
+
+int agent_watched(void) { return WATCHED(batch) || WATCHED(correlation); }
+
+void agent_fire_batch(struct dev_record *records, uint32_t n) {
+    STAP_PROBE2(deepctx, batch, records, n);
+}
+
+void agent_read_settings(void) {
+    agent_buffer_bytes = agent_env_u64("DEEPCTX_BUFFER_KB", 4096) * 1024;
+    if (agent_buffer_bytes < 64 * 1024)
+        agent_buffer_bytes = 64 * 1024;
+    agent_flush_period_ns = agent_env_u64("DEEPCTX_FLUSH_MS", 200) * 1000000ull;
+}
+
+/* Delivers the SDK's buffers (completed records only, or everything when forced), then says so. */
+void agent_flush(int forced) {
+    uint64_t started = agent_monotonic_ns();
+    if (ops->flush(forced) != 0)
+        return;
+    uint64_t seq = ++flush_sequence;
+    uint64_t dropped = __atomic_load_n(&agent_dropped_records, __ATOMIC_RELAXED);
+    if (WATCHED(flushed))
+        STAP_PROBE3(deepctx, flushed, seq, started, dropped);
+}
+
+int agent_start_activity(void) {
+    int rc = ops->start();
+    if (rc != DEV_AGENT_OK)
+        return rc;
+    agent_active = 1;
+    deepctx_agent_state = DEV_AGENT_ACTIVE;
+    agent_report_status(DEV_AGENT_ACTIVE);
+    return DEV_AGENT_OK;
+}
+
+void agent_stop_activity(void) {
+    ops->stop();
+    agent_flush(1);
+    if (ops->release)
+        ops->release();
+    agent_active = 0;
+    deepctx_agent_state = DEV_AGENT_IDLE;
+    agent_report_status(DEV_AGENT_IDLE);
+}
+
+/* Follows the semaphores: starts when a watcher appears, stops when the last one leaves, flushes
+ * periodically and whenever the flush_request semaphore is raised. */
+static void *watcher(void *arg) {
+    (void)arg;
+    uint64_t last_flush = agent_monotonic_ns();
+    int failed = 0;  /* start failed for this watcher: do not retry until it leaves */
+    for (;;) {
+        int w = agent_watched();
+        pthread_mutex_lock(&agent_lock);
+        if (exiting) {
+            pthread_mutex_unlock(&agent_lock);
+            return NULL;
+        }
+        if (w && !agent_active && !failed) {
+            int rc = agent_start_activity();
+            if (rc != DEV_AGENT_OK) {
+                failed = 1;
+                agent_report_status(rc);
+            }
+        } else if (!w && agent_active) {
+            agent_stop_activity();
+        } else if (!w && ops->release) {
+            ops->release();
+        }
+        if (!w)
+            failed = 0;
+        uint64_t now = agent_monotonic_ns();
+        int requested = WATCHED(flush_request);
+        if (agent_active && (requested || now - last_flush >= agent_flush_period_ns)) {
+            agent_flush(0);
+            last_flush = now;
+            if (requested)
+                STAP_PROBE(deepctx, flush_request);  /* the note the daemon's request attaches to */
+        }
+        pthread_mutex_unlock(&agent_lock);
+        struct timespec tick = {0, (agent_active ? 10 : 100) * 1000000L};
+        nanosleep(&tick, NULL);
+    }
+}
+
+void agent_at_exit(void) {
+    pthread_mutex_lock(&agent_lock);
+    exiting = 1;
+    if (agent_active)  /* the last records, before the process is gone */
+        agent_flush(1);
+    pthread_mutex_unlock(&agent_lock);
+}
+
+int agent_start_watching(const struct agent_ops *agent_ops) {
+    ops = agent_ops;
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int err = pthread_create(&t, &attr, watcher, NULL);
+    pthread_attr_destroy(&attr);
+    if (err) {
+        agent_set_error(DEV_AGENT_E_CUPTI, "cannot start the agent's thread: %s", strerror(err));
+        return DEV_AGENT_E_CUPTI;
+    }
+    pthread_setname_np(t, ops->thread_name);
+    atexit(agent_at_exit);
+    agent_initialized = 1;
+    deepctx_agent_state = DEV_AGENT_IDLE;
+    if (agent_watched()) {  /* a watcher is already there (`deepctx run`, attach): from the first call */
+        int rc = agent_start_activity();
+        if (rc != DEV_AGENT_OK)
+            agent_report_status(rc);
+    } else if (ops->release) {
+        ops->release();
+    }
+    return DEV_AGENT_OK;
+}
+
+/* `deepctx run`: tell the CLI this process has started the GPU runtime, then wait (bounded) until it says
+ * the daemon watches, so that device activity is exact from the first kernel. The CLI's socket is a
+ * SOCK_SEQPACKET; each process sends its pid and one end of a private socket pair, and waits for one
+ * byte on the other end. */
+void agent_notify_and_wait(void) {
+    const char *fd_s = getenv("DEEPCTX_NOTIFY_FD");
+    if (!fd_s || !*fd_s)
+        return;
+    int fd = atoi(fd_s);
+    uint64_t wait_ms = agent_env_u64("DEEPCTX_AGENT_WAIT_MS", 60000);
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
+        return;
+    int32_t pid = (int32_t)getpid();
+    struct iovec iov = {&pid, sizeof(pid)};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof(ctl));
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl.buf;
+    msg.msg_controllen = sizeof(ctl.buf);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &pair[1], sizeof(int));
+    if (sendmsg(fd, &msg, MSG_NOSIGNAL) >= 0) {
+        close(pair[1]);
+        pair[1] = -1;
+        /* Until the CLI answers, or deepctxd's probes are there (the semaphores rise), or time is up. */
+        struct pollfd p = {pair[0], POLLIN, 0};
+        for (uint64_t waited = 0; waited < wait_ms && !agent_watched(); waited += 10) {
+            if (poll(&p, 1, 10) != 0) {
+                char reply = 0;
+                (void)!read(pair[0], &reply, 1);
+                break;
+            }
+        }
+    }
+    close(pair[0]);
+    if (pair[1] >= 0)
+        close(pair[1]);
+}
+
+void agent_start_if_watched(void) {
+    pthread_mutex_lock(&agent_lock);
+    if (agent_initialized && agent_watched() && !agent_active) {
+        int r = agent_start_activity();
+        if (r != DEV_AGENT_OK)
+            agent_report_status(r);
+    }
+    pthread_mutex_unlock(&agent_lock);
+}
+
+/* Attach time. deepctxd calls deepctx_agent_attach() after dlopen, in a thread of the target it
+ * borrowed through ptrace; that thread may hold locks that the GPU runtime or its profiling SDK take, so
+ * the work runs in a thread of its own and the borrowed one waits for it at most DEEPCTX_ATTACH_WAIT_MS
+ * (default 5000). DEV_AGENT_E_PENDING when the start outlasted the wait (deepctx_agent_state then tells
+ * the outcome when it comes). */
+static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t attach_done = PTHREAD_COND_INITIALIZER;
+static int attach_started;
+static int attach_finished;
+static int attach_result;
+static int (*attach_init)(void);
+
+static void *attach_worker(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&agent_lock);
+    int rc = attach_init();
+    pthread_mutex_unlock(&agent_lock);
+    if (rc != DEV_AGENT_OK)
+        deepctx_agent_state = rc;
+    pthread_mutex_lock(&attach_lock);
+    attach_result = rc;
+    attach_finished = 1;
+    pthread_cond_broadcast(&attach_done);
+    pthread_mutex_unlock(&attach_lock);
+    return NULL;
+}
+
+int agent_attach(int (*init)(void)) {
+    pthread_mutex_lock(&attach_lock);
+    if (!attach_started) {
+        attach_init = init;
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int err = pthread_create(&t, &attr, attach_worker, NULL);
+        pthread_attr_destroy(&attr);
+        if (err) {
+            pthread_mutex_unlock(&attach_lock);
+            agent_set_error(DEV_AGENT_E_CUPTI, "cannot start the agent's thread: %s", strerror(err));
+            return DEV_AGENT_E_CUPTI;
+        }
+        attach_started = 1;
+    }
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    uint64_t wait_ms = agent_env_u64("DEEPCTX_ATTACH_WAIT_MS", 5000);
+    deadline.tv_sec += (time_t)(wait_ms / 1000);
+    deadline.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    while (!attach_finished) {
+        if (pthread_cond_timedwait(&attach_done, &attach_lock, &deadline) == ETIMEDOUT)
+            break;
+    }
+    int rc = attach_finished ? attach_result : DEV_AGENT_E_PENDING;
+    pthread_mutex_unlock(&attach_lock);
+    return rc;
+}
