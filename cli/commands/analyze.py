@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
+import io
 import os
 import sys
 from pathlib import Path
@@ -13,7 +12,9 @@ from typing import Any
 from rich.console import Console
 
 from deepctx.cli.client import CliError
+from deepctx.cli.formats import json_file
 from deepctx.cli.formats.findings import FindingsText
+from deepctx.cli.output import write_output
 from deepctx.cli.views.document import DocumentError, load
 from deepctx.daemon.analyzer import Limits, annotate, rule_ids
 
@@ -25,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", metavar="PID|FILE", help="a profile written by `deepctx attach -o FILE`, or a pid")
     p.add_argument("--format", choices=["text", "json"], default="text",
                    help="text (default), or json: the profile document with `findings` and `analysis` added")
-    p.add_argument("-o", "--output", help="write here instead of stdout (json: .gz is gzipped)")
+    p.add_argument("-o", "--output", help="write here instead of stdout (gzipped when it ends in .gz)")
     p.add_argument("--duration", type=float, default=10.0, help="with a PID: seconds to capture (default 10)")
     p.add_argument("--rate", type=int, default=0, dest="sample_hz", help="with a PID: CPU samples per second")
     p.add_argument("--save", metavar="FILE", help="with a PID: also write the captured profile here")
@@ -42,28 +43,15 @@ def is_pid(target: str) -> bool:
 
 def capture(args: argparse.Namespace) -> dict[str, Any]:
     from deepctx.cli.client import connect
-    from deepctx.cli.commands.attach import capture as attach_capture  # the daemon's client, only for a PID
+    from deepctx.cli.commands.attach import attach_request, check_rate  # the daemon's client, only for a PID
+    from deepctx.cli.commands.attach import capture as attach_capture
     from deepctx.cli.profile_doc import to_doc
-    from deepctx.proto.v1 import deepctx_pb2 as pb
 
-    if args.sample_hz < 0:
-        raise CliError(f"--rate must be a positive number of samples per second, not {args.sample_hz}", 2)
+    check_rate(args.sample_hz)
     stub = connect(args.socket_path)
-    req = pb.AttachRequest(pid=int(args.target), duration_s=args.duration, sample_hz=args.sample_hz,
-                           python=pb.PYTHON_AUTO, gpu=pb.GPU_AUTO, mode=pb.MODE_EXACT)
+    req = attach_request(int(args.target), args.duration, sample_hz=args.sample_hz)
     profile = attach_capture(stub, req, args.socket_path, show_progress=not args.quiet and sys.stderr.isatty())
     return to_doc(profile)
-
-
-def write_json(doc: dict[str, Any], path: str | None) -> None:
-    text = json.dumps(doc, indent=1) + "\n"
-    if path in (None, "-"):
-        sys.stdout.write(text)
-    elif str(path).endswith(".gz"):
-        with gzip.open(str(path), "wt") as f:
-            f.write(text)
-    else:
-        Path(str(path)).write_text(text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if is_pid(args.target):
         doc = capture(args)
         if args.save:
-            write_json(doc, args.save)
+            json_file.write(doc, args.save)
     else:
         try:
             doc = load(args.target)
@@ -83,11 +71,12 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(str(e), 2) from None
     annotate(doc, Limits(min_speedup=args.min_speedup), rules)
     if args.format == "json":
-        write_json(doc, args.output)
+        json_file.write(doc, args.output)
         return 0
     if args.output and args.output != "-":
-        with open(args.output, "w") as out:
-            FindingsText().render(doc, Console(file=out, width=120, no_color=True, highlight=False, soft_wrap=False))
+        out = io.StringIO()
+        FindingsText().render(doc, Console(file=out, width=120, no_color=True, highlight=False, soft_wrap=False))
+        write_output(args.output, out.getvalue())
         if not args.quiet:
             Console(stderr=True).print(f"findings written to {args.output}")
         return 0

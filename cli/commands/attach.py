@@ -11,6 +11,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.formats import json_file, tree
+from deepctx.cli.output import write_output
 from deepctx.cli.profile_doc import to_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
@@ -48,11 +49,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=["exact", "sampled"], default="exact",
                    help="GPU calls: the call path of every call (exact), or of a fraction with exact counts")
     p.add_argument("--format", choices=["tree", "json"], default="tree")
-    p.add_argument("-o", "--output", help="write the profile here (JSON) instead of stdout")
+    p.add_argument("-o", "--output", help="write the profile here (JSON; gzipped when it ends in .gz) instead of stdout")
     p.add_argument("--min-percent", type=float, default=0.5, help="tree: hide nodes below this share")
     p.add_argument("--depth", type=int, default=64, help="tree: deepest level shown")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(run=run)
+
+
+def check_rate(sample_hz: int) -> None:
+    if sample_hz < 0:
+        raise CliError(f"--rate must be a positive number of samples per second, not {sample_hz}", 2)
+
+
+def attach_request(pid: int, duration_s: float, *, sample_hz: int = 0, kernel_stacks: bool = False,
+                   python: str = "auto", native_python: bool = False, gpu: str = "auto", mode: str = "exact",
+                   gpu_activity: str = "auto", trace: bool = False) -> pb.AttachRequest:
+    """The request every capture through the daemon sends (attach, run, analyze PID, report --pid), from
+    the flags' values: python in PYTHON_MODES, gpu in GPU_PROBES, mode in CALL_PATH_MODES, gpu_activity in
+    GPU_ACTIVITY. --trace needs device records, so it turns GPU activity on."""
+    return pb.AttachRequest(pid=pid, duration_s=duration_s, sample_hz=sample_hz, kernel_stacks=kernel_stacks,
+                            python=PYTHON_MODES[python], native_python=native_python, gpu=GPU_PROBES[gpu],
+                            mode=CALL_PATH_MODES[mode], gpu_activity=GPU_ACTIVITY["on" if trace else gpu_activity],
+                            trace=trace)
 
 
 def capture(stub: object, req: pb.AttachRequest, socket: str, show_progress: bool) -> pb.Profile:
@@ -80,14 +98,11 @@ def capture(stub: object, req: pb.AttachRequest, socket: str, show_progress: boo
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.sample_hz < 0:
-        raise CliError(f"--rate must be a positive number of samples per second, not {args.sample_hz}", 2)
+    check_rate(args.sample_hz)
     stub = connect(args.socket_path)
-    req = pb.AttachRequest(pid=args.pid, duration_s=args.duration, sample_hz=args.sample_hz,
-                           kernel_stacks=args.kernel_stacks, python=PYTHON_MODES[args.python],
-                           native_python=args.native_python, gpu=GPU_PROBES[args.gpu],
-                           mode=CALL_PATH_MODES[args.mode],
-                           gpu_activity=GPU_ACTIVITY["on" if args.trace else args.gpu_activity], trace=args.trace)
+    req = attach_request(args.pid, args.duration, sample_hz=args.sample_hz, kernel_stacks=args.kernel_stacks,
+                         python=args.python, native_python=args.native_python, gpu=args.gpu, mode=args.mode,
+                         gpu_activity=args.gpu_activity, trace=args.trace)
     profile = capture(stub, req, args.socket_path, show_progress=not args.quiet and sys.stderr.isatty())
     emit(to_doc(profile), args, Console(stderr=True))
     return 0
@@ -102,8 +117,7 @@ def emit(doc: dict, args: argparse.Namespace, err: Console) -> None:
         from deepctx.cli.formats.chrome import ChromeTrace
         from deepctx.cli.formats.exporter import ExportOptions
 
-        with open(args.output, "w") as f:
-            f.write(ChromeTrace().export(doc, ExportOptions()))
+        write_output(args.output, ChromeTrace().export(doc, ExportOptions()))
         if not args.quiet:
             err.print(f"trace written to {args.output}")
     elif args.format == "json" or args.output:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rich.console import Console
 
 from deepctx.cli.client import CliError
 from deepctx.cli.commands.report import console_for
 from deepctx.cli.formats.diff_table import DiffTables
+from deepctx.cli.output import write_output
 from deepctx.cli.views.diff import DiffNode, diff_tree
 from deepctx.cli.views.document import DocumentError, load
 from deepctx.cli.views.model import DEFAULT_SORT_ORDER, from_doc, pick_metric
@@ -42,8 +42,9 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         from deepctx.cli.formats.html import HtmlReport
 
-        Path(args.html).write_text(HtmlReport().render_diff(before, after))
-        Console(stderr=True).print(f"diff report written to {args.html}")
+        write_output(args.html, HtmlReport().render_diff(before, after, metric))
+        if args.html != "-":
+            Console(stderr=True).print(f"diff report written to {args.html}")
         return 0
     DiffTables().render(before, after, root, metric, args.limit, console_for(args))
     return 0

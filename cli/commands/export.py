@@ -8,6 +8,7 @@ from pathlib import Path
 
 from deepctx.cli.client import CliError
 from deepctx.cli.formats.exporter import ExportOptions, exporters
+from deepctx.cli.output import write_output
 from deepctx.cli.views.document import DocumentError, load
 
 FORMATS = ("pprof", "speedscope", "chrome", "hatchet", "folded")
@@ -34,16 +35,9 @@ def run(args: argparse.Namespace) -> int:
     exporter = exporters()[args.format]()
     data = exporter.export(doc, ExportOptions(metric=args.metric))
     out = args.output or default_output(args.file, exporter.suffix)
+    write_output(out, data)
     if out == "-":
-        if isinstance(data, bytes):
-            sys.stdout.buffer.write(data)
-        else:
-            sys.stdout.write(data)
         return 0
-    if isinstance(data, bytes):
-        Path(out).write_bytes(data)
-    else:
-        Path(out).write_text(data)
     print(f"{args.format} written to {out}", file=sys.stderr)
     return 0
 

@@ -81,9 +81,12 @@ def fleet_top(ch: ClickHouse, since: float, until: float, n: int, host: str | No
     totals = _ints(ch.rows(schema.totals_query(db, cond))[0], PROCESS_METRICS, "t_")
     metric, kmetric = rank_metric(totals, sort), kernel_rank_metric(totals, sort)
     procs = ch.rows(schema.processes_query(db, cond, metric, n))
+    # Every window in the range, of every process: distinct (host, pid, window_start), one per window however
+    # many call path rows it has, and not only the windows of the n processes shown.
+    heads = ch.rows(schema.header_query(db, cond))
     return {
         "since_unix": since, "until_unix": until, "sort": metric, "kernel_sort": kmetric,
-        "windows": sum(int(p["windows"]) for p in procs),
+        "windows": int(heads[0]["h_windows"] or 0) if heads else 0,
         "processes": [{"host": p["host"], "pid": int(p["pid"]), "command": p["command"], "container": p["container"],
                        "windows": int(p["windows"]), "metrics": _ints(p, PROCESS_METRICS, "t_")} for p in procs],
         "kernels": [{"name": k["name"], "processes": int(k["processes"]), "metrics": _ints(k, KERNEL_METRICS)}

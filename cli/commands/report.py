@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -14,6 +13,7 @@ from deepctx.cli.formats.findings import FindingsText
 from deepctx.cli.formats.flat_table import FlatTable
 from deepctx.cli.formats.terminal import ViewOptions
 from deepctx.cli.formats.tree_table import TreeTable
+from deepctx.cli.output import write_output
 from deepctx.cli.views.bottomup import bottom_up
 from deepctx.cli.views.document import DocumentError, load
 from deepctx.cli.views.focus import focus_tree
@@ -67,14 +67,12 @@ def document(args: argparse.Namespace) -> dict[str, Any]:
         except DocumentError as e:
             raise CliError(str(e), 2) from None
     from deepctx.cli.client import connect
-    from deepctx.cli.commands.attach import capture  # only --pid needs the daemon's client
+    from deepctx.cli.commands.attach import attach_request, capture  # only --pid needs the daemon's client
     from deepctx.cli.formats import json_file
     from deepctx.cli.profile_doc import to_doc
-    from deepctx.proto.v1 import deepctx_pb2 as pb
 
     stub = connect(args.socket_path)
-    req = pb.AttachRequest(pid=args.pid, duration_s=args.duration, python=pb.PYTHON_AUTO, gpu=pb.GPU_AUTO,
-                           mode=pb.MODE_EXACT)
+    req = attach_request(args.pid, args.duration)
     doc = to_doc(capture(stub, req, args.socket_path, show_progress=sys.stderr.isatty()))
     if args.save:
         json_file.write(doc, args.save)
@@ -120,8 +118,9 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         from deepctx.cli.formats.html import HtmlReport
 
-        Path(args.html).write_text(HtmlReport(embed_sources=not args.no_sources).render(doc))
-        Console(stderr=True).print(f"report written to {args.html}")
+        write_output(args.html, HtmlReport(embed_sources=not args.no_sources).render(doc))
+        if args.html != "-":
+            Console(stderr=True).print(f"report written to {args.html}")
         return 0
     root = from_doc(doc)
     opts = options(args, root)

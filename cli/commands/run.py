@@ -1,12 +1,12 @@
-"""deepctx run [--] CMD...: start a command with the CUPTI agent and profile it, device times included
-from its first kernel.
+"""deepctx run [--] CMD...: start a command with the device-activity agents and profile it, device times
+included from its first kernel.
 
-The command runs with CUDA_INJECTION64_PATH naming the agent. When a process of it initializes CUDA,
-the agent (inside cuInit) sends its pid over a socket this command passes down, and waits. The first
-such process is profiled: the CLI asks deepctxd to attach (the agent is loaded by then, so the daemon
-finds it), and once the capture runs it tells the agent to go on. Later processes are told to go on at
-once. The capture ends when that process exits (or after --duration); the command's exit status is
-this command's."""
+The command runs with CUDA_INJECTION64_PATH naming the CUPTI agent and ROCP_TOOL_LIBRARIES naming the
+rocprofiler-sdk one (each where it is built). When a process of it initializes CUDA or HIP, the agent sends
+its pid over a socket this command passes down, and waits. The first such process is profiled: the CLI asks
+deepctxd to attach (the agent is loaded by then, so the daemon finds it), and once the capture runs it tells
+the agent to go on. Later processes are told to go on at once. The capture ends when that process exits (or
+after --duration); the command's exit status is this command's."""
 
 from __future__ import annotations
 
@@ -24,12 +24,10 @@ import grpc
 from rich.console import Console
 
 from deepctx.cli.client import CliError, connect, rpc_error
-from deepctx.cli.commands.attach import emit
+from deepctx.cli.commands.attach import CALL_PATH_MODES, PYTHON_MODES, attach_request, check_rate, emit
 from deepctx.cli.profile_doc import to_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
-PYTHON_MODES = {"auto": pb.PYTHON_AUTO, "on": pb.PYTHON_ON, "off": pb.PYTHON_OFF}
-CALL_PATH_MODES = {"exact": pb.MODE_EXACT, "sampled": pb.MODE_SAMPLED}
 GO, SKIP = b"g", b"s"
 AGENT_WAIT_MS = 120_000  # how long a process waits in cuInit for the daemon to attach
 
@@ -57,15 +55,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def agent_path(flag: str | None) -> str:
-    if flag:
-        if not os.path.isfile(flag):
-            raise CliError(f"--agent {flag}: no such file", 2)
-        return os.path.abspath(flag)
-    from deepctx.daemon.inject.agent import find_agent
+def agent_env(flag: str | None) -> dict[str, str]:
+    """The injection variables naming the agents (CUPTI, rocprofiler-sdk); --agent replaces the CUPTI one."""
+    if flag and not os.path.isfile(flag):
+        raise CliError(f"--agent {flag}: no such file", 2)
+    from deepctx.daemon.inject.agent import injection_env
 
     try:
-        return find_agent()
+        return injection_env(os.path.abspath(flag) if flag else None)
     except ValueError as e:
         raise CliError(str(e), 2) from None
 
@@ -131,16 +128,17 @@ def run(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise CliError("nothing to run: deepctx run [options] -- CMD [ARGS...]", 2)
-    if os.environ.get("CUDA_INJECTION64_PATH"):
-        raise CliError(f"CUDA_INJECTION64_PATH is already set ({os.environ['CUDA_INJECTION64_PATH']}): another "
-                       f"tool injects into CUDA; unset it to run with deepctx", 2)
+    check_rate(args.sample_hz)  # before the command starts
+    for var in ("CUDA_INJECTION64_PATH", "ROCP_TOOL_LIBRARIES"):
+        if os.environ.get(var):
+            raise CliError(f"{var} is already set ({os.environ[var]}): another tool injects into the GPU runtime; "
+                           f"unset it to run with deepctx", 2)
     stub = connect(args.socket_path)  # fails early, before the command starts, when no daemon answers
-    agent = agent_path(args.agent)
+    agents = agent_env(args.agent)
     err = Console(stderr=True)
     show = not args.quiet
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    env = dict(os.environ, CUDA_INJECTION64_PATH=agent, DEEPCTX_NOTIFY_FD=str(theirs.fileno()),
-               DEEPCTX_AGENT_WAIT_MS=str(AGENT_WAIT_MS))
+    env = dict(os.environ, **agents, DEEPCTX_NOTIFY_FD=str(theirs.fileno()), DEEPCTX_AGENT_WAIT_MS=str(AGENT_WAIT_MS))
     try:
         proc = subprocess.Popen(cmd, env=env, pass_fds=(theirs.fileno(),))
     except OSError as e:
@@ -157,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     rc = proc.wait()
     if capture is None:
         if show:
-            err.print("[yellow]warning:[/] the command never initialized CUDA: nothing was profiled")
+            err.print("[yellow]warning:[/] the command never initialized CUDA or HIP: nothing was profiled")
         return rc
     capture.thread.join()
     if capture.error is not None:
@@ -191,10 +189,8 @@ def wait_and_profile(proc: subprocess.Popen, ours: socket.socket, stub: Any, arg
                     continue
                 if err is not None:
                     err.print(f"deepctx: process {pid} initialized CUDA: profiling it")
-                req = pb.AttachRequest(pid=pid, duration_s=args.duration or 0.0, sample_hz=args.sample_hz,
-                                       python=PYTHON_MODES[args.python], gpu=pb.GPU_ON,
-                                       mode=CALL_PATH_MODES[args.mode], gpu_activity=pb.GPU_ACTIVITY_ON,
-                                       trace=args.trace)
+                req = attach_request(pid, args.duration or 0.0, sample_hz=args.sample_hz, python=args.python,
+                                     gpu="on", mode=args.mode, gpu_activity="on", trace=args.trace)
                 if not req.duration_s:
                     req.duration_s = max_duration(stub)
                 capture = Capture(stub, req, args.socket_path, lambda ch=channel: reply(ch, GO))

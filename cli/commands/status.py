@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Mapping
 
 import grpc
 from google.protobuf.json_format import MessageToDict
@@ -37,6 +38,32 @@ def _status(args: argparse.Namespace) -> pb.StatusReply:
         time.sleep(0.1)  # polling for a daemon that is starting; not synchronization between our threads
 
 
+# The stats counters of events lost or dropped (probes/*.py stats(), daemon/device_tree.py), beyond those
+# whose name says "lost" or "dropped". Not counted: the native unwinder's `store_failed` (each failure is
+# counted again as cpu_user_stacks_lost or gpu_api_stacks_lost) and the unwind tables' `table_*_dropped`
+# (rows of unwind tables that did not fit, not events).
+LOST_COUNTERS = ("python_stack_map_full", "device_batches_cut")
+LOST_SOURCES = ("cpu", "python", "gpu", "device")
+
+
+def lost_counters(stats: Mapping[str, int]) -> dict[str, int]:
+    """Every nonzero counter of lost or dropped events in a session's stats, by name."""
+    return {k: int(v) for k, v in sorted(stats.items())
+            if v and (k in LOST_COUNTERS or (("lost" in k or "dropped" in k) and not k.startswith("table_")))}
+
+
+def lost_text(stats: Mapping[str, int]) -> str:
+    """The LOST column: lost and dropped events by the part of the capture that lost them, e.g.
+    "cpu 3, python 2, device 1"; "0" when nothing was lost."""
+    by_source: dict[str, int] = {}
+    for k, v in lost_counters(stats).items():
+        source = k.split("_", 1)[0]
+        source = source if source in LOST_SOURCES else "other"
+        by_source[source] = by_source.get(source, 0) + v
+    order = (*LOST_SOURCES, "other")
+    return ", ".join(f"{s} {by_source[s]}" for s in order if s in by_source) or "0"
+
+
 def run(args: argparse.Namespace) -> int:
     st = _status(args)
     if args.format == "json":
@@ -58,12 +85,15 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(col)
     now = time.time()
     for s in st.sessions:
-        lost = s.stats.get("cpu_user_stacks_lost", 0) + s.stats.get("cpu_samples_dropped_map_full", 0)
         table.add_row(str(s.id), str(s.pid), s.state, f"{s.sample_hz} Hz", ",".join(s.probes),
                       f"{now - s.started_unix:.0f}/{s.duration_s:g} s", str(s.stats.get("cpu_samples", 0)),
-                      str(lost), s.command)
+                      lost_text(s.stats), s.command)
     con.print(table)
     for s in st.sessions:
+        lost = lost_counters(s.stats)
+        if lost:
+            con.print(f"session {s.id} (pid {s.pid}) lost: " + ", ".join(f"{k} {v}" for k, v in lost.items()),
+                      highlight=False, markup=False, soft_wrap=True)
         for w in s.warnings:
             con.print(f"[yellow]session {s.id} (pid {s.pid}):[/] {w}")
     return 0

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
+
+from deepctx.cli.output import write_output
 
 
 def write(doc: dict[str, Any], path: str | None) -> None:
-    text = json.dumps(doc, indent=1)
-    if path in (None, "-"):
-        sys.stdout.write(text + "\n")
-        return
-    assert path is not None
-    with open(path, "w") as f:
-        f.write(text + "\n")
+    """The document onto stdout (path None or '-') or into path (gzipped when it ends in .gz)."""
+    write_output(path, json.dumps(doc, indent=1) + "\n")
