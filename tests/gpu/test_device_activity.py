@@ -7,8 +7,9 @@
     goes on and finishes normally;
   - `deepctx run` profiles a command from its first kernel;
   - the trace export (`--trace`) read by Holistic Trace Analysis: its kernel breakdown matches deepctx's
-    totals within 1% (skipped without the `hta` package; the trace and profile are saved to
-    $DEEPCTX_ARTIFACTS, and `python tests/gpu/test_device_activity.py hta DIR` checks them elsewhere).
+    totals within 1% (skipped without the `hta` package; the profile is saved to $DEEPCTX_ARTIFACTS, and
+    `cd tests && python gpu/test_device_activity.py hta DIR` checks it elsewhere; a recorded one is checked in
+    CI by views/test_consumers.py).
 
 The targets are written here, next to the assertions that read their lines. The agent is built from
 native/ with this interpreter's CUPTI headers (the nvidia-cuda-cupti wheel PyTorch depends on), or
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from harness import DEEPCTX, StdinTarget, line_of, session_of, wait_for
+from hta_check import hta_kernel_ns, trace_kernel_ns, tree_kernel_ns
 from profile_paths import walk
 
 REPO = Path(__file__).resolve().parents[2]
@@ -254,39 +256,25 @@ def test_run_profiles_from_the_first_kernel(daemon, agent: Path, scripts: Path, 
 
 
 def test_trace_export_reads_in_hta(daemon, agent: Path, scripts: Path, tmp_path: Path) -> None:
-    from deepctx.cli.formats.chrome import ChromeTrace
-    from deepctx.cli.formats.exporter import ExportOptions
-
     doc, _ = phase(daemon, [sys.executable, str(scripts / "resnet.py")], with_agent(agent), "--trace")
-    trace = ChromeTrace().export(doc, ExportOptions())
-    save("device_trace.json.gz", trace)
-    save("device_trace_profile.json.gz", json.dumps(doc))
+    save("device_trace_profile.json.gz", json.dumps(doc))  # tests/fixtures/profiles/h200_resnet50_trace.json.gz
     pytest.importorskip("hta", reason="HolisticTraceAnalysis is not installed here: check the artifacts elsewhere")
-    (tmp_path / "rank0.json").write_text(trace)
-    check_hta(tmp_path, doc)
+    check_hta(doc, tmp_path)
 
 
-def check_hta(trace_dir: Path, doc: dict) -> None:
-    """HTA's kernel breakdown of the trace against deepctx's kernel totals of the same capture."""
-    from hta.trace_analysis import TraceAnalysis
-
-    _, by_kernel = TraceAnalysis(trace_dir=str(trace_dir)).get_gpu_kernel_breakdown(visualize=False)
-    compute = by_kernel[by_kernel["kernel_type"] != "MEMORY"]  # HTA lists copies and sets as kernels too
-    hta_ns = float(compute["sum (us)"].sum()) * 1000
-    ours = sum(ev["dur_ns"] for ev in doc["trace"] if ev["kind"] == "kernel")
-    _, tree_ns = kernel_time(doc)
+def check_hta(doc: dict, trace_dir: Path) -> None:
+    """HTA's kernel breakdown of the trace export against deepctx's kernel totals of the same capture."""
+    hta_ns, ours, tree_ns = hta_kernel_ns(doc, trace_dir), trace_kernel_ns(doc), tree_kernel_ns(doc)
     print(f"\nHTA {hta_ns / 1e6:.3f} ms, deepctx trace {ours / 1e6:.3f} ms, deepctx tree {tree_ns / 1e6:.3f} ms")
     assert abs(hta_ns - ours) <= 0.01 * ours
     assert abs(tree_ns - ours) <= 0.01 * ours
 
 
-if __name__ == "__main__":  # python tests/gpu/test_device_activity.py hta DIR (artifacts of a GPU run)
+if __name__ == "__main__":  # cd tests && python gpu/test_device_activity.py hta DIR (artifacts of a GPU run)
     if len(sys.argv) != 3 or sys.argv[1] != "hta":
         sys.exit("usage: test_device_activity.py hta ARTIFACTS_DIR")
     import tempfile
 
-    art = Path(sys.argv[2])
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "rank0.json").write_text(gzip.open(art / "device_trace.json.gz", "rt").read())
-        check_hta(Path(tmp), json.loads(gzip.open(art / "device_trace_profile.json.gz", "rt").read()))
+        check_hta(json.loads(gzip.open(Path(sys.argv[2]) / "device_trace_profile.json.gz", "rt").read()), Path(tmp))
     print("HTA agrees with deepctx within 1%")

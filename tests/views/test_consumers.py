@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import recorded
+from hta_check import hta_kernel_ns, trace_kernel_ns, tree_kernel_ns
 from synth import trace_events
 
 from deepctx.cli.formats.chrome import ChromeTrace
@@ -70,6 +71,18 @@ def test_hta_reads_a_recorded_trace(tmp_path: Path, gpu_doc: dict[str, Any]) -> 
     kernels = stats[stats["correlation"] < 200]
     assert sorted(kernels["gpu_duration"]) == [2, 3, 4, 5, 6]
     assert list(kernels["launch_delay"]) == [13] * 5  # kernel start - launch end: 20 us - 7 us
+
+
+def test_hta_kernel_breakdown_matches_a_recorded_resnet50_step(tmp_path: Path) -> None:
+    """A ResNet-50 training step captured on the H200 with --trace (tests/gpu/test_device_activity.py):
+    HTA's kernel time of today's export of it equals deepctx's within 1%."""
+    pytest.importorskip("hta.trace_analysis")
+    doc = json.loads(gzip.open(Path(__file__).parents[1] / "fixtures" / "profiles" / "h200_resnet50_trace.json.gz", "rt").read())
+    kernels = [ev for ev in doc["trace"] if ev["kind"] == "kernel"]
+    assert len(kernels) == 2157 and len({ev["name"] for ev in kernels}) == 72  # what the capture holds
+    ours, hta_ns = trace_kernel_ns(doc), hta_kernel_ns(doc, tmp_path / "trace")
+    assert ours == tree_kernel_ns(doc) == 49_994_465
+    assert abs(hta_ns - ours) <= 0.01 * ours, (hta_ns, ours)
 
 
 def go_pprof() -> list[str]:
