@@ -6,8 +6,9 @@
 Blocks alternate: every workload alone (no daemon), then every workload under a continuous daemon at its
 default settings (19 Hz CPU sampling, sampled GPU call paths, 10 s windows into the window store). Each
 run starts a fresh process (bench/workloads.py), waits until the daemon profiles it, then times the
-steps, which last long enough to span window cuts. Then --targets launch-bound processes run at once
-under one daemon, for its CPU and memory with several targets. --gpu-duty sets the share of each window the
+steps, which last long enough to span window cuts. Then --targets launch-bound processes run at once,
+alone and under one daemon, for the daemon's CPU and memory with several targets (their baseline is as many
+processes alone: they share the GPU). --gpu-duty sets the share of each window the
 GPU API probes are attached (1.0: always, the counts exact). Reported per workload: steps/s (median),
 ratio (alone / continuous), and the daemon's CPU (share of one core) and RSS over the timed steps.
 """
@@ -102,8 +103,8 @@ def main() -> int:
                 for name in names:
                     rows.append(one(name, args.python, daemon))
                     print(json.dumps(rows[-1]), flush=True)
-                if daemon is not None and args.targets > 1 and variant == "continuous" and not any(
-                        r["targets"] > 1 for r in rows):
+                if args.targets > 1 and not any(r["targets"] > 1 and r["variant"] == variant for r in rows):
+                    # several targets share the GPU: their baseline is as many alone, not one
                     rows.append(one("launch_bound", args.python, daemon, args.targets))
                     print(json.dumps(rows[-1]), flush=True)
             finally:
@@ -113,7 +114,7 @@ def main() -> int:
           f"{'RSS MB':>7} {'windows':>7}")
     for name in dict.fromkeys(names + ["launch_bound"]):  # the several-targets row is a launch-bound one
         for n in sorted({r["targets"] for r in rows if r["workload"] == name}):
-            alone = [r["steps_per_s"] for r in rows if r["workload"] == name and r["variant"] == "alone" and r["targets"] == 1]
+            alone = [r["steps_per_s"] for r in rows if r["workload"] == name and r["variant"] == "alone" and r["targets"] == n]
             cont = [r for r in rows if r["workload"] == name and r["variant"] == "continuous" and r["targets"] == n]
             if not alone or not cont:
                 continue

@@ -103,8 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         ready_fd = _daemonize(cfg.log_file)
     logs.setup(cfg.log_level, cfg.log_format)
     # Imported after the fork: gRPC's threads do not survive one.
+    from deepctx.daemon.self_profile import start_from_env
     from deepctx.daemon.server import DaemonServer, SocketInUse
 
+    profiler = start_from_env()
     server = DaemonServer(cfg)
     try:
         server.start()
@@ -128,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     stop.wait()
     server.stop()
+    if profiler is not None:
+        profiler.stop()
     return 0
 
 
