@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, start_http_se
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from deepctx.daemon.lost import lost_counters
 from deepctx.daemon.store.sqlite import StoreStats
 from deepctx.daemon.store.summary import METRICS, Summary
 from deepctx.daemon.store.window import Window, container_of
@@ -86,7 +87,7 @@ def summary_of_message(msg: pb.Profile) -> Summary:
             s.launches += int(values.get("calls", 0))
         elif node.kind == "memcpy":
             s.copy_bytes += int(values.get("bytes", 0))
-    s.lost = {k: int(v) for k, v in msg.stats.items() if "lost" in k or "dropped" in k}
+    s.lost = lost_counters(msg.stats, zeros=True)
     return s
 
 

@@ -19,6 +19,7 @@ from deepctx.daemon import auth, procfs
 from deepctx.daemon.capture import Capture, CaptureOptions, CaptureResult, Progress
 from deepctx.daemon.config import Config
 from deepctx.daemon.errors import AlreadyProfiled, InvalidArgument, NotFound, RequestError, ResourceExhausted
+from deepctx.daemon.lost import lost_counters
 from deepctx.daemon.metrics import ProcessTotals, observe_capture
 from deepctx.daemon.processes import list_processes
 from deepctx.daemon.profile_wire import to_message
@@ -80,7 +81,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         self._sessions: dict[int, Capture] = {}
         self._ids = itertools.count(1)
         self.totals: dict[str, int] = {"captures_started": 0, "captures_completed": 0, "captures_failed": 0,
-                                       "requests_rejected": 0, "samples": 0, "samples_lost": 0,
+                                       "requests_rejected": 0, "samples": 0, "samples_lost": 0, "events_lost": 0,
                                        "continuous_windows": 0}
         self.store = open_store(config)  # windows of continuous mode; None when store_path is ""
         self.process_totals = ProcessTotals()  # per-process counters for /metrics
@@ -202,6 +203,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
                 self.totals["samples"] += stats.get("cpu_samples", 0)
                 self.totals["samples_lost"] += stats.get("cpu_user_stacks_lost", 0) + stats.get(
                     "cpu_samples_dropped_map_full", 0)
+                self.totals["events_lost"] += sum(lost_counters(stats).values())
                 self.totals["captures_completed"] += 1
                 log.info("capture finished", extra={"session": cap.id, "pid": cap.pid, "ended": item.ended,
                                                     "samples": stats.get("cpu_samples", 0)})

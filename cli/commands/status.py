@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from deepctx.cli.client import CliError, connect, rpc_error
+from deepctx.daemon.lost import lost_counters
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 
@@ -38,18 +39,7 @@ def _status(args: argparse.Namespace) -> pb.StatusReply:
         time.sleep(0.1)  # polling for a daemon that is starting; not synchronization between our threads
 
 
-# The stats counters of events lost or dropped (probes/*.py stats(), daemon/device_tree.py), beyond those
-# whose name says "lost" or "dropped". Not counted: the native unwinder's `store_failed` (each failure is
-# counted again as cpu_user_stacks_lost or gpu_api_stacks_lost) and the unwind tables' `table_*_dropped`
-# (rows of unwind tables that did not fit, not events).
-LOST_COUNTERS = ("python_stack_map_full", "device_batches_cut")
 LOST_SOURCES = ("cpu", "python", "gpu", "device")
-
-
-def lost_counters(stats: Mapping[str, int]) -> dict[str, int]:
-    """Every nonzero counter of lost or dropped events in a session's stats, by name."""
-    return {k: int(v) for k, v in sorted(stats.items())
-            if v and (k in LOST_COUNTERS or (("lost" in k or "dropped" in k) and not k.startswith("table_")))}
 
 
 def lost_text(stats: Mapping[str, int]) -> str:

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from deepctx.daemon.lost import lost_counters
+
 METRICS = ("cpu_samples", "calls", "api_time_ns", "gpu_time_ns", "bytes", "sync_wait_ns")
 KERNEL_METRICS = ("calls", "api_time_ns", "gpu_time_ns")
 LineKey = tuple[str, int, str]  # (file, line, function)
@@ -82,7 +84,5 @@ def summarize(doc: dict[str, Any]) -> Summary:
             acc = s.lines.setdefault(cost.line, dict.fromkeys(METRICS, 0))
             for k in METRICS:
                 acc[k] += int(m.get(k, 0))
-    for key, value in (doc.get("stats") or {}).items():
-        if ("lost" in key or "dropped" in key) and isinstance(value, int):
-            s.lost[key] = value
+    s.lost.update(lost_counters(doc.get("stats") or {}, zeros=True))
     return s
