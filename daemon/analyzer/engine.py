@@ -13,6 +13,7 @@ from deepctx.daemon.analyzer.registry import Context, Limits, NotEvaluated, get_
 from deepctx.daemon.analyzer.timing import TimeBasis, time_basis
 
 ANALYZER = "deepctx.analyzer/1"
+LEAD_CONFIDENCE = 0.4  # below 0.5 a finding is a lead, not a claim (docs/analyzer.md)
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class Analysis:
             "time_ns": b.time_ns, "time_source": b.source, "host_time_ns": b.host_ns, "main_tid": b.main_tid,
             "device_time": {"source": b.device.source, "busy_ns": b.device.busy_ns, "gpu_time_ns": b.device.gpu_time_ns},
             "device": {"name": self.device.name, "sm_count": self.device.sm_count, "source": self.device.source},
-            "min_speedup": self.limits.min_speedup,
+            "min_speedup": self.limits.min_speedup, "claim_speedup": self.limits.claim_speedup,
             "rules": [r.to_json() for r in self.rules],
         }
 
@@ -80,6 +81,9 @@ def analyze(doc: dict[str, Any], limits: Limits | None = None, rules: list[str] 
         for f in kept:  # a rule may give its own call path; else the representative one of the finding's line
             if not f.call_path and f.site is not None:
                 f.call_path = idx.paths.get(f.site, ())
+            if f.estimated_speedup is not None and f.estimated_speedup < limits.claim_speedup:
+                # a gain this small is within what the estimate's model can be off by: worth a look, not a claim
+                f.confidence = min(f.confidence, LEAD_CONFIDENCE)
         reason = None
         if dropped:
             best = dropped[0]

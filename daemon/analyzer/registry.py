@@ -16,6 +16,7 @@ class Limits:
     """When something is worth reporting. Documented in docs/analyzer.md."""
 
     min_speedup: float = 1.02  # findings whose estimate is lower are left out
+    claim_speedup: float = 1.05  # findings whose estimate is lower are leads (confidence at most LEAD_CONFIDENCE)
     loop_calls: int = 20  # a call made this often from one line in one capture is in a loop
     launch_bound_launches: int = 100  # launches from one line before launch overhead is worth a finding
     min_share: float = 0.05  # share of T (or of the launches) a finding without a speedup estimate needs

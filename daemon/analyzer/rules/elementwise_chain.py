@@ -10,6 +10,8 @@ from deepctx.daemon.analyzer.names import is_elementwise_kernel, operator_from_k
 from deepctx.daemon.analyzer.registry import Context, NotEvaluated, Rule, register
 from deepctx.daemon.analyzer.rules.common import launches, site_text
 
+INCIDENTAL = 8  # an op run 8 times less often than the chain's most frequent one is not part of the chain
+
 
 def op_name(r: GpuRecord) -> str:
     return r.ctx.op or operator_from_kernel(r.name) or short_kernel_name(r.name, 40)
@@ -35,6 +37,10 @@ class ElementwiseChain(Rule):
             ops: Counter[str] = Counter()
             for r in recs:
                 ops[op_name(r)] += r.calls
+            # a chain runs each of its ops about equally often; an op the issuer ran far less often is another
+            # call of it (one ReLU after the last block of 49), not a link of the chain
+            top = max(ops.values())
+            ops = Counter({op: c for op, c in ops.items() if c * INCIDENTAL >= top})
             runs = min(ops.values())
             per_run = {op: round(c / runs) for op, c in ops.most_common()}
             kernels_per_run = sum(per_run.values())

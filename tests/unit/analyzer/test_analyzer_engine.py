@@ -84,6 +84,16 @@ def test_findings_are_ordered_worst_first_and_filtered() -> None:
                                                           "step (/srv/app/train.py:20))")
 
 
+def test_a_small_estimated_gain_is_a_lead_not_a_claim() -> None:
+    b = DocBuilder()
+    b.cpu(MAIN + [py("step", 20)], 100)
+    b.launch(MAIN + [py("step", 20)], MUL, 10_000, 50 * MS, operator="mul")  # launch-bound: 7.5x at 0.5
+    claims = analyze(b.doc)
+    assert [(f.rule, f.estimated_speedup, f.confidence) for f in claims.findings] == [("launch-bound-loop", 7.5, 0.5)]
+    leads = analyze(b.doc, Limits(claim_speedup=8.0))
+    assert [(f.rule, f.estimated_speedup, f.confidence) for f in leads.findings] == [("launch-bound-loop", 7.5, 0.4)]
+
+
 def test_worker_thread_work_is_charged_to_the_line_that_handed_it_over() -> None:
     """Launches of PyTorch's autograd threads sit under the backward() line (origin path, op, worker thread)."""
     b = DocBuilder()

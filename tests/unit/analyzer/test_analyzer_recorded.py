@@ -48,3 +48,12 @@ def test_rule_on_its_recorded_example(rule: str) -> None:
     name, line = marked_line(rule)
     at = [(Path(f.site.file).name, f.site.line) for f in bad.findings if f.site and f.site.file]
     assert (name, line) in at, (bad.rules[0], at)
+
+
+@pytest.mark.parametrize("model", ["resnet50", "gpt2"])
+def test_no_confident_finding_on_a_recorded_well_tuned_loop(model: str) -> None:
+    """examples/inefficiencies/well_tuned.py (ResNet-50 at batch 256, GPT-2 small at 32x512, bf16 autocast) as
+    recorded on the H200: whatever fires stays below confidence 0.5 (a lead)."""
+    a = analyze(load(RECORDED / f"analyzer_well_tuned_{model}.json.gz"))
+    assert a.findings, "the recording has leads: the test would pass vacuously without them"
+    assert [(f.rule, f.confidence) for f in a.findings if f.confidence >= 0.5] == []

@@ -249,6 +249,17 @@ def test_elementwise_chain_with_gpu_time_estimates_the_fusion() -> None:
     assert f["estimated_speedup"] == 9.0 and f["confidence"] == 0.6
 
 
+def test_one_op_called_from_many_layers_is_not_a_chain() -> None:
+    """F.relu after each of 49 layers (97 ReLU kernels a step) plus one other op once a step, from one issuer:
+    different tensors, one op each: nothing to fuse."""
+    b = DocBuilder()
+    line = MAIN + [py("step", 80)]
+    b.cpu(line, 20)
+    b.launch(line, MUL, 20 * 97, 20 * 97 * 5_000, 20 * 97 * 100_000, grid=(16384, 1, 1), operator="relu")
+    b.launch(line, ADD, 20, 20 * 5_000, 20 * 100_000, grid=(16384, 1, 1), operator="add")
+    assert findings(b.doc, "elementwise-chain") == []
+
+
 def test_elementwise_chain_not_on_the_fused_op() -> None:
     assert findings(gelu_loop(fused=True), "elementwise-chain") == []
     assert findings(gelu_loop(fused=True, gpu_ns_each=30_000), "elementwise-chain") == []
