@@ -9,10 +9,10 @@ import os
 import threading
 from typing import Any
 
-from deepctx.cli.profile_doc import to_doc
 from deepctx.daemon.capture import CaptureOptions, CaptureResult
 from deepctx.daemon.config import Config
 from deepctx.daemon.processes import list_processes
+from deepctx.daemon.profile_doc import to_doc
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.store import container_of, window_for
 from deepctx.daemon.store.window import owner_of

@@ -45,7 +45,7 @@ def capture(args: argparse.Namespace) -> dict[str, Any]:
     from deepctx.cli.client import connect
     from deepctx.cli.commands.attach import attach_request, check_rate  # the daemon's client, only for a PID
     from deepctx.cli.commands.attach import capture as attach_capture
-    from deepctx.cli.profile_doc import to_doc
+    from deepctx.daemon.profile_doc import to_doc
 
     check_rate(args.sample_hz)
     stub = connect(args.socket_path)

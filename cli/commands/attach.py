@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.formats import json_file, tree
 from deepctx.cli.output import write_output
-from deepctx.cli.profile_doc import to_doc
+from deepctx.daemon.profile_doc import to_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 PYTHON_MODES = {"auto": pb.PYTHON_AUTO, "on": pb.PYTHON_ON, "off": pb.PYTHON_OFF}

@@ -69,7 +69,7 @@ def document(args: argparse.Namespace) -> dict[str, Any]:
     from deepctx.cli.client import connect
     from deepctx.cli.commands.attach import attach_request, capture  # only --pid needs the daemon's client
     from deepctx.cli.formats import json_file
-    from deepctx.cli.profile_doc import to_doc
+    from deepctx.daemon.profile_doc import to_doc
 
     stub = connect(args.socket_path)
     req = attach_request(args.pid, args.duration)

@@ -25,7 +25,7 @@ from rich.console import Console
 
 from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.commands.attach import CALL_PATH_MODES, PYTHON_MODES, attach_request, check_rate, emit
-from deepctx.cli.profile_doc import to_doc
+from deepctx.daemon.profile_doc import to_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 GO, SKIP = b"g", b"s"

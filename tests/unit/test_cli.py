@@ -12,9 +12,9 @@ from rich.console import Console
 
 from deepctx.cli.formats.tree import inclusive_values, render
 from deepctx.cli.main import main
-from deepctx.cli.profile_doc import to_doc
 from deepctx.daemon.capture import CaptureResult
 from deepctx.daemon.frames import Frame, thread_frame
+from deepctx.daemon.profile_doc import to_doc
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.tree import CallTree
 

@@ -18,10 +18,10 @@ from deepctx.cli.formats.exporter import ExportOptions
 from deepctx.cli.formats.pprof import Pprof
 from deepctx.cli.formats.speedscope import Speedscope
 from deepctx.cli.main import main
-from deepctx.cli.profile_doc import to_doc
 from deepctx.cli.views.document import load
 from deepctx.daemon.capture import CaptureResult
 from deepctx.daemon.frames import Frame, thread_frame
+from deepctx.daemon.profile_doc import to_doc
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.tree import CallTree
 from deepctx.proto.pprof import profile_pb2

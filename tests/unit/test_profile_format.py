@@ -7,9 +7,9 @@ from pathlib import Path
 
 import jsonschema
 
-from deepctx.cli.profile_doc import to_doc
 from deepctx.daemon.capture import CaptureResult
 from deepctx.daemon.frames import Frame, thread_frame
+from deepctx.daemon.profile_doc import to_doc
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.tree import METRICS, CallTree
 

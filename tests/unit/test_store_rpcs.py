@@ -8,10 +8,10 @@ import grpc
 import pytest
 import store_producer as sp
 
-from deepctx.cli.profile_doc import to_doc
 from deepctx.daemon import auth
 from deepctx.daemon.auth import Caller
 from deepctx.daemon.config import Config
+from deepctx.daemon.profile_doc import to_doc
 from deepctx.daemon.service_store import StoreRpcs, open_store
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
