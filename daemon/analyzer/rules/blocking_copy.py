@@ -25,6 +25,9 @@ class BlockingCopy(Rule):
     needs = "api"
 
     def evaluate(self, ctx: Context) -> list[Finding] | NotEvaluated:
+        return self.findings(ctx)
+
+    def findings(self, ctx: Context) -> list[Finding]:
         idx, lim = ctx.index, ctx.limits
         out = []
         for site, recs in by_site(steady(idx.gpu)).items():

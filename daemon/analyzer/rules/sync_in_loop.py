@@ -8,18 +8,14 @@ from collections import Counter
 from deepctx.daemon.analyzer.finding import Finding
 from deepctx.daemon.analyzer.index import Site
 from deepctx.daemon.analyzer.registry import Context, NotEvaluated, Rule, register
+from deepctx.daemon.analyzer.rules.blocking_copy import BlockingCopy
 from deepctx.daemon.analyzer.rules.common import by_site, pure_host_ns, site_text, steady
 
 
 def upload_sites(ctx: Context) -> set[Site | None]:
-    """Lines whose waits belong to blocking host-to-device copies (the blocking-copy rule's)."""
-    out: set[Site | None] = set()
-    for site, recs in by_site(steady(ctx.index.gpu)).items():
-        uploads = sum(r.calls for r in recs if r.kind == "memcpy" and r.name == "HtoD")
-        syncs = sum(r.calls for r in recs if r.kind == "sync")
-        if uploads and uploads * 2 >= syncs:
-            out.add(site)
-    return out
+    """Lines whose waits the blocking-copy rule reports, as blocking host-to-device copies: exactly those, so
+    a wait is reported by one rule or the other, never by neither."""
+    return {f.site for f in BlockingCopy().findings(ctx) if f.evidence["direction"] == "HtoD"}
 
 
 @register

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from analyzer_docs import ADD, BF16_GEMM, MUL, SGEMM, TANH, TRAIN, DocBuilder, frame, lib, nat, py
 
 from deepctx.daemon.analyzer import Limits, analyze
@@ -136,6 +137,19 @@ def test_blocking_copy_fires_on_pageable_style_uploads() -> None:
     assert f["estimated_speedup"] == round(551e6 / (551e6 - 167_772_160), 2) == 1.44
     assert "pin_memory=True" in f["suggestion"] and "non_blocking=True" in f["suggestion"]
     assert findings(doc, "sync-in-loop", min_speedup=1.0) == []  # the waits are this rule's, not sync-in-loop's
+
+
+@pytest.mark.parametrize(("uploads", "syncs"), [(10, 20), (100, 30)])
+def test_waits_beside_uploads_blocking_copy_does_not_report_are_sync_in_loops(uploads: int, syncs: int) -> None:
+    """10 uploads (too few to be a loop's) beside 20 waits; 100 async uploads beside 30 waits (too few to
+    block them): blocking-copy reports neither, so the waits are sync-in-loop's."""
+    b = DocBuilder()
+    b.copy(MAIN + [py("train", 50)], "HtoD", uploads, uploads * 4096, uploads * 10_000)
+    b.sync(MAIN + [py("train", 50)], syncs, 300 * MS)
+    b.cpu(MAIN + [py("train", 51)], 200)
+    assert findings(b.doc, "blocking-copy", min_speedup=1.0) == []
+    [f] = findings(b.doc, "sync-in-loop")
+    assert at(f) == (TRAIN, 50, "train") and f["evidence"]["syncs"] == syncs
 
 
 def test_blocking_copy_dominating_the_step_is_bounded_by_the_pinned_copy() -> None:
