@@ -30,6 +30,7 @@ from deepctx.probes.gpu_api import GpuApi, builtin_handoffs
 log = logging.getLogger("deepctx.capture")
 
 POLL_INTERVAL_S = 0.5
+BUSY_POLL_INTERVAL_S = 0.05  # while a family says it is busy (e.g. new Python stacks to name before an exit)
 
 
 @dataclass
@@ -271,7 +272,8 @@ class Capture:
                     ended = "daemon_shutdown"
                     break
                 # The pidfd turns readable the moment the target exits: no polling delay.
-                wait_s = min(POLL_INTERVAL_S, opts.duration_s - elapsed)
+                busy = any(getattr(f, "busy", lambda: False)() for f in self.families)  # busy() is optional
+                wait_s = min(BUSY_POLL_INTERVAL_S if busy else POLL_INTERVAL_S, opts.duration_s - elapsed)
                 if duty is not None:
                     wait_s = min(wait_s, duty.next_switch_s(time.monotonic() - window_t0))
                 if poller.poll(max(wait_s, 0.0) * 1000):
@@ -418,6 +420,8 @@ class Capture:
                 trace = build_trace(dev.events, view.names if view else {}, self.clock_offset_ns, target.pid)
             stats["gpu_stacks_truncated"] = gpu_paths.truncated_stacks
         stats["cpu_stacks_truncated"] = cpu_paths.truncated_stacks
+        if python is not None:  # counted again: the GPU call paths above named more stacks
+            stats["python_unknown_frames"] = python.unknown_frames()
         stats["cpu_samples_in_profile"] = tree.total("cpu_samples")
         warnings = list(target.warnings)
         if ended == "target_exited":
@@ -430,6 +434,9 @@ class Capture:
         lost = stats.get("cpu_user_stacks_lost", 0) + stats.get("cpu_samples_dropped_map_full", 0)
         if lost:
             warnings.append(f"{lost} CPU samples lost their call path or were dropped (see stats)")
+        if stats.get("python_unknown_frames"):
+            warnings.append(f"{stats['python_unknown_frames']} Python frames are [unknown]: their code objects could "
+                            "not be read (stacks first seen as the process exited, or freed code)")
         gpu_lost = stats.get("gpu_api_calls_dropped_map_full", 0) + stats.get("gpu_api_stacks_lost", 0)
         if gpu_lost:
             warnings.append(f"{gpu_lost} GPU API calls were dropped or lost their call path (see stats)")

@@ -58,7 +58,8 @@ class ProbeFamily(Protocol):
         ...
 
     def poll(self, bpf: Any, target: Target) -> None:
-        """Called about twice a second during the capture (refresh threads, learn new libraries)."""
+        """Called about twice a second during the capture (refresh threads, learn new libraries); every
+        50 ms while a family that has an optional `busy() -> bool` method returns True."""
         ...
 
     def detach(self, bpf: Any, target: Target) -> None:

@@ -154,6 +154,7 @@ class PythonStacks:
         self._raw: dict[int, RawStack] = {}  # stack id -> frames as walked
         self._owner: dict[int, int] = {}  # stack id -> pid whose memory named it
         self._named: dict[int, list[PyFrameInfo]] = {}
+        self.learning = False  # the last poll found new stacks: more may come before the process exits
         self._stack_type = py_stack_type(max_depth)
         self._lost_seen = 0
         self.refreshes = 0
@@ -203,6 +204,11 @@ class PythonStacks:
                 self._refresh(bpf, pid, proc, missed.get(pid, set()))
         self._learn_new_stacks(bpf)
 
+    def busy(self) -> bool:
+        """Poll again soon: new stacks are being stored, and their code objects can only be read while the
+        process lives (a stack first seen in the target's last moments otherwise stays [unknown])."""
+        return self.learning
+
     def detach(self, bpf: Any, target: Target) -> None:
         proc = self._procs.pop(target.pid, None)
         if proc is None:
@@ -224,10 +230,12 @@ class PythonStacks:
         table = bpf["py_stats"]
         out = {name: percpu_sum(table, i) for i, name in STAT_NAMES.items()}
         out["python_thread_refreshes"] = self.refreshes
-        out["python_unknown_frames"] = sum(
-            1 for frames in self._named.values() for f in frames if f.frame.name == "[unknown]"
-        )
+        out["python_unknown_frames"] = self.unknown_frames()
         return out
+
+    def unknown_frames(self) -> int:
+        """Frames named [unknown] in the stacks named so far (the count is final once every path is resolved)."""
+        return sum(1 for frames in self._named.values() for f in frames if f.frame.name == "[unknown]")
 
     # -- for the call path resolver ------------------------------------------------------------------
 
@@ -333,6 +341,7 @@ class PythonStacks:
             fresh.append((int(leaf.id), int(leaf.pid)))
         if self._queue_overflowed(bpf):  # some ids never made it to the queue: look at them all
             fresh += [(k.value, None) for k in bpf["py_stacks"].keys() if k.value not in self._raw]
+        self.learning = bool(fresh)
         for stack_id, pid in fresh:
             raw = self._raw.get(stack_id) or self._read_stack(bpf, stack_id)
             if raw is None or not raw.frames:

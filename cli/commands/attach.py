@@ -7,6 +7,7 @@ import sys
 
 import grpc
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from deepctx.cli.client import CliError, connect, rpc_error
@@ -112,7 +113,7 @@ def emit(doc: dict, args: argparse.Namespace, err: Console) -> None:
     """Warnings on stderr; the trace (Chrome JSON) or the profile (JSON) to -o; the tree to stdout.
     Shared by `attach` and `run`."""
     for w in doc["warnings"]:
-        err.print(f"[yellow]warning:[/] {w}")
+        err.print(f"[yellow]warning:[/] {escape(w)}")  # the daemon's text: "[unknown]" is not markup
     if args.trace and args.output:
         from deepctx.cli.formats.chrome import ChromeTrace
         from deepctx.cli.formats.exporter import ExportOptions

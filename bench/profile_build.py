@@ -1,0 +1,101 @@
+"""How long a profile takes to be ready after its capture ends, on many distinct call paths (no GPU needed).
+
+    sudo .venv/bin/python bench/profile_build.py [--sites 2000] [--calls 10] [--depth 20] [--self-profile OUT]
+
+The target, a Python program generated here, calls the real CUDA runtime (the nvidia-cuda-runtime wheel;
+without a GPU each call fails, the probes fire anyway) from --sites distinct lines, each --calls times, under
+a Python stack --depth frames deep: about the shape of a ResNet-50 training capture (23,580 calls, a few
+thousand call paths). An exact-mode attach runs until the target exits; printed: the daemon's `build_s` (its
+log) and *ready*, from the target's exit to the profile in the client's hands. With --self-profile the
+daemon writes its running threads' stacks there (DEEPCTX_SELF_PROFILE) when it stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from harness import DEEPCTX, StdinTarget, session_of, start_daemon, stop_daemon, wait_for  # noqa: E402
+
+
+def cuda_runtime() -> str:
+    import nvidia
+
+    for base in nvidia.__path__:
+        for lib in sorted(Path(base).glob("cu*/lib/libcudart.so.*")):
+            return str(lib)
+    raise SystemExit("pip package nvidia-cuda-runtime is not installed (./install.sh installs it)")
+
+
+def target_source(lib: str, sites: int, calls: int, depth: int) -> str:
+    lines = ["import ctypes, sys", f"lib = ctypes.CDLL({lib!r})",
+             "def launch():",
+             "    lib.cudaLaunchKernel(None, ctypes.c_uint64(1), ctypes.c_uint32(1), ctypes.c_uint64(1), None, "
+             "ctypes.c_size_t(0), None)"]
+    for i in range(sites):  # one function per site: a distinct line and a distinct frame
+        lines += [f"def site_{i}():", f"    for _ in range({calls}):", "        launch()"]
+    lines += ["def nest(n, fn):", "    return nest(n - 1, fn) if n else fn()",
+              "print('ready', __import__('os').getpid(), flush=True)", "sys.stdin.readline()",
+              f"for i in range({sites}):", f"    nest({depth}, globals()[f'site_{{i}}'])",
+              "print('done', flush=True)"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sites", type=int, default=2000)
+    ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--depth", type=int, default=20)
+    ap.add_argument("--self-profile")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="deepctx-build-"))
+    script = tmp / "target.py"
+    script.write_text(target_source(cuda_runtime(), args.sites, args.calls, args.depth))
+    if args.self_profile:
+        os.environ["DEEPCTX_SELF_PROFILE"] = str(Path(args.self_profile).resolve())
+    d = start_daemon(tmp)
+    try:
+        t = StdinTarget([sys.executable, str(script)])
+        out = tmp / "profile.json"
+        attach = subprocess.Popen([*DEEPCTX, "attach", str(t.pid), "--mode", "exact", "--duration", "600",
+                                   "--format", "json", "--quiet", "-o", str(out)], env=d.env())
+        wait_for(lambda: (session_of(d, t.pid) or {}).get("state") == "capturing", timeout=120,
+                 what="the capture")
+        t.go()
+        t.expect("done")
+        assert t.proc.stdin is not None
+        t.proc.stdin.close()
+        t.proc.wait(timeout=60)
+        exited = time.monotonic()
+        assert attach.wait(timeout=600) == 0
+        ready = time.monotonic() - exited
+        doc = json.loads(out.read_text())
+    finally:
+        stop_daemon(d)
+    builds = [json.loads(x) for x in d.log.read_text().splitlines() if '"profile built"' in x]
+    calls = sum(n["metrics"].get("calls", 0) for n in _nodes(doc) if n["kind"] == "kernel")
+    print(f"sites {args.sites} x {args.calls} calls, depth {args.depth}: {len(_nodes(doc))} nodes, {calls} launches; "
+          f"build_s {builds[-1]['build_s'] if builds else '?'}; ready {ready:.2f} s")
+    return 0
+
+
+def _nodes(doc: dict) -> list[dict]:
+    out, stack = [], [doc["root"]]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(n["children"])
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""A target that exits right after making new call paths: frames whose code objects the daemon could not read
+before the exit are [unknown], and the profile says how many (stats and a warning), counted after every call
+path, the GPU calls' too, has been resolved."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from harness import DEEPCTX, StdinTarget, session_of, start_daemon, stop_daemon, wait_for
+from profile_paths import walk
+
+SITES = 60
+
+
+def target_source(lib: str) -> str:
+    lines = ["import ctypes, sys", f"lib = ctypes.CDLL({lib!r})", "def launch():",
+             "    lib.cudaLaunchKernel(None, ctypes.c_uint64(1), ctypes.c_uint32(1), ctypes.c_uint64(1), None, "
+             "ctypes.c_size_t(0), None)"]
+    for i in range(SITES):  # a new call path per site
+        lines += [f"def site_{i}():", "    for _ in range(5):", "        launch()"]
+    lines += ["print('ready', __import__('os').getpid(), flush=True)", "sys.stdin.readline()",
+              f"for i in range({SITES}):", "    globals()[f'site_{i}']()"]  # then exits at once
+    return "\n".join(lines) + "\n"
+
+
+def test_unknown_python_frames_are_counted_after_every_path_and_warned(tmp_path: Path) -> None:
+    from test_gpu_api_cpu import cuda_runtime
+
+    script = tmp_path / "exits_at_once.py"
+    script.write_text(target_source(cuda_runtime()))
+    d = start_daemon(tmp_path)
+    try:
+        t = StdinTarget([sys.executable, str(script)])
+        out = tmp_path / "p.json"
+        attach = subprocess.Popen([*DEEPCTX, "attach", str(t.pid), "--mode", "exact", "--duration", "600",
+                                   "--format", "json", "--quiet", "-o", str(out)], env=d.env())
+        wait_for(lambda: (session_of(d, t.pid) or {}).get("state") == "capturing", timeout=120, what="the capture")
+        t.go()
+        assert t.proc.wait(timeout=60) == 0
+        assert attach.wait(timeout=120) == 0
+    finally:
+        stop_daemon(d)
+    doc = json.loads(out.read_text())
+    launches = sum(n["metrics"]["calls"] for _, n in walk(doc) if n["kind"] == "kernel")
+    assert launches == SITES * 5
+    unknown_nodes = sum(1 for _, n in walk(doc) if n["kind"] == "python" and n["name"] == "[unknown]")
+    counted = doc["stats"]["python_unknown_frames"]
+    assert (counted > 0) == (unknown_nodes > 0), (counted, unknown_nodes)
+    warned = [w for w in doc["warnings"] if "Python frames are [unknown]" in w]
+    assert warned == ([f"{counted} Python frames are [unknown]: their code objects could not be read (stacks first "
+                       "seen as the process exited, or freed code)"] if counted else [])
