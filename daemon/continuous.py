@@ -15,6 +15,7 @@ from deepctx.daemon.processes import list_processes
 from deepctx.daemon.profile_doc import to_doc
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.store import container_of, window_for
+from deepctx.daemon.store.deltas import WindowDeltas
 from deepctx.daemon.store.window import owner_of
 
 log = logging.getLogger("deepctx.continuous")
@@ -75,9 +76,12 @@ class ContinuousProfiler:
     def _profile(self, pid: int) -> None:
         # who owns the process and where it runs, read now: its last window comes after it exited
         container, uid = container_of(pid), owner_of(pid)
+        # the probes' stats count over the whole capture: each window keeps what it added (store/deltas.py)
+        deltas = WindowDeltas()
 
         def store(result: CaptureResult, start_unix: float, end_unix: float) -> None:
             doc = to_doc(to_message(result))
+            doc["stats"] = deltas(doc.get("stats") or {})
             self.service.store.put(window_for(doc, start_unix, end_unix, container=container, uid=uid))
             self.service.totals["continuous_windows"] += 1
 

@@ -28,16 +28,20 @@ MAX_FILTER_CHARS = 4096
 
 
 def open_store(config: Config) -> WindowStore | None:
-    """The daemon's window store, or None when store_path is "" or the file cannot be used (logged:
-    deepctxd still serves attach)."""
+    """The daemon's window store, evicting on its own timer, or None when store_path is "" or the file
+    cannot be used (logged: deepctxd still serves attach)."""
     if not config.store_path:
         return None
     try:
-        return WindowStore(config.store_path, StoreLimits(max_bytes=config.store_max_mb * 1024 * 1024,
-                                                          max_age_s=config.store_max_age_s))
+        store = WindowStore(config.store_path, StoreLimits(max_bytes=config.store_max_mb * 1024 * 1024,
+                                                           max_age_s=config.store_max_age_s))
     except StoreError as e:
         log.error("window store unavailable", extra={"path": config.store_path, "error": str(e)})
         return None
+    # The limits hold when no window comes (GPU processes gone, daemon idle): windows past their age go
+    # now and on the store's timer; store.close() (at shutdown) stops it.
+    store.start_evicting()
+    return store
 
 
 def _range(since: float, until: float) -> tuple[float, float]:

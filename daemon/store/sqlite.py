@@ -4,6 +4,10 @@ Each window keeps its summary (totals, kernels, lines: daemon/store/summary.py) 
 profile, so `top` reads small rows and only `query` decompresses profiles. The limits hold for the
 database file itself: after a put that takes it over `max_bytes`, the oldest windows go and their pages
 are given back to the file system (incremental vacuum). Every eviction is counted.
+
+The limits hold without new windows too: `start_evicting` runs the eviction on a timer of the store's own
+(the daemon's store: service_store.open_store; stopped by close), and `query` and `top` never answer with a
+window past `max_age_s`, even between two evictions.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ SCHEMA_VERSION = 1
 RANK_ORDER = ("gpu_time_ns", "cpu_samples", "api_time_ns", "calls", "sync_wait_ns", "bytes")
 PROCESS_METRICS = (*METRICS, "launches", "copy_bytes")
 _EVICT_TO = 0.9  # a size eviction goes down to this share of max_bytes, so the next puts do not evict again
+EVICT_INTERVAL_S = 60.0  # the eviction timer's period at most (a tenth of max_age_s when that is shorter)
+MIN_EVICT_INTERVAL_S = 1.0
 
 _DDL = f"""
 CREATE TABLE IF NOT EXISTS windows (
@@ -65,6 +71,11 @@ class StoreError(RuntimeError):
 class StoreLimits:
     max_bytes: int = 512 * 1024 * 1024
     max_age_s: float = 7 * 24 * 3600.0
+
+
+def evict_interval_s(limits: StoreLimits) -> float:
+    """The eviction timer's period: a tenth of max_age_s, between 1 s and EVICT_INTERVAL_S."""
+    return min(EVICT_INTERVAL_S, max(MIN_EVICT_INTERVAL_S, limits.max_age_s / 10))
 
 
 @dataclass
@@ -123,11 +134,15 @@ class Selection:
     command: str | None = None  # a substring of the command line
     container: str | None = None  # the container id or cgroup path, or a prefix of it (short ids)
     uid: int | None = None  # only this owner's windows (callers outside root and `deepctx`)
+    not_before: float | None = None  # windows that end before this are past the age limit: never read
 
     def where(self, alias: str = "") -> tuple[str, list[Any]]:
         p = f"{alias}." if alias else ""
         sql = [f"{p}end_unix > ?", f"{p}start_unix < ?"]
         args: list[Any] = [self.since, self.until]
+        if self.not_before is not None:  # what eviction keeps: end_unix >= its cutoff
+            sql.append(f"{p}end_unix >= ?")
+            args.append(self.not_before)
         if self.pid is not None:
             sql.append(f"{p}pid = ?")
             args.append(self.pid)
@@ -154,6 +169,8 @@ class WindowStore:
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._db = self._open(path)
+        self._stop = threading.Event()
+        self._evictor: threading.Thread | None = None
 
     # --- opening --------------------------------------------------------------------------------
 
@@ -186,6 +203,11 @@ class WindowStore:
         return db
 
     def close(self) -> None:
+        """Stops the eviction timer (waits for an eviction under way), then closes the file."""
+        self._stop.set()
+        evictor = self._evictor
+        if evictor is not None and evictor is not threading.current_thread():
+            evictor.join()
         with self._lock:
             self._db.close()
 
@@ -246,7 +268,7 @@ class WindowStore:
     def _evict(self) -> None:
         """Under the lock: windows past max_age_s go, then the oldest until the file is under max_bytes."""
         db = self._db
-        cutoff = self.clock() - self.limits.max_age_s
+        cutoff = self._cutoff()
         n = db.execute("DELETE FROM windows WHERE end_unix < ?", (cutoff,)).rowcount
         self._count("windows_evicted_age", n)
         evicted = 0
@@ -269,10 +291,34 @@ class WindowStore:
         self._count("windows_evicted_size", evicted)
         self._file_bytes()  # the pages of what went back to the file system
 
+    def _cutoff(self) -> float:
+        """Windows that end before this are past max_age_s."""
+        return self.clock() - self.limits.max_age_s
+
     def evict(self) -> None:
-        """Applies the age limit now (the daemon calls this periodically when no windows come)."""
+        """Applies the age and size limits now (the eviction timer's step; puts evict on their own)."""
         with self._lock:
+            if self._stop.is_set():  # closing: the file may be gone already
+                return
             self._evict()
+
+    def start_evicting(self, interval_s: float | None = None) -> None:
+        """Evicts now, then every interval_s (evict_interval_s by default) in a thread of the store's own,
+        so windows past the age limit go (and are counted) when no new window comes; close() stops it.
+        The thread sleeps on an event between evictions: no busy loop, and close() wakes it at once."""
+        if self._evictor is not None:
+            return
+        self.evict()
+        period = evict_interval_s(self.limits) if interval_s is None else interval_s
+        self._evictor = threading.Thread(target=self._evict_loop, args=(period,), name="store-evict", daemon=True)
+        self._evictor.start()
+
+    def _evict_loop(self, period: float) -> None:
+        while not self._stop.wait(period):
+            try:
+                self.evict()
+            except Exception:  # a failed round (disk error ...) is logged; the next one tries again
+                log.exception("window store eviction failed")
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -286,7 +332,8 @@ class WindowStore:
     def query(self, since: float, until: float | None = None, pid: int | None = None, command: str | None = None,
               container: str | None = None, uid: int | None = None) -> dict[str, Any] | None:
         """The merged profile of the matching windows (docs/fleet.md), or None when none match."""
-        sel = Selection(since, self.clock() if until is None else until, pid, command, container, uid)
+        sel = Selection(since, self.clock() if until is None else until, pid, command, container, uid,
+                        not_before=self._cutoff())
         where, args = sel.where()
         with self._lock:
             rows = self._db.execute(f"SELECT id, start_unix, end_unix FROM windows WHERE {where} ORDER BY start_unix, id",
@@ -305,7 +352,7 @@ class WindowStore:
     def top(self, since: float, n: int = 10, until: float | None = None, uid: int | None = None,
             sort: str | None = None) -> TopResult:
         """The busiest processes, kernels and lines over [since, until)."""
-        sel = Selection(since, self.clock() if until is None else until, uid=uid)
+        sel = Selection(since, self.clock() if until is None else until, uid=uid, not_before=self._cutoff())
         where, args = sel.where()
         w_where, w_args = sel.where("w")
         sums = ", ".join(f"sum({m})" for m in PROCESS_METRICS)
