@@ -75,13 +75,17 @@ def main() -> int:
         assert t.proc.stdin is not None
         t.proc.stdin.close()
         t.proc.wait(timeout=60)
-        exited = time.monotonic()
+        exited, exited_unix = time.monotonic(), time.time()
         assert attach.wait(timeout=600) == 0
         ready = time.monotonic() - exited
         doc = json.loads(out.read_text())
     finally:
         stop_daemon(d)
-    builds = [json.loads(x) for x in d.log.read_text().splitlines() if '"profile built"' in x]
+    log = [json.loads(x) for x in d.log.read_text().splitlines() if x.startswith("{")]
+    builds = [e for e in log if e.get("msg") == "profile built"]
+    for e in log:  # the daemon's steps after the target's exit, in seconds from it
+        if e.get("ts", 0) >= exited_unix - 0.5:
+            print(f"  +{e['ts'] - exited_unix:6.3f} s  {e.get('msg')}")
     calls = sum(n["metrics"].get("calls", 0) for n in _nodes(doc) if n["kind"] == "kernel")
     print(f"sites {args.sites} x {args.calls} calls, depth {args.depth}: {len(_nodes(doc))} nodes, {calls} launches; "
           f"build_s {builds[-1]['build_s'] if builds else '?'}; ready {ready:.2f} s")
