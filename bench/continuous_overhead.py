@@ -101,6 +101,7 @@ def one(name: str, python: str, daemon: ContinuousDaemon | None, targets: int = 
         wall = time.perf_counter() - t0
         row["daemon_cpu_share"] = (cpu_s(daemon.proc.pid) - c0) / wall
         row["daemon_rss_mb"] = rss_mb(daemon.proc.pid)
+        row["daemon_anon_mb"] = rss_mb(daemon.proc.pid, "RssAnon")
         row["windows"] = daemon.windows() - w0
         row["seconds"] = wall
     return row

@@ -41,9 +41,11 @@ def cpu_s(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / TICK
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """Resident memory in MB: VmRSS (all), RssAnon (the daemon's own: heap, numpy tables, BPF map copies)
+    or RssFile (mapped files: libLLVM, the symbol tables it keeps mapped; clean, reclaimable pages)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return 0.0
 
@@ -114,6 +116,7 @@ def one_run(name: str, variant: str, daemons: dict[str, Deepctx], python: str) -
     wall = time.perf_counter() - t0
     out["daemon_cpu_share"] = (cpu_s(dctx.proc.pid) - c0) / wall
     out["daemon_rss_mb"] = rss_mb(dctx.proc.pid)
+    out["daemon_anon_mb"] = rss_mb(dctx.proc.pid, "RssAnon")
     out["steps_per_s"] = float(result[1])
     out["torch_export_s"] = float(result[2])
     p.stdin.close()
