@@ -154,9 +154,15 @@ def profile_phase(daemon: Daemon, target: StdinTarget, *attach_args: str) -> dic
     return doc
 
 
+def marked_lines(path: Path, marker: str) -> set[int]:
+    """Line numbers of the lines of a source file that end in the comment `# MARKER` (at least one)."""
+    found = {i for i, line in enumerate(path.read_text().splitlines(), 1) if line.endswith(f"# {marker}")}
+    assert found, f"no line ends in '# {marker}' in {path}"
+    return found
+
+
 def line_of(path: Path, marker: str) -> int:
-    """The line number of the line that carries `# MARKER` in a target's source."""
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        if line.rstrip().endswith(f"# {marker}") or f"# {marker} " in line:
-            return i
-    raise AssertionError(f"{marker} not found in {path}")
+    """The line number of the one line of a source file that ends in the comment `# MARKER`."""
+    found = marked_lines(path, marker)
+    assert len(found) == 1, f"'# {marker}' ends lines {sorted(found)} of {path}, not one"
+    return found.pop()

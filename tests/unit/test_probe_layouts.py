@@ -3,50 +3,30 @@
 from __future__ import annotations
 
 import ctypes as ct
-import subprocess
 from pathlib import Path
 
+from c_layout import c_values, struct_layout
+
 from deepctx.probes import cpu_sampler
-from deepctx.probes.family import PROBES_DIR
-
-
-def c_layout(tmp: Path, header: str, exprs: list[str]) -> list[int]:
-    """Values of C expressions (sizeof, offsetof, constants) as gcc computes them with the header."""
-    prints = "\n".join(f'    printf("%lld\\n", (long long)({e}));' for e in exprs)
-    src = tmp / "layout.c"
-    src.write_text(f'#include <stdio.h>\n#include <stddef.h>\n#include "{header}"\nint main(void) {{\n{prints}\n    return 0;\n}}\n')
-    exe = tmp / "layout"
-    subprocess.run(["gcc", f"-I{PROBES_DIR}", "-o", str(exe), str(src)], check=True)
-    return [int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()]
-
-
-def struct_exprs(c_name: str, mirror: type[ct.Structure]) -> tuple[list[str], list[int]]:
-    exprs = [f"sizeof(struct {c_name})"]
-    want = [ct.sizeof(mirror)]
-    for field, *_ in mirror._fields_:
-        exprs.append(f"offsetof(struct {c_name}, {field})")
-        want.append(getattr(mirror, field).offset)
-    return exprs, want
 
 
 def test_sample_key_matches_header(tmp_path: Path) -> None:
-    exprs, want = struct_exprs("sample_key", cpu_sampler.SampleKey)
-    assert c_layout(tmp_path, "cpu_sampler.h", exprs) == want
+    pairs = struct_layout("sample_key", cpu_sampler.SampleKey)
+    assert c_values(tmp_path, ['"cpu_sampler.h"'], list(pairs)) == list(pairs.values())
 
 
 def test_sampler_constants_match_header(tmp_path: Path) -> None:
     names = ["SAMPLE_F_USER_STACK_LOST", "SAMPLE_F_KERNEL_MODE", "SAMPLE_F_PY_SHIFT", "SAMPLE_F_NATIVE_SHIFT",
              "CPU_STAT_SAMPLES", "CPU_STAT_USER_STACK_LOST", "CPU_STAT_KERNEL_STACK_LOST", "CPU_STAT_COUNTS_FULL",
              "CPU_STAT__COUNT"]
-    assert c_layout(tmp_path, "cpu_sampler.h", names) == [getattr(cpu_sampler, n) for n in names]
+    assert c_values(tmp_path, ['"cpu_sampler.h"'], names) == [getattr(cpu_sampler, n) for n in names]
     assert set(cpu_sampler.STAT_NAMES) == set(range(cpu_sampler.CPU_STAT__COUNT))
 
 
 def test_gpu_api_structs_match_header(tmp_path: Path) -> None:
     from deepctx.probes import gpu_api
 
-    exprs: list[str] = []
-    want: list[int] = []
+    pairs: dict[str, int] = {}
     for c_name, mirror in (("gpu_api_spec", gpu_api.GpuApiSpec), ("gpu_addr_key", gpu_api.GpuAddrKey),
                            ("gpu_key", gpu_api.GpuKey), ("gpu_val", gpu_api.GpuVal),
                            ("gpu_inflight", gpu_api.GpuInflight), ("gpu_fn_key", gpu_api.GpuFnKey),
@@ -56,10 +36,8 @@ def test_gpu_api_structs_match_header(tmp_path: Path) -> None:
                            ("gpu_node_run", gpu_api.GpuNodeRun), ("gpu_type_name", gpu_api.GpuTypeName),
                            ("gpu_comm", gpu_api.GpuComm), ("gpu_orphan", gpu_api.GpuOrphan),
                            ("gpu_corr_key", gpu_api.GpuCorrKey)):
-        e, w = struct_exprs(c_name, mirror)
-        exprs += e
-        want += w
-    assert c_layout(tmp_path, "gpu_api.h", exprs) == want
+        pairs |= struct_layout(c_name, mirror)
+    assert c_values(tmp_path, ['"gpu_api.h"'], list(pairs)) == list(pairs.values())
 
 
 def test_gpu_api_constants_match_header(tmp_path: Path) -> None:
@@ -88,5 +66,5 @@ def test_gpu_api_constants_match_header(tmp_path: Path) -> None:
         "GPU_COPY_H2D": gpu_apis.H2D, "GPU_COPY_D2H": gpu_apis.D2H, "GPU_COPY_D2D": gpu_apis.D2D,
         "GPU_COPY_DEFAULT": gpu_apis.DEFAULT, "GPU_COPY_PEER": gpu_apis.PEER, "GPU_COPY_UNKNOWN": gpu_apis.UNKNOWN_KIND,
     }
-    assert c_layout(tmp_path, "gpu_api.h", list(pairs)) == list(pairs.values())
+    assert c_values(tmp_path, ['"gpu_api.h"'], list(pairs)) == list(pairs.values())
     assert len(gpu_api.STAT_NAMES) == gpu_api.GPU_STAT__COUNT

@@ -3,44 +3,24 @@ and constants must match what gcc makes of it (no root needed)."""
 
 from __future__ import annotations
 
-import ctypes as ct
-import subprocess
 from pathlib import Path
+
+from c_layout import c_values, struct_layout
 
 from deepctx.probes import device_activity as da
 from deepctx.probes import usdt
-from deepctx.probes.family import PROBES_DIR
 
-
-def c_values(tmp: Path, exprs: list[str]) -> list[int]:
-    prints = "\n".join(f'    printf("%lld\\n", (long long)({e}));' for e in exprs)
-    src = tmp / "layout.c"
-    src.write_text('#include <stdio.h>\n#include <stddef.h>\n#include "device_activity.h"\n'
-                   f"int main(void) {{\n{prints}\n    return 0;\n}}\n")
-    exe = tmp / "layout"
-    subprocess.run(["gcc", f"-I{PROBES_DIR}", "-o", str(exe), str(src)], check=True)
-    return [int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()]
-
-
-def struct_exprs(c_name: str, mirror: type[ct.Structure]) -> tuple[list[str], list[int]]:
-    exprs, want = [f"sizeof(struct {c_name})"], [ct.sizeof(mirror)]
-    for field, *_ in mirror._fields_:
-        exprs.append(f"offsetof(struct {c_name}, {field})")
-        want.append(getattr(mirror, field).offset)
-    return exprs, want
+HEADER = '"device_activity.h"'
 
 
 def test_structs_match_the_header(tmp_path: Path) -> None:
-    exprs: list[str] = []
-    want: list[int] = []
+    pairs: dict[str, int] = {}
     for c_name, mirror in (("dev_record", da.DevRecord), ("dev_corr", da.DevCorr),
                            ("dev_key", da.DevKey), ("dev_val", da.DevVal), ("dev_name_key", da.DevNameKey),
                            ("dev_event", da.DevEvent), ("dev_flush", da.DevFlush), ("dev_config", da.DevConfig),
                            ("usdt_site", usdt.UsdtSite), ("usdt_site_key", usdt.UsdtSiteKey)):
-        e, w = struct_exprs(c_name, mirror)
-        exprs += e
-        want += w
-    assert c_values(tmp_path, exprs) == want
+        pairs |= struct_layout(c_name, mirror)
+    assert c_values(tmp_path, [HEADER], list(pairs)) == list(pairs.values())
 
 
 def test_constants_match_the_header(tmp_path: Path) -> None:
@@ -59,7 +39,7 @@ def test_constants_match_the_header(tmp_path: Path) -> None:
         "USDT_MAX_ARGS": usdt.USDT_MAX_ARGS, "USDT_ARG_NONE": usdt.ARG_NONE, "USDT_ARG_REG": usdt.ARG_REG,
         "USDT_ARG_MEM": usdt.ARG_MEM, "USDT_ARG_CONST": usdt.ARG_CONST,
     }
-    assert c_values(tmp_path, list(pairs)) == list(pairs.values())
+    assert c_values(tmp_path, [HEADER], list(pairs)) == list(pairs.values())
     assert set(da.STAT_NAMES) == set(range(da.DEV_STAT__COUNT))
 
 

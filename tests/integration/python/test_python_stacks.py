@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import DEEPCTX, Daemon, Target, start_daemon, stop_daemon, wait_for
+from harness import DEEPCTX, Daemon, Target, marked_lines, start_daemon, stop_daemon, wait_for
 from profile_paths import contains_chain, self_paths, total
 from targets.python.pythons import INTERPRETERS, Interpreter
 
@@ -51,14 +51,6 @@ class PyTarget(Target):
         super().__init__([str(python.path), str(TARGETS / script)], env=env, **kw)
         self.info = json.loads(self.line.split(None, 2)[2])
         assert tuple(self.info["version"][:2]) == python.version
-
-
-def marked(script: str, marker: str) -> set[int]:
-    """Line numbers of a target's lines that end in `# <marker>`."""
-    lines = (TARGETS / script).read_text().splitlines()
-    out = {i for i, line in enumerate(lines, 1) if line.rstrip().endswith(f"# {marker}")}
-    assert out, f"no '# {marker}' in {script}"
-    return out
 
 
 def thread_node(doc: dict[str, Any], tid: int) -> dict[str, Any]:
@@ -109,9 +101,9 @@ def test_call_path_top_mid_leaf(py_daemon: Daemon, python: Interpreter) -> None:
             assert node["kind"] == "python"
             assert node["file"] == str(TARGETS / script)
             assert node["module"] == "callpath"
-        assert top["line"] in marked(script, "call-mid")
-        assert mid["line"] in marked(script, "call-leaf")
-        assert leaf["line"] in marked(script, "leaf-loop")
+        assert top["line"] in marked_lines(TARGETS / script, "call-mid")
+        assert mid["line"] in marked_lines(TARGETS / script, "call-leaf")
+        assert leaf["line"] in marked_lines(TARGETS / script, "leaf-loop")
         assert names(python_frames(path))[:4] == ["<module>", "top", "mid", "leaf"]
     stats = doc["stats"]
     assert stats["python_stacks"] >= n * 0.8 and stats["python_read_errors"] == 0
@@ -146,10 +138,9 @@ def test_deep_recursion_is_truncated_cleanly(py_daemon: Daemon, python: Interpre
         assert set(names(py)) <= {"recurse", "bottom", "running"}, set(names(py))
         marker = names(path).index("[truncated]")
         assert marker < path.index(py[0]) and names(path).count("[truncated]") == 1
-        assert {n["line"] for n in py if n["name"] == "recurse"} <= marked(script, "recurse-call") | marked(
-            script, "call-bottom"
-        )
-        assert by_name(path, "bottom")["line"] in marked(script, "bottom-loop")
+        recursing = marked_lines(TARGETS / script, "recurse-call") | marked_lines(TARGETS / script, "call-bottom")
+        assert {n["line"] for n in py if n["name"] == "recurse"} <= recursing
+        assert by_name(path, "bottom")["line"] in marked_lines(TARGETS / script, "bottom-loop")
     assert doc["stats"]["python_truncated"] >= len(deep)
 
 
@@ -164,11 +155,11 @@ def test_generator_and_coroutine(py_daemon: Daemon, python: Interpreter) -> None
     assert sum(v for p, v in gen if p in gen_hits) >= 0.8 * sum(v for _, v in gen) > 0
     assert sum(v for p, v in coro if p in coro_hits) >= 0.8 * sum(v for _, v in coro) > 0
     for path in gen_hits:
-        assert by_name(path, "consume")["line"] in marked(script, "consume-loop")
-        assert by_name(path, "produce")["line"] in marked(script, "produce-loop")
+        assert by_name(path, "consume")["line"] in marked_lines(TARGETS / script, "consume-loop")
+        assert by_name(path, "produce")["line"] in marked_lines(TARGETS / script, "produce-loop")
     for path in coro_hits:
-        assert by_name(path, "serve")["line"] in marked(script, "await-crunch")
-        assert by_name(path, "crunch")["line"] in marked(script, "crunch-loop")
+        assert by_name(path, "serve")["line"] in marked_lines(TARGETS / script, "await-crunch")
+        assert by_name(path, "crunch")["line"] in marked_lines(TARGETS / script, "crunch-loop")
         assert "BaseEventLoop.run_forever" in names(path)
 
 

@@ -51,7 +51,7 @@ def launch_handle(lib: ctypes.CDLL, prefix: str, handle: FakeHandle) -> None:
 def copy(lib: ctypes.CDLL, prefix: str) -> None:
     host = ctypes.create_string_buffer(COPY_BYTES)
     for _ in range(N_MEMCPY):
-        getattr(lib, f"{prefix}Memcpy")(None, host, ctypes.c_size_t(COPY_BYTES), 1)  # LINE_MEMCPY (HtoD)
+        getattr(lib, f"{prefix}Memcpy")(None, host, ctypes.c_size_t(COPY_BYTES), 1)  # 1: HtoD  # LINE_MEMCPY
 
 
 def synchronize(lib: ctypes.CDLL, prefix: str) -> None:

@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from harness import line_of
 
 from deepctx.daemon.analyzer import rule_ids
 from deepctx.daemon.analyzer.finding import Finding
@@ -21,9 +22,7 @@ def test_each_rule_has_an_example_with_one_marked_line(rule: str) -> None:
     path = EXAMPLES / (rule.replace("-", "_") + ".py")
     text = path.read_text()
     tree = ast.parse(text)
-    marker = "# LINE_" + rule.upper().replace("-", "_")
-    lines = [i for i, line in enumerate(text.splitlines(), 1) if line.rstrip().endswith(marker)]
-    assert len(lines) == 1, (rule, lines)
+    line_of(path, "LINE_" + rule.upper().replace("-", "_"))  # one line ends in the marker
     assert "args.fixed" in text  # the --fixed variant
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "_protocol"
                 for a in n.names}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from harness import line_of
 
 from deepctx.cli.views.document import load
 from deepctx.daemon.analyzer import analyze, rule_ids
@@ -33,9 +34,7 @@ def recording(rule: str, variant: str) -> Path:
 
 def marked_line(rule: str) -> tuple[str, int]:
     name = rule.replace("-", "_") + ".py"
-    marker = "# LINE_" + rule.upper().replace("-", "_")
-    text = (EXAMPLES / name).read_text().splitlines()
-    return name, next(i for i, line in enumerate(text, 1) if line.rstrip().endswith(marker))
+    return name, line_of(EXAMPLES / name, "LINE_" + rule.upper().replace("-", "_"))
 
 
 @pytest.mark.parametrize("rule", rule_ids())

@@ -3,37 +3,16 @@
 from __future__ import annotations
 
 import ctypes as ct
-import subprocess
 from pathlib import Path
 
 import pytest
+from c_layout import c_values, struct_layout
 
 from deepctx.daemon.python import stacks
 from deepctx.daemon.python.code import code_tag
 from deepctx.probes import python_stack as ps
-from deepctx.probes.family import PROBES_DIR
 
-
-def c_values(tmp: Path, exprs: list[str], defines: dict[str, int] | None = None) -> list[int]:
-    """Values of C expressions as gcc computes them with python_stack.h included."""
-    prints = "\n".join(f'    printf("%lld\\n", (long long)({e}));' for e in exprs)
-    src = tmp / "abi.c"
-    src.write_text(
-        f'#include <stdio.h>\n#include <stddef.h>\n#include "python_stack.h"\nint main(void) {{\n{prints}\n    return 0;\n}}\n'
-    )
-    exe = tmp / "abi"
-    flags = [f"-D{k}={v}" for k, v in (defines or {}).items()]
-    subprocess.run(["gcc", "-Wall", "-Werror", f"-I{PROBES_DIR}", *flags, "-o", str(exe), str(src)], check=True)
-    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
-    return [int(x) for x in out.split()]
-
-
-def layout_exprs(c_name: str, mirror: type[ct.Structure]) -> tuple[list[str], list[int]]:
-    exprs, want = [f"sizeof(struct {c_name})"], [ct.sizeof(mirror)]
-    for name, *_ in mirror._fields_:
-        exprs.append(f"offsetof(struct {c_name}, {name})")
-        want.append(getattr(mirror, name).offset)
-    return exprs, want
+HEADER = '"python_stack.h"'
 
 
 @pytest.mark.parametrize(
@@ -41,14 +20,14 @@ def layout_exprs(c_name: str, mirror: type[ct.Structure]) -> tuple[list[str], li
     [("py_proc", ps.PyProc), ("py_thread", ps.PyThread), ("py_frame", ps.PyFrame), ("py_new_stack", ps.PyNewStack)],
 )
 def test_struct_mirrors(tmp_path: Path, c_name: str, mirror: type[ct.Structure]) -> None:
-    exprs, want = layout_exprs(c_name, mirror)
-    assert c_values(tmp_path, exprs) == want
+    pairs = struct_layout(c_name, mirror)
+    assert c_values(tmp_path, [HEADER], list(pairs)) == list(pairs.values())
 
 
 @pytest.mark.parametrize("depth", [1, 128, 300, 1024])
 def test_stack_mirror_at_each_depth(tmp_path: Path, depth: int) -> None:
-    exprs, want = layout_exprs("py_stack", ps.py_stack_type(depth))
-    assert c_values(tmp_path, exprs, {"PY_MAX_DEPTH": depth}) == want
+    pairs = struct_layout("py_stack", ps.py_stack_type(depth))
+    assert c_values(tmp_path, [HEADER], list(pairs), defines={"PY_MAX_DEPTH": depth}) == list(pairs.values())
 
 
 def test_constants(tmp_path: Path) -> None:
@@ -71,11 +50,11 @@ def test_constants(tmp_path: Path) -> None:
         "PYSTACK_STAT_NEW_LOST": ps.PYSTACK_STAT_NEW_LOST,
         "PYSTACK_STAT_COUNT": ps.PYSTACK_STAT_COUNT,
     }
-    assert c_values(tmp_path, list(pairs)) == list(pairs.values())
+    assert c_values(tmp_path, [HEADER], list(pairs)) == list(pairs.values())
     assert set(ps.STAT_NAMES) == set(range(ps.PYSTACK_STAT_COUNT))
 
 
 def test_code_tag_matches_c(tmp_path: Path) -> None:
     cases = [(0, 0), (1, 0x7F12_3456_7890), (12345, 0x5555_5555_4321), (0xFFFFFFFF, 0xFFFF_FFFF_FFFF_FFF0)]
     exprs = [f"py_code_tag({a}u, {b}ull)" for a, b in cases]
-    assert c_values(tmp_path, exprs) == [code_tag(a, b) for a, b in cases]
+    assert c_values(tmp_path, [HEADER], exprs) == [code_tag(a, b) for a, b in cases]

@@ -3,10 +3,10 @@ Py_BUILD_CORE), and 3.13+'s _Py_DebugOffsets as the interpreter's ELF file carri
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
+from c_layout import c_values
 from targets.python.pythons import INTERPRETERS, Interpreter
 
 from deepctx.daemon.python.debug_offsets import MAX_SIZE, parse_debug_offsets
@@ -83,18 +83,10 @@ CHECKS = {
 
 
 def header_values(tmp: Path, inc: Path, version: tuple[int, int], exprs: list[str]) -> list[int]:
-    frame_h = '#include "internal/pycore_frame.h"' if version >= (3, 11) else '#include "frameobject.h"'
-    prints = "\n".join(f'    printf("%lld\\n", (long long)({e}));' for e in exprs)
-    src = tmp / "offsets.c"
-    src.write_text(
-        "#define Py_BUILD_CORE 1\n#include <Python.h>\n#include <stddef.h>\n#include <stdio.h>\n"
-        '#include "internal/pycore_runtime.h"\n#include "internal/pycore_interp.h"\n'
-        f"{frame_h}\n"
-        f'int main(void) {{\n    printf("%d\\n", PY_VERSION_HEX >> 16);\n{prints}\n    return 0;\n}}\n'
-    )
-    exe = tmp / "offsets"
-    subprocess.run(["gcc", f"-I{inc}", f"-I{inc}/internal", "-o", str(exe), str(src)], check=True)
-    out = [int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()]
+    frame_h = '"internal/pycore_frame.h"' if version >= (3, 11) else '"frameobject.h"'
+    out = c_values(tmp, ["<Python.h>", '"internal/pycore_runtime.h"', '"internal/pycore_interp.h"', frame_h],
+                   ["PY_VERSION_HEX >> 16", *exprs], include_dirs=[inc, inc / "internal"],
+                   defines={"Py_BUILD_CORE": 1})
     assert out[0] == (version[0] << 8 | version[1]), "headers of another version"
     return out[1:]
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import userwalk
+from harness import marked_lines
 from targets.python.pythons import INTERPRETERS, Interpreter
 
 from deepctx.daemon.procfs import AddressSpace, ProcessMemory, read_maps
@@ -75,10 +76,6 @@ def settle(child: Child, ok) -> dict[int, list]:  # noqa: ANN001
     raise AssertionError(f"no consistent stacks: { {t: [f.frame.name for f in s] for t, s in last.items()} }")
 
 
-def lines_marked(script: str, marker: str) -> set[int]:
-    return {i for i, line in enumerate((TARGETS / script).read_text().splitlines(), 1) if line.endswith(f"# {marker}")}
-
-
 @pytest.mark.parametrize("child", params("callpath.py"), indirect=True)
 def test_interpreter_described(child: Child) -> None:
     interp: PyInterp = child.interp
@@ -99,8 +96,9 @@ def test_main_thread_call_path(child: Child) -> None:
     frames = [f.frame for f in settle(child, ok)[main]]
     module, top, mid, leaf = frames[:4]
     assert all(f.kind == "python" and f.file == str(TARGETS / script) and f.module == "callpath" for f in frames[:4])
-    assert top.line in lines_marked(script, "call-mid") and mid.line in lines_marked(script, "call-leaf")
-    assert leaf.line in lines_marked(script, "leaf-loop")
+    assert top.line in marked_lines(TARGETS / script, "call-mid")
+    assert mid.line in marked_lines(TARGETS / script, "call-leaf")
+    assert leaf.line in marked_lines(TARGETS / script, "leaf-loop")
     assert module.line == len((TARGETS / script).read_text().splitlines())  # top() is the last line
 
 

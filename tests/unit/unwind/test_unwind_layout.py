@@ -3,11 +3,10 @@ mirrors, and every constant the table builder and the loader repeat."""
 
 from __future__ import annotations
 
-import ctypes as ct
 import shutil
-import subprocess
 
 import pytest
+from c_layout import c_values, struct_layout
 
 from deepctx.daemon.unwind import arch
 from deepctx.probes import native_unwind as nu
@@ -53,45 +52,13 @@ CONSTANTS = {
 }
 
 
-def _c_layout(tmp_path) -> dict[str, int]:
-    lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "native_unwind.h"', "int main(void) {"]
-    for cname, mirror in STRUCTS.items():
-        lines.append(f'printf("sizeof {cname} %zu\\n", sizeof(struct {cname}));')
-        for fname, *_ in mirror._fields_:
-            lines.append(f'printf("offsetof {cname}.{fname} %zu\\n", offsetof(struct {cname}, {fname}));')
-    for const in CONSTANTS:
-        lines.append(f'printf("const {const} %lld\\n", (long long)({const}));')
-    lines.append("return 0; }")
-    src = tmp_path / "layout.c"
-    src.write_text("\n".join(lines))
-    exe = tmp_path / "layout"
-    subprocess.run(
-        [
-            "gcc",
-            "-Wall",
-            "-Werror",
-            f"-I{nu.HEADER.parent}",
-            f"-DNATIVE_MAX_DEPTH={DEPTH}",
-            f"-DNATIVE_MAX_MAPPINGS={MAPPINGS}",
-            "-o",
-            str(exe),
-            str(src),
-        ],
-        check=True,
-    )
-    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
-    return {line.rsplit(" ", 1)[0]: int(line.rsplit(" ", 1)[1]) for line in out.splitlines()}
-
-
 def test_structs_and_constants_match_the_header(tmp_path):
-    c = _c_layout(tmp_path)
     py: dict[str, int] = {}
     for cname, mirror in STRUCTS.items():
-        py[f"sizeof {cname}"] = ct.sizeof(mirror)
-        for fname, *_ in mirror._fields_:
-            py[f"offsetof {cname}.{fname}"] = getattr(mirror, fname).offset
-    for const, value in CONSTANTS.items():
-        py[f"const {const}"] = value
+        py |= struct_layout(cname, mirror)
+    py |= CONSTANTS
+    c = dict(zip(py, c_values(tmp_path, ['"native_unwind.h"'], list(py), include_dirs=[nu.HEADER.parent],
+                              defines={"NATIVE_MAX_DEPTH": DEPTH, "NATIVE_MAX_MAPPINGS": MAPPINGS}), strict=True))
     assert py == c
 
 

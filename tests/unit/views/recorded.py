@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from harness import line_of
+
 Node = dict[str, Any]
 TESTS = Path(__file__).resolve().parents[2]
 TORCH_TARGET = TESTS / "gpu" / "targets" / "torch_ops.py"
@@ -64,13 +66,6 @@ def function(node: Node) -> tuple[Any, ...]:
     return node["kind"], node["name"], node.get("file"), node.get("module")
 
 
-def marker_line(path: Path, marker: str) -> int:
-    """The line of `# MARKER` in a target's source."""
-    lines = [i for i, text in enumerate(path.read_text().splitlines(), 1) if text.rstrip().endswith(f"# {marker}")]
-    assert len(lines) == 1, (path, marker, lines)
-    return lines[0]
-
-
 def the_node(doc: dict[str, Any], pred: Callable[[list[Node], Node], bool]) -> tuple[list[Node], Node]:
     """The one (ancestors, node) that pred holds for."""
     found = [(anc, n) for anc, n in nodes(doc) if pred(anc, n)]
@@ -80,7 +75,7 @@ def the_node(doc: dict[str, Any], pred: Callable[[list[Node], Node], bool]) -> t
 
 def elementwise(doc: dict[str, Any]) -> tuple[list[Node], Node]:
     """torch_ops: the one kernel launched below the Python frame of the LINE_MUL line (x * 2)."""
-    line = marker_line(TORCH_TARGET, "LINE_MUL")
+    line = line_of(TORCH_TARGET, "LINE_MUL")
 
     def under_mul(anc: list[Node], n: Node) -> bool:
         return n["kind"] == "kernel" and any(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jsonschema
 import recorded
+from harness import line_of
 from synth import trace_events
 
 from deepctx.cli.formats.chrome import ChromeTrace
@@ -38,7 +39,7 @@ def test_folded_lines_sum_to_the_metric_total(torch_doc, gpu_doc) -> None:
     assert thread["kind"] == "thread" and thread["tid"] == torch_doc["pid"]
     assert len(hot) == 1 and hot[0].startswith(f"[thread] python3 ({torch_doc['pid']});")
     mul = next(a for a in anc if a["name"] == "multiply")
-    assert f";multiply ({mul['file']}:{recorded.marker_line(recorded.TORCH_TARGET, 'LINE_MUL')});" in hot[0]
+    assert f";multiply ({mul['file']}:{line_of(recorded.TORCH_TARGET, 'LINE_MUL')});" in hot[0]
     assert hot[0].endswith(f"cudaLaunchKernel [api];{kernel['name']} [kernel] 1000") and hot[0].count(";") == len(anc)
     py = FoldedStacks().export(gpu_doc, ExportOptions(metric="cpu_samples"))
     assert "[thread] python3 (4242);<module> (" in py and "main (" in py and py.count("\n") == 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import recorded
+from harness import line_of
 from synth import Builder, frame, nat, py, thread
 
 from deepctx.cli.views.bottomup import bottom_up
@@ -57,7 +58,7 @@ def test_top_down_rows_follow_the_hot_path(torch_doc) -> None:
         (n["kind"], n["name"], n["line"]) for n in [*anc, kernel]]
     names = [r.node.frame.name for r in visible]
     assert names[0] == "python3" and names[-2:] == ["cudaLaunchKernel", kernel["name"]]
-    assert ("multiply", recorded.marker_line(recorded.TORCH_TARGET, "LINE_MUL")) in [
+    assert ("multiply", line_of(recorded.TORCH_TARGET, "LINE_MUL")) in [
         (r.node.frame.name, r.node.frame.line) for r in visible]
     assert visible[-1].node.total["calls"] == recorded.N_MUL and visible[-1].depth == len(visible) - 1
     assert hidden == recorded.node_count(torch_doc) - 1 - len(visible)  # every other node is hidden, none lost
