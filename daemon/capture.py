@@ -431,22 +431,28 @@ class Capture:
             warnings.append("capture cancelled by the client")
         elif ended == "daemon_shutdown":
             warnings.append("capture cut short: deepctxd is shutting down")
-        lost = stats.get("cpu_user_stacks_lost", 0) + stats.get("cpu_samples_dropped_map_full", 0)
-        if lost:
-            warnings.append(f"{lost} CPU samples lost their call path or were dropped (see stats)")
-        if stats.get("python_unknown_frames"):
-            warnings.append(f"{stats['python_unknown_frames']} Python frames are [unknown]: their code objects could "
-                            "not be read (stacks first seen as the process exited, or freed code)")
-        gpu_lost = stats.get("gpu_api_calls_dropped_map_full", 0) + stats.get("gpu_api_stacks_lost", 0)
-        if gpu_lost:
-            warnings.append(f"{gpu_lost} GPU API calls were dropped or lost their call path (see stats)")
-        if dev is not None:
-            warnings += device_warnings(stats)
+        warnings += stat_warnings(stats)
         return CaptureResult(
             pid=target.pid, command=target.info.command, duration_s=duration, started_unix=self.started_unix,
             ended=ended, sample_hz=self.opts.sample_hz, tree=tree, stats=stats, warnings=warnings,
             hostname=socket.gethostname(), mode=mode, trace=trace,
         )
+
+
+def stat_warnings(stats: dict[str, int]) -> list[str]:
+    """The warnings a profile's stats call for (lost, dropped, unnamed): a function of the stats alone, so a
+    continuous window can say them again for its own share of the capture's counters."""
+    out = []
+    lost = stats.get("cpu_user_stacks_lost", 0) + stats.get("cpu_samples_dropped_map_full", 0)
+    if lost:
+        out.append(f"{lost} CPU samples lost their call path or were dropped (see stats)")
+    if stats.get("python_unknown_frames"):
+        out.append(f"{stats['python_unknown_frames']} Python frames are [unknown]: their code objects could "
+                   "not be read (stacks first seen as the process exited, or freed code)")
+    gpu_lost = stats.get("gpu_api_calls_dropped_map_full", 0) + stats.get("gpu_api_stacks_lost", 0)
+    if gpu_lost:
+        out.append(f"{gpu_lost} GPU API calls were dropped or lost their call path (see stats)")
+    return out + device_warnings(stats)  # nothing without the device family's stats
 
 
 class _DutyCycle:

@@ -9,7 +9,7 @@ import os
 import threading
 from typing import Any
 
-from deepctx.daemon.capture import CaptureOptions, CaptureResult
+from deepctx.daemon.capture import CaptureOptions, CaptureResult, stat_warnings
 from deepctx.daemon.config import Config
 from deepctx.daemon.processes import list_processes
 from deepctx.daemon.profile_doc import to_doc
@@ -81,7 +81,11 @@ class ContinuousProfiler:
 
         def store(result: CaptureResult, start_unix: float, end_unix: float) -> None:
             doc = to_doc(to_message(result))
-            doc["stats"] = deltas(doc.get("stats") or {})
+            capture_stats = doc.get("stats") or {}
+            doc["stats"] = deltas(capture_stats)
+            # the warnings made from the capture's counters, said again from the window's share of them
+            said = stat_warnings(capture_stats)
+            doc["warnings"] = [w for w in doc.get("warnings") or [] if w not in said] + stat_warnings(doc["stats"])
             self.service.store.put(window_for(doc, start_unix, end_unix, container=container, uid=uid))
             self.service.totals["continuous_windows"] += 1
 

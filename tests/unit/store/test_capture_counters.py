@@ -119,3 +119,21 @@ def test_window_deltas() -> None:
     assert all(is_running_total(k) for k in ("gpu_api_calls", "cpu_samples", "cpu_user_stacks_lost",
                                              "device_records", "python_captures", "table_files", "store_failed",
                                              "gpu_stack_map_clears", "device_agent_flushes"))
+
+
+def test_each_window_warns_of_what_it_lost(store: WindowStore) -> None:
+    """The capture's warnings come from its running counters; a window says them for its own share."""
+    from deepctx.daemon.capture import stat_warnings
+
+    windows = capture(100, [10, 25, 40], [1, 1, 1], [1000, 1000, 1000])
+    for r, lost in zip(windows, [0, 5, 5], strict=True):  # 5 samples lost in the second window, none after
+        r.stats["cpu_user_stacks_lost"] = lost
+        r.warnings = ["DWARF unwinding unavailable, frame pointers only: test"] + stat_warnings(r.stats)
+    run_captures(store, {100: windows})
+    said = [store.query(T0 + i * WINDOW_S + 1, T0 + (i + 1) * WINDOW_S - 1, pid=100)["warnings"] for i in range(3)]
+    lost = "5 CPU samples lost their call path or were dropped (see stats)"
+    # gpu_api_stacks_lost runs 1, 2, 4 over the capture: the windows lost 1, 1 and 2
+    stacks = [f"{n} GPU API calls were dropped or lost their call path (see stats)" for n in (1, 1, 2)]
+    assert said[0] == ["DWARF unwinding unavailable, frame pointers only: test", stacks[0]]
+    assert said[1] == ["DWARF unwinding unavailable, frame pointers only: test", lost, stacks[1]]
+    assert said[2] == ["DWARF unwinding unavailable, frame pointers only: test", stacks[2]]
