@@ -37,7 +37,7 @@ def compile_program(families: Sequence[ProbeFamily]) -> Any:
     from bcc import BPF  # imported late: unit tests and the CLI never need bcc
 
     with _COMPILE_LOCK:
-        return BPF(text=compose_source(families), cflags=compose_cflags(families))
+        return BPF(text=compose_source(families).encode(), cflags=compose_cflags(families))  # bcc wants bytes
 
 
 def cleanup_program(bpf: Any) -> None:

@@ -99,7 +99,7 @@ class Sampler:
         cflags = [f"-D{k}={v}" for k, v in self.unwinder.defines().items()]
         cflags += [f"-I{PROBES_DIR}", f"-DTARGET_PID={pid}", "-w"]
         t0 = time.monotonic()
-        self.bpf = BPF(text=self.unwinder.source() + HARNESS_C, cflags=cflags)
+        self.bpf = BPF(text=(self.unwinder.source() + HARNESS_C).encode(), cflags=cflags)
         self.fn = self.bpf.load_func("on_sample", BPF.PERF_EVENT)
         self.load_seconds = time.monotonic() - t0
         self.unwinder.attach(self.bpf, self.target)
