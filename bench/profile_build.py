@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from harness import DEEPCTX, StdinTarget, session_of, start_daemon, stop_daemon, wait_for  # noqa: E402
+from targets.gpu.many_sites import source  # noqa: E402
 
 
 def cuda_runtime() -> str:
@@ -36,20 +37,6 @@ def cuda_runtime() -> str:
     raise SystemExit("pip package nvidia-cuda-runtime is not installed (./install.sh installs it)")
 
 
-def target_source(lib: str, sites: int, calls: int, depth: int) -> str:
-    lines = ["import ctypes, sys", f"lib = ctypes.CDLL({lib!r})",
-             "def launch():",
-             "    lib.cudaLaunchKernel(None, ctypes.c_uint64(1), ctypes.c_uint32(1), ctypes.c_uint64(1), None, "
-             "ctypes.c_size_t(0), None)"]
-    for i in range(sites):  # one function per site: a distinct line and a distinct frame
-        lines += [f"def site_{i}():", f"    for _ in range({calls}):", "        launch()"]
-    lines += ["def nest(n, fn):", "    return nest(n - 1, fn) if n else fn()",
-              "print('ready', __import__('os').getpid(), flush=True)", "sys.stdin.readline()",
-              f"for i in range({sites}):", f"    nest({depth}, globals()[f'site_{{i}}'])",
-              "print('done', flush=True)"]
-    return "\n".join(lines) + "\n"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sites", type=int, default=2000)
@@ -59,7 +46,7 @@ def main() -> int:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="deepctx-build-"))
     script = tmp / "target.py"
-    script.write_text(target_source(cuda_runtime(), args.sites, args.calls, args.depth))
+    script.write_text(source(cuda_runtime(), args.sites, args.calls, args.depth))
     if args.self_profile:
         os.environ["DEEPCTX_SELF_PROFILE"] = str(Path(args.self_profile).resolve())
     d = start_daemon(tmp)

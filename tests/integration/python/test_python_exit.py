@@ -11,26 +11,16 @@ from pathlib import Path
 
 from harness import DEEPCTX, StdinTarget, session_of, start_daemon, stop_daemon, wait_for
 from profile_paths import walk
+from targets.gpu.many_sites import source
 
 SITES = 60
-
-
-def target_source(lib: str) -> str:
-    lines = ["import ctypes, sys", f"lib = ctypes.CDLL({lib!r})", "def launch():",
-             "    lib.cudaLaunchKernel(None, ctypes.c_uint64(1), ctypes.c_uint32(1), ctypes.c_uint64(1), None, "
-             "ctypes.c_size_t(0), None)"]
-    for i in range(SITES):  # a new call path per site
-        lines += [f"def site_{i}():", "    for _ in range(5):", "        launch()"]
-    lines += ["print('ready', __import__('os').getpid(), flush=True)", "sys.stdin.readline()",
-              f"for i in range({SITES}):", "    globals()[f'site_{i}']()"]  # then exits at once
-    return "\n".join(lines) + "\n"
 
 
 def test_unknown_python_frames_are_counted_after_every_path_and_warned(tmp_path: Path) -> None:
     from test_gpu_api_cpu import cuda_runtime
 
     script = tmp_path / "exits_at_once.py"
-    script.write_text(target_source(cuda_runtime()))
+    script.write_text(source(cuda_runtime(), SITES, 5, 0))
     d = start_daemon(tmp_path)
     try:
         t = StdinTarget([sys.executable, str(script)])

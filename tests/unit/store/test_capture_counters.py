@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from profile_paths import total
 
 from deepctx.daemon.capture import CaptureResult
 from deepctx.daemon.config import Config
@@ -28,15 +29,6 @@ def result(pid: int, start: float, stats: dict[str, int], cpu: int = 5) -> Captu
     tree.add([Frame("thread", "python3", tid=pid), Frame("native", "step", module="libx.so")], "cpu_samples", cpu)
     return CaptureResult(pid=pid, command=f"train-{pid}", duration_s=WINDOW_S, started_unix=start, ended="window",
                          sample_hz=19, tree=tree, stats=dict(stats), hostname="gpu-test-01", mode="sampled")
-
-
-def tree_total(doc: dict[str, Any], metric: str) -> int:
-    total, stack = 0, [doc["root"]]
-    while stack:
-        n = stack.pop()
-        total += n["metrics"].get(metric, 0)
-        stack.extend(n["children"])
-    return total
 
 
 class Service:
@@ -87,7 +79,7 @@ def test_running_totals_of_one_capture_merge_to_its_latest(store: WindowStore) -
     assert s["cpu_samples_in_profile"] == 4 + 6 + 8  # per window: added
     assert s["gpu_probe_duty_permille"] == 200  # equal windows: (100 + 100 + 400) / 3
     assert (s["gpu_uprobes"], s["device_agent_injected"]) == (12, 1)  # levels: the largest
-    assert tree_total(doc, "cpu_samples") == 3 * 5  # the trees still add
+    assert total(doc, "cpu_samples") == 3 * 5  # the trees still add
     # a query over the last window alone: what that window added
     last = store.query(T0 + 2 * WINDOW_S, T0 + 3600, pid=100)
     assert (last["stats"]["windows"], last["stats"]["gpu_api_calls"], last["stats"]["cpu_samples"]) == (1, 15, 45)
