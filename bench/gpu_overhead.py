@@ -31,8 +31,13 @@ TICK = os.sysconf("SC_CLK_TCK")
 STEPS = {"launch_bound": 1500, "launch_backward": 600, "resnet50": 30, "gpt2": 20, "jax": 300}
 # deepctx_exact_nonodes: exact mode without the autograd node probes (autograd_nodes = false), to show
 # what charging backward kernels to their forward lines costs
-VARIANTS = ["alone", "deepctx_sampled", "deepctx_exact", "deepctx_exact_nonodes", "deepctx_exact_device", "torch_cuda",
-            "torch_stacks"]
+# *_device: started with the CUPTI agent (as `deepctx run` starts it), captured with device activity.
+# deepctx_sampled_device: launches left to the agent, which announces a sample of them (the default with
+# the agent in sampled mode); deepctx_exact_device_agentcalls: exact, launches' call paths taken in the
+# agent's correlation probe instead of uprobes (agent_calls = "on").
+VARIANTS = ["alone", "deepctx_sampled", "deepctx_exact", "deepctx_exact_nonodes", "deepctx_exact_device",
+            "deepctx_exact_device_agentcalls", "deepctx_sampled_device", "torch_cuda", "torch_stacks"]
+DAEMON_CONFIGS = {"nonodes": "autograd_nodes = false\n", "agentcalls": 'agent_calls = "on"\n'}
 AGENT = HERE.parent / "native" / "build" / "libdeepctx_cupti.so"
 
 
@@ -74,12 +79,12 @@ class Deepctx:
 
 
 def one_run(name: str, variant: str, daemons: dict[str, Deepctx], python: str) -> dict:
-    dctx = daemons["nonodes" if variant.endswith("_nonodes") else "default"]
+    dctx = daemons.get(variant.rsplit("_", 1)[1], daemons["default"])
     argv = [python, str(HERE / "workloads.py"), name, str(STEPS[name])]
     if variant.startswith("torch_"):
         argv += ["--torch-profiler", "cuda" if variant == "torch_cuda" else "stacks"]
     env = dict(os.environ)
-    if variant.endswith("_device"):  # started as `deepctx run` starts it: the agent idles until attach
+    if "_device" in variant:  # started as `deepctx run` starts it: the agent idles until attach
         env["CUDA_INJECTION64_PATH"] = str(AGENT)
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     assert p.stdout is not None and p.stdin is not None
@@ -90,7 +95,7 @@ def one_run(name: str, variant: str, daemons: dict[str, Deepctx], python: str) -
     attach: dict = {}
     if variant.startswith("deepctx"):
         mode = variant.split("_")[1]  # exact | sampled
-        device = ["--gpu-activity"] if variant.endswith("_device") else []
+        device = ["--gpu-activity"] if "_device" in variant else []
 
         def go() -> None:
             t = time.perf_counter()
@@ -134,6 +139,9 @@ def one_run(name: str, variant: str, daemons: dict[str, Deepctx], python: str) -
             out["calls_with_path"] = st.get("gpu_api_calls_with_call_path", 0)
             out["device_time_ns"] = st.get("device_time_ns", 0)
             out["device_unknown"] = st.get("device_records_unknown_correlation", 0)
+            out["device_records"] = st.get("device_records", 0)
+            out["device_correlations"] = st.get("device_correlations", 0)
+            out["device_calls_reported_by_agent"] = st.get("device_calls_reported_by_agent", 0)
             out["cpu_samples"] = st.get("cpu_samples", 0)
             out["autograd_nodes_created"] = st.get("autograd_nodes_created", 0)
             out["gpu_calls_charged_to_node_creator"] = st.get("gpu_calls_charged_to_node_creator", 0)
@@ -151,8 +159,9 @@ def main() -> int:
     ap.add_argument("--out")
     args = ap.parse_args()
     daemons = {"default": Deepctx(args.deepctx.split(), args.deepctxd.split())}
-    if "deepctx_exact_nonodes" in args.variants:
-        daemons["nonodes"] = Deepctx(args.deepctx.split(), args.deepctxd.split(), "autograd_nodes = false\n")
+    for suffix, config in DAEMON_CONFIGS.items():
+        if any(v.endswith("_" + suffix) for v in args.variants.split(",")):
+            daemons[suffix] = Deepctx(args.deepctx.split(), args.deepctxd.split(), config)
     rows: list[dict] = []
     try:
         for name in args.workloads.split(","):
@@ -166,7 +175,7 @@ def main() -> int:
         for d in daemons.values():
             d.stop()
     print()
-    print(f"{'workload':15} {'variant':22} {'steps/s':>9} {'ratio':>6} {'daemon CPU':>10} {'RSS MB':>7} {'ready s':>8}")
+    print(f"{'workload':15} {'variant':32} {'steps/s':>9} {'ratio':>6} {'daemon CPU':>10} {'RSS MB':>7} {'ready s':>8}")
     for name in args.workloads.split(","):
         base = statistics.median(r["steps_per_s"] for r in rows if r["workload"] == name and r["variant"] == "alone")
         for v in VARIANTS:
@@ -177,7 +186,7 @@ def main() -> int:
             ready = [r.get("profile_ready_s", r["torch_export_s"]) for r in rs]
             cpu = statistics.median(r["daemon_cpu_share"] for r in rs)
             rss = max(r["daemon_rss_mb"] for r in rs)
-            print(f"{name:15} {v:22} {sps:9.2f} {base / sps:6.3f} {100 * cpu:9.1f}% {rss:7.0f} "
+            print(f"{name:15} {v:32} {sps:9.2f} {base / sps:6.3f} {100 * cpu:9.1f}% {rss:7.0f} "
                   f"{statistics.median(ready):8.2f}")
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))

@@ -17,13 +17,14 @@ from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.device_tree import DeviceView, device_warnings
 from deepctx.daemon.errors import FailedPrecondition, NotFound, PermissionDenied
 from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basenames, scale_buckets
+from deepctx.daemon.inject.agent import agent_state
 from deepctx.daemon.origins import Origins
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.trace import build_trace, clock_offset_ns
 from deepctx.daemon.tree import METRICS, CallTree
 from deepctx.probes import compose
 from deepctx.probes.cpu_sampler import SAMPLE_F_USER_STACK_LOST, CpuSampler
-from deepctx.probes.device_activity import DeviceActivity
+from deepctx.probes.device_activity import DeviceActivity, agent_mappings
 from deepctx.probes.family import ProbeFamily, Target
 from deepctx.probes.gpu_api import GpuApi, builtin_handoffs
 
@@ -53,6 +54,7 @@ class CaptureOptions:
     flush_timeout_s: float = 1.0  # how long the window's end waits for the agent's last records
     handoff_points: tuple = ()  # HandoffPoint, beyond the built-in ones
     autograd_nodes: bool = True  # the built-in forward <-> backward node points (exact mode)
+    agent_calls: str = "auto"  # auto | on | off: the CUPTI agent reports launches (see Config.agent_calls)
     # windowed captures: share of each window the GPU API probes are attached (the rest of the window
     # they are detached and cost nothing; counts are scaled up to the window)
     gpu_duty: float = 1.0
@@ -65,7 +67,7 @@ class CaptureOptions:
         return cls(python_max_depth=cfg.python_max_depth, stack_map_entries=cfg.stack_map_entries,
                    count_map_entries=cfg.count_map_entries, gpu_sampled_paths_per_s=cfg.gpu_sampled_paths_per_s,
                    native_unwind=cfg.native_unwind, autograd_nodes=cfg.autograd_nodes,
-                   handoff_points=tuple(HandoffPoint(**p) for p in cfg.handoff_points), **per_capture)
+                   agent_calls=cfg.agent_calls, handoff_points=tuple(HandoffPoint(**p) for p in cfg.handoff_points), **per_capture)
 
 
 @dataclass
@@ -221,14 +223,37 @@ class Capture:
                 raise FailedPrecondition("device activity needs the GPU API probes, and the process has no GPU "
                                          "runtime library loaded")
             return
-        dev = DeviceActivity(trace=self.opts.trace, inject=asked, count_entries=self.opts.count_map_entries)
+        gpu = next(f for f in families if isinstance(f, GpuApi))
+        agent_calls = not self.opts.trace and (self.opts.agent_calls == "on" or (
+            self.opts.agent_calls == "auto" and gpu.mode == "sampled"))
+        dev = DeviceActivity(trace=self.opts.trace, inject=asked, count_entries=self.opts.count_map_entries,
+                             sampling=agent_calls and gpu.mode == "sampled")
         try:
             dev.prepare(target)
         except ValueError as e:
             if asked:
                 raise FailedPrecondition(f"no device activity: {e}") from e
+            if "cannot be used" in str(e):
+                target.warnings.append(f"no device activity: {e}")
             return
+        gpu.agent_reports_calls = dev.agent_calls = agent_calls and dev.agent_kind == "cupti"
         families.append(dev)
+
+    def _check_agent_reports(self, bpf: Any, target: Target) -> None:
+        """Launches left to the CUPTI agent, and the agent failed to start: the uprobes take them."""
+        gpu = next((f for f in self.families if isinstance(f, GpuApi)), None)
+        dev = next((f for f in self.families if isinstance(f, DeviceActivity)), None)
+        if gpu is None or dev is None or not gpu.agent_reports_calls:
+            return
+        status = dev.flush_state(bpf).status
+        mapped = agent_mappings(procfs.read_maps(target.pid)) if status == 0 else []
+        if mapped:  # no status probe yet: the agent's own word (one that failed at cuInit says no more)
+            status = agent_state(target.pid, procfs.read_maps(target.pid), mapped[0].path) or 0
+        if status < 0:
+            gpu.probe_agents_calls()
+            dev.agent_calls = False
+            dev.write_config(bpf)
+            target.warnings.append("the CUPTI agent did not start: launches are probed by uprobes instead")
 
     def _run(self, target: Target, pidfd: int, progress: Callable[[Progress], None],
              cancelled: Callable[[], bool]) -> CaptureResult:
@@ -247,6 +272,7 @@ class Capture:
             t_attach = time.monotonic()
             for fam in self.families:
                 fam.attach(bpf, target)
+            self._check_agent_reports(bpf, target)
             log.info("probes ready", extra={"session": self.id, "pid": target.pid, "families": self.probe_names,
                                             "compile_s": round(t_attach - t_compile, 3),
                                             "attach_s": round(time.monotonic() - t_attach, 3)})

@@ -39,6 +39,11 @@ class Config:
     # exact mode: charge each backward node's kernels to the forward line that created the node (costs one
     # call path capture per autograd node created); false: backward work stays under the backward() line
     autograd_nodes: bool = True
+    # With the target's CUPTI agent reporting: who takes the call path of launches and async copies/sets.
+    # "auto": the agent in sampled mode (it announces a sample of the calls: no trap per call), the
+    # uprobes in exact mode; "on": the agent in both modes (one trap per call instead of the uprobes');
+    # "off": the uprobes always (docs/device-activity.md).
+    agent_calls: str = "auto"
     native_unwind: bool = True  # walk native stacks with .eh_frame tables (false: frame pointers only)
     cache_dir: str = "/var/cache/deepctx"  # unwind tables kept by build id
     # Continuous mode (deepctxd --continuous): every process that maps a CUDA/HIP library is profiled in

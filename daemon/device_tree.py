@@ -25,6 +25,7 @@ from deepctx.probes.device_activity import (
     AGENT_STATES,
     COPY_KINDS,
     DEV_API_UNPROBED,
+    DEV_KEY_F_SAMPLED,
     DEV_KEY_F_UNKNOWN,
     DEV_KIND_KERNEL,
     DEV_KIND_MEMCPY,
@@ -40,6 +41,9 @@ UNPROBED_API = "[CUDA call]"
 _CALLBACK_MODULES = ("libdeepctx_cupti", "libcupti", "libcudart", "libcuda.so", "libamdhip64")
 # The device work each API class is expected to cause: such records land on the API's own child node.
 _EXPECTED = {gpu_apis.LAUNCH: DEV_KIND_KERNEL, gpu_apis.MEMCPY: DEV_KIND_MEMCPY, gpu_apis.MEMSET: DEV_KIND_MEMSET}
+# CUPTI's function names are the exported symbols: a call the agent reported (the uprobes left it to the
+# agent, gpu_api.left_to_agent) is shown as the API the probes would have shown.
+_REPORTED = {a.symbol: a for a in gpu_apis.APIS if a.library in ("cudart", "cuda")}
 
 
 def cupti_kernel_names(buckets: list[DeviceBucket], names: dict[int, str]) -> dict[tuple[int, int], str]:
@@ -101,7 +105,7 @@ def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: Ca
     gpu_tree. Synchronization records carry no GPU time (the API probes measure the wait). Returns
     counters for the profile's stats."""
     stats = {"device_time_in_profile_ns": 0, "device_time_unknown_launch_ns": 0,
-             "device_time_without_call_path_ns": 0, "device_sync_records": 0}
+             "device_time_without_call_path_ns": 0, "device_sync_records": 0, "device_calls_reported_by_agent": 0}
     origins = origins or Origins()
     groups: dict[tuple, list[DeviceBucket]] = defaultdict(list)
     for b in buckets:
@@ -122,24 +126,58 @@ def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: Ca
             sampled = group
         times = apportion(sum(b.time_ns for b in group), [b.count for b in sampled])
         for b, t in zip(sampled, times, strict=True):
-            if not t:
+            if not t and not (first.api_id == DEV_API_UNPROBED and b.count):
                 continue
             path = _call_path(b, resolver, api_module)
             if b.origin_tid:  # launched for a backward node, or by a worker for another thread's hand-off
                 path = origins.frames(resolver, b.origin_tid, b.origin_user_stack, b.origin_py_stack, b.origin_label,
                                       b.origin_node, path)
-            if first.api_id == DEV_API_UNPROBED:
-                path.append(Frame("api", names.get(b.fn_name, UNPROBED_API)))
+            reported = reported_api(b, names) if first.api_id == DEV_API_UNPROBED else None
+            if reported is not None:
+                path.append(Frame("api", reported.display, module=api_module(reported)))
+                path.append(reported_work_frame(reported, b, names))
+                _add_reported_calls(tree, path, reported, b, stats)
+            elif first.api_id == DEV_API_UNPROBED:
+                fn = names.get(b.fn_name, UNPROBED_API) if not b.flags & DEV_KEY_F_SAMPLED else UNPROBED_API
+                path.append(Frame("api", fn))
                 path.append(record_frame(b, names))
             else:
                 api = gpu_apis.APIS[b.api_id]
                 path.append(Frame("api", api.display, module=api_module(api)))
                 path += work_frames(b, namer, names)
-            tree.add(path, "gpu_time_ns", t)
+            if t:
+                tree.add(path, "gpu_time_ns", t)
             stats["device_time_in_profile_ns"] += t
             if not b.call_flags & GPU_KEY_F_SAMPLED:
                 stats["device_time_without_call_path_ns"] += t
     return stats
+
+
+def reported_api(b: DeviceBucket, names: dict[int, str]) -> gpu_apis.Api | None:
+    """The API of a call the agent reported and no uprobe saw, when the record is the work that API
+    makes (a sampled capture charges other calls' records to the announced call: those are not)."""
+    api = _REPORTED.get(names.get(b.fn_name, ""))
+    if api is None or _EXPECTED.get(api.cls) != b.kind:
+        return None
+    return api
+
+
+def reported_work_frame(api: gpu_apis.Api, b: DeviceBucket, names: dict[int, str]) -> Frame:
+    """The API's child node, as gpu_tree makes it, from the record (CUPTI's kernel name and launch
+    shape, the copy's direction): the same node when some calls were probed and some reported."""
+    if api.cls == gpu_apis.LAUNCH:
+        raw = names.get(b.name)
+        return Frame("kernel", demangle(raw) if raw else UNNAMED_KERNEL, launch=(*b.grid, *b.block, b.shared_mem))
+    return record_frame(b, names)
+
+
+def _add_reported_calls(tree: CallTree, path: list[Frame], api: gpu_apis.Api, b: DeviceBucket,
+                        stats: dict[str, int]) -> None:
+    """Calls (and bytes) of the reported API: one record per call, as the probes would have counted."""
+    tree.add(path, "calls", b.count)
+    if api.cls in (gpu_apis.MEMCPY, gpu_apis.MEMSET) and b.bytes:
+        tree.add(path, "bytes", b.bytes)
+    stats["device_calls_reported_by_agent"] += b.count
 
 
 def _call_path(b: DeviceBucket, resolver: CallPathResolver,

@@ -20,6 +20,7 @@ SEMAPHORE(batch);
 SEMAPHORE(flushed);
 SEMAPHORE(status);
 SEMAPHORE(flush_request);
+SEMAPHORE(sampling);
 
 EXPORT volatile int deepctx_agent_state = 0;
 EXPORT char deepctx_agent_error[256];
@@ -30,6 +31,17 @@ int agent_active;
 size_t agent_buffer_bytes = 4096 * 1024;
 uint64_t agent_flush_period_ns = 200 * 1000000ull;
 uint64_t agent_dropped_records;
+uint64_t agent_sample_interval_ns = 500 * 1000ull;
+
+/* Which announced call stands for each call (sampled captures): slot corr % SAMPLE_SLOTS holds
+ * corr << 32 | the announced call's id. A slot is rewritten every SAMPLE_SLOTS calls: records must be
+ * handed over before that (the periodic flush: 200 ms, i.e. up to 1.3M calls a second). 2 MiB of
+ * address space, touched only by sampled captures. */
+#define SAMPLE_SLOTS (1u << 18)
+static uint64_t *sample_slots;
+static __thread uint64_t sample_next_ns;  /* this thread's next announcement is due then */
+static __thread uint32_t sample_current;   /* the id of this thread's last announced call */
+static __thread uint64_t sample_rng;
 
 static const struct agent_ops *ops;
 static int exiting;
@@ -68,7 +80,59 @@ void agent_report_status(int64_t code) {
 
 int agent_watched(void) { return WATCHED(batch) || WATCHED(correlation); }
 
+static void sample_note(uint32_t corr);
+
+void agent_sample_nested(uint32_t corr) { sample_note(corr); }
+
+int agent_sample_due(uint32_t corr) {
+    uint64_t now = agent_monotonic_ns();
+    int due = now >= sample_next_ns;
+    if (due) {
+        /* next in [interval / 2, 3 * interval / 2): xorshift, seeded by the thread's first id */
+        if (!sample_rng)
+            sample_rng = 0x9e3779b97f4a7c15ull ^ corr;
+        sample_rng ^= sample_rng << 13;
+        sample_rng ^= sample_rng >> 7;
+        sample_rng ^= sample_rng << 17;
+        uint64_t half = agent_sample_interval_ns / 2;
+        sample_next_ns = now + half + (agent_sample_interval_ns ? sample_rng % agent_sample_interval_ns : 0);
+        sample_current = corr;
+    }
+    sample_note(corr);
+    return due;
+}
+
+/* corr's records go to this thread's last announced call. */
+static void sample_note(uint32_t corr) {
+    if (!sample_current)
+        return;  /* nothing announced on this thread yet */
+    uint64_t *slots = __atomic_load_n(&sample_slots, __ATOMIC_ACQUIRE);
+    if (!slots) {  /* the first sampled call: the table, once (a racing thread's copy is freed) */
+        uint64_t *fresh = calloc(SAMPLE_SLOTS, sizeof(uint64_t));
+        uint64_t *expected = NULL;
+        if (fresh && !__atomic_compare_exchange_n(&sample_slots, &expected, fresh, 0, __ATOMIC_ACQ_REL,
+                                                  __ATOMIC_ACQUIRE))
+            free(fresh);
+        slots = __atomic_load_n(&sample_slots, __ATOMIC_ACQUIRE);
+    }
+    if (slots)
+        __atomic_store_n(&slots[corr % SAMPLE_SLOTS], ((uint64_t)corr << 32) | sample_current, __ATOMIC_RELAXED);
+}
+
+static uint32_t sample_of(uint32_t corr) {
+    uint64_t *slots = __atomic_load_n(&sample_slots, __ATOMIC_ACQUIRE);
+    if (!slots || !corr)
+        return 0;
+    uint64_t v = __atomic_load_n(&slots[corr % SAMPLE_SLOTS], __ATOMIC_RELAXED);
+    return (uint32_t)(v >> 32) == corr ? (uint32_t)v : 0;
+}
+
 void agent_fire_batch(struct dev_record *records, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) {
+        records[i].sample = sample_of(records[i].correlation);
+        if (records[i].sample)
+            records[i].flags |= DEV_REC_F_SAMPLED;
+    }
     STAP_PROBE2(deepctx, batch, records, n);
 }
 
@@ -77,6 +141,7 @@ void agent_read_settings(void) {
     if (agent_buffer_bytes < 64 * 1024)
         agent_buffer_bytes = 64 * 1024;
     agent_flush_period_ns = agent_env_u64("DEEPCTX_FLUSH_MS", 200) * 1000000ull;
+    agent_sample_interval_ns = agent_env_u64("DEEPCTX_SAMPLE_US", 500) * 1000ull;
 }
 
 /* Delivers the SDK's buffers (completed records only, or everything when forced), then says so. */
@@ -91,6 +156,8 @@ void agent_flush(int forced) {
 }
 
 int agent_start_activity(void) {
+    if (WATCHED(sampling))
+        STAP_PROBE(deepctx, sampling);  /* a site for the semaphore, which is what the daemon raises */
     int rc = ops->start();
     if (rc != DEV_AGENT_OK)
         return rc;

@@ -29,14 +29,30 @@
 
 /* USDT semaphores (agent_common.c): the kernel adds one per attached probe (uprobe ref_ctr_offset). */
 extern unsigned short deepctx_correlation_semaphore, deepctx_api_exit_semaphore, deepctx_batch_semaphore,
-    deepctx_flushed_semaphore, deepctx_status_semaphore, deepctx_flush_request_semaphore;
+    deepctx_flushed_semaphore, deepctx_status_semaphore, deepctx_flush_request_semaphore, deepctx_sampling_semaphore;
 #define WATCHED(name) __builtin_expect(__atomic_load_n(&deepctx_##name##_semaphore, __ATOMIC_RELAXED) != 0, 0)
 
-/* The per-call probes, expanded at the call site (the hot path: one load and a branch when unwatched). */
-#define AGENT_CORRELATION(corr, api, fn)                                \
-    do {                                                                \
-        if (WATCHED(correlation))                                       \
-            STAP_PROBE3(deepctx, correlation, (corr), (api), (fn));     \
+/* Sampled captures (the daemon raised the sampling semaphore): is this call one the correlation probe
+ * announces? Each thread announces its first call after every interval (DEEPCTX_SAMPLE_US, jittered so
+ * that it does not beat with a loop's period); every call notes which announced call stands for it, and
+ * agent_fire_batch() writes that into its records (dev_record.sample). */
+int agent_sample_due(uint32_t corr);
+/* A call made inside one this thread announced or noted (a driver call of a runtime call, under an id
+ * of its own): never announced when sampling, its records follow the outer call's. */
+void agent_sample_nested(uint32_t corr);
+
+/* The per-call probes, expanded at the call site (the hot path: one load and a branch when unwatched).
+ * nested: the call runs inside another reported call of this thread. */
+#define AGENT_CORRELATION(corr, api, fn, nested)                                                \
+    do {                                                                                        \
+        if (WATCHED(correlation)) {                                                             \
+            if (!WATCHED(sampling))                                                             \
+                STAP_PROBE3(deepctx, correlation, (corr), (api), (fn));                         \
+            else if (nested)                                                                    \
+                agent_sample_nested(corr);                                                      \
+            else if (agent_sample_due(corr))                                                    \
+                STAP_PROBE3(deepctx, correlation, (corr), (api), (fn));                         \
+        }                                                                                       \
     } while (0)
 #define AGENT_API_EXIT(corr)                                            \
     do {                                                                \
@@ -63,6 +79,7 @@ extern int agent_active;
 extern size_t agent_buffer_bytes;        /* DEEPCTX_BUFFER_KB, at least 64 KiB (default 4 MiB) */
 extern uint64_t agent_flush_period_ns;   /* DEEPCTX_FLUSH_MS (default 200 ms) */
 extern uint64_t agent_dropped_records;   /* the SDK's count plus records without timestamps (atomic) */
+extern uint64_t agent_sample_interval_ns;  /* DEEPCTX_SAMPLE_US (default 500 us per thread) */
 
 uint64_t agent_monotonic_ns(void);
 uint64_t agent_realtime_ns(void);
@@ -70,9 +87,10 @@ uint64_t agent_env_u64(const char *name, uint64_t fallback);
 void agent_set_error(int code, const char *fmt, const char *detail);
 void agent_report_status(int64_t code);
 int agent_watched(void);                 /* is a batch or correlation probe attached? (no lock needed) */
-void agent_fire_batch(struct dev_record *records, uint32_t n);  /* any thread, no lock needed */
+/* Fills in each record's sample (sampled captures), then fires the batch probe. Any thread, no lock. */
+void agent_fire_batch(struct dev_record *records, uint32_t n);
 
-/* Reads DEEPCTX_BUFFER_KB and DEEPCTX_FLUSH_MS. */
+/* Reads DEEPCTX_BUFFER_KB, DEEPCTX_FLUSH_MS and DEEPCTX_SAMPLE_US. */
 void agent_read_settings(void);
 /* The common start, once the SDK is loaded and set up: the watcher thread, the exit flush; starts at
  * once when a watcher is already there, else releases the SDK. */

@@ -174,7 +174,8 @@ static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_C
         if (!inner) {
             uint32_t api = ((uint32_t)domain << DEV_API_DOMAIN_SHIFT) | (uint32_t)cbid;
             const char *fn = cb->functionName;
-            AGENT_CORRELATION(corr, api, fn);
+            int nested = domain == CUPTI_CB_DOMAIN_DRIVER_API && runtime_correlation != 0;
+            AGENT_CORRELATION(corr, api, fn, nested);
         }
     } else {
         if (!inner)
@@ -230,6 +231,13 @@ static int convert(const CUpti_Activity *rec, struct dev_record *out) {
         out->correlation = k->correlationId;
         out->stream = k->streamId;
         out->device = k->deviceId;
+        out->grid[0] = (uint32_t)k->gridX;
+        out->grid[1] = (uint32_t)k->gridY;
+        out->grid[2] = (uint32_t)k->gridZ;
+        out->block[0] = (uint32_t)k->blockX;
+        out->block[1] = (uint32_t)k->blockY;
+        out->block[2] = (uint32_t)k->blockZ;
+        out->shared_mem = (uint32_t)k->dynamicSharedMemory;
         break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {

@@ -242,7 +242,7 @@ static void on_hip_api(rp_callback_tracing_record_t rec, rp_user_data_t *user_da
     if (rec.phase == RP_CALLBACK_PHASE_ENTER) {
         uint32_t api = ((uint32_t)rec.kind << DEV_API_DOMAIN_SHIFT) | ((uint32_t)rec.operation & 0xffff);
         const char *fn = rec.operation >= 0 && rec.operation < MAX_OPS ? op_names[rec.operation] : NULL;
-        AGENT_CORRELATION(corr, api, fn);
+        AGENT_CORRELATION(corr, api, fn, 0);
     } else if (rec.phase == RP_CALLBACK_PHASE_EXIT) {
         AGENT_API_EXIT(corr);
     }

@@ -126,11 +126,14 @@ int on_dev_correlation(struct pt_regs *ctx) {
     /* The API call this callback runs inside: the one in flight on this thread, or (sampled mode's
      * entry-only calls leave none in flight) the thread's last call, if it began moments ago. */
     struct gpu_key *inside = NULL;
+    int zero_cfg = 0;
+    struct dev_config *cfg = dev_config.lookup(&zero_cfg);
+    int agent_calls = cfg && cfg->agent_calls;
     struct gpu_inflight *f = gpu_inflight.lookup(&tid);
     if (f) {
         if (f->key.pid == pid)
             inside = &f->key;
-    } else {
+    } else if (!agent_calls) {
         struct gpu_last_call *last = gpu_last.lookup(&tid);
         if (last && last->key.pid == pid && c->api_start_ns - last->entry_ns <= GPU_JOIN_WINDOW_NS)
             inside = &last->key;
@@ -151,11 +154,13 @@ int on_dev_correlation(struct pt_regs *ctx) {
         if (c->call.user_stack == 0)
             c->call.flags |= GPU_KEY_F_STACK_LOST;
         gpu_apply_origin(pid, tid, &c->call);  /* a backward node's or a hand-off worker's call, as gpu_api */
-        struct gpu_orphan orphan = {};  /* the probed driver call this runtime call makes may adopt the id */
-        orphan.pid = pid;
-        orphan.correlation = corr;
-        orphan.time_ns = c->api_start_ns;
-        gpu_orphans.update(&tid, &orphan);
+        if (!agent_calls) {  /* the probed driver call this runtime call makes may adopt the id */
+            struct gpu_orphan orphan = {};
+            orphan.pid = pid;
+            orphan.correlation = corr;
+            orphan.time_ns = c->api_start_ns;
+            gpu_orphans.update(&tid, &orphan);
+        }
     }
     struct gpu_corr_key k = {};
     k.pid = pid;
@@ -218,7 +223,9 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
     __builtin_memset(k, 0, sizeof(*k));
     struct gpu_corr_key ck = {};
     ck.pid = pid;
-    ck.correlation = r->correlation;
+    /* Sampled captures: the announced call that stands for this record's call (its thread's last one). */
+    int sampled = (r->flags & DEV_REC_F_SAMPLED) && r->sample != r->correlation;
+    ck.correlation = (r->flags & DEV_REC_F_SAMPLED) ? r->sample : r->correlation;
     struct dev_corr *c = dev_corr.lookup(&ck);
     if (c) {
         k->call = c->call;
@@ -229,6 +236,19 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
         } else if (c->call.api_id == DEV_API_UNPROBED) {
             k->fn_name = c->fn_name;
             k->flags |= DEV_KEY_F_UNPROBED;
+            if (r->kind == DEV_KIND_KERNEL) {  /* no API probe read the launch: the record's shape */
+                k->call.grid[0] = r->grid[0];
+                k->call.grid[1] = r->grid[1];
+                k->call.grid[2] = r->grid[2];
+                k->call.block[0] = r->block[0];
+                k->call.block[1] = r->block[1];
+                k->call.block[2] = r->block[2];
+                k->call.shared_mem = r->shared_mem;
+            }
+        }
+        if (sampled) {
+            k->flags |= DEV_KEY_F_SAMPLED;
+            dev_stat_add(DEV_STAT_SAMPLED, 1);
         }
     } else {
         k->call.pid = pid;
@@ -285,8 +305,9 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
         }
     }
 #endif
-    /* One record per call, except graph launches (one id, a record per node): done with the id. */
-    if (c && !(r->flags & DEV_REC_F_GRAPH))
+    /* One record per call, except graph launches (one id, a record per node): done with the id. An
+     * announced call of a sampled capture stands for the calls after it: kept (the LRU ages it out). */
+    if (c && !(r->flags & (DEV_REC_F_GRAPH | DEV_REC_F_SAMPLED)))
         dev_corr.delete(&ck);
 }
 

@@ -3,7 +3,8 @@
  *
  * The agent inside the target only reports, through USDT probes of provider "deepctx":
  *   correlation(u32 correlation_id, u32 api, const char *function_name)
- *       in the thread that makes a launch / copy / set / sync API call, at its entry (CUPTI callback)
+ *       in the thread that makes a launch / copy / set / sync API call, at its entry (CUPTI callback);
+ *       every call, or while the sampling semaphore is raised a sample of them (agent_sample_due())
  *   api_exit(u32 correlation_id)                     at the call's exit (trace mode only)
  *   batch(const struct dev_record *records, u32 n)   per batch of completed activity records
  *   flushed(u64 sequence, u64 started_ns, u64 dropped)  after each flush of CUPTI's buffers
@@ -11,6 +12,9 @@
  *   flush_request()                                  after each flush the daemon requested: its
  *                                                    semaphore is the daemon's "flush now" request
  *                                                    (the kernel raises it)
+ *   sampling()                                       when reporting starts in a sampled capture: its
+ *                                                    semaphore asks the agent to announce a sample of
+ *                                                    the calls, not every one
  * Every probe is semaphore-guarded: an agent nobody watches does not even build the arguments. */
 #ifndef DEEPCTX_DEVICE_ACTIVITY_H
 #define DEEPCTX_DEVICE_ACTIVITY_H
@@ -43,9 +47,15 @@ struct dev_record {
     __u8 kind;           /* enum dev_kind */
     __u8 copy_kind;      /* memcpy: CUpti_ActivityMemcpyKind; sync: CUpti_ActivitySynchronizationType */
     __u16 flags;         /* DEV_REC_F_* */
+    __u32 sample;        /* sampled captures: the correlation id of the announced call that stands for
+                            this record's call (the same thread's last one announced); 0: none */
+    __u32 grid[3];       /* kernel: launch shape, from the record (calls the API probes do not see) */
+    __u32 block[3];
+    __u32 shared_mem;    /* kernel: dynamic shared memory bytes */
 };
 
-#define DEV_REC_F_GRAPH (1u << 0)  /* part of a CUDA graph launch: one correlation id, many records */
+#define DEV_REC_F_GRAPH (1u << 0)    /* part of a CUDA graph launch: one correlation id, many records */
+#define DEV_REC_F_SAMPLED (1u << 1)  /* joined through `sample`, not its own correlation id */
 
 /* What the `api` argument of the correlation probe packs: CUPTI domain << 16 | callback id. */
 #define DEV_API_DOMAIN_SHIFT 16
@@ -74,6 +84,7 @@ struct dev_key {
 #define DEV_KEY_F_UNKNOWN (1u << 0)    /* no correlation recorded for the record's id */
 #define DEV_KEY_F_UNPROBED (1u << 1)   /* the call was not one the GPU API probes track: path taken here */
 #define DEV_KEY_F_GRAPH (1u << 2)      /* the record came from a CUDA graph launch */
+#define DEV_KEY_F_SAMPLED (1u << 3)    /* charged to the path of the sampled call that stands for its call */
 
 struct dev_val {
     __u64 count;         /* records */
@@ -144,7 +155,8 @@ struct dev_flush {
 struct dev_config {
     __u64 start_ns;      /* records that ended before this belong to an earlier window */
     __u32 trace;         /* emit per-call and per-record events */
-    __u32 pad;
+    __u32 agent_calls;   /* launches and async copies/sets are the agent's alone (no uprobe parks them):
+                            a correlation never joins another call of the thread */
 };
 
 /* USDT argument locations of one probe site (probes/usdt.py fills them from the file's
@@ -183,6 +195,7 @@ enum dev_stat {
     DEV_STAT_TRACE_LOST,        /* trace events the ring buffer had no room for */
     DEV_STAT_BATCH_CUT,         /* batches longer than DEV_BATCH (rest not read) */
     DEV_STAT_TIME_NS,           /* total device time of the records counted */
+    DEV_STAT_SAMPLED,           /* records charged through a sampled call (sampled captures) */
     DEV_STAT__COUNT,
 };
 

@@ -24,9 +24,9 @@ PROVIDER = "deepctx"
 # Mirrors of device_activity.h (tests/integration/device/test_device_layouts.py checks them against the header).
 DEV_KIND_KERNEL, DEV_KIND_MEMCPY, DEV_KIND_MEMSET, DEV_KIND_SYNC = 1, 2, 3, 4
 DEV_BATCH = 64
-DEV_REC_F_GRAPH = 1 << 0
+DEV_REC_F_GRAPH, DEV_REC_F_SAMPLED = 1 << 0, 1 << 1
 DEV_API_DOMAIN_SHIFT = 16
-DEV_KEY_F_UNKNOWN, DEV_KEY_F_UNPROBED, DEV_KEY_F_GRAPH = 1 << 0, 1 << 1, 1 << 2
+DEV_KEY_F_UNKNOWN, DEV_KEY_F_UNPROBED, DEV_KEY_F_GRAPH, DEV_KEY_F_SAMPLED = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 DEV_NAME_LEN = 512
 DEV_EV_API, DEV_EV_RECORD = 1, 2
 DEV_API_UNPROBED = 0xFFFF
@@ -34,7 +34,7 @@ DEV_AGENT_OK, DEV_AGENT_ACTIVE, DEV_AGENT_IDLE = 0, 1, 2
 DEV_AGENT_E_NO_CUDA, DEV_AGENT_E_NO_CUPTI, DEV_AGENT_E_BUSY, DEV_AGENT_E_CUPTI, DEV_AGENT_E_PENDING = -1, -2, -3, -4, -5
 (DEV_STAT_CORRELATIONS, DEV_STAT_UNPROBED, DEV_STAT_CORR_FULL, DEV_STAT_BATCHES, DEV_STAT_RECORDS, DEV_STAT_UNKNOWN,
  DEV_STAT_BEFORE, DEV_STAT_MAP_FULL, DEV_STAT_NAMES, DEV_STAT_TRACE_LOST, DEV_STAT_BATCH_CUT, DEV_STAT_TIME_NS,
- DEV_STAT__COUNT) = range(13)
+ DEV_STAT_SAMPLED, DEV_STAT__COUNT) = range(14)
 STAT_NAMES = {
     DEV_STAT_CORRELATIONS: "device_correlations",
     DEV_STAT_UNPROBED: "device_correlations_outside_probed_calls",
@@ -48,6 +48,7 @@ STAT_NAMES = {
     DEV_STAT_TRACE_LOST: "device_trace_events_lost",
     DEV_STAT_BATCH_CUT: "device_batches_cut",
     DEV_STAT_TIME_NS: "device_time_ns",
+    DEV_STAT_SAMPLED: "device_records_charged_to_a_sampled_call",
 }
 AGENT_STATES = {
     DEV_AGENT_ACTIVE: "active", DEV_AGENT_IDLE: "idle",
@@ -65,7 +66,9 @@ COPY_KINDS = {0: "unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA
 class DevRecord(ct.Structure):
     _fields_ = [("start_ns", ct.c_uint64), ("end_ns", ct.c_uint64), ("bytes", ct.c_uint64), ("name", ct.c_uint64),
                 ("graph_node", ct.c_uint64), ("correlation", ct.c_uint32), ("stream", ct.c_uint32),
-                ("device", ct.c_uint32), ("kind", ct.c_uint8), ("copy_kind", ct.c_uint8), ("flags", ct.c_uint16)]
+                ("device", ct.c_uint32), ("kind", ct.c_uint8), ("copy_kind", ct.c_uint8), ("flags", ct.c_uint16),
+                ("sample", ct.c_uint32), ("grid", ct.c_uint32 * 3), ("block", ct.c_uint32 * 3),
+                ("shared_mem", ct.c_uint32)]
 
 
 class DevCorr(ct.Structure):
@@ -101,7 +104,7 @@ class DevFlush(ct.Structure):
 
 
 class DevConfig(ct.Structure):
-    _fields_ = [("start_ns", ct.c_uint64), ("trace", ct.c_uint32), ("pad", ct.c_uint32)]
+    _fields_ = [("start_ns", ct.c_uint64), ("trace", ct.c_uint32), ("agent_calls", ct.c_uint32)]
 
 
 @dataclass(frozen=True)
@@ -190,8 +193,13 @@ class DeviceActivity:
     def __init__(self, trace: bool = False, inject: bool = False, required: bool = False,
                  agent_path: str | None = None, count_entries: int = 65536, corr_entries: int = 262144,
                  name_entries: int = 16384, ringbuf_pages: int = 4096,
-                 injector: Callable[..., Any] | None = None) -> None:
+                 injector: Callable[..., Any] | None = None, sampling: bool = False) -> None:
         self.trace = trace
+        # The agent announces a sample of the calls (each thread's first after every DEEPCTX_SAMPLE_US),
+        # and every record carries the announced call that stands for its own: one trap per sample, not
+        # per call. Trace mode needs every call.
+        self.sampling = sampling and not trace
+        self.agent_calls = False  # the GPU API probes left launches to the agent (GpuApi.agent_reports_calls)
         self.inject = inject
         self.required = required or inject
         self.agent_path = agent_path
@@ -209,6 +217,7 @@ class DeviceActivity:
         self._attacher: usdt.UsdtAttacher | None = None
         self._ringbuf_open = False
         self._pid = 0
+        self.agent_kind = ""  # "cupti" | "rocprof": the target's agent (prepare)
 
     # --- ProbeFamily ------------------------------------------------------------------------------
 
@@ -221,9 +230,20 @@ class DeviceActivity:
                 "DEV_RINGBUF_PAGES": self.ringbuf_pages,
                 "GPU_LAST_CALL": 1}  # gpu_api.bpf.c keeps each thread's last entry-only call for the join
 
+    @staticmethod
+    def kind_of(path: str) -> str:
+        return "rocprof" if os.path.basename(path).startswith("libdeepctx_rocprof") else "cupti"
+
     def prepare(self, target: Target) -> None:
-        if agent_mappings(target.space.mappings):
+        mapped = agent_mappings(target.space.mappings)
+        if mapped:
+            self.agent_kind = self.kind_of(mapped[0].path)
+            try:  # an agent of another version can have probes this daemon does not read: say so now
+                usdt.read_probes(open_mapped_file(target.pid, mapped[0]), PROVIDER)
+            except (OSError, usdt.UsdtError) as e:
+                raise ValueError(f"the deepctx agent in the process ({mapped[0].path}) cannot be used: {e}") from e
             return
+        self.agent_kind = "cupti"  # attach loads the CUPTI agent (rocprofiler-sdk cannot start late)
         if self.inject:
             from deepctx.daemon.inject.agent import check_injectable, find_agent
 
@@ -239,7 +259,7 @@ class DeviceActivity:
         self._pid = target.pid
         self._attacher = usdt.UsdtAttacher(bpf)
         self.start_ns = time.monotonic_ns()  # CLOCK_MONOTONIC: bpf_ktime_get_ns()'s clock
-        bpf["dev_config"][ct.c_int(0)] = DevConfig(self.start_ns, int(self.trace), 0)
+        self.write_config(bpf)
         if self.trace:
             bpf["dev_events"].open_ring_buffer(self._on_event)
             self._ringbuf_open = True
@@ -248,6 +268,9 @@ class DeviceActivity:
             self._inject(bpf, target)
         elif self._files:
             self._wait_active(bpf)
+
+    def write_config(self, bpf: Any) -> None:
+        bpf["dev_config"][ct.c_int(0)] = DevConfig(self.start_ns, int(self.trace), int(self.agent_calls))
 
     def _wait_active(self, bpf: Any, timeout_s: float = 1.0) -> None:
         """An agent that was idle starts within its watcher's tick (100 ms) of the semaphores rising:
@@ -305,6 +328,8 @@ class DeviceActivity:
     def _attach_file(self, path: str, probes: list[usdt.UsdtProbe], key: tuple[str, int]) -> _AgentFile:
         assert self._attacher is not None
         af = _AgentFile(path, probes)
+        if self.sampling:  # first, so that the agent's first announcement already samples
+            self._attacher.attach("on_dev_request", path, self._pid, [p for p in probes if p.name == "sampling"])
         for probe_name, fn in HANDLERS.items():
             if probe_name == "api_exit" and not self.trace:
                 continue  # its semaphore stays down: the agent does not even fire it

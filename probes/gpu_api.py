@@ -224,6 +224,7 @@ class _LibraryFile:
     symbols: dict[str, int]  # api symbol -> ELF virtual address
     segments: list[tuple[int, int, int]]  # PT_LOAD (p_offset, p_vaddr, p_filesz)
     probes: int = 0
+    left_to_agent: list[gpu_apis.Api] = field(default_factory=list)  # not probed: the agent announces them
 
 
 @dataclass
@@ -241,6 +242,20 @@ def entry_only(api: gpu_apis.Api, mode: str) -> bool:
     if api.cls in (gpu_apis.LAUNCH, gpu_apis.GRAPH, gpu_apis.COLLECTIVE, gpu_apis.OTHER):
         return True
     return api.cls in (gpu_apis.MEMCPY, gpu_apis.MEMSET) and "Async" in api.symbol
+
+
+# The libraries whose calls the CUPTI agent announces in the calling thread (its correlation probe).
+AGENT_LIBRARIES = frozenset({"cudart", "cuda"})
+
+
+def left_to_agent(api: gpu_apis.Api) -> bool:
+    """Calls that return at once and whose device work CUPTI records one by one (launches, async copies
+    and sets): with the agent there, its correlation probe takes their call path and their records give
+    the count, kernel and launch shape, so no uprobe traps them. Synchronous calls keep their probes:
+    their time is the wait the user needs."""
+    if api.library not in AGENT_LIBRARIES:
+        return False
+    return api.cls == gpu_apis.LAUNCH or (api.cls in (gpu_apis.MEMCPY, gpu_apis.MEMSET) and "Async" in api.symbol)
 
 
 class GpuApi:
@@ -278,6 +293,9 @@ class GpuApi:
         self.resumes = 0  # duty cycle: times the probes were attached again
         self.stack_clears = 0  # continuous mode: times the stack map was emptied at a window's end
         self._live = 1  # the probes are attached: 1, detached: 0, being switched: -1 (see pause)
+        # Set before attach when the target's CUPTI agent reports its calls (left_to_agent()); cleared by
+        # probe_agents_calls() when the agent turns out not to work.
+        self.agent_reports_calls = False
 
     # --- ProbeFamily ------------------------------------------------------------------------------
 
@@ -453,7 +471,7 @@ class GpuApi:
             if lib is None:
                 continue
             if lib.probes == 0:
-                self._attach_uprobes(bpf, lib)
+                self._attach_uprobes(lib)
                 self.libraries_attached.append(os.path.basename(m.path))
             # Where each API sits in this process: the entry probe finds the API by this address.
             for api_id, api in gpu_apis.BY_LIBRARY[kind]:
@@ -477,10 +495,22 @@ class GpuApi:
             r.start[i], r.end[i] = lo, hi
         bpf["gpu_ranges"][ct.c_uint32(pid)] = r
 
-    def _attach_uprobes(self, bpf: Any, lib: _LibraryFile) -> None:
+    def probe_agents_calls(self) -> None:
+        """The agent does not report after all (it failed to start): probe the calls left to it."""
+        self.agent_reports_calls = False
+        for lib in self._files.values():
+            if lib is not None and lib.left_to_agent:
+                apis, lib.left_to_agent = lib.left_to_agent, []
+                self._attach_uprobes(lib, apis)
+
+    def _attach_uprobes(self, lib: _LibraryFile, only: list[gpu_apis.Api] | None = None) -> None:
         both: set[int] = set()
         entry: set[int] = set()
-        for _, api in gpu_apis.BY_LIBRARY[lib.kind]:
+        apis = only if only is not None else [api for _, api in gpu_apis.BY_LIBRARY[lib.kind]]
+        if only is None and self.agent_reports_calls:
+            lib.left_to_agent = [api for api in apis if left_to_agent(api)]
+            apis = [api for api in apis if not left_to_agent(api)]
+        for api in apis:
             vaddr = lib.symbols.get(api.symbol)
             off = vaddr_to_offset(lib.segments, vaddr) if vaddr is not None else None
             if off is not None:  # aliases (ncclX / pncclX) share one offset
@@ -489,8 +519,9 @@ class GpuApi:
         before = self._uprobes.probes
         self._uprobes.attach(lib.path, sorted(both))
         self._uprobes.attach(lib.path, sorted(entry - both), with_return=False)
-        lib.probes = self._uprobes.probes - before
+        lib.probes += self._uprobes.probes - before
         log.info("GPU probes attached", extra={"library": lib.path, "kind": lib.kind, "probes": lib.probes,
+                                               "left_to_the_agent": len(lib.left_to_agent),
                                                "uprobe_multi": self._uprobes.multi})
 
     # --- reading --------------------------------------------------------------------------------------

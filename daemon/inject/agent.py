@@ -254,6 +254,19 @@ def inject_agent(pid: int, agent: str, before_load: Callable[[str], None] | None
         raise FailedPrecondition(f"{msg}" + (f" ({detail})" if detail else ""))
 
 
+def agent_state(pid: int, maps: list[procfs.Mapping], path: str) -> int | None:
+    """The agent's deepctx_agent_state in the live process (DEV_AGENT_*; None when unreadable): an
+    agent that failed at cuInit never runs its watcher, so no status probe says so."""
+    addr = _data_address(pid, maps, path, "deepctx_agent_state")
+    if addr is None:
+        return None
+    try:
+        with procfs.ProcessMemory(pid) as mem:
+            return int.from_bytes(mem.read(addr, 4), "little", signed=True)
+    except (procfs.ProcessGone, MemoryError, OSError):
+        return None
+
+
 def _wait_state(pid: int, maps: list[procfs.Mapping], path: str, wait_s: float) -> int:
     addr = _data_address(pid, maps, path, "deepctx_agent_state")
     if addr is None:

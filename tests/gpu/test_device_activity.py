@@ -215,6 +215,40 @@ def test_resnet50_kernel_time_sits_under_python_lines(daemon, agent: Path, scrip
     assert with_calls >= 0.95 * total
 
 
+def test_sampled_mode_leaves_launches_to_the_agent(daemon, agent: Path, scripts: Path) -> None:
+    """--mode sampled: no uprobe on launches; the agent announces a sample of them and every kernel is
+    charged to its thread's last announced call. The loop's one launching line gets its whole time, and
+    the launches are counted from CUPTI's records."""
+    doc, done = phase(daemon, [sys.executable, str(scripts / "matmul.py")], with_agent(agent), "--mode", "sampled")
+    save("device_matmul_sampled.json.gz", json.dumps(doc))
+    events_ns = int(done.split()[1])
+    line_ns = at_line(doc, scripts / "matmul.py", "LINE_MATMUL")
+    stats = doc["stats"]
+    print(f"\nsampled matmul line: deepctx {line_ns / 1e6:.3f} ms, CUDA events {events_ns / 1e6:.3f} ms "
+          f"({100 * (line_ns - events_ns) / events_ns:+.2f}%); announced {stats['device_correlations']}, "
+          f"reported by the agent {stats['device_calls_reported_by_agent']}")
+    assert stats["device_records_unknown_correlation"] <= 2, stats
+    assert abs(line_ns - events_ns) <= 0.05 * events_ns, (line_ns, events_ns)
+    assert stats["device_calls_reported_by_agent"] >= 60  # N_MATMUL launches (cuBLAS may add its own)
+    assert stats["device_correlations"] < stats["device_calls_reported_by_agent"] / 2
+
+
+def test_sampled_resnet50_kernel_time_sits_under_python_lines(daemon, agent: Path, scripts: Path) -> None:
+    doc, _ = phase(daemon, [sys.executable, str(scripts / "resnet.py")], with_agent(agent), "--mode", "sampled")
+    save("device_resnet50_sampled.json.gz", json.dumps(doc))
+    under, total = kernel_time(doc)
+    stats = doc["stats"]
+    lines = {m: at_line(doc, scripts / "resnet.py", m) for m in ("LINE_FORWARD", "LINE_BACKWARD", "LINE_OPT")}
+    print(f"\nsampled resnet50: {total / 1e6:.2f} ms of kernels, {100 * under / total:.2f}% under a Python line; "
+          f"records {stats['device_records']}, announced {stats['device_correlations']}, charged through a "
+          f"sample {stats['device_records_charged_to_a_sampled_call']}, unknown "
+          f"{stats['device_records_unknown_correlation']}; per line (ms) "
+          f"{ {k: round(v / 1e6, 3) for k, v in lines.items()} }")
+    assert total > 0
+    assert under >= 0.99 * total, f"{100 * under / total:.2f}% of kernel time under a Python line; by line {lines}"
+    assert all(lines.values()), lines
+
+
 def test_attach_loads_the_agent_into_a_running_job(daemon, agent: Path, scripts: Path) -> None:
     job = subprocess.Popen([sys.executable, str(scripts / "job.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                            text=True, env=without_agent())

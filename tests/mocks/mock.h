@@ -7,7 +7,7 @@ uint64_t mockcupti_now(void);
 uint32_t mockcupti_api_enter(int domain, uint32_t cbid, const char *fn, const char *symbol);
 void mockcupti_api_exit(int domain, uint32_t cbid, uint32_t corr, const char *fn);
 void mockcupti_kernel(uint32_t corr, const char *name, uint64_t start, uint64_t end, uint32_t stream,
-                      uint64_t graph_node);
+                      uint64_t graph_node, const uint32_t *shape);
 void mockcupti_memcpy(uint32_t corr, uint64_t bytes, uint8_t copy_kind, uint64_t start, uint64_t end,
                       uint32_t stream);
 void mockcupti_memset(uint32_t corr, uint64_t bytes, uint64_t start, uint64_t end, uint32_t stream);

@@ -98,23 +98,30 @@ EXPORT uint64_t mock_device_idle_at(void) {
     return t;
 }
 
+/* The launch shape of the cuLaunchKernel in progress on this thread (grid, block, dynamic shared memory):
+ * its kernel record carries it, as CUPTI's does. Graph nodes' records carry none. */
+static __thread const uint32_t *launch_shape;
+
 /* A kernel on the device under correlation id corr (graph_node: 0 outside graphs). */
 EXPORT int mock_run_kernel(const void *handle, uint32_t corr, uint32_t stream, uint64_t graph_node) {
     const struct kernel *k = find_kernel(handle);
     if (!k)
         return 98; /* CUDA_ERROR_INVALID_HANDLE */
     uint64_t start = mock_device_run(k->duration_ns);
-    mockcupti_kernel(corr, k->name, start, start + k->duration_ns, stream, graph_node);
+    mockcupti_kernel(corr, k->name, start, start + k->duration_ns, stream, graph_node, launch_shape);
     return 0;
 }
 
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                unsigned bz, unsigned smem, CUstream stream, void **params, void **extra) {
-    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)smem; (void)params; (void)extra;
+    (void)params; (void)extra;
     cuInit(0);
     uint32_t corr = mockcupti_api_enter(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
                                         "cuLaunchKernel", NULL);
+    const uint32_t shape[7] = {gx, gy, gz, bx, by, bz, smem};
+    launch_shape = shape;
     int rc = mock_run_kernel(f, corr, (uint32_t)(uintptr_t)stream, 0);
+    launch_shape = NULL;
     mockcupti_api_exit(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, corr, "cuLaunchKernel");
     return (CUresult)rc;
 }

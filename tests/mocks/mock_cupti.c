@@ -235,7 +235,7 @@ static void *reserve(size_t size) {
 }
 
 EXPORT void mockcupti_kernel(uint32_t corr, const char *name, uint64_t start, uint64_t end, uint32_t stream,
-                             uint64_t graph_node) {
+                             uint64_t graph_node, const uint32_t *shape) {
     pthread_mutex_lock(&lock);
     if (kinds[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL]) {
         CUpti_ActivityKernel10 *k = reserve(sizeof(*k));
@@ -249,6 +249,15 @@ EXPORT void mockcupti_kernel(uint32_t corr, const char *name, uint64_t start, ui
             k->name = name;
             k->graphNodeId = graph_node;
             k->graphId = graph_node ? 1 : 0;
+            if (shape) {  /* grid, block, dynamic shared memory */
+                k->gridX = (int32_t)shape[0];
+                k->gridY = (int32_t)shape[1];
+                k->gridZ = (int32_t)shape[2];
+                k->blockX = (int32_t)shape[3];
+                k->blockY = (int32_t)shape[4];
+                k->blockZ = (int32_t)shape[5];
+                k->dynamicSharedMemory = (int32_t)shape[6];
+            }
         }
     }
     pthread_mutex_unlock(&lock);

@@ -32,7 +32,9 @@ class Result:
 
 
 def run_capture(pid: int, work: Callable[[], None], device: DeviceActivity, python: bool = True,
-                before_flush: Callable[[Any], None] | None = None) -> Result:
+                before_flush: Callable[[Any], None] | None = None, gpu_mode: str = "exact",
+                agent_calls: bool = False) -> Result:
+    """agent_calls: launches and async copies/sets are left to the agent (GpuApi.agent_reports_calls)."""
     info = procfs.process_info(pid)
     target = Target(pid, info, procfs.AddressSpace(procfs.read_maps(pid)))
     families: list[Any] = []
@@ -43,9 +45,11 @@ def run_capture(pid: int, work: Callable[[], None], device: DeviceActivity, pyth
         py = PythonStacks()
         py.prepare(target)
         families.append(py)
-    gpu = GpuApi(mode="exact")
+    gpu = GpuApi(mode=gpu_mode)
+    gpu.agent_reports_calls = agent_calls
     gpu.prepare(target)
     device.prepare(target)
+    device.agent_calls = agent_calls
     families += [gpu, device]
     bpf = compose.compile_program(families)
     offset = clock_offset_ns()

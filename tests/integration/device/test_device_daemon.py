@@ -169,3 +169,52 @@ def test_trace_export_follows_kinetos_conventions(daemon, built: tuple[Path, Pat
     flows = [e for e in by_cat["ac2g"] if e["ph"] == "s"]
     assert len(flows) == len(kernels) + mt.N_COPY + mt.N_SET + 1  # + the sync record
     assert not trace["deepctx"]["synthetic"]
+
+
+def kernel_calls(doc: dict, api: str, kernel: str) -> int:
+    return sum(node["metrics"]["calls"] for anc, node in walk(doc)
+               if node["kind"] == "kernel" and node["name"] == kernel and anc and anc[-1]["name"] == api)
+
+
+def test_sampled_attach_leaves_launches_to_the_agent(daemon, built: tuple[Path, Path], tmp_path: Path) -> None:
+    """--mode sampled with the agent there: launches are counted from its records, not by uprobes, and
+    (every call announced here) land exactly on their lines."""
+    agent, lib = built
+    t = StdinTarget([sys.executable, str(TARGET), str(lib)], env=no_injection_env() | {
+        "CUDA_INJECTION64_PATH": str(agent), "DEEPCTX_SAMPLE_US": "0"})
+    out = tmp_path / "sampled.json"
+    try:
+        r = capture(daemon, t, "--mode", "sampled", "-o", str(out))
+    finally:
+        t.stop()
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert gpu_at_line(doc, "LINE_MATMUL") == {("kernel", MATMUL): mt.N_MATMUL * mt.MATMUL_NS}
+    assert gpu_at_line(doc, "LINE_RELU") == {("kernel", RELU): mt.N_RELU * mt.RELU_NS}
+    assert kernel_calls(doc, "cudaLaunchKernel", MATMUL) == mt.N_MATMUL
+    assert kernel_calls(doc, "cuLaunchKernel", RELU) == mt.N_RELU
+    stats = doc["stats"]
+    assert stats["device_calls_reported_by_agent"] == mt.N_MATMUL + mt.N_RELU
+    assert stats["device_records_unknown_correlation"] == 0
+    assert stats["device_time_ns"] == stats["device_time_in_profile_ns"]
+
+
+def test_sampled_attach_probes_launches_when_the_agent_cannot_report(daemon, built: tuple[Path, Path],
+                                                                     tmp_path: Path) -> None:
+    """Another profiler holds CUPTI, so the agent never started: the uprobes count the launches after all,
+    and the profile says why there is no device time."""
+    agent, lib = built
+    t = StdinTarget([sys.executable, str(TARGET), str(lib), "--hold-cupti"], env=no_injection_env() | {
+        "CUDA_INJECTION64_PATH": str(agent)})
+    out = tmp_path / "fallback.json"
+    try:
+        r = capture(daemon, t, "--mode", "sampled", "-o", str(out))
+    finally:
+        t.stop()
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert kernel_calls(doc, "cudaLaunchKernel", MATMUL) == mt.N_MATMUL
+    assert kernel_calls(doc, "cuLaunchKernel", "[unnamed kernel]") == mt.N_RELU  # a bare handle: CUPTI named it
+    assert any("launches are probed by uprobes instead" in w for w in doc["warnings"]), doc["warnings"]
+    assert doc["stats"].get("device_calls_reported_by_agent", 0) == 0
+    assert daemon.alive()

@@ -159,11 +159,14 @@ def test_an_agent_nobody_watches_starts_no_context(built_rocprof: tuple[Path, Pa
 def test_the_agents_probes_are_the_cupti_agents(built_rocprof: tuple[Path, Path]) -> None:
     agent, _ = built_rocprof
     probes = usdt.read_probes(str(agent), "deepctx")
-    assert sorted(p.name for p in probes) == ["api_exit", "batch", "correlation", "flush_request", "flushed",
-                                               "status"]
+    assert sorted({p.name for p in probes}) == ["api_exit", "batch", "correlation", "flush_request", "flushed",
+                                                 "sampling", "status"]
     assert all(p.semaphore_offset for p in probes)
     args = {p.name: len(p.args) for p in probes}
-    assert args == {"correlation": 3, "api_exit": 1, "batch": 2, "flushed": 3, "status": 1, "flush_request": 0}
+    assert args == {"correlation": 3, "api_exit": 1, "batch": 2, "flushed": 3, "status": 1, "flush_request": 0,
+                    "sampling": 0}
+    # the correlation probe has two sites (every call, or a sample of them): one semaphore
+    assert len({p.semaphore_offset for p in probes if p.name == "correlation"}) == 1
 
 
 def test_attach_registers_late_before_hip_starts(built_rocprof: tuple[Path, Path]) -> None:
