@@ -79,7 +79,7 @@ class Deepctx:
 
 
 def one_run(name: str, variant: str, daemons: dict[str, Deepctx], python: str) -> dict:
-    dctx = daemons.get(variant.rsplit("_", 1)[1], daemons["default"])
+    dctx = daemons.get(variant.rsplit("_", 1)[-1], daemons["default"])
     argv = [python, str(HERE / "workloads.py"), name, str(STEPS[name])]
     if variant.startswith("torch_"):
         argv += ["--torch-profiler", "cuda" if variant == "torch_cuda" else "stacks"]
