@@ -356,9 +356,16 @@ static int start_cupti(void) {
         agent_set_error(DEV_AGENT_E_CUPTI, "cuptiActivityRegisterCallbacks failed: %s", cupti_error(r));
         return DEV_AGENT_E_CUPTI;
     }
-    enable_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE);
-    enable_callbacks(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE);
+    /* Diagnostics (bench/): DEEPCTX_CALLBACKS=0 leaves the API callbacks off (no correlation: records
+     * only), DEEPCTX_SYNC_ACTIVITY=0 the synchronization records; both cost per call. */
+    if (agent_env_u64("DEEPCTX_CALLBACKS", 1)) {
+        enable_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE);
+        enable_callbacks(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE);
+    }
+    int sync_activity = (int)agent_env_u64("DEEPCTX_SYNC_ACTIVITY", 1);
     for (size_t i = 0; i < sizeof(KINDS) / sizeof(KINDS[0]); i++) {
+        if (KINDS[i] == CUPTI_ACTIVITY_KIND_SYNCHRONIZATION && !sync_activity)
+            continue;
         r = cupti.ActivityEnable(KINDS[i]);
         if (r != CUPTI_SUCCESS && KINDS[i] == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
             agent_set_error(DEV_AGENT_E_CUPTI, "cuptiActivityEnable(CONCURRENT_KERNEL) failed: %s", cupti_error(r));
@@ -401,7 +408,7 @@ static int agent_init(void) {
     rc = subscribe();  /* now, so that a profiler holding CUPTI is reported at once */
     if (rc != DEV_AGENT_OK)
         return rc;
-    if (!cupti.ActivityRegisterTimestampCallback ||
+    if (!agent_env_u64("DEEPCTX_TIMESTAMP_CB", 1) || !cupti.ActivityRegisterTimestampCallback ||
         cupti.ActivityRegisterTimestampCallback(cupti_timestamp) != CUPTI_SUCCESS)
         clock_offset_ns = (int64_t)(agent_realtime_ns() - agent_monotonic_ns());  /* CUPTI's default clock */
     return agent_start_watching(&CUPTI_OPS);
