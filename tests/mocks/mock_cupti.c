@@ -172,6 +172,14 @@ EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     return CUPTI_SUCCESS;
 }
 
+EXPORT uint64_t mockcupti_now(void);
+
+/* CUPTI's clock now: the agent measures its offset to CLOCK_MONOTONIC with it. */
+EXPORT CUptiResult cuptiGetTimestamp(uint64_t *timestamp) {
+    *timestamp = mockcupti_now();
+    return CUPTI_SUCCESS;
+}
+
 EXPORT CUptiResult cuptiGetResultString(CUptiResult r, const char **str) {
     *str = r == CUPTI_SUCCESS ? "CUPTI_SUCCESS" : "mock CUPTI error";
     return CUPTI_SUCCESS;
