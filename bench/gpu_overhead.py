@@ -35,11 +35,11 @@ STEPS = {"launch_bound": 1500, "launch_backward": 600, "resnet50": 30, "gpt2": 2
 # deepctx_sampled_device: launches left to the agent, which announces a sample of them (the default with
 # the agent in sampled mode); deepctx_exact_device_agentcalls: exact, launches' call paths taken in the
 # agent's correlation probe instead of uprobes (agent_calls = "on").
-# *_tscb: the agent takes CUPTI's timestamps through CUPTI's timestamp callback (DEEPCTX_TIMESTAMP_CB=1)
-# instead of converting them with a measured offset.
+# *_offset: the agent converts CUPTI's own timestamps with a measured offset (DEEPCTX_TIMESTAMP_CB=0)
+# instead of giving CUPTI its clock through the timestamp callback.
 VARIANTS = ["alone", "deepctx_sampled", "deepctx_exact", "deepctx_exact_nonodes", "deepctx_exact_device",
-            "deepctx_exact_device_tscb", "deepctx_exact_device_agentcalls", "deepctx_sampled_device",
-            "deepctx_sampled_device_tscb", "torch_cuda", "torch_stacks"]
+            "deepctx_exact_device_offset", "deepctx_exact_device_agentcalls", "deepctx_sampled_device",
+            "deepctx_sampled_device_offset", "torch_cuda", "torch_stacks"]
 DAEMON_CONFIGS = {"nonodes": "autograd_nodes = false\n", "agentcalls": 'agent_calls = "on"\n'}
 AGENT = HERE.parent / "native" / "build" / "libdeepctx_cupti.so"
 
@@ -89,8 +89,8 @@ def one_run(name: str, variant: str, daemons: dict[str, Deepctx], python: str) -
     env = dict(os.environ)
     if "_device" in variant:  # started as `deepctx run` starts it: the agent idles until attach
         env["CUDA_INJECTION64_PATH"] = str(AGENT)
-        if variant.endswith("_tscb"):
-            env["DEEPCTX_TIMESTAMP_CB"] = "1"
+        if variant.endswith("_offset"):
+            env["DEEPCTX_TIMESTAMP_CB"] = "0"
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     assert p.stdout is not None and p.stdin is not None
     ready = p.stdout.readline().split()

@@ -50,9 +50,10 @@ struct cupti_api {
 static struct cupti_api cupti;
 static int subscribed;
 static CUpti_SubscriberHandle subscriber;
-/* CUPTI's clock - CLOCK_MONOTONIC, measured at each start and flush (cuptiGetTimestamp between two
- * clock_gettime calls). CUPTI's timestamp callback would give CLOCK_MONOTONIC directly, but CUPTI calls
- * it several times per API call: on the H200 host that alone made a launch-bound loop 1.7x slower. */
+/* CUPTI's clock - CLOCK_MONOTONIC when CUPTI's timestamp callback is not used (DEEPCTX_TIMESTAMP_CB=0,
+ * or a CUPTI without it): measured at each start and flush (cuptiGetTimestamp between two clock_gettime
+ * calls). The callback is the default: side by side on the H200 host, a launch-bound loop ran 1.2x
+ * faster with it than with CUPTI's own clock (bench/gpu_overhead.py, variants *_offset). */
 static volatile int64_t clock_offset_ns;
 static int use_timestamp_callback;
 static __thread uint32_t runtime_correlation;  /* the runtime call in progress on this thread */
@@ -430,8 +431,8 @@ static int agent_init(void) {
     rc = subscribe();  /* now, so that a profiler holding CUPTI is reported at once */
     if (rc != DEV_AGENT_OK)
         return rc;
-    /* DEEPCTX_TIMESTAMP_CB=1: CUPTI's timestamp callback instead of the measured offset (see clock_offset_ns) */
-    use_timestamp_callback = agent_env_u64("DEEPCTX_TIMESTAMP_CB", 0) && cupti.ActivityRegisterTimestampCallback &&
+    /* DEEPCTX_TIMESTAMP_CB=0: CUPTI's own clock and a measured offset instead (see clock_offset_ns) */
+    use_timestamp_callback = agent_env_u64("DEEPCTX_TIMESTAMP_CB", 1) && cupti.ActivityRegisterTimestampCallback &&
                              cupti.ActivityRegisterTimestampCallback(cupti_timestamp) == CUPTI_SUCCESS;
     measure_clock_offset();
     return agent_start_watching(&CUPTI_OPS);
