@@ -158,11 +158,16 @@ def main() -> int:
     ap.add_argument("--workloads", default="launch_bound,resnet50,gpt2,jax")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--steps", action="append", default=[], metavar="WORKLOAD=N",
+                    help="timed steps of a workload (more steps: less of the capture's start in the figure)")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--deepctx", default="deepctx", help="the CLI (a path or a command)")
     ap.add_argument("--deepctxd", default="deepctxd")
     ap.add_argument("--out")
     args = ap.parse_args()
+    for item in args.steps:
+        name, n = item.split("=")
+        STEPS[name] = int(n)
     daemons = {"default": Deepctx(args.deepctx.split(), args.deepctxd.split())}
     for suffix, config in DAEMON_CONFIGS.items():
         if any(v.endswith("_" + suffix) for v in args.variants.split(",")):
