@@ -25,6 +25,7 @@ from deepctx.probes.device_activity import (
     AGENT_STATES,
     COPY_KINDS,
     DEV_API_UNPROBED,
+    DEV_KEY_F_GRAPH,
     DEV_KEY_F_SAMPLED,
     DEV_KEY_F_UNKNOWN,
     DEV_KIND_KERNEL,
@@ -157,8 +158,8 @@ def reported_api(b: DeviceBucket, names: dict[int, str]) -> gpu_apis.Api | None:
     """The API of a call the agent reported and no uprobe saw, when the record is the work that API
     makes (a sampled capture charges other calls' records to the announced call: those are not)."""
     api = _REPORTED.get(names.get(b.fn_name, ""))
-    if api is None or _EXPECTED.get(api.cls) != b.kind:
-        return None
+    if api is None or _EXPECTED.get(api.cls) != b.kind or b.flags & DEV_KEY_F_GRAPH:
+        return None  # a graph's kernels are not launches of the API that stands for them
     return api
 
 

@@ -16,6 +16,7 @@ exact by construction of the mocks:
     LINE_SYNC    cudaDeviceSynchronize x 1
 --no-init: CUDA is never initialized before "go" (no context: injection must refuse).
 --hold-cupti: subscribes to CUPTI first, as another profiler would (the agent must say CUPTI is held).
+--relu-thread: the relus run in a thread of their own (started and joined inside the phase).
 """
 
 from __future__ import annotations
@@ -175,7 +176,14 @@ def main() -> None:
         if not auto:
             sys.stdin.readline()
         matmuls(rt, stub)
-        relus(cu, relu)
+        if "--relu-thread" in sys.argv:
+            import threading
+
+            t = threading.Thread(target=relus, args=(cu, relu))
+            t.start()
+            t.join()
+        else:
+            relus(cu, relu)
         copies(rt, host)
         sets(rt)
         graphs(rt, graph)

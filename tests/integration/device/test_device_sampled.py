@@ -21,10 +21,10 @@ sys.path.insert(0, str(TARGET.parent))
 import mock_target as mt  # noqa: E402
 
 
-def sampled_capture(built: tuple[Path, Path], interval_us: int) -> Result:
+def sampled_capture(built: tuple[Path, Path], interval_us: int, *args: str) -> Result:
     agent, lib = built
     env = dict(os.environ) | {"CUDA_INJECTION64_PATH": str(agent), "DEEPCTX_SAMPLE_US": str(interval_us)}
-    t = StdinTarget([sys.executable, str(TARGET), str(lib)], env=env)
+    t = StdinTarget([sys.executable, str(TARGET), str(lib), *args], env=env)
     try:
         return run_capture(t.pid, phase(t), DeviceActivity(sampling=True), gpu_mode="sampled", agent_calls=True)
     finally:
@@ -93,3 +93,23 @@ def test_one_announcement_stands_for_the_calls_after_it(first_call_only: Result)
     # a copy charged to a launch's path is not shown as made by the launch
     assert gpu_time(first_call_only, ("api", "[CUDA call]"), ("memcpy", "HtoD")) == mt.N_COPY * mt.COPY_BYTES
     assert gpu_time(first_call_only, ("api", "cudaLaunchKernel"), ("memcpy", "HtoD")) == 0
+
+
+def test_each_thread_is_sampled_on_its_own(built: tuple[Path, Path]) -> None:
+    """The relus run in a second thread: its first call is announced too, and its records go to its own
+    call path, not to the main thread's last announced call (the matmul line). (The thread lives a few
+    milliseconds: the Python walker may not know it yet, so its path can stop at native frames.)"""
+    r = sampled_capture(built, 10_000_000, "--relu-thread")
+    assert r.stats["device_correlations"] == 2
+    assert r.stats["device_records_unknown_correlation"] == 0
+    relu_threads = {path[0].tid for path, _ in r.tree.paths_with("gpu_time_ns") if path[-1].name == RELU}
+    matmul_threads = {path[0].tid for path, _ in r.tree.paths_with("gpu_time_ns") if path[-1].name == MATMUL}
+    assert len(relu_threads) == 2 and len(matmul_threads) == 1  # the graph's relus run on the main thread
+    other = (relu_threads - matmul_threads).pop()
+    assert sum(v for path, v in r.tree.paths_with("gpu_time_ns") if path[0].tid == other) == mt.N_RELU * mt.RELU_NS
+    assert kernel_node(r, "cuLaunchKernel", RELU)["calls"] == mt.N_RELU
+    # the graphs' kernels, charged to the matmul launch that stands for them, are not counted as its launches
+    assert kernel_node(r, "cudaLaunchKernel", MATMUL)["calls"] == mt.N_MATMUL
+    # the main thread's later work (copies, sets, graphs) stays with its own announced call
+    assert at_line(r, line_of(TARGET, "LINE_MATMUL"), "kernel", RELU) == mt.N_GRAPH * mt.RELU_NS
+    assert r.tree.total("gpu_time_ns") == TOTAL_NS
