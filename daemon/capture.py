@@ -427,6 +427,9 @@ class Capture:
         gpu = fams.get("gpu")
         dev = fams.get("device")
         view = DeviceView.read(dev, bpf, target.pid) if dev is not None else None
+        if view is not None and self.gpu_probed_s is not None and dev is not None and dev.can_pause:
+            # the agent reported only while attached, as the GPU API probes: scaled up to the window alike
+            view = view.scaled(duration / self.gpu_probed_s if self.gpu_probed_s > 0 else 0.0)
         trace: list[dict[str, Any]] = []
         if gpu is not None:
             mode = gpu.mode
@@ -482,11 +485,14 @@ def stat_warnings(stats: dict[str, int]) -> list[str]:
 
 
 class _DutyCycle:
-    """Attaches the GPU API probes for the first `share` of each window and detaches them for the rest,
-    and keeps the time they were attached (what the window's counts are scaled by)."""
+    """Attaches the GPU API probes (and the device activity agent's, which then stops CUPTI) for the first
+    `share` of each window and detaches them for the rest, and keeps the time they were attached (what
+    the window's counts and device times are scaled by)."""
 
-    def __init__(self, gpu: GpuApi, share: float, window_s: float) -> None:
+    def __init__(self, gpu: GpuApi, share: float, window_s: float, dev: DeviceActivity | None = None,
+                 bpf: Any = None, target: Target | None = None) -> None:
         self.gpu, self.on_s, self.window_s = gpu, share * window_s, window_s
+        self.dev, self.bpf, self.target = dev, bpf, target
         self.probed_s = 0.0
         self.on_since: float | None = 0.0  # attached at the window's start
 
@@ -500,7 +506,10 @@ class _DutyCycle:
                 capture.target.warnings.append("GPU API probes cannot be detached on this kernel (no uprobe_multi): "
                                                "they stay attached for the whole window")
             return None
-        return cls(gpu, opts.gpu_duty, opts.window_s)
+        dev = next((f for f in capture.families if isinstance(f, DeviceActivity)), None)
+        if dev is not None and not dev.can_pause:
+            dev = None  # trace mode, or probes attached one by one: device activity stays on
+        return cls(gpu, opts.gpu_duty, opts.window_s, dev, capture._bpf, capture.target)
 
     def next_switch_s(self, t: float) -> float:
         return max(0.0, self.on_s - t) if t < self.on_s else self.window_s - t
@@ -509,9 +518,13 @@ class _DutyCycle:
         """t: seconds into the window."""
         if t < self.on_s and self.on_since is None:
             self.gpu.resume()
+            if self.dev is not None and self.target is not None:
+                self.dev.resume(self.bpf, self.target)
             self.on_since = t
         elif t >= self.on_s and self.on_since is not None:
             self.gpu.pause()
+            if self.dev is not None and self.target is not None:
+                self.dev.pause(self.bpf, self.target)  # hands over the records of the attached time first
             self.probed_s += t - self.on_since
             self.on_since = None
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -202,6 +202,11 @@ class DeviceView:
         family.drain(bpf)  # trace mode: the ring buffer's last events (no poll runs after the target exits)
         buckets = [b for b in family.buckets(bpf) if b.pid == pid]
         return cls(buckets, family.names(bpf, pid, family.name_ids(buckets)))
+
+    def scaled(self, factor: float) -> DeviceView:
+        """Counts, times and bytes seen while the agent reported for part of a window, scaled up to it."""
+        return DeviceView([replace(b, count=round(b.count * factor), time_ns=round(b.time_ns * factor),
+                                   bytes=round(b.bytes * factor)) for b in self.buckets], self.names)
 
     def kernel_names(self) -> dict[tuple[int, int], str]:
         """For KernelNamer's handle names (see cupti_kernel_names)."""

@@ -200,6 +200,8 @@ class DeviceActivity:
         # per call. Trace mode needs every call.
         self.sampling = sampling and not trace
         self.agent_calls = False  # the GPU API probes left launches to the agent (GpuApi.agent_reports_calls)
+        self.paused = False  # duty cycle: probes detached, the agent idle
+        self.resumes = 0
         self.inject = inject
         self.required = required or inject
         self.agent_path = agent_path
@@ -309,6 +311,8 @@ class DeviceActivity:
         out["device_agent_status"] = f.status
         out["device_agent_injected"] = int(self.injected)
         out["device_usdt_sites"] = self._attacher.sites if self._attacher else 0
+        out["device_probes_attached"] = int(self._attacher is not None and not self.paused)
+        out["device_probe_resumes"] = self.resumes
         return out
 
     # --- attaching ----------------------------------------------------------------------------------
@@ -328,17 +332,48 @@ class DeviceActivity:
     def _attach_file(self, path: str, probes: list[usdt.UsdtProbe], key: tuple[str, int]) -> _AgentFile:
         assert self._attacher is not None
         af = _AgentFile(path, probes)
+        af.request = [p for p in probes if p.name == "flush_request"]
+        self._files[key] = af
+        if not self.paused:
+            self._attach_handlers(af)
+        return af
+
+    def _attach_handlers(self, af: _AgentFile) -> None:
+        """The probes a capture watches (their semaphores rise: the agent starts reporting)."""
+        assert self._attacher is not None
         if self.sampling:  # first, so that the agent's first announcement already samples
-            self._attacher.attach("on_dev_request", path, self._pid, [p for p in probes if p.name == "sampling"])
+            self._attacher.attach("on_dev_request", af.path, self._pid, [p for p in af.probes if p.name == "sampling"])
         for probe_name, fn in HANDLERS.items():
             if probe_name == "api_exit" and not self.trace:
                 continue  # its semaphore stays down: the agent does not even fire it
-            sites = [p for p in probes if p.name == probe_name]
-            self._attacher.attach(fn, path, self._pid, sites)
-        af.request = [p for p in probes if p.name == "flush_request"]
-        self._files[key] = af
-        log.info("CUPTI agent probes attached", extra={"path": path, "sites": len(probes), "pid": self._pid})
-        return af
+            sites = [p for p in af.probes if p.name == probe_name]
+            self._attacher.attach(fn, af.path, self._pid, sites)
+        log.info("CUPTI agent probes attached", extra={"path": af.path, "sites": len(af.probes), "pid": self._pid})
+
+    # --- duty cycle (continuous mode) -----------------------------------------------------------------
+
+    @property
+    def can_pause(self) -> bool:
+        """The probes can be detached and attached again (uprobe_multi links; not in trace mode)."""
+        return self._attacher is not None and self._attacher.multi is True and not self.trace
+
+    def pause(self, bpf: Any, target: Target) -> None:
+        """Hands over what the agent holds, then detaches: the semaphores drop and the agent stops its
+        activity and lets CUPTI go (within its watcher's 100 ms), so the target pays nothing until resume."""
+        if self.paused or not self.can_pause:
+            return
+        self.flush(bpf, target)
+        assert self._attacher is not None
+        self._attacher.close()
+        self.paused = True
+
+    def resume(self, bpf: Any, target: Target) -> None:
+        if not self.paused:
+            return
+        self.paused = False
+        for af in self._files.values():
+            self._attach_handlers(af)
+        self.resumes += 1
 
     def _attach_new(self, bpf: Any, target: Target) -> None:
         for m in agent_mappings(target.space.mappings):
@@ -398,6 +433,8 @@ class DeviceActivity:
         """Asks the agent to hand over every completed record now and waits until it has (at most
         timeout_s): raises the flush_request semaphore by attaching to its site, waits for a flushed
         probe that began after the request, then lowers it. False when the agent did not answer."""
+        if self.paused:
+            return True  # pause() flushed, and the agent has been idle since
         if self._attacher is None or not self._files:
             return False
         t0 = time.monotonic_ns()

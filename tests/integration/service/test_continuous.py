@@ -115,3 +115,65 @@ def test_gpu_probes_are_attached_for_their_share_of_each_window(service_dir, sto
         assert 1.5 / 4.5 <= doc["stats"]["gpu_probe_duty_permille"] / 1000 <= 0.6, doc["stats"]
     finally:
         t.stop()
+
+
+def test_device_activity_follows_the_duty_cycle(service_dir, stopped) -> None:
+    """A process started with the CUPTI agent: while the probes are detached the agent lets CUPTI go (no
+    callback, no record: the process pays nothing), while attached it reports again, and the stored window
+    holds its device time."""
+    import subprocess
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "device"))
+    from device_paths import AGENT, MOCKS, REPO
+    from device_paths import TARGET as MOCK_TARGET
+
+    for folder in (REPO / "native", REPO / "tests" / "mocks"):
+        subprocess.run(["make", "-s", "-C", str(folder), f"PYTHON={sys.executable}"], check=True)
+    if not AGENT.exists() or not (MOCKS / "libcupti.so.13").exists():
+        import pytest
+
+        pytest.skip("CUPTI headers not found (pip install nvidia-cuda-cupti): agent and mocks not built")
+    import os
+
+    d = service_dir.start("--continuous", continuous_window_s=4.0, continuous_scan_s=0.2, continuous_gpu_duty=0.5)
+    stopped.append(d)
+    t = StdinTarget([sys.executable, str(MOCK_TARGET), str(MOCKS), "--phases", "1000"],
+                    env=dict(os.environ, CUDA_INJECTION64_PATH=str(AGENT)))
+
+    def live() -> dict[str, int]:
+        return {k: int(v) for k, v in ((session_of(d, t.pid) or {}).get("stats") or {}).items()}
+
+    def phase() -> int:
+        """One phase of work; whether the agent held CUPTI during it (the mock CUPTI's word)."""
+        t.go()
+        held = int(t.expect("cupti").split()[1])
+        t.expect("done")
+        return held
+
+    try:
+        wait_for(lambda: live().get("device_usdt_sites", 0) > 0, timeout=120, what="the continuous capture with the agent")
+        # detached: the agent stops within its watcher's tick (100 ms); phases until one ran without CUPTI
+        wait_for(lambda: live().get("device_probes_attached") == 0, timeout=30, what="the device probes detached")
+        wait_for(lambda: live().get("device_probes_attached") == 0 and phase() == 0, timeout=10,
+                 what="a phase with the agent idle")
+        # attached again: the agent reports
+        wait_for(lambda: live().get("device_probe_resumes", 0) >= 1 and live().get("device_probes_attached") == 1,
+                 timeout=30, what="the device probes attached again")
+        wait_for(lambda: live().get("device_probes_attached") == 1 and phase() == 1, timeout=10,
+                 what="a phase with the agent reporting")
+
+        def stored_device_ns() -> int:
+            r = d.cli("profile", "--pid", str(t.pid), "--since", "1h", "--format", "json")
+            if r.returncode != 0:
+                return 0
+            total, stack = 0, [json.loads(r.stdout)["root"]]
+            while stack:
+                n = stack.pop()
+                total += n["metrics"].get("gpu_time_ns", 0)
+                stack.extend(n["children"])
+            return total
+
+        wait_for(lambda: stored_device_ns() > 0, timeout=60, what="device time in the window store")
+    finally:
+        t.stop()
+    assert d.alive()
