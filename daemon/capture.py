@@ -226,8 +226,7 @@ class Capture:
         gpu = next(f for f in families if isinstance(f, GpuApi))
         agent_calls = not self.opts.trace and (self.opts.agent_calls == "on" or (
             self.opts.agent_calls == "auto" and gpu.mode == "sampled"))
-        dev = DeviceActivity(trace=self.opts.trace, inject=asked, count_entries=self.opts.count_map_entries,
-                             sampling=agent_calls and gpu.mode == "sampled")
+        dev = DeviceActivity(trace=self.opts.trace, inject=asked, count_entries=self.opts.count_map_entries)
         try:
             dev.prepare(target)
         except ValueError as e:
@@ -237,6 +236,7 @@ class Capture:
                 target.warnings.append(f"no device activity: {e}")
             return
         gpu.agent_reports_calls = dev.agent_calls = agent_calls and dev.agent_kind == "cupti"
+        dev.sampling = dev.agent_calls and gpu.mode == "sampled"  # the agent samples what it alone reports
         families.append(dev)
 
     def _check_agent_reports(self, bpf: Any, target: Target) -> None:
