@@ -6,6 +6,8 @@ from typing import Any
 
 from deepctx.daemon.device_tree import (
     UNKNOWN_ORIGIN,
+    UNPROBED_API,
+    DeviceView,
     add_device_buckets,
     cupti_kernel_names,
     device_warnings,
@@ -20,6 +22,7 @@ from deepctx.probes.device_activity import (
     DEV_EV_API,
     DEV_EV_RECORD,
     DEV_KEY_F_GRAPH,
+    DEV_KEY_F_SAMPLED,
     DEV_KEY_F_UNKNOWN,
     DEV_KIND_KERNEL,
     DEV_KIND_MEMCPY,
@@ -32,7 +35,7 @@ from deepctx.probes.gpu_api import GPU_KEY_F_SAMPLED
 LAUNCH = next(i for i, a in enumerate(gpu_apis.APIS) if a.symbol == "cudaLaunchKernel")
 GRAPH = next(i for i, a in enumerate(gpu_apis.APIS) if a.symbol == "cudaGraphLaunch")
 MEMCPY = next(i for i, a in enumerate(gpu_apis.APIS) if a.symbol == "cudaMemcpy")
-NAMES = {0x1000: "_Z4gemmPf", 0x2000: "_Z4reluPf", 0x3000: "cudaFuncSetAttribute"}
+NAMES = {0x1000: "_Z4gemmPf", 0x2000: "_Z4reluPf", 0x3000: "cudaFuncSetAttribute", 0x4000: "cudaLaunchKernel"}
 LINE = {11: Frame("python", "step", file="train.py", line=11), 12: Frame("python", "step", file="train.py", line=12)}
 
 
@@ -109,6 +112,33 @@ def test_unknown_launches_are_kept_apart() -> None:
 def test_calls_outside_the_api_probes_are_named_by_cupti() -> None:
     tree, _ = build([bucket(api_id=DEV_API_UNPROBED, fn_name=0x3000, time_ns=8)])
     assert gpu(tree) == {("main", "step", "cudaFuncSetAttribute", "gemm(float*)"): 8}
+
+
+def test_launches_the_agent_reported_count_on_the_apis_node() -> None:
+    """A launch no uprobe saw (left to the agent): CUPTI's API name gives the api node, the record its
+    kernel, launch shape and count; a sampled capture's records of other kinds or from a graph, charged to
+    that launch, are not shown as its launches."""
+    tree, stats = build([
+        bucket(api_id=DEV_API_UNPROBED, fn_name=0x4000, count=5, time_ns=50, grid=(8, 1, 1), block=(128, 1, 1),
+               shared_mem=64),
+        bucket(api_id=DEV_API_UNPROBED, fn_name=0x4000, kind=DEV_KIND_MEMCPY, name=0, copy_kind=1, count=2,
+               time_ns=20, flags=DEV_KEY_F_SAMPLED),
+        bucket(api_id=DEV_API_UNPROBED, fn_name=0x4000, name=0x2000, count=3, time_ns=30,
+               flags=DEV_KEY_F_SAMPLED | DEV_KEY_F_GRAPH)])
+    kernel = next(n for n in tree.nodes if n.frame.kind == "kernel" and n.frame.name == "gemm(float*)")
+    assert kernel.frame.launch == (8, 1, 1, 128, 1, 1, 64)
+    assert tree.nodes[kernel.parent].frame.name == "cudaLaunchKernel"
+    assert kernel.metrics["calls"] == 5 and kernel.metrics["gpu_time_ns"] == 50
+    assert gpu(tree) == {("main", "step", "cudaLaunchKernel", "gemm(float*)"): 50,
+                         ("main", "step", UNPROBED_API, "HtoD"): 20,
+                         ("main", "step", UNPROBED_API, "relu(float*)"): 30}
+    assert stats["device_calls_reported_by_agent"] == 5
+    assert tree.total("calls") == 5
+
+
+def test_a_window_seen_in_part_is_scaled_up() -> None:
+    view = DeviceView([bucket(count=3, time_ns=301, bytes=7)], NAMES).scaled(2.5)
+    assert [(b.count, b.time_ns, b.bytes) for b in view.buckets] == [(8, 752, 18)]
 
 
 def test_sampled_time_is_shared_out_over_the_captured_paths_exactly() -> None:
