@@ -113,3 +113,22 @@ def test_each_thread_is_sampled_on_its_own(built: tuple[Path, Path]) -> None:
     # the main thread's later work (copies, sets, graphs) stays with its own announced call
     assert at_line(r, line_of(TARGET, "LINE_MATMUL"), "kernel", RELU) == mt.N_GRAPH * mt.RELU_NS
     assert r.tree.total("gpu_time_ns") == TOTAL_NS
+
+
+def test_exact_mode_can_leave_launches_to_the_agent(built: tuple[Path, Path]) -> None:
+    """agent_calls = "on" in exact mode: every launch announced and its path taken in the agent's probe,
+    no uprobe on it; lines, counts and device totals exact."""
+    agent, lib = built
+    t = StdinTarget([sys.executable, str(TARGET), str(lib)], env=dict(os.environ, CUDA_INJECTION64_PATH=str(agent)))
+    try:
+        r = run_capture(t.pid, phase(t), DeviceActivity(), gpu_mode="exact", agent_calls=True)
+    finally:
+        t.stop()
+    s = r.stats
+    assert s["device_records"] == RECORDS and s["device_records_unknown_correlation"] == 0
+    assert s["device_records_charged_to_a_sampled_call"] == 0
+    assert s["device_calls_reported_by_agent"] == mt.N_MATMUL + mt.N_RELU
+    assert s["gpu_api_calls"] == mt.N_COPY + mt.N_SET + mt.N_GRAPH + 1  # the uprobes: everything else
+    assert at_line(r, line_of(TARGET, "LINE_MATMUL"), "kernel", MATMUL) == mt.N_MATMUL * mt.MATMUL_NS
+    assert at_line(r, line_of(TARGET, "LINE_RELU"), "kernel", RELU) == mt.N_RELU * mt.RELU_NS
+    assert r.tree.total("gpu_time_ns") == TOTAL_NS
