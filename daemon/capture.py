@@ -24,7 +24,7 @@ from deepctx.daemon.trace import build_trace, clock_offset_ns
 from deepctx.daemon.tree import METRICS, CallTree
 from deepctx.probes import compose
 from deepctx.probes.cpu_sampler import SAMPLE_F_USER_STACK_LOST, CpuSampler
-from deepctx.probes.device_activity import DeviceActivity, agent_mappings
+from deepctx.probes.device_activity import AgentUnusable, DeviceActivity, agent_mappings
 from deepctx.probes.family import ProbeFamily, Target
 from deepctx.probes.gpu_api import GpuApi, builtin_handoffs
 
@@ -232,7 +232,7 @@ class Capture:
         except ValueError as e:
             if asked:
                 raise FailedPrecondition(f"no device activity: {e}") from e
-            if "cannot be used" in str(e):
+            if isinstance(e, AgentUnusable):
                 target.warnings.append(f"no device activity: {e}")
             return
         gpu.agent_reports_calls = dev.agent_calls = agent_calls and dev.agent_kind == "cupti"
@@ -246,9 +246,10 @@ class Capture:
         if gpu is None or dev is None or not gpu.agent_reports_calls:
             return
         status = dev.flush_state(bpf).status
-        mapped = agent_mappings(procfs.read_maps(target.pid)) if status == 0 else []
+        maps = procfs.read_maps(target.pid) if status == 0 else []
+        mapped = agent_mappings(maps)
         if mapped:  # no status probe yet: the agent's own word (one that failed at cuInit says no more)
-            status = agent_state(target.pid, procfs.read_maps(target.pid), mapped[0].path) or 0
+            status = agent_state(target.pid, maps, mapped[0].path) or 0
         if status < 0:
             gpu.probe_agents_calls()
             dev.agent_calls = False

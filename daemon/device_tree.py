@@ -35,7 +35,7 @@ from deepctx.probes.device_activity import (
     DeviceActivity,
     DeviceBucket,
 )
-from deepctx.probes.gpu_api import GPU_KEY_F_SAMPLED
+from deepctx.probes.gpu_api import AGENT_LIBRARIES, GPU_KEY_F_SAMPLED
 
 UNKNOWN_ORIGIN = Frame("thread", "[GPU work whose launch was not seen]", tid=0)
 UNPROBED_API = "[CUDA call]"
@@ -44,7 +44,7 @@ _CALLBACK_MODULES = ("libdeepctx_cupti", "libcupti", "libcudart", "libcuda.so", 
 _EXPECTED = {gpu_apis.LAUNCH: DEV_KIND_KERNEL, gpu_apis.MEMCPY: DEV_KIND_MEMCPY, gpu_apis.MEMSET: DEV_KIND_MEMSET}
 # CUPTI's function names are the exported symbols: a call the agent reported (the uprobes left it to the
 # agent, gpu_api.left_to_agent) is shown as the API the probes would have shown.
-_REPORTED = {a.symbol: a for a in gpu_apis.APIS if a.library in ("cudart", "cuda")}
+_REPORTED = {a.symbol: a for a in gpu_apis.APIS if a.library in AGENT_LIBRARIES}
 
 
 def cupti_kernel_names(buckets: list[DeviceBucket], names: dict[int, str]) -> dict[tuple[int, int], str]:

@@ -174,6 +174,10 @@ HANDLERS = {"correlation": "on_dev_correlation", "api_exit": "on_dev_api_exit", 
             "flushed": "on_dev_flushed", "status": "on_dev_status"}
 
 
+class AgentUnusable(ValueError):
+    """The process has a deepctx agent whose probes this daemon cannot read (another version?)."""
+
+
 def is_agent(path: str) -> bool:
     """The CUPTI agent or the rocprofiler-sdk agent (native/): the same probes, the same records."""
     return os.path.basename(path.removesuffix(" (deleted)")).startswith(("libdeepctx_cupti", "libdeepctx_rocprof"))
@@ -243,7 +247,7 @@ class DeviceActivity:
             try:  # an agent of another version can have probes this daemon does not read: say so now
                 usdt.read_probes(open_mapped_file(target.pid, mapped[0]), PROVIDER)
             except (OSError, usdt.UsdtError) as e:
-                raise ValueError(f"the deepctx agent in the process ({mapped[0].path}) cannot be used: {e}") from e
+                raise AgentUnusable(f"the deepctx agent in the process ({mapped[0].path}) cannot be used: {e}") from e
             return
         self.agent_kind = "cupti"  # attach loads the CUPTI agent (rocprofiler-sdk cannot start late)
         if self.inject:

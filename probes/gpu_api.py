@@ -224,7 +224,7 @@ class _LibraryFile:
     symbols: dict[str, int]  # api symbol -> ELF virtual address
     segments: list[tuple[int, int, int]]  # PT_LOAD (p_offset, p_vaddr, p_filesz)
     probes: int = 0
-    left_to_agent: list[gpu_apis.Api] = field(default_factory=list)  # not probed: the agent announces them
+    agents_calls: list[gpu_apis.Api] = field(default_factory=list)  # not probed: the agent announces them
 
 
 @dataclass
@@ -239,8 +239,10 @@ def entry_only(api: gpu_apis.Api, mode: str) -> bool:
     entry: no return probe, so no API time, at half the cost per call."""
     if mode != "sampled":
         return False
-    if api.cls in (gpu_apis.LAUNCH, gpu_apis.GRAPH, gpu_apis.COLLECTIVE, gpu_apis.OTHER):
-        return True
+    return api.cls in (gpu_apis.LAUNCH, gpu_apis.GRAPH, gpu_apis.COLLECTIVE, gpu_apis.OTHER) or _async_copy_or_set(api)
+
+
+def _async_copy_or_set(api: gpu_apis.Api) -> bool:
     return api.cls in (gpu_apis.MEMCPY, gpu_apis.MEMSET) and "Async" in api.symbol
 
 
@@ -253,9 +255,7 @@ def left_to_agent(api: gpu_apis.Api) -> bool:
     and sets): with the agent there, its correlation probe takes their call path and their records give
     the count, kernel and launch shape, so no uprobe traps them. Synchronous calls keep their probes:
     their time is the wait the user needs."""
-    if api.library not in AGENT_LIBRARIES:
-        return False
-    return api.cls == gpu_apis.LAUNCH or (api.cls in (gpu_apis.MEMCPY, gpu_apis.MEMSET) and "Async" in api.symbol)
+    return api.library in AGENT_LIBRARIES and (api.cls == gpu_apis.LAUNCH or _async_copy_or_set(api))
 
 
 class GpuApi:
@@ -499,8 +499,8 @@ class GpuApi:
         """The agent does not report after all (it failed to start): probe the calls left to it."""
         self.agent_reports_calls = False
         for lib in self._files.values():
-            if lib is not None and lib.left_to_agent:
-                apis, lib.left_to_agent = lib.left_to_agent, []
+            if lib is not None and lib.agents_calls:
+                apis, lib.agents_calls = lib.agents_calls, []
                 self._attach_uprobes(lib, apis)
 
     def _attach_uprobes(self, lib: _LibraryFile, only: list[gpu_apis.Api] | None = None) -> None:
@@ -508,7 +508,7 @@ class GpuApi:
         entry: set[int] = set()
         apis = only if only is not None else [api for _, api in gpu_apis.BY_LIBRARY[lib.kind]]
         if only is None and self.agent_reports_calls:
-            lib.left_to_agent = [api for api in apis if left_to_agent(api)]
+            lib.agents_calls = [api for api in apis if left_to_agent(api)]
             apis = [api for api in apis if not left_to_agent(api)]
         for api in apis:
             vaddr = lib.symbols.get(api.symbol)
@@ -521,7 +521,7 @@ class GpuApi:
         self._uprobes.attach(lib.path, sorted(entry - both), with_return=False)
         lib.probes += self._uprobes.probes - before
         log.info("GPU probes attached", extra={"library": lib.path, "kind": lib.kind, "probes": lib.probes,
-                                               "left_to_the_agent": len(lib.left_to_agent),
+                                               "left_to_the_agent": len(lib.agents_calls),
                                                "uprobe_multi": self._uprobes.multi})
 
     # --- reading --------------------------------------------------------------------------------------

@@ -176,19 +176,24 @@ def kernel_calls(doc: dict, api: str, kernel: str) -> int:
                if node["kind"] == "kernel" and node["name"] == kernel and anc and anc[-1]["name"] == api)
 
 
-def test_sampled_attach_leaves_launches_to_the_agent(daemon, built: tuple[Path, Path], tmp_path: Path) -> None:
-    """--mode sampled with the agent there: launches are counted from its records, not by uprobes, and
-    (every call announced here) land exactly on their lines."""
+def sampled_profile(daemon, built: tuple[Path, Path], tmp_path: Path, env: dict[str, str], *args: str) -> dict:
+    """`deepctx attach --mode sampled` over one phase of the mock target started with the agent."""
     agent, lib = built
-    t = StdinTarget([sys.executable, str(TARGET), str(lib)], env=no_injection_env() | {
-        "CUDA_INJECTION64_PATH": str(agent), "DEEPCTX_SAMPLE_US": "0"})
+    t = StdinTarget([sys.executable, str(TARGET), str(lib), *args], env=no_injection_env() | {
+        "CUDA_INJECTION64_PATH": str(agent), **env})
     out = tmp_path / "sampled.json"
     try:
         r = capture(daemon, t, "--mode", "sampled", "-o", str(out))
     finally:
         t.stop()
     assert r.returncode == 0, r.stderr
-    doc = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_sampled_attach_leaves_launches_to_the_agent(daemon, built: tuple[Path, Path], tmp_path: Path) -> None:
+    """--mode sampled with the agent there: launches are counted from its records, not by uprobes, and
+    (every call announced here) land exactly on their lines."""
+    doc = sampled_profile(daemon, built, tmp_path, {"DEEPCTX_SAMPLE_US": "0"})
     assert gpu_at_line(doc, "LINE_MATMUL") == {("kernel", MATMUL): mt.N_MATMUL * mt.MATMUL_NS}
     assert gpu_at_line(doc, "LINE_RELU") == {("kernel", RELU): mt.N_RELU * mt.RELU_NS}
     assert kernel_calls(doc, "cudaLaunchKernel", MATMUL) == mt.N_MATMUL
@@ -203,16 +208,7 @@ def test_sampled_attach_probes_launches_when_the_agent_cannot_report(daemon, bui
                                                                      tmp_path: Path) -> None:
     """Another profiler holds CUPTI, so the agent never started: the uprobes count the launches after all,
     and the profile says why there is no device time."""
-    agent, lib = built
-    t = StdinTarget([sys.executable, str(TARGET), str(lib), "--hold-cupti"], env=no_injection_env() | {
-        "CUDA_INJECTION64_PATH": str(agent)})
-    out = tmp_path / "fallback.json"
-    try:
-        r = capture(daemon, t, "--mode", "sampled", "-o", str(out))
-    finally:
-        t.stop()
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(out.read_text())
+    doc = sampled_profile(daemon, built, tmp_path, {}, "--hold-cupti")
     assert kernel_calls(doc, "cudaLaunchKernel", MATMUL) == mt.N_MATMUL
     assert kernel_calls(doc, "cuLaunchKernel", "[unnamed kernel]") == mt.N_RELU  # a bare handle: CUPTI named it
     assert any("launches are probed by uprobes instead" in w for w in doc["warnings"]), doc["warnings"]
