@@ -11,6 +11,24 @@ alone and under one daemon, for the daemon's CPU and memory with several targets
 processes alone: they share the GPU). --gpu-duty sets the share of each window the
 GPU API probes are attached (1.0: always, the counts exact). Reported per workload: steps/s (median),
 ratio (alone / continuous), and the daemon's CPU (share of one core) and RSS over the timed steps.
+
+    sudo python3 bench/continuous_overhead.py --workloads launch_bound --alternate 20 [--repeat 5] [--pin]
+
+--alternate SECONDS measures in one process instead, for the launch-bound loop, whose step rate differs by up
+to 30% from one process to the next (pinned or not) and so hides a 1% cost between separate runs. Per workload
+it starts one process (bench/workloads.py --marks), lets it warm up (--warm), and then times blocks of SECONDS
+of its free-running loop, off, on, off, on, ..., off (--repeat on-blocks between repeat+1 off-blocks): an
+off-block has no daemon; an on-block starts a continuous daemon, waits until it captures the process (then
+--settle seconds, default 0: the capture's start counts, as in the runs above), times the block and stops the
+daemon. The blocks are timed by the process itself ("mark" on its stdin: steps done and time.perf_counter()),
+so the loop never stops and the step rate of a block is its steps over its seconds. Every block runs in the
+same process (same memory layout, same CPUs, same CUDA context), so the process-to-process spread is gone;
+what remains is drift (clocks, temperature, the rest of the machine), and each on-block's ratio is the mean of
+the off-blocks either side of it over its own rate, which cancels drift that is linear over the three blocks.
+Reported: a row per block, then per workload the median, mean, min and max of the on-blocks' ratios and the
+overall ratio (mean of all off rates / mean of all on rates). The daemon cuts windows every 10 s by default:
+make SECONDS a multiple of 10, so that each on-block spans whole windows, including the share of each window
+the GPU probes are attached (--gpu-duty).
 """
 
 from __future__ import annotations
@@ -26,7 +44,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from gpu_overhead import Deepctx, cpu_s, rss_mb  # noqa: E402
+from gpu_overhead import AGENT, Deepctx, cpu_s, rss_mb  # noqa: E402
 
 STEPS = {"launch_bound": 12000, "launch_backward": 4000, "resnet50": 300, "gpt2": 150, "jax": 3000}
 
@@ -61,11 +79,16 @@ def pin_process(pid: int, cpus: set[int]) -> None:
             pass  # a thread that exited meanwhile
 
 
-def start(name: str, python: str, steps: int) -> tuple[subprocess.Popen, int]:
+# --agent: the workloads start with the CUPTI agent (as `deepctx run` starts them), so the continuous
+# daemon records their device activity too, on the GPU probes' duty cycle.
+ENV: dict[str, str] = {}
+
+
+def start(name: str, python: str, steps: int, extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
     cpus = PIN.get("workload")
-    p = subprocess.Popen([python, str(HERE / "workloads.py"), name, str(steps)], stdin=subprocess.PIPE,
-                         preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
-                         stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen([python, str(HERE / "workloads.py"), name, str(steps), *extra],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=dict(os.environ) | ENV,
+                         preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     assert p.stdout is not None
     ready = p.stdout.readline().split()
     assert ready and ready[0] == "ready", f"{name}: {ready}"
@@ -104,7 +127,141 @@ def one(name: str, python: str, daemon: ContinuousDaemon | None, targets: int = 
         row["daemon_anon_mb"] = rss_mb(daemon.proc.pid, "RssAnon")
         row["windows"] = daemon.windows() - w0
         row["seconds"] = wall
+        if ENV:
+            row |= device_totals(daemon, [pid for _, pid in procs])
     return row
+
+
+def device_totals(daemon: ContinuousDaemon, pids: list[int]) -> dict:
+    """--agent: what the stored windows say of the targets' device activity (their last window is stored
+    once they have exited: waited for with a deadline)."""
+    out: dict = {}
+    deadline = time.monotonic() + 30
+    for pid in pids:
+        while True:
+            r = subprocess.run(daemon.cli + ["profile", "--pid", str(pid), "--since", "10m", "--format", "json"],
+                               env=daemon.env, capture_output=True, text=True)
+            doc = json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else {}
+            stats = doc.get("stats") or {}
+            if stats.get("device_records") or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        total, stack = 0, [doc["root"]] if doc.get("root") else []
+        while stack:  # device time sits on the kernel, copy and sync nodes
+            n = stack.pop()
+            total += n["metrics"].get("gpu_time_ns", 0)
+            stack.extend(n["children"])
+        out.setdefault("gpu_time_ms", []).append(round(total / 1e6, 1))
+        for k in ("device_records", "device_records_unknown_correlation", "device_probe_resumes",
+                  "gpu_probe_duty_permille"):
+            out.setdefault(k, []).append(stats.get(k))
+    return out
+
+
+def mark(p: subprocess.Popen) -> tuple[int, float]:
+    """Steps done and the time (the process's perf_counter), from a process started with --marks."""
+    assert p.stdin is not None and p.stdout is not None
+    p.stdin.write("mark\n")
+    p.stdin.flush()
+    f = p.stdout.readline().split()
+    assert len(f) == 3 and f[0] == "mark", f"expected a mark, got {f}"
+    return int(f[1]), float(f[2])
+
+
+def block(p: subprocess.Popen, seconds: float) -> dict:
+    """Times SECONDS of the free-running loop between two marks."""
+    n0, t0 = mark(p)
+    time.sleep(seconds)  # the loop runs on its own: this only sets the block's length
+    n1, t1 = mark(p)
+    return {"steps": n1 - n0, "seconds": t1 - t0, "steps_per_s": (n1 - n0) / (t1 - t0)}
+
+
+def alternate(name: str, args: argparse.Namespace) -> list[dict]:
+    """One process, blocks off, on, ..., off (args.repeat on-blocks): a row each, on-blocks' with a ratio."""
+    p, pid = start(name, args.python, 0, ("--marks",))
+    assert p.stdin is not None
+    rows: list[dict] = []
+    try:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        time.sleep(args.warm)
+        for i in range(2 * args.repeat + 1):
+            row: dict = {"workload": name, "variant": "continuous" if i % 2 else "alone", "mode": "alternate",
+                         "block": i, "targets": 1}
+            if i % 2 == 0:
+                row.update(block(p, args.alternate))
+                if rows:  # the on-block before this one has both its neighbours now
+                    on = rows[-1]
+                    on["ratio"] = (rows[-2]["steps_per_s"] + row["steps_per_s"]) / 2 / on["steps_per_s"]
+                    print(json.dumps(on), flush=True)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                continue
+            daemon = ContinuousDaemon(args.deepctx.split(), args.deepctxd.split(), args.gpu_duty)
+            try:
+                if PIN:
+                    pin_process(daemon.proc.pid, PIN["daemon"])  # threads it starts later inherit the mask
+                deadline = time.monotonic() + 60
+                while not daemon.capturing(pid):
+                    assert time.monotonic() < deadline, "the continuous daemon did not pick the target up"
+                    time.sleep(0.2)
+                time.sleep(args.settle)
+                c0, w0, t0 = cpu_s(daemon.proc.pid), daemon.windows(), time.perf_counter()
+                row.update(block(p, args.alternate))
+                wall = time.perf_counter() - t0
+                row["daemon_cpu_share"] = (cpu_s(daemon.proc.pid) - c0) / wall
+                row["daemon_rss_mb"] = rss_mb(daemon.proc.pid)
+                row["daemon_anon_mb"] = rss_mb(daemon.proc.pid, "RssAnon")
+                row["windows"] = daemon.windows() - w0
+            finally:
+                daemon.stop()
+            rows.append(row)  # printed with its ratio after the next off-block
+    finally:
+        p.stdin.close()  # the loop stops at the end of its stdin
+        try:
+            p.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return rows
+
+
+def alternate_summary(name: str, rows: list[dict]) -> dict:
+    off = [r["steps_per_s"] for r in rows if r["variant"] == "alone"]
+    on = [r for r in rows if r["variant"] == "continuous"]
+    ratios = [r["ratio"] for r in on]
+    return {"workload": name, "variant": "summary", "mode": "alternate", "blocks_on": len(on),
+            "ratio_median": statistics.median(ratios), "ratio_mean": statistics.fmean(ratios),
+            "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "ratio_stdev": statistics.stdev(ratios) if len(ratios) > 1 else 0.0,
+            "ratio_overall": statistics.fmean(off) / statistics.fmean(r["steps_per_s"] for r in on),
+            "off_steps_per_s": statistics.fmean(off), "off_min": min(off), "off_max": max(off),
+            "on_steps_per_s": statistics.fmean(r["steps_per_s"] for r in on),
+            "daemon_cpu_share": statistics.median(r["daemon_cpu_share"] for r in on),
+            "daemon_rss_mb": max(r["daemon_rss_mb"] for r in on), "windows": sum(r["windows"] for r in on)}
+
+
+def main_alternate(args: argparse.Namespace) -> int:
+    rows: list[dict] = []
+    summaries: list[dict] = []
+    for name in args.workloads.split(","):
+        got = alternate(name, args)
+        rows += got
+        summaries.append(alternate_summary(name, got))
+    print(f"\n{'workload':15} {'blocks':>6} {'off steps/s':>11} {'on':>9} {'ratio median':>12} {'mean':>6} "
+          f"{'min':>6} {'max':>6} {'overall':>7} {'off spread':>10} {'daemon CPU':>10} {'RSS MB':>7} "
+          f"{'windows':>7}")
+    for s in summaries:
+        print(f"{s['workload']:15} {s['blocks_on']:6d} {s['off_steps_per_s']:11.2f} "
+              f"{s['on_steps_per_s']:9.2f} {s['ratio_median']:12.4f} {s['ratio_mean']:6.4f} "
+              f"{s['ratio_min']:6.4f} {s['ratio_max']:6.4f} {s['ratio_overall']:7.4f} "
+              f"{s['off_max'] / s['off_min']:10.4f} {100 * s['daemon_cpu_share']:9.1f}% "
+              f"{s['daemon_rss_mb']:7.0f} {s['windows']:7d}")
+    for s in summaries:
+        print(json.dumps(s), flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows + summaries, indent=1))
+    return 0
 
 
 def main() -> int:
@@ -117,11 +274,26 @@ def main() -> int:
     ap.add_argument("--deepctxd", default="deepctxd")
     ap.add_argument("--gpu-duty", type=float, help="continuous_gpu_duty (default: the daemon's, 0.02)")
     ap.add_argument("--pin", action="store_true", help="workloads on the first half of the CPUs, the daemon on the rest")
+    ap.add_argument("--alternate", type=float, metavar="SECONDS",
+                    help="one process per workload, blocks of SECONDS without and with a daemon, alternating "
+                         "(a multiple of the 10 s window); --repeat on-blocks")
+    ap.add_argument("--warm", type=float, default=5.0,
+                    help="--alternate: seconds the loop runs before the first block")
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="--alternate: seconds from the capture's start to the on-block's start")
+    ap.add_argument("--agent", action="store_true",
+                    help="the workloads carry the CUPTI agent (device activity on the duty cycle)")
     ap.add_argument("--out")
     args = ap.parse_args()
     names = args.workloads.split(",")
     if args.pin:
         pin_halves()
+    if args.agent:
+        ENV["CUDA_INJECTION64_PATH"] = str(AGENT)
+    if args.alternate:
+        if args.repeat < 1:
+            ap.error("--alternate needs --repeat 1 or more (on-blocks)")
+        return main_alternate(args)
     rows: list[dict] = []
     for _ in range(args.repeat):
         for variant in ("alone", "continuous"):

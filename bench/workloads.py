@@ -1,11 +1,18 @@
 """GPU workloads for bench/gpu_overhead.py, one process each, side by side with and without profilers.
 
     python bench/workloads.py NAME STEPS [--torch-profiler cuda|stacks] [--trace-out FILE]
+    python bench/workloads.py NAME 0 --marks
 
 Warms up, prints "ready <pid>", waits for a line on stdin, runs STEPS timed steps, prints
 "result <steps per second> <export seconds>" and waits for stdin to close. With --torch-profiler the
 timed steps run under torch.profiler (CPU + CUDA activities; "stacks" adds with_stack=True) and the
 trace is exported at the end (export time reported separately, not in the step rate).
+
+With --marks (for bench/continuous_overhead.py --alternate) STEPS is ignored: after "ready <pid>" and the
+"go" line the process runs steps until stdin closes, and answers each "mark" line on stdin with
+"mark <steps done> <time.perf_counter()>", so that the caller times any stretch of the free-running loop
+(steps between two marks over the seconds between them) without stopping it. At the end of stdin it
+finishes the step under way and exits 0.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -109,18 +117,44 @@ def jax_loop() -> Callable[[], None]:
 WORKLOADS = {"launch_bound": launch_bound, "launch_backward": launch_backward, "resnet50": resnet50, "gpt2": gpt2_small, "jax": jax_loop}
 
 
+def run_marked(step: Callable[[], None]) -> int:
+    """Steps until stdin closes; a reader thread answers "mark" with the steps done so far and the time."""
+    done = 0  # a plain int: the loop pays one addition a step, and the reader only reads it
+    stop = False
+
+    def reader() -> None:
+        nonlocal stop
+        while line := sys.stdin.readline():
+            if line.strip() == "mark":
+                n, t = done, time.perf_counter()
+                print(f"mark {n} {t:.6f}", flush=True)
+        stop = True
+
+    threading.Thread(target=reader, daemon=True).start()
+    while not stop:
+        step()
+        done += 1
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("name", choices=sorted(WORKLOADS))
     ap.add_argument("steps", type=int)
     ap.add_argument("--torch-profiler", choices=["cuda", "stacks"])
     ap.add_argument("--trace-out", default=os.devnull)
+    ap.add_argument("--marks", action="store_true",
+                    help="steps until stdin closes; 'mark' lines answered with the steps done and the time")
     args = ap.parse_args()
+    if args.marks and args.torch_profiler:
+        ap.error("--marks runs without --torch-profiler")
     step = WORKLOADS[args.name]()
     for _ in range(5):
         step()
     print(f"ready {os.getpid()}", flush=True)
     sys.stdin.readline()
+    if args.marks:
+        return run_marked(step)
     export_s = 0.0
     if args.torch_profiler:
         from torch.profiler import ProfilerActivity, profile

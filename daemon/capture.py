@@ -24,7 +24,7 @@ from deepctx.daemon.trace import build_trace, clock_offset_ns
 from deepctx.daemon.tree import METRICS, CallTree
 from deepctx.probes import compose
 from deepctx.probes.cpu_sampler import SAMPLE_F_USER_STACK_LOST, CpuSampler
-from deepctx.probes.device_activity import AgentUnusable, DeviceActivity, agent_mappings
+from deepctx.probes.device_activity import AgentUnusable, DeviceActivity, agent_mappings, expected_agent
 from deepctx.probes.family import ProbeFamily, Target
 from deepctx.probes.gpu_api import GpuApi, builtin_handoffs
 
@@ -227,6 +227,8 @@ class Capture:
         agent_calls = not self.opts.trace and (self.opts.agent_calls == "on" or (
             self.opts.agent_calls == "auto" and gpu.mode == "sampled"))
         dev = DeviceActivity(trace=self.opts.trace, inject=asked, count_entries=self.opts.count_map_entries)
+        if not agent_mappings(target.space.mappings):  # not loaded yet: the environment may say it will be
+            dev.expected_agent = expected_agent(lambda name: procfs.environ_value(target.pid, name))
         try:
             dev.prepare(target)
         except ValueError as e:
@@ -235,7 +237,10 @@ class Capture:
             if isinstance(e, AgentUnusable):
                 target.warnings.append(f"no device activity: {e}")
             return
-        gpu.agent_reports_calls = dev.agent_calls = agent_calls and dev.agent_kind == "cupti"
+        # An agent yet to come leaves launches to the uprobes: if it fails to start, nothing would count them.
+        gpu.agent_reports_calls = dev.agent_calls = agent_calls and dev.agent_kind == "cupti" and not dev.expected_agent
+        if dev.expected_agent:
+            log.info("device activity once the agent loads", extra={"pid": target.pid, "agent": dev.expected_agent})
         dev.sampling = dev.agent_calls and gpu.mode == "sampled"  # the agent samples what it alone reports
         families.append(dev)
 
@@ -508,8 +513,8 @@ class _DutyCycle:
                                                "they stay attached for the whole window")
             return None
         dev = next((f for f in capture.families if isinstance(f, DeviceActivity)), None)
-        if dev is not None and not dev.can_pause:
-            dev = None  # trace mode, or probes attached one by one: device activity stays on
+        if dev is not None and dev.trace:
+            dev = None  # trace mode: device activity stays on (probes attached one by one: pause() says no)
         return cls(gpu, opts.gpu_duty, opts.window_s, dev, capture._bpf, capture.target)
 
     def next_switch_s(self, t: float) -> float:

@@ -229,6 +229,20 @@ def thread_name(pid: int, tid: int) -> str | None:
         return None
 
 
+def environ_value(pid: int, name: str) -> str | None:
+    """A variable of the process's environment as it was at exec (what /proc shows); None if unset or
+    unreadable."""
+    try:
+        data = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    prefix = name.encode() + b"="
+    for item in data.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix):].decode(errors="replace")
+    return None
+
+
 def is_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:

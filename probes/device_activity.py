@@ -187,6 +187,20 @@ def agent_mappings(mappings: list[Mapping]) -> list[Mapping]:
     return [m for m in mappings if m.file_backed and m.executable and is_agent(m.path)]
 
 
+# What loads an agent at the GPU runtime's start (`deepctx run` sets them; so may a user or a launcher).
+AGENT_ENV = ("CUDA_INJECTION64_PATH", "ROCP_TOOL_LIBRARIES")
+
+
+def expected_agent(environ: Callable[[str], str | None]) -> str | None:
+    """The agent a process will load when it starts its GPU runtime, from its environment (read through
+    `environ`): a process picked up before cuInit has the CUDA libraries mapped but no agent yet."""
+    for name in AGENT_ENV:
+        for path in (environ(name) or "").split(":"):
+            if path and is_agent(path):
+                return path
+    return None
+
+
 class DeviceActivity:
     """Probe family "device". `inject`: load the agent into the target at attach (ptrace-driven dlopen)
     when it is not there yet; otherwise the family works with an agent the target already has
@@ -224,6 +238,9 @@ class DeviceActivity:
         self._ringbuf_open = False
         self._pid = 0
         self.agent_kind = ""  # "cupti" | "rocprof": the target's agent (prepare)
+        # The agent the process's environment names and that it has not loaded yet (its GPU runtime is
+        # not started): the probes attach when it appears (poll), as for an agent loaded by dlopen.
+        self.expected_agent: str | None = None
 
     # --- ProbeFamily ------------------------------------------------------------------------------
 
@@ -248,6 +265,9 @@ class DeviceActivity:
                 usdt.read_probes(open_mapped_file(target.pid, mapped[0]), PROVIDER)
             except (OSError, usdt.UsdtError) as e:
                 raise AgentUnusable(f"the deepctx agent in the process ({mapped[0].path}) cannot be used: {e}") from e
+            return
+        if self.expected_agent and not self.inject:
+            self.agent_kind = self.kind_of(self.expected_agent)
             return
         self.agent_kind = "cupti"  # attach loads the CUPTI agent (rocprofiler-sdk cannot start late)
         if self.inject:
@@ -364,12 +384,14 @@ class DeviceActivity:
     def pause(self, bpf: Any, target: Target) -> None:
         """Hands over what the agent holds, then detaches: the semaphores drop and the agent stops its
         activity and lets CUPTI go (within its watcher's 100 ms), so the target pays nothing until resume."""
-        if self.paused or not self.can_pause:
+        if self.paused or self.trace or self._attacher is None:
             return
-        self.flush(bpf, target)
-        assert self._attacher is not None
-        self._attacher.close()
-        self.paused = True
+        if self._files:  # attached: hand over, then detach (probes attached one by one cannot be)
+            if not self.can_pause:
+                return
+            self.flush(bpf, target)
+            self._attacher.close()
+        self.paused = True  # an agent that appears now is attached at resume
 
     def resume(self, bpf: Any, target: Target) -> None:
         if not self.paused:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Callable
 
-from deepctx.daemon.procfs import AddressSpace, Mapping, parse_maps, process_info
+from deepctx.daemon.procfs import AddressSpace, Mapping, environ_value, parse_maps, process_info
+from deepctx.probes.device_activity import expected_agent
 
 MAPS = """\
 55d0c0a00000-55d0c0a01000 r--p 00000000 fd:01 1234   /usr/bin/app
@@ -51,3 +55,25 @@ def test_process_info_of_this_process() -> None:
     assert info.pid == os.getpid() and info.uid == os.getuid()
     assert "pytest" in info.command or "python" in info.command
     assert not info.is_kernel_thread
+
+
+def test_environ_value_reads_the_environment_at_exec() -> None:
+    p = subprocess.Popen([sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={"DEEPCTX_A": "one=two", "DEEPCTX_AB": "x"})
+    try:
+        assert p.stdout is not None and p.stdout.readline() == b"up\n"  # exec done (its tables set up)
+        assert environ_value(p.pid, "DEEPCTX_A") == "one=two"  # not DEEPCTX_AB's, split at the first =
+        assert environ_value(p.pid, "DEEPCTX_B") is None
+    finally:
+        p.communicate(b"")
+    assert environ_value(2**22 + 7, "PATH") is None  # no such process
+
+
+def test_expected_agent_from_the_environment() -> None:
+    def env(**values: str) -> Callable[[str], str | None]:
+        return values.get
+
+    assert expected_agent(env(CUDA_INJECTION64_PATH="/opt/x/libdeepctx_cupti.so")) == "/opt/x/libdeepctx_cupti.so"
+    assert expected_agent(env(CUDA_INJECTION64_PATH="/opt/nsys/libToolsInjection64.so")) is None  # another tool's
+    assert expected_agent(env(ROCP_TOOL_LIBRARIES="/a/libother.so:/b/libdeepctx_rocprof.so")) == "/b/libdeepctx_rocprof.so"
+    assert expected_agent(env()) is None

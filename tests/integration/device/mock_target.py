@@ -165,12 +165,18 @@ def main() -> None:
     graph = rt.mockGraphCreate((ctypes.c_void_p * 3)(stub, relu, stub), 3)
     host = ctypes.create_string_buffer(COPY_BYTES)
     auto = "--auto" in sys.argv
+    late = "--late-init" in sys.argv  # the libraries mapped, CUDA started only on a line from stdin
+    if late:
+        print(f"ready {os.getpid()}", flush=True)
+        sys.stdin.readline()
     if "--no-init" not in sys.argv:
         cu.cuInit(0)  # the CUDA context (and, with CUDA_INJECTION64_PATH, the agent) comes up here
+    if late:
+        print("initialized", flush=True)
     cupti = ctypes.CDLL(os.path.join(lib, "libcupti.so.13"))
     cupti.mockcupti_callbacks.restype = ctypes.c_uint64
     phases = int(sys.argv[sys.argv.index("--phases") + 1]) if "--phases" in sys.argv else 1
-    if not auto:
+    if not auto and not late:
         print(f"ready {os.getpid()}", flush=True)
     for _ in range(phases):
         if not auto:

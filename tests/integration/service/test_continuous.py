@@ -118,9 +118,10 @@ def test_gpu_probes_are_attached_for_their_share_of_each_window(service_dir, sto
 
 
 def test_device_activity_follows_the_duty_cycle(service_dir, stopped) -> None:
-    """A process started with the CUPTI agent: while the probes are detached the agent lets CUPTI go (no
-    callback, no record: the process pays nothing), while attached it reports again, and the stored window
-    holds its device time."""
+    """A process started with the CUPTI agent, picked up (it maps the CUDA libraries) before it starts CUDA,
+    so before the agent is there: the capture attaches to the agent when it loads. While the probes are
+    detached the agent lets CUPTI go (no callback, no record: the process pays nothing), while attached it
+    reports again, and the stored window holds its device time."""
     import subprocess
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "device"))
@@ -137,7 +138,7 @@ def test_device_activity_follows_the_duty_cycle(service_dir, stopped) -> None:
 
     d = service_dir.start("--continuous", continuous_window_s=4.0, continuous_scan_s=0.2, continuous_gpu_duty=0.5)
     stopped.append(d)
-    t = StdinTarget([sys.executable, str(MOCK_TARGET), str(MOCKS), "--phases", "1000"],
+    t = StdinTarget([sys.executable, str(MOCK_TARGET), str(MOCKS), "--phases", "1000", "--late-init"],
                     env=dict(os.environ, CUDA_INJECTION64_PATH=str(AGENT)))
 
     def live() -> dict[str, int]:
@@ -151,7 +152,12 @@ def test_device_activity_follows_the_duty_cycle(service_dir, stopped) -> None:
         return held
 
     try:
-        wait_for(lambda: live().get("device_usdt_sites", 0) > 0, timeout=120, what="the continuous capture with the agent")
+        # captured with the device probes waiting: the agent is not loaded yet (no site)
+        wait_for(lambda: "device_usdt_sites" in live(), timeout=120, what="the continuous capture of the process")
+        assert live()["device_usdt_sites"] == 0
+        t.go()  # cuInit: the driver loads the agent
+        t.expect("initialized")
+        wait_for(lambda: live().get("device_usdt_sites", 0) > 0, timeout=30, what="the agent's probes found")
         # detached: the agent stops within its watcher's tick (100 ms); phases until one ran without CUPTI
         wait_for(lambda: live().get("device_probes_attached") == 0, timeout=30, what="the device probes detached")
         wait_for(lambda: live().get("device_probes_attached") == 0 and phase() == 0, timeout=10,
