@@ -313,6 +313,8 @@ class Capture:
                     break
                 if self.stop_requested.is_set():
                     continue  # ends at the top of the loop, after one more look at the live process
+                if duty is not None:  # on time: the refresh and polls below can take most of a second for a
+                    duty.update(time.monotonic() - window_t0)  # PyTorch process, which the probes stayed attached
                 now = time.monotonic()
                 # GPU probes must see libraries loaded after attach (dlopen) quickly: refresh every poll.
                 maps_due = now - last_maps >= (POLL_INTERVAL_S if "gpu" in self.probe_names else 1.0)
@@ -496,9 +498,10 @@ class _DutyCycle:
     the window's counts and device times are scaled by)."""
 
     def __init__(self, gpu: GpuApi, share: float, window_s: float, dev: DeviceActivity | None = None,
-                 bpf: Any = None, target: Target | None = None) -> None:
+                 bpf: Any = None, target: Target | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.gpu, self.on_s, self.window_s = gpu, share * window_s, window_s
         self.dev, self.bpf, self.target = dev, bpf, target
+        self.clock = clock
         self.probed_s = 0.0
         self.on_since: float | None = 0.0  # attached at the window's start
 
@@ -522,16 +525,21 @@ class _DutyCycle:
 
     def update(self, t: float) -> None:
         """t: seconds into the window."""
+        # Attaching and detaching take time (uprobes on every GPU API function): the probes count as
+        # attached from the middle of the one to the middle of the other.
         if t < self.on_s and self.on_since is None:
+            started = self.clock()
             self.gpu.resume()
             if self.dev is not None and self.target is not None:
                 self.dev.resume(self.bpf, self.target)
-            self.on_since = t
+            self.on_since = t + (self.clock() - started) / 2
         elif t >= self.on_s and self.on_since is not None:
-            self.gpu.pause()
+            started = self.clock()
+            # the agent first (CUPTI costs the process most while on), then the GPU API probes
             if self.dev is not None and self.target is not None:
                 self.dev.pause(self.bpf, self.target)  # hands over the records of the attached time first
-            self.probed_s += t - self.on_since
+            self.gpu.pause()
+            self.probed_s += max(0.0, t + (self.clock() - started) / 2 - self.on_since)
             self.on_since = None
 
     def end_window(self, t: float) -> float:

@@ -53,6 +53,22 @@ uint64_t agent_monotonic_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+int agent_clock_offset(int (*read)(uint64_t *), int64_t *offset) {
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 5; i++) {
+        uint64_t sdk_ns = 0;
+        uint64_t before = agent_monotonic_ns();
+        if (read(&sdk_ns) != 0 || !sdk_ns)
+            return -1;
+        uint64_t after = agent_monotonic_ns();
+        if (after - before < best) {
+            best = after - before;
+            *offset = (int64_t)sdk_ns - (int64_t)(before + (after - before) / 2);
+        }
+    }
+    return 0;
+}
+
 uint64_t agent_realtime_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -136,7 +152,19 @@ void agent_fire_batch(struct dev_record *records, uint32_t n) {
     STAP_PROBE2(deepctx, batch, records, n);
 }
 
+int agent_timing;
+
+void agent_timed(const char *what, uint64_t *t) {
+    if (!agent_timing)
+        return;
+    uint64_t now = agent_monotonic_ns();
+    fprintf(stderr, "deepctx agent [%d] at %.3f s: %s %.3f ms\n", (int)getpid(), (double)now / 1e9, what,
+            (double)(now - *t) / 1e6);
+    *t = now;
+}
+
 void agent_read_settings(void) {
+    agent_timing = (int)agent_env_u64("DEEPCTX_AGENT_TIMING", 0);
     agent_buffer_bytes = agent_env_u64("DEEPCTX_BUFFER_KB", 4096) * 1024;
     if (agent_buffer_bytes < 64 * 1024)
         agent_buffer_bytes = 64 * 1024;
@@ -168,10 +196,14 @@ int agent_start_activity(void) {
 }
 
 void agent_stop_activity(void) {
+    uint64_t t = agent_monotonic_ns();
     ops->stop();
+    agent_timed("stop: activity off", &t);
     agent_flush(1);
+    agent_timed("stop: forced flush", &t);
     if (ops->release)
         ops->release();
+    agent_timed("stop: released", &t);
     agent_active = 0;
     deepctx_agent_state = DEV_AGENT_IDLE;
     agent_report_status(DEV_AGENT_IDLE);

@@ -82,6 +82,9 @@ extern uint64_t agent_dropped_records;   /* the SDK's count plus records without
 extern uint64_t agent_sample_interval_ns;  /* DEEPCTX_SAMPLE_US (default 500 us per thread) */
 
 uint64_t agent_monotonic_ns(void);
+/* An SDK's clock - CLOCK_MONOTONIC: `read` (0 on success) between two CLOCK_MONOTONIC readings, the
+ * narrowest of a few tries (a thread preempted between them would be microseconds off). 0 on success. */
+int agent_clock_offset(int (*read)(uint64_t *), int64_t *offset);
 uint64_t agent_realtime_ns(void);
 uint64_t agent_env_u64(const char *name, uint64_t fallback);
 void agent_set_error(int code, const char *fmt, const char *detail);
@@ -90,7 +93,12 @@ int agent_watched(void);                 /* is a batch or correlation probe atta
 /* Fills in each record's sample (sampled captures), then fires the batch probe. Any thread, no lock. */
 void agent_fire_batch(struct dev_record *records, uint32_t n);
 
-/* Reads DEEPCTX_BUFFER_KB, DEEPCTX_FLUSH_MS and DEEPCTX_SAMPLE_US. */
+/* DEEPCTX_AGENT_TIMING=1 (a diagnostic): how long each step of starting and stopping the SDK took, on
+ * stderr. agent_timed() prints `what` with the time since *t and moves *t on; no-op when off. */
+extern int agent_timing;
+void agent_timed(const char *what, uint64_t *t);
+
+/* Reads DEEPCTX_BUFFER_KB, DEEPCTX_FLUSH_MS, DEEPCTX_SAMPLE_US and DEEPCTX_AGENT_TIMING. */
 void agent_read_settings(void);
 /* The common start, once the SDK is loaded and set up: the watcher thread, the exit flush; starts at
  * once when a watcher is already there, else releases the SDK. */

@@ -224,17 +224,17 @@ static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *ma
 static uint64_t to_monotonic(uint64_t t) { return t ? (uint64_t)((int64_t)t - clock_offset_ns) : 0; }
 
 /* The offset between CUPTI's clock and CLOCK_MONOTONIC, now (no-op with the timestamp callback). */
+static int read_cupti_clock(uint64_t *ns) { return cupti.GetTimestamp(ns) == CUPTI_SUCCESS ? 0 : -1; }
+
 static void measure_clock_offset(void) {
     if (use_timestamp_callback)
         return;
-    uint64_t cupti_ns = 0;
-    uint64_t before = agent_monotonic_ns();
-    if (!cupti.GetTimestamp || cupti.GetTimestamp(&cupti_ns) != CUPTI_SUCCESS || !cupti_ns) {
+    int64_t offset = 0;
+    if (!cupti.GetTimestamp || agent_clock_offset(read_cupti_clock, &offset) != 0) {
         clock_offset_ns = (int64_t)(agent_realtime_ns() - agent_monotonic_ns());  /* CUPTI's default clock */
         return;
     }
-    uint64_t after = agent_monotonic_ns();
-    clock_offset_ns = (int64_t)cupti_ns - (int64_t)(before + (after - before) / 2);
+    clock_offset_ns = offset;
 }
 
 /* One CUPTI record as a dev_record; 0 for kinds the agent does not report. */
@@ -370,9 +370,11 @@ static int subscribe(void) {
 }
 
 static int start_cupti(void) {
+    uint64_t t = agent_monotonic_ns();
     int rc = subscribe();
     if (rc != DEV_AGENT_OK)
         return rc;
+    agent_timed("start: subscribed", &t);
     measure_clock_offset();
     CUptiResult r = cupti.ActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) {
@@ -381,10 +383,12 @@ static int start_cupti(void) {
     }
     /* Diagnostics (bench/): DEEPCTX_CALLBACKS=0 leaves the API callbacks off (no correlation: records
      * only), DEEPCTX_SYNC_ACTIVITY=0 the synchronization records; both cost per call. */
+    agent_timed("start: buffers registered", &t);
     if (agent_env_u64("DEEPCTX_CALLBACKS", 1)) {
         enable_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE);
         enable_callbacks(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE);
     }
+    agent_timed("start: callbacks on", &t);
     int sync_activity = (int)agent_env_u64("DEEPCTX_SYNC_ACTIVITY", 1);
     for (size_t i = 0; i < sizeof(KINDS) / sizeof(KINDS[0]); i++) {
         if (KINDS[i] == CUPTI_ACTIVITY_KIND_SYNCHRONIZATION && !sync_activity)
@@ -395,6 +399,7 @@ static int start_cupti(void) {
             return DEV_AGENT_E_CUPTI;
         }
     }
+    agent_timed("start: activity on", &t);
     return DEV_AGENT_OK;
 }
 

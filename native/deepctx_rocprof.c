@@ -371,13 +371,18 @@ static void on_buffer(rp_context_id_t context, rp_buffer_id_t buffer_id, rp_reco
 /* --- starting and stopping (agent_common.c decides when) ------------------------------------------------ */
 
 /* SDK clock - CLOCK_MONOTONIC, the SDK's reading taken between two of ours. */
-static void measure_clock(void) {
+static int read_sdk_clock(uint64_t *ns) {
     rp_timestamp_t ts = 0;
-    uint64_t before = agent_monotonic_ns();
     if (sdk.get_timestamp(&ts) != RP_STATUS_SUCCESS)
-        return;
-    uint64_t after = agent_monotonic_ns();
-    clock_offset_ns = (int64_t)(ts - (before + (after - before) / 2));
+        return -1;
+    *ns = ts;
+    return 0;
+}
+
+static void measure_clock(void) {
+    int64_t offset = 0;
+    if (agent_clock_offset(read_sdk_clock, &offset) == 0)
+        clock_offset_ns = offset;
 }
 
 static int start_tracing(void) {

@@ -8,20 +8,36 @@ from deepctx.probes import gpu_apis
 from deepctx.probes.gpu_api import GpuBucket
 
 
-class FakeGpu:
+class Clock:
     def __init__(self) -> None:
-        self.calls: list[str] = []
+        self.now = 100.0
 
-    def pause(self) -> None:
-        self.calls.append("pause")
+    def __call__(self) -> float:
+        return self.now
 
-    def resume(self) -> None:
-        self.calls.append("resume")
+
+class FakeGpu:
+    """Pausing and resuming take `takes` seconds of the clock; every call is noted in `calls`."""
+
+    def __init__(self, clock: Clock | None = None, takes: float = 0.0, calls: list[str] | None = None,
+                 name: str = "") -> None:
+        self.calls: list[str] = [] if calls is None else calls
+        self.clock, self.takes, self.prefix = clock, takes, f"{name} " if name else ""
+
+    def pause(self, *_: object) -> None:
+        self.calls.append(self.prefix + "pause")
+        if self.clock:
+            self.clock.now += self.takes
+
+    def resume(self, *_: object) -> None:
+        self.calls.append(self.prefix + "resume")
+        if self.clock:
+            self.clock.now += self.takes
 
 
 def test_attached_for_the_first_share_of_each_window() -> None:
     gpu = FakeGpu()
-    d = _DutyCycle(gpu, 0.25, 4.0)  # type: ignore[arg-type]
+    d = _DutyCycle(gpu, 0.25, 4.0, clock=Clock())  # type: ignore[arg-type]
     assert d.next_switch_s(0.0) == 1.0 and d.next_switch_s(0.4) == 0.6 and d.next_switch_s(1.5) == 2.5
     d.update(0.5)  # still in the attached share
     d.update(1.25)  # past it: detached
@@ -31,6 +47,22 @@ def test_attached_for_the_first_share_of_each_window() -> None:
     d.update(0.0)  # the next window starts attached
     assert gpu.calls == ["pause", "resume"]
     assert d.end_window(0.75) == 0.75  # a last window cut short while attached
+
+
+def test_slow_switches_count_half_and_the_agent_goes_first() -> None:
+    """Detaching and attaching uprobes takes time: the probes count as attached from the middle of the one
+    to the middle of the other; the agent (CUPTI) is paused before the GPU API probes, not after them."""
+    clock, calls = Clock(), []
+    gpu = FakeGpu(clock, 0.4, calls, "gpu")
+    dev = FakeGpu(clock, 0.1, calls, "device")
+    d = _DutyCycle(gpu, 0.25, 4.0, dev=dev, bpf=object(), target=object(), clock=clock)  # type: ignore[arg-type]
+    d.update(1.0)  # pause: the agent's 0.1 s, then the GPU probes' 0.4 s
+    assert calls == ["device pause", "gpu pause"]
+    assert d.end_window(4.0) == 1.25  # 0 to 1.0 + 0.5 / 2
+    d.update(0.0)  # resume: 0.5 s in all, attached from 0.25 s
+    d.update(2.0)  # pause again: 0.5 s, detached at 2.25 s
+    assert calls[2:] == ["gpu resume", "device resume", "device pause", "gpu pause"]
+    assert d.end_window(4.0) == 2.0
 
 
 def test_counts_scale_up_to_the_window() -> None:

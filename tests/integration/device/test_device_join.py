@@ -31,9 +31,9 @@ TOTAL_NS = (mt.N_MATMUL * mt.MATMUL_NS + mt.N_RELU * mt.RELU_NS + mt.N_COPY * mt
 RECORDS = mt.N_MATMUL + mt.N_RELU + mt.N_COPY + mt.N_SET + 3 * mt.N_GRAPH + 1  # + the sync record
 
 
-def start(built: tuple[Path, Path], *args: str, inject_env: bool = True) -> StdinTarget:
+def start(built: tuple[Path, Path], *args: str, inject_env: bool = True, **extra_env: str) -> StdinTarget:
     agent, lib = built
-    env = dict(os.environ)
+    env = dict(os.environ) | extra_env
     if inject_env:
         env["CUDA_INJECTION64_PATH"] = str(agent)
     return StdinTarget([sys.executable, str(TARGET), str(lib), *args], env=env)
@@ -144,8 +144,12 @@ def test_unknown_correlations_are_counted_not_dropped(built: tuple[Path, Path]) 
         mt.N_RELU * mt.RELU_NS + GRAPH_RELU_NS
 
 
-def test_trace_mode_links_each_launch_to_its_kernel(built: tuple[Path, Path]) -> None:
-    t = start(built)
+@pytest.mark.parametrize("clock", ["callback", "offset"])
+def test_trace_mode_links_each_launch_to_its_kernel(built: tuple[Path, Path], clock: str) -> None:
+    """On one clock: CUPTI's timestamps come from the agent's timestamp callback (CLOCK_MONOTONIC), or
+    (DEEPCTX_TIMESTAMP_CB=0) from CUPTI's own clock, the mock's CLOCK_REALTIME, converted with the offset the
+    agent measures: each record starts after its call began, and within a second of it."""
+    t = start(built, **({"DEEPCTX_TIMESTAMP_CB": "0"} if clock == "offset" else {}))
     try:
         r = run_capture(t.pid, phase(t), DeviceActivity(trace=True), python=False)
     finally:
@@ -156,7 +160,7 @@ def test_trace_mode_links_each_launch_to_its_kernel(built: tuple[Path, Path]) ->
     assert len(work) == RECORDS
     for e in work:
         launch = apis[e["correlation"]]  # every record's call is in the trace
-        assert launch["start_ns"] <= e["start_ns"], (launch, e)
+        assert launch["start_ns"] <= e["start_ns"] < launch["start_ns"] + 1_000_000_000, (launch, e)
         assert launch["tid"] == e["tid"] == t.pid
     assert totals_by_kernel(r.trace) == {MATMUL: mt.N_MATMUL * mt.MATMUL_NS + GRAPH_MATMUL_NS,
                                          RELU: mt.N_RELU * mt.RELU_NS + GRAPH_RELU_NS}

@@ -154,11 +154,17 @@ def test_the_borrowed_thread_is_restored(built: tuple[Path, Path]) -> None:
         assert getpid  # (this process's libc, only to be sure the symbol exists)
         # "ready" is printed just before the target blocks reading stdin: borrow the thread once it is
         # in read(2) (syscall 0), so both borrows find it in the same place
-        wait_for(lambda: open(f"/proc/{t.pid}/syscall").read().split()[0] == "0", what="the target blocked in read")
+        def blocked_in_read() -> bool:
+            return open(f"/proc/{t.pid}/syscall").read().split()[0] == "0"
+
+        wait_for(blocked_in_read, what="the target blocked in read")
         with RemoteThread(t.pid, t.pid) as rt:
             before = bytes(rt.saved), rt.xstate
             assert rt.call(addr) == t.pid
             assert rt.call(addr) == t.pid
+        # released, the thread restarts its read: borrowed again once it is back in it (under load it
+        # can still be on its way, with other registers)
+        wait_for(blocked_in_read, what="the target blocked in read again")
         with RemoteThread(t.pid, t.pid) as rt:
             assert (bytes(rt.saved), rt.xstate) == before
         finishes_normally(t)
