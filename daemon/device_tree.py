@@ -223,6 +223,9 @@ def device_warnings(stats: dict[str, int]) -> list[str]:
     status = stats.get("device_agent_status", 0)
     if status < 0:
         out.append(f"no device activity: {AGENT_STATES.get(status, f'the CUPTI agent failed ({status})')}")
+    if stats.get("device_agent_awaited", 0):
+        out.append("no device activity: the process's environment names a deepctx agent that it has not loaded "
+                   "(it has not started CUDA/HIP yet, or the agent failed to load)")
     if stats.get("device_correlations", 0) and not stats.get("device_records", 0):
         out.append("the process launched GPU work but its CUPTI agent handed over no record (was it killed "
                    "before it could flush?)")

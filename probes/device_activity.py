@@ -336,6 +336,7 @@ class DeviceActivity:
         out["device_agent_injected"] = int(self.injected)
         out["device_usdt_sites"] = self._attacher.sites if self._attacher else 0
         out["device_probes_attached"] = int(self._attacher is not None and not self.paused)
+        out["device_agent_awaited"] = int(bool(self.expected_agent) and not self._files)
         out["device_probe_resumes"] = self.resumes
         return out
 

@@ -70,7 +70,7 @@ def _finish(root: dict[str, Any], metrics: list[str]) -> None:
 SHARES = frozenset({"gpu_probe_duty_permille"})
 LEVELS = frozenset({"device_agent_status", "cpu_stack_map_entries", "gpu_sample_interval_ns", "gpu_uprobes",
                     "gpu_probes_attached", "gpu_libraries_attached", "device_agent_injected", "device_usdt_sites",
-                    "table_rules"})
+                    "device_probes_attached", "device_agent_awaited", "table_rules"})
 
 
 class Merger:

@@ -161,6 +161,9 @@ def test_warnings_name_what_went_missing() -> None:
     assert device_warnings({"device_correlations": 10, "device_records": 10}) == []
     w = device_warnings({"device_correlations": 10, "device_records": 0, "device_agent_status": -3})
     assert "CUPTI is held by another profiler" in w[0] and "handed over no record" in w[1]
+    assert device_warnings({"device_agent_awaited": 1}) == [
+        "no device activity: the process's environment names a deepctx agent that it has not loaded (it has not "
+        "started CUDA/HIP yet, or the agent failed to load)"]
     assert "3 device records had no launch" in device_warnings(
         {"device_records": 5, "device_records_unknown_correlation": 3})[0]
 

@@ -154,10 +154,11 @@ def test_device_activity_follows_the_duty_cycle(service_dir, stopped) -> None:
     try:
         # captured with the device probes waiting: the agent is not loaded yet (no site)
         wait_for(lambda: "device_usdt_sites" in live(), timeout=120, what="the continuous capture of the process")
-        assert live()["device_usdt_sites"] == 0
+        assert (live()["device_usdt_sites"], live()["device_agent_awaited"]) == (0, 1)
         t.go()  # cuInit: the driver loads the agent
         t.expect("initialized")
         wait_for(lambda: live().get("device_usdt_sites", 0) > 0, timeout=30, what="the agent's probes found")
+        assert live()["device_agent_awaited"] == 0
         # detached: the agent stops within its watcher's tick (100 ms); phases until one ran without CUPTI
         wait_for(lambda: live().get("device_probes_attached") == 0, timeout=30, what="the device probes detached")
         wait_for(lambda: live().get("device_probes_attached") == 0 and phase() == 0, timeout=10,

@@ -108,6 +108,11 @@ def test_window_deltas() -> None:
     assert d({"gpu_api_calls": 6, "python_captures": 3}) == {"gpu_api_calls": 0, "python_captures": 3}
     # the per-window stats are those capture._build computes from the window's own counts
     assert not any(is_running_total(k) for k in PER_WINDOW)
+    # states, not counters: a window keeps them as they are
+    assert d({"device_probes_attached": 1, "device_agent_awaited": 1}) == {"device_probes_attached": 1,
+                                                                          "device_agent_awaited": 1}
+    assert d({"device_probes_attached": 1, "device_agent_awaited": 0}) == {"device_probes_attached": 1,
+                                                                          "device_agent_awaited": 0}
     assert all(is_running_total(k) for k in ("gpu_api_calls", "cpu_samples", "cpu_user_stacks_lost",
                                              "device_records", "python_captures", "table_files", "store_failed",
                                              "gpu_stack_map_clears", "device_agent_flushes"))
