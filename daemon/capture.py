@@ -227,7 +227,8 @@ class Capture:
         agent_calls = not self.opts.trace and (self.opts.agent_calls == "on" or (
             self.opts.agent_calls == "auto" and gpu.mode == "sampled"))
         dev = DeviceActivity(trace=self.opts.trace, inject=asked, count_entries=self.opts.count_map_entries)
-        if not agent_mappings(target.space.mappings):  # not loaded yet: the environment may say it will be
+        # Not loaded yet: the environment may say it will be (then it is awaited, even when asked for).
+        if not agent_mappings(target.space.mappings):
             dev.expected_agent = expected_agent(lambda name: procfs.environ_value(target.pid, name))
         try:
             dev.prepare(target)

@@ -170,8 +170,10 @@ class _AgentFile:
     request: list[usdt.UsdtProbe] = field(default_factory=list)  # flush_request sites
 
 
-HANDLERS = {"correlation": "on_dev_correlation", "api_exit": "on_dev_api_exit", "batch": "on_dev_batch",
-            "flushed": "on_dev_flushed", "status": "on_dev_status"}
+# In the order they are attached: the agent starts reporting (and says so through `status`) as soon as
+# `correlation` or `batch` is watched, so `status` and `flushed` are there first.
+HANDLERS = {"status": "on_dev_status", "flushed": "on_dev_flushed", "api_exit": "on_dev_api_exit",
+            "correlation": "on_dev_correlation", "batch": "on_dev_batch"}
 
 
 class AgentUnusable(ValueError):
@@ -266,8 +268,9 @@ class DeviceActivity:
             except (OSError, usdt.UsdtError) as e:
                 raise AgentUnusable(f"the deepctx agent in the process ({mapped[0].path}) cannot be used: {e}") from e
             return
-        if self.expected_agent and not self.inject:
+        if self.expected_agent:  # the process loads it when it starts its GPU runtime: no injection
             self.agent_kind = self.kind_of(self.expected_agent)
+            self.inject = False
             return
         self.agent_kind = "cupti"  # attach loads the CUPTI agent (rocprofiler-sdk cannot start late)
         if self.inject:
@@ -342,24 +345,26 @@ class DeviceActivity:
 
     # --- attaching ----------------------------------------------------------------------------------
 
-    def _agent_file(self, pid: int, m: Mapping) -> _AgentFile | None:
+    def _agent_file(self, pid: int, m: Mapping) -> tuple[_AgentFile | None, bool]:
+        """The agent file of mapping m, and whether it is new (its handlers not attached yet)."""
         af = self._files.get(m.file_key)
         if af is not None:
-            return af
+            return af, False
         try:
             path = open_mapped_file(pid, m)
             probes = usdt.read_probes(path, PROVIDER)
         except (OSError, usdt.UsdtError) as e:
             log.warning("cannot read the CUPTI agent's probes", extra={"path": m.path, "error": str(e)})
-            return None
-        return self._attach_file(path, probes, m.file_key)
+            return None, False
+        return self._attach_file(path, probes, m.file_key, attach=False), True
 
-    def _attach_file(self, path: str, probes: list[usdt.UsdtProbe], key: tuple[str, int]) -> _AgentFile:
+    def _attach_file(self, path: str, probes: list[usdt.UsdtProbe], key: tuple[str, int],
+                     attach: bool = True) -> _AgentFile:
         assert self._attacher is not None
         af = _AgentFile(path, probes)
         af.request = [p for p in probes if p.name == "flush_request"]
         self._files[key] = af
-        if not self.paused:
+        if attach and not self.paused:
             self._attach_handlers(af)
         return af
 
@@ -407,12 +412,16 @@ class DeviceActivity:
             ident = (m.start, m.dev, m.inode)
             if ident in self._mapped:
                 continue
-            af = self._agent_file(target.pid, m)
+            af, new = self._agent_file(target.pid, m)
             if af is None:
                 continue
             self._mapped.add(ident)
             self._register_sites(bpf, target.pid, af, [mm for mm in target.space.mappings if mm.inode == m.inode
                                                        and mm.dev == m.dev])
+            # then the handlers: the agent starts (and says so) as soon as they are, and a probe whose site
+            # is not registered yet is dropped (the start's status probe was, every time)
+            if new and not self.paused:
+                self._attach_handlers(af)
 
     def _register_sites(self, bpf: Any, pid: int, af: _AgentFile, mappings: list[Mapping]) -> None:
         """Where each probe site is in this process: the handlers decode their arguments by address."""

@@ -15,6 +15,8 @@ from device_paths import TARGET
 from harness import DEEPCTX, StdinTarget, line_of, session_of, wait_for
 from profile_paths import walk
 
+from deepctx.probes.device_activity import DEV_AGENT_ACTIVE
+
 sys.path.insert(0, str(TARGET.parent))
 import mock_target as mt  # noqa: E402
 
@@ -123,6 +125,41 @@ def test_attach_gpu_activity_loads_the_agent(daemon, built: tuple[Path, Path], t
     doc = json.loads(out.read_text())
     check_exact(doc)
     assert doc["stats"]["device_agent_injected"] == 1
+
+
+def test_attach_gpu_activity_awaits_the_agent_the_environment_names(daemon, built: tuple[Path, Path],
+                                                                     tmp_path: Path) -> None:
+    """A process started with the agent in its environment, attached before it starts CUDA: nothing to
+    inject (the driver loads the agent at cuInit), so the capture waits for the agent, attaches when it loads,
+    and its device times are exact from then on."""
+    agent, lib = built
+    t = StdinTarget([sys.executable, str(TARGET), str(lib), "--late-init"],
+                    env=no_injection_env() | {"CUDA_INJECTION64_PATH": str(agent)})
+    out = tmp_path / "late.json"
+
+    def stats() -> dict[str, int]:
+        return {k: int(v) for k, v in ((session_of(daemon, t.pid) or {}).get("stats") or {}).items()}
+
+    try:
+        with cf.ThreadPoolExecutor(1) as pool:
+            fut = pool.submit(daemon.cli, "attach", str(t.pid), "--duration", "300", "--quiet", "--gpu-activity",
+                              "--format", "json", "-o", str(out), timeout=120)
+            wait_for(lambda: stats().get("device_agent_awaited") == 1 or fut.done(), what="the capture awaiting")
+            assert not fut.done(), fut.result().stderr
+            t.go()  # cuInit: the driver loads the agent
+            t.expect("initialized")
+            wait_for(lambda: stats().get("device_agent_status") == DEV_AGENT_ACTIVE, what="the agent reporting")
+            t.go()
+            t.expect("cupti")
+            t.expect("done")
+            assert daemon.cli("stop", str(t.pid)).returncode == 0
+            r = fut.result()
+    finally:
+        t.stop()
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    check_exact(doc)
+    assert (doc["stats"]["device_agent_injected"], doc["stats"]["device_agent_awaited"]) == (0, 0)
 
 
 def test_attach_gpu_activity_refuses_without_a_cuda_context(daemon, built: tuple[Path, Path]) -> None:

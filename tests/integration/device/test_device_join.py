@@ -17,7 +17,7 @@ from harness import StdinTarget, line_of
 from deepctx.daemon.device_tree import UNKNOWN_ORIGIN
 from deepctx.daemon.frames import Frame
 from deepctx.daemon.trace import totals_by_kernel
-from deepctx.probes.device_activity import DeviceActivity
+from deepctx.probes.device_activity import DEV_AGENT_ACTIVE, DeviceActivity
 
 sys.path.insert(0, str(TARGET.parent))
 import mock_target as mt  # noqa: E402
@@ -171,6 +171,8 @@ def test_trace_mode_links_each_launch_to_its_kernel(built: tuple[Path, Path], cl
     assert [(e["name"], e["bytes"], e["dur_ns"]) for e in copies] == [("Memcpy HtoD", mt.COPY_BYTES,
                                                                        mt.COPY_BYTES)] * mt.N_COPY
     assert r.stats["device_trace_events_lost"] == 0
+    # the agent said it started: its status probe's site was known before the handlers went on
+    assert r.stats["device_agent_status"] == DEV_AGENT_ACTIVE
 
 
 def test_an_agent_nobody_watches_holds_nothing(built: tuple[Path, Path]) -> None:
