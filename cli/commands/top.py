@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import threading
 import time
 from typing import Any
@@ -74,11 +75,16 @@ def run(args: argparse.Namespace) -> int:
     if args.once:
         console.print(renderable(fetch()))
         return 0
-    stop = threading.Event()  # Ctrl-C ends the loop through KeyboardInterrupt
-    with Live(renderable(fetch()), console=console, auto_refresh=False, screen=False) as live:
-        try:
+    # Ctrl-C sets `stop` rather than raising KeyboardInterrupt wherever the main thread happens to be (in a
+    # gRPC call, in rich's rendering): a CI run once saw `top` still running 30 s after SIGINT
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        with Live(renderable(fetch()), console=console, auto_refresh=False, screen=False) as live:
             while not stop.wait(args.interval):  # the refresh period, not synchronization
-                live.update(renderable(fetch()), refresh=True)
-        except KeyboardInterrupt:
-            pass
+                data = fetch()
+                if not stop.is_set():
+                    live.update(renderable(data), refresh=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     return 0
