@@ -84,10 +84,11 @@ def test_backward_node_launches_under_the_forward_line(nodes_daemon, native_targ
         t.stop()
     want = {"matmul_backward_kernel": (line_of(NODES_TARGET, "LINE_MATMUL"), "[backward of MatmulBackward]", 2),
             "relu_backward_kernel": (line_of(NODES_TARGET, "LINE_RELU"), "[backward of ReluBackward]", 1)}
+    lost = 0  # calls whose native stack BPF could not read (counted in gpu_api_stacks_lost; seen once in CI)
     for kernel, (line, label, per_node) in want.items():
         found = [(anc, n) for anc, n in walk(doc) if n["kind"] == "kernel" and n["name"] == kernel]
         assert sum(n["metrics"]["calls"] for _, n in found) == NODE_ROUNDS * per_node, kernel
-        for anc, _ in found:
+        for anc, n in found:
             kinds = [(a["kind"], a["name"]) for a in anc]
             op = [i for i, a in enumerate(anc) if a["kind"] == "op"]
             assert len(op) == 1 and anc[op[0]]["name"] == label, kinds
@@ -96,8 +97,12 @@ def test_backward_node_launches_under_the_forward_line(nodes_daemon, native_targ
             assert anc[0]["kind"] == "thread" and anc[0]["tid"] == t.pid, kinds
             assert anc[op[0] + 1]["kind"] == "thread" and anc[op[0] + 1]["name"] == "nodes-bwd", kinds
             node_class = label.removeprefix("[backward of ").removesuffix("]")
+            if "[lost user stack]" in [a["name"] for a in anc]:  # the worker's native frames alone are missing
+                lost += n["metrics"]["calls"]
+                continue
             assert f"demo::{node_class}::apply()" in [a["name"] for a in anc[op[0]:]], kinds
     stats = doc["stats"]
+    assert lost <= stats["gpu_api_stacks_lost"] and lost < NODE_ROUNDS, (lost, stats["gpu_api_stacks_lost"])
     assert stats["autograd_nodes_created"] == 2 * NODE_ROUNDS
     assert stats["autograd_nodes_run_with_creator"] == 2 * NODE_ROUNDS
     assert stats["autograd_nodes_run_without_creator"] == 0
