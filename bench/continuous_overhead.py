@@ -44,7 +44,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from gpu_overhead import AGENT, Deepctx, cpu_s, rss_mb  # noqa: E402
+from gpu_overhead import AGENT, Deepctx, cpu_s, doc_nodes, rss_mb  # noqa: E402
 
 STEPS = {"launch_bound": 12000, "launch_backward": 4000, "resnet50": 300, "gpt2": 150, "jax": 3000}
 
@@ -113,23 +113,35 @@ def one(name: str, python: str, daemon: ContinuousDaemon | None, targets: int = 
     procs = [start(name, python, STEPS[name]) for _ in range(targets)]
     row: dict = {"workload": name, "variant": "continuous" if daemon else "alone", "targets": targets}
     if daemon is not None:
-        deadline = time.monotonic() + 60
-        while not all(daemon.capturing(pid) for _, pid in procs):
-            assert time.monotonic() < deadline, "the continuous daemon did not pick the targets up"
-            time.sleep(0.2)
-        c0, w0, t0 = cpu_s(daemon.proc.pid), daemon.windows(), time.perf_counter()
+        wait_captured(daemon, [pid for _, pid in procs])
+        before = daemon_before(daemon)
     sps = timed([p for p, _ in procs])
     row["steps_per_s"] = statistics.median(sps)
     if daemon is not None:
-        wall = time.perf_counter() - t0
-        row["daemon_cpu_share"] = (cpu_s(daemon.proc.pid) - c0) / wall
-        row["daemon_rss_mb"] = rss_mb(daemon.proc.pid)
-        row["daemon_anon_mb"] = rss_mb(daemon.proc.pid, "RssAnon")
-        row["windows"] = daemon.windows() - w0
-        row["seconds"] = wall
+        row |= daemon_since(daemon, before)
         if ENV:
             row |= device_totals(daemon, [pid for _, pid in procs])
     return row
+
+
+def wait_captured(daemon: ContinuousDaemon, pids: list[int]) -> None:
+    deadline = time.monotonic() + 60
+    while not all(daemon.capturing(pid) for pid in pids):
+        assert time.monotonic() < deadline, "the continuous daemon did not pick the targets up"
+        time.sleep(0.2)  # polling the daemon's status, with a deadline
+
+
+def daemon_before(daemon: ContinuousDaemon) -> tuple[float, int, float]:
+    return cpu_s(daemon.proc.pid), daemon.windows(), time.perf_counter()
+
+
+def daemon_since(daemon: ContinuousDaemon, before: tuple[float, int, float]) -> dict:
+    """The daemon's CPU share, RSS and windows stored since `before` (daemon_before())."""
+    c0, w0, t0 = before
+    wall = time.perf_counter() - t0
+    return {"daemon_cpu_share": (cpu_s(daemon.proc.pid) - c0) / wall, "daemon_rss_mb": rss_mb(daemon.proc.pid),
+            "daemon_anon_mb": rss_mb(daemon.proc.pid, "RssAnon"), "windows": daemon.windows() - w0,
+            "seconds": wall}
 
 
 def device_totals(daemon: ContinuousDaemon, pids: list[int]) -> dict:
@@ -146,11 +158,7 @@ def device_totals(daemon: ContinuousDaemon, pids: list[int]) -> dict:
             if stats.get("device_records") or time.monotonic() > deadline:
                 break
             time.sleep(1)
-        total, stack = 0, [doc["root"]] if doc.get("root") else []
-        while stack:  # device time sits on the kernel, copy and sync nodes
-            n = stack.pop()
-            total += n["metrics"].get("gpu_time_ns", 0)
-            stack.extend(n["children"])
+        total = sum(n["metrics"].get("gpu_time_ns", 0) for n in doc_nodes(doc))  # on kernel, copy, sync nodes
         out.setdefault("gpu_time_ms", []).append(round(total / 1e6, 1))
         for k in ("device_records", "device_records_unknown_correlation", "device_probe_resumes",
                   "gpu_probe_duty_permille"):
@@ -201,18 +209,11 @@ def alternate(name: str, args: argparse.Namespace) -> list[dict]:
             try:
                 if PIN:
                     pin_process(daemon.proc.pid, PIN["daemon"])  # threads it starts later inherit the mask
-                deadline = time.monotonic() + 60
-                while not daemon.capturing(pid):
-                    assert time.monotonic() < deadline, "the continuous daemon did not pick the target up"
-                    time.sleep(0.2)
-                time.sleep(args.settle)
-                c0, w0, t0 = cpu_s(daemon.proc.pid), daemon.windows(), time.perf_counter()
+                wait_captured(daemon, [pid])
+                time.sleep(args.settle)  # a chosen delay before timing, not synchronization
+                before = daemon_before(daemon)
                 row.update(block(p, args.alternate))
-                wall = time.perf_counter() - t0
-                row["daemon_cpu_share"] = (cpu_s(daemon.proc.pid) - c0) / wall
-                row["daemon_rss_mb"] = rss_mb(daemon.proc.pid)
-                row["daemon_anon_mb"] = rss_mb(daemon.proc.pid, "RssAnon")
-                row["windows"] = daemon.windows() - w0
+                row |= {k: v for k, v in daemon_since(daemon, before).items() if k != "seconds"}  # the block's own
             finally:
                 daemon.stop()
             rows.append(row)  # printed with its ratio after the next off-block

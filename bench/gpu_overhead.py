@@ -49,6 +49,16 @@ def cpu_s(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / TICK
 
 
+def doc_nodes(doc: dict) -> list[dict]:
+    """Every node of a profile JSON document (docs/formats.md), the root first."""
+    out, stack = [], [doc["root"]] if doc.get("root") else []
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(n["children"])
+    return out
+
+
 def rss_mb(pid: int, field: str = "VmRSS") -> float:
     """Resident memory in MB: VmRSS (all), RssAnon (the daemon's own: heap, numpy tables, BPF map copies)
     or RssFile (mapped files: libLLVM, the symbol tables it keeps mapped; clean, reclaimable pages)."""

@@ -24,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+from gpu_overhead import doc_nodes  # noqa: E402
 from harness import DEEPCTX, StdinTarget, session_of, start_daemon, stop_daemon, wait_for  # noqa: E402
 from targets.gpu.many_sites import source  # noqa: E402
 
@@ -73,19 +74,11 @@ def main() -> int:
     for e in log:  # the daemon's steps after the target's exit, in seconds from it
         if e.get("ts", 0) >= exited_unix - 0.5:
             print(f"  +{e['ts'] - exited_unix:6.3f} s  {e.get('msg')}")
-    calls = sum(n["metrics"].get("calls", 0) for n in _nodes(doc) if n["kind"] == "kernel")
-    print(f"sites {args.sites} x {args.calls} calls, depth {args.depth}: {len(_nodes(doc))} nodes, {calls} launches; "
+    calls = sum(n["metrics"].get("calls", 0) for n in doc_nodes(doc) if n["kind"] == "kernel")
+    print(f"sites {args.sites} x {args.calls} calls, depth {args.depth}: {len(doc_nodes(doc))} nodes, {calls} launches; "
           f"build_s {builds[-1]['build_s'] if builds else '?'}; ready {ready:.2f} s")
     return 0
 
-
-def _nodes(doc: dict) -> list[dict]:
-    out, stack = [], [doc["root"]]
-    while stack:
-        n = stack.pop()
-        out.append(n)
-        stack.extend(n["children"])
-    return out
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from deepctx.daemon.trace import build_trace, clock_offset_ns
 from deepctx.daemon.tree import METRICS, CallTree
 from deepctx.probes import compose
 from deepctx.probes.cpu_sampler import SAMPLE_F_USER_STACK_LOST, CpuSampler
-from deepctx.probes.device_activity import AgentUnusable, DeviceActivity, agent_mappings, expected_agent
+from deepctx.probes.device_activity import AgentUnusable, DeviceActivity, agent_mappings
 from deepctx.probes.family import ProbeFamily, Target
 from deepctx.probes.gpu_api import GpuApi, builtin_handoffs
 
@@ -227,9 +227,6 @@ class Capture:
         agent_calls = not self.opts.trace and (self.opts.agent_calls == "on" or (
             self.opts.agent_calls == "auto" and gpu.mode == "sampled"))
         dev = DeviceActivity(trace=self.opts.trace, inject=asked, count_entries=self.opts.count_map_entries)
-        # Not loaded yet: the environment may say it will be (then it is awaited, even when asked for).
-        if not agent_mappings(target.space.mappings):
-            dev.expected_agent = expected_agent(lambda name: procfs.environ_value(target.pid, name))
         try:
             dev.prepare(target)
         except ValueError as e:

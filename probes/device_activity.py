@@ -11,7 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepctx.daemon.procfs import Mapping, ProcessGone, ProcessMemory, open_mapped_file, read_maps
+from deepctx.daemon.procfs import (
+    Mapping,
+    ProcessGone,
+    ProcessMemory,
+    environ_value,
+    open_mapped_file,
+    read_maps,
+)
 from deepctx.probes import usdt
 from deepctx.probes.family import Target, read_source
 from deepctx.probes.gpu_api import GpuKey
@@ -240,8 +247,8 @@ class DeviceActivity:
         self._ringbuf_open = False
         self._pid = 0
         self.agent_kind = ""  # "cupti" | "rocprof": the target's agent (prepare)
-        # The agent the process's environment names and that it has not loaded yet (its GPU runtime is
-        # not started): the probes attach when it appears (poll), as for an agent loaded by dlopen.
+        # The agent the process's environment names and that it has not loaded yet (prepare): the probes
+        # attach when it appears (poll), as for an agent loaded by dlopen.
         self.expected_agent: str | None = None
 
     # --- ProbeFamily ------------------------------------------------------------------------------
@@ -268,9 +275,11 @@ class DeviceActivity:
             except (OSError, usdt.UsdtError) as e:
                 raise AgentUnusable(f"the deepctx agent in the process ({mapped[0].path}) cannot be used: {e}") from e
             return
-        if self.expected_agent:  # the process loads it when it starts its GPU runtime: no injection
+        # Not loaded yet, but the environment names it: the process loads it when it starts its GPU
+        # runtime, and the probes attach then (poll), even when an injection was asked for.
+        self.expected_agent = expected_agent(lambda name: environ_value(target.pid, name))
+        if self.expected_agent:
             self.agent_kind = self.kind_of(self.expected_agent)
-            self.inject = False
             return
         self.agent_kind = "cupti"  # attach loads the CUPTI agent (rocprofiler-sdk cannot start late)
         if self.inject:
@@ -293,7 +302,7 @@ class DeviceActivity:
             bpf["dev_events"].open_ring_buffer(self._on_event)
             self._ringbuf_open = True
         self._attach_new(bpf, target)
-        if not self._files and self.inject:
+        if not self._files and self.inject and not self.expected_agent:
             self._inject(bpf, target)
         elif self._files:
             self._wait_active(bpf)
@@ -345,18 +354,18 @@ class DeviceActivity:
 
     # --- attaching ----------------------------------------------------------------------------------
 
-    def _agent_file(self, pid: int, m: Mapping) -> tuple[_AgentFile | None, bool]:
-        """The agent file of mapping m, and whether it is new (its handlers not attached yet)."""
+    def _agent_file(self, pid: int, m: Mapping) -> _AgentFile | None:
+        """The agent file of mapping m; a new one without its handlers (_attach_new attaches them)."""
         af = self._files.get(m.file_key)
         if af is not None:
-            return af, False
+            return af
         try:
             path = open_mapped_file(pid, m)
             probes = usdt.read_probes(path, PROVIDER)
         except (OSError, usdt.UsdtError) as e:
             log.warning("cannot read the CUPTI agent's probes", extra={"path": m.path, "error": str(e)})
-            return None, False
-        return self._attach_file(path, probes, m.file_key, attach=False), True
+            return None
+        return self._attach_file(path, probes, m.file_key, attach=False)
 
     def _attach_file(self, path: str, probes: list[usdt.UsdtProbe], key: tuple[str, int],
                      attach: bool = True) -> _AgentFile:
@@ -412,7 +421,8 @@ class DeviceActivity:
             ident = (m.start, m.dev, m.inode)
             if ident in self._mapped:
                 continue
-            af, new = self._agent_file(target.pid, m)
+            new = m.file_key not in self._files
+            af = self._agent_file(target.pid, m)
             if af is None:
                 continue
             self._mapped.add(ident)

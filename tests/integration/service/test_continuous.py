@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from harness import StdinTarget, line_of, session_of, wait_for
+from profile_paths import total, walk
 
 TARGET = Path(__file__).resolve().parents[2] / "targets" / "gpu" / "runtime_calls.py"
 N_LAUNCH, N_HANDLE, N_MALLOC = 200, 4, 7
@@ -17,15 +18,7 @@ def launches_in_store(daemon, pid: int) -> int:
     r = daemon.cli("profile", "--pid", str(pid), "--since", "1h", "--format", "json")
     if r.returncode != 0:
         return -1
-    doc = json.loads(r.stdout)
-    total = 0
-    stack = [doc["root"]]
-    while stack:
-        n = stack.pop()
-        if n["kind"] == "kernel":
-            total += n["metrics"]["calls"]
-        stack.extend(n["children"])
-    return total
+    return sum(n["metrics"]["calls"] for _, n in walk(json.loads(r.stdout)) if n["kind"] == "kernel")
 
 
 def test_gpu_process_is_found_and_profiled_in_windows(service_dir, stopped) -> None:
@@ -173,12 +166,7 @@ def test_device_activity_follows_the_duty_cycle(service_dir, stopped) -> None:
             r = d.cli("profile", "--pid", str(t.pid), "--since", "1h", "--format", "json")
             if r.returncode != 0:
                 return 0
-            total, stack = 0, [json.loads(r.stdout)["root"]]
-            while stack:
-                n = stack.pop()
-                total += n["metrics"].get("gpu_time_ns", 0)
-                stack.extend(n["children"])
-            return total
+            return total(json.loads(r.stdout), "gpu_time_ns")
 
         wait_for(lambda: stored_device_ns() > 0, timeout=60, what="device time in the window store")
     finally:
