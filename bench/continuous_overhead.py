@@ -45,6 +45,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from gpu_overhead import AGENT, Deepctx, cpu_s, doc_nodes, rss_mb  # noqa: E402
+from marks import PIN, block, finish, neighbour_ratio, pin_halves, pin_process, start_marked  # noqa: E402
 
 STEPS = {"launch_bound": 12000, "launch_backward": 4000, "resnet50": 300, "gpt2": 150, "jax": 3000}
 
@@ -59,34 +60,14 @@ class ContinuousDaemon(Deepctx):
         return int((st.get("totals") or {}).get("continuous_windows", 0))
 
 
-# --pin: the workloads run on the first half of the CPUs and the daemon on the second half, so the run-to-run
-# spread from the scheduler moving them about (30% for the launch-bound loop unpinned) does not hide a 1% cost.
-PIN: dict[str, set[int]] = {}
-
-
-def pin_halves() -> None:
-    cpus = sorted(os.sched_getaffinity(0))
-    half = max(1, len(cpus) // 2)
-    PIN["workload"], PIN["daemon"] = set(cpus[:half]), set(cpus[half:]) or set(cpus)
-
-
-def pin_process(pid: int, cpus: set[int]) -> None:
-    """Every thread of the process (sched_setaffinity on a pid moves one thread only)."""
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            os.sched_setaffinity(int(task), cpus)
-        except OSError:
-            pass  # a thread that exited meanwhile
-
-
 # --agent: the workloads start with the CUPTI agent (as `deepctx run` starts them), so the continuous
 # daemon records their device activity too, on the GPU probes' duty cycle.
 ENV: dict[str, str] = {}
 
 
-def start(name: str, python: str, steps: int, extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
+def start(name: str, python: str, steps: int) -> tuple[subprocess.Popen, int]:
     cpus = PIN.get("workload")
-    p = subprocess.Popen([python, str(HERE / "workloads.py"), name, str(steps), *extra],
+    p = subprocess.Popen([python, str(HERE / "workloads.py"), name, str(steps)],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=dict(os.environ) | ENV,
                          preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     assert p.stdout is not None
@@ -166,32 +147,11 @@ def device_totals(daemon: ContinuousDaemon, pids: list[int]) -> dict:
     return out
 
 
-def mark(p: subprocess.Popen) -> tuple[int, float]:
-    """Steps done and the time (the process's perf_counter), from a process started with --marks."""
-    assert p.stdin is not None and p.stdout is not None
-    p.stdin.write("mark\n")
-    p.stdin.flush()
-    f = p.stdout.readline().split()
-    assert len(f) == 3 and f[0] == "mark", f"expected a mark, got {f}"
-    return int(f[1]), float(f[2])
-
-
-def block(p: subprocess.Popen, seconds: float) -> dict:
-    """Times SECONDS of the free-running loop between two marks."""
-    n0, t0 = mark(p)
-    time.sleep(seconds)  # the loop runs on its own: this only sets the block's length
-    n1, t1 = mark(p)
-    return {"steps": n1 - n0, "seconds": t1 - t0, "steps_per_s": (n1 - n0) / (t1 - t0)}
-
-
 def alternate(name: str, args: argparse.Namespace) -> list[dict]:
     """One process, blocks off, on, ..., off (args.repeat on-blocks): a row each, on-blocks' with a ratio."""
-    p, pid = start(name, args.python, 0, ("--marks",))
-    assert p.stdin is not None
+    p, pid = start_marked(name, args.python, dict(os.environ) | ENV)
     rows: list[dict] = []
     try:
-        p.stdin.write("go\n")
-        p.stdin.flush()
         time.sleep(args.warm)
         for i in range(2 * args.repeat + 1):
             row: dict = {"workload": name, "variant": "continuous" if i % 2 else "alone", "mode": "alternate",
@@ -200,7 +160,7 @@ def alternate(name: str, args: argparse.Namespace) -> list[dict]:
                 row.update(block(p, args.alternate))
                 if rows:  # the on-block before this one has both its neighbours now
                     on = rows[-1]
-                    on["ratio"] = (rows[-2]["steps_per_s"] + row["steps_per_s"]) / 2 / on["steps_per_s"]
+                    on["ratio"] = neighbour_ratio(rows[-2], on, row)
                     print(json.dumps(on), flush=True)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -218,12 +178,7 @@ def alternate(name: str, args: argparse.Namespace) -> list[dict]:
                 daemon.stop()
             rows.append(row)  # printed with its ratio after the next off-block
     finally:
-        p.stdin.close()  # the loop stops at the end of its stdin
-        try:
-            p.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        finish(p)
     return rows
 
 

@@ -11,6 +11,17 @@ the profiler where there is one, runs the timed steps and reports:
   ready      seconds from the capture's end (the target exiting) to the profile in the client's hands;
              for the PyTorch profiler, its trace export time
 Variants alternate (alone, deepctx, ..., alone) and each is run --repeat times; medians are reported.
+
+    sudo python3 bench/gpu_overhead.py --workloads launch_bound --variants alone,deepctx_sampled_device \
+        --alternate 10 [--repeat 3] [--settle 2]
+
+--alternate SECONDS measures in one process per workload instead (bench/workloads.py --marks), since the
+step rate of separate processes differs by up to 30% here: blocks of SECONDS alone and under each deepctx
+variant in turn (off, v1, off, v2, off, ..., --repeat rounds), each on-block's ratio the mean rate of the
+off-blocks either side over its own. An on-block attaches the variant's capture, waits --settle seconds
+(the capture's start left out), times the block and ends the capture with `deepctx stop`; its "ready" is
+from the stop to the profile in the client's hands. The process carries the CUPTI agent when a device
+variant is among them (idle in the off-blocks, as under `deepctx run`).
 """
 
 from __future__ import annotations
@@ -27,6 +38,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from marks import PIN, block, finish, neighbour_ratio, pin_halves, pin_process, start_marked  # noqa: E402
+
 TICK = os.sysconf("SC_CLK_TCK")
 STEPS = {"launch_bound": 1500, "launch_backward": 600, "resnet50": 30, "gpt2": 20, "jax": 300}
 # deepctx_exact_nonodes: exact mode without the autograd node probes (autograd_nodes = false), to show
@@ -91,43 +105,80 @@ class Deepctx:
         self.proc.wait(timeout=60)
 
 
-def one_run(name: str, variant: str, daemons: dict[str, Deepctx], python: str) -> dict:
-    dctx = daemons.get(variant.rsplit("_", 1)[-1], daemons["default"])
-    argv = [python, str(HERE / "workloads.py"), name, str(STEPS[name])]
-    if variant.startswith("torch_"):
-        argv += ["--torch-profiler", "cuda" if variant == "torch_cuda" else "stacks"]
-    env = dict(os.environ)
+def start_capture(dctx: Deepctx, pid: int, variant: str) -> tuple[threading.Thread, dict]:
+    """`deepctx attach` in a thread, with the variant's mode and device activity, waited for until the
+    daemon captures the process; the thread fills in the profile ("doc") and when it came ("done")."""
+    mode = variant.split("_")[1]  # exact | sampled
+    device = ["--gpu-activity"] if "_device" in variant else []
+    attach: dict = {}
+
+    def go() -> None:
+        t = time.perf_counter()
+        r = subprocess.run(dctx.cli + ["attach", str(pid), "--duration", "600", "--mode", mode, *device, "--format", "json",
+                                       "--quiet"], env=dctx.env, capture_output=True, text=True)
+        attach["done"] = time.perf_counter()
+        attach["wall"] = attach["done"] - t
+        attach["doc"] = json.loads(r.stdout) if r.returncode == 0 else {"error": r.stderr}
+
+    th = threading.Thread(target=go)
+    th.start()
+    deadline = time.monotonic() + 120
+    while not dctx.capturing(pid):  # a run the profiler never attached to is no profiled run
+        if time.monotonic() > deadline or not th.is_alive():
+            raise RuntimeError(f"pid {pid} {variant}: deepctx did not attach: {attach.get('doc')}")
+        time.sleep(0.05)
+    return th, attach
+
+
+STAT_KEYS = {"gpu_api_calls": "gpu_api_calls", "calls_with_path": "gpu_api_calls_with_call_path",
+             "device_time_ns": "device_time_ns", "device_unknown": "device_records_unknown_correlation",
+             "device_records": "device_records", "device_correlations": "device_correlations",
+             "device_calls_reported_by_agent": "device_calls_reported_by_agent", "cpu_samples": "cpu_samples",
+             "autograd_nodes_created": "autograd_nodes_created",
+             "gpu_calls_charged_to_node_creator": "gpu_calls_charged_to_node_creator"}
+
+
+def doc_stats(doc: dict) -> dict:
+    """A bench row's share of a capture's profile: its error, or the counters above."""
+    if "error" in doc:
+        return {"error": doc["error"]}
+    st = doc["stats"]
+    return {k: st.get(name, 0) for k, name in STAT_KEYS.items()}
+
+
+AGENT_ENV: dict[str, str] = {}  # --agent-env: the agent's settings for every process that carries it
+
+
+def workload_env(variant: str) -> dict[str, str]:
+    env = dict(os.environ) | (AGENT_ENV if "_device" in variant else {})
     if "_device" in variant:  # started as `deepctx run` starts it: the agent idles until attach
         env["CUDA_INJECTION64_PATH"] = str(AGENT)
         if variant.endswith("_offset"):
             env["DEEPCTX_TIMESTAMP_CB"] = "0"
-    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    return env
+
+
+def daemon_for(variant: str, daemons: dict[str, Deepctx]) -> Deepctx:
+    return daemons.get(variant.rsplit("_", 1)[-1], daemons["default"])
+
+
+def one_run(name: str, variant: str, daemons: dict[str, Deepctx], python: str) -> dict:
+    dctx = daemon_for(variant, daemons)
+    argv = [python, str(HERE / "workloads.py"), name, str(STEPS[name])]
+    if variant.startswith("torch_"):
+        argv += ["--torch-profiler", "cuda" if variant == "torch_cuda" else "stacks"]
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=workload_env(variant))
     assert p.stdout is not None and p.stdin is not None
     ready = p.stdout.readline().split()
     assert ready and ready[0] == "ready", f"{name}: {ready}"
     pid = int(ready[1])
     out: dict = {"workload": name, "variant": variant}
-    attach: dict = {}
     if variant.startswith("deepctx"):
-        mode = variant.split("_")[1]  # exact | sampled
-        device = ["--gpu-activity"] if "_device" in variant else []
-
-        def go() -> None:
-            t = time.perf_counter()
-            r = subprocess.run(dctx.cli + ["attach", str(pid), "--duration", "600", "--mode", mode, *device, "--format", "json",
-                                           "--quiet"], env=dctx.env, capture_output=True, text=True)
-            attach["done"] = time.perf_counter()
-            attach["wall"] = attach["done"] - t
-            attach["doc"] = json.loads(r.stdout) if r.returncode == 0 else {"error": r.stderr}
-
-        th = threading.Thread(target=go)
-        th.start()
-        deadline = time.monotonic() + 120
-        while not dctx.capturing(pid):  # a run the profiler never attached to is no profiled run
-            if time.monotonic() > deadline or not th.is_alive():
-                p.kill()
-                raise RuntimeError(f"{name} {variant}: deepctx did not attach: {attach.get('doc')}")
-            time.sleep(0.05)
+        try:
+            th, attach = start_capture(dctx, pid, variant)
+        except RuntimeError:
+            p.kill()
+            raise
     c0 = cpu_s(dctx.proc.pid)
     t0 = time.perf_counter()
     p.stdin.write("go\n")
@@ -145,22 +196,66 @@ def one_run(name: str, variant: str, daemons: dict[str, Deepctx], python: str) -
     if variant.startswith("deepctx"):
         th.join()
         out["profile_ready_s"] = attach["done"] - exited
-        doc = attach["doc"]
-        if "error" in doc:
-            out["error"] = doc["error"]
-        else:
-            st = doc["stats"]
-            out["gpu_api_calls"] = st.get("gpu_api_calls", 0)
-            out["calls_with_path"] = st.get("gpu_api_calls_with_call_path", 0)
-            out["device_time_ns"] = st.get("device_time_ns", 0)
-            out["device_unknown"] = st.get("device_records_unknown_correlation", 0)
-            out["device_records"] = st.get("device_records", 0)
-            out["device_correlations"] = st.get("device_correlations", 0)
-            out["device_calls_reported_by_agent"] = st.get("device_calls_reported_by_agent", 0)
-            out["cpu_samples"] = st.get("cpu_samples", 0)
-            out["autograd_nodes_created"] = st.get("autograd_nodes_created", 0)
-            out["gpu_calls_charged_to_node_creator"] = st.get("gpu_calls_charged_to_node_creator", 0)
+        out |= doc_stats(attach["doc"])
     return out
+
+
+def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args: argparse.Namespace) -> list[dict]:
+    """One process, blocks off, v1, off, v2, off, ..., --repeat times over the variants: an on-block attaches
+    the variant's capture, waits --settle seconds, times --alternate seconds, then ends the capture
+    (`deepctx stop`); its "ready" is from the stop to the profile in hand."""
+    on_variants = [v for v in variants if v != "alone"]
+    env = workload_env(next((v for v in on_variants if "_device" in v), "alone"))
+    p, pid = start_marked(name, args.python, env)
+    rows: list[dict] = []
+    try:
+        time.sleep(args.warm)  # warming up: a chosen delay, not synchronization
+        prev = {"workload": name, "variant": "alone", "mode": "alternate", "block": 0} | block(p, args.alternate)
+        rows.append(prev)
+        print(json.dumps(prev), flush=True)
+        for i, variant in enumerate(on_variants * args.repeat):
+            dctx = daemon_for(variant, daemons)
+            row: dict = {"workload": name, "variant": variant, "mode": "alternate", "block": 2 * i + 1}
+            th, attach = start_capture(dctx, pid, variant)
+            try:
+                time.sleep(args.settle)  # a chosen delay before timing, not synchronization
+                c0, t0 = cpu_s(dctx.proc.pid), time.perf_counter()
+                row |= block(p, args.alternate)
+                row["daemon_cpu_share"] = (cpu_s(dctx.proc.pid) - c0) / (time.perf_counter() - t0)
+                row["daemon_rss_mb"] = rss_mb(dctx.proc.pid)
+                row["daemon_anon_mb"] = rss_mb(dctx.proc.pid, "RssAnon")
+            finally:
+                stopped = time.perf_counter()
+                dctx.run("stop", str(pid))
+                th.join()
+            row["profile_ready_s"] = attach["done"] - stopped
+            row |= doc_stats(attach["doc"])
+            off = {"workload": name, "variant": "alone", "mode": "alternate", "block": 2 * i + 2} | block(p, args.alternate)
+            row["ratio"] = neighbour_ratio(prev, row, off)
+            rows += [row, off]
+            print(json.dumps(row), flush=True)
+            print(json.dumps(off), flush=True)
+            prev = off
+    finally:
+        finish(p)
+    return rows
+
+
+def alternate_table(rows: list[dict], workloads: list[str]) -> None:
+    print(f"\n{'workload':15} {'variant':32} {'blocks':>6} {'ratio median':>12} {'min':>6} {'max':>6} "
+          f"{'on steps/s':>10} {'off steps/s':>11} {'daemon CPU':>10} {'RSS MB':>7} {'ready s':>8}")
+    for name in workloads:
+        off = [r["steps_per_s"] for r in rows if r["workload"] == name and r["variant"] == "alone"]
+        for v in VARIANTS:
+            rs = [r for r in rows if r["workload"] == name and r["variant"] == v and "ratio" in r]
+            if not rs:
+                continue
+            ratios = [r["ratio"] for r in rs]
+            print(f"{name:15} {v:32} {len(rs):6d} {statistics.median(ratios):12.4f} {min(ratios):6.3f} "
+                  f"{max(ratios):6.3f} {statistics.fmean(r['steps_per_s'] for r in rs):10.2f} "
+                  f"{statistics.fmean(off):11.2f} {100 * statistics.median(r['daemon_cpu_share'] for r in rs):9.1f}% "
+                  f"{max(r['daemon_rss_mb'] for r in rs):7.0f} "
+                  f"{statistics.median(r['profile_ready_s'] for r in rs):8.2f}")
 
 
 def main() -> int:
@@ -173,8 +268,31 @@ def main() -> int:
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--deepctx", default="deepctx", help="the CLI (a path or a command)")
     ap.add_argument("--deepctxd", default="deepctxd")
+    ap.add_argument("--alternate", type=float, metavar="SECONDS",
+                    help="one process per workload: blocks of SECONDS alone and under each deepctx variant, "
+                         "alternating (--repeat rounds over the variants)")
+    ap.add_argument("--warm", type=float, default=5.0, help="--alternate: seconds of steps before the first block")
+    ap.add_argument("--settle", type=float, default=2.0,
+                    help="--alternate: seconds from the capture's start to its block's start")
+    ap.add_argument("--pin", action="store_true",
+                    help="--alternate: the workload on the first half of the CPUs, the daemons on the rest")
+    ap.add_argument("--agent-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="an environment variable for processes that carry the agent (DEEPCTX_SAMPLE_US=1000, ...)")
     ap.add_argument("--out")
     args = ap.parse_args()
+    for item in args.agent_env:
+        k, _, v = item.partition("=")
+        AGENT_ENV[k] = v
+    if args.pin:
+        if not args.alternate:
+            ap.error("--pin goes with --alternate")
+        pin_halves()
+    if args.alternate:
+        bad = [v for v in args.variants.split(",") if v != "alone" and not v.startswith("deepctx")
+               or v.endswith("_offset")]
+        if bad:
+            ap.error(f"--alternate runs deepctx variants in one process; not {bad} (a profiler of its own, or an "
+                     "agent setting fixed at the process's start)")
     for item in args.steps:
         name, n = item.split("=")
         STEPS[name] = int(n)
@@ -182,7 +300,21 @@ def main() -> int:
     for suffix, config in DAEMON_CONFIGS.items():
         if any(v.endswith("_" + suffix) for v in args.variants.split(",")):
             daemons[suffix] = Deepctx(args.deepctx.split(), args.deepctxd.split(), config)
+    if PIN:
+        for d in daemons.values():
+            pin_process(d.proc.pid, PIN["daemon"])  # threads it starts later inherit the mask
     rows: list[dict] = []
+    if args.alternate:
+        try:
+            for name in args.workloads.split(","):
+                rows += alternate(name, args.variants.split(","), daemons, args)
+        finally:
+            for d in daemons.values():
+                d.stop()
+        alternate_table(rows, args.workloads.split(","))
+        if args.out:
+            Path(args.out).write_text(json.dumps(rows, indent=1))
+        return 0
     try:
         for name in args.workloads.split(","):
             variants = [v for v in args.variants.split(",") if not (name == "jax" and v.startswith("torch_"))]

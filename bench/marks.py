@@ -1,0 +1,79 @@
+"""Timing blocks of a free-running workload process (bench/workloads.py --marks), shared by the benches
+that alternate blocks without and with the profiler in one process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# --pin: the workloads run on the first half of the CPUs and the daemon on the second half, so the run-to-run
+# spread from the scheduler moving them about (30% for the launch-bound loop unpinned) does not hide a 1% cost.
+PIN: dict[str, set[int]] = {}
+
+
+def pin_halves() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    half = max(1, len(cpus) // 2)
+    PIN["workload"], PIN["daemon"] = set(cpus[:half]), set(cpus[half:]) or set(cpus)
+
+
+def pin_process(pid: int, cpus: set[int]) -> None:
+    """Every thread of the process (sched_setaffinity on a pid moves one thread only)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(task), cpus)
+        except OSError:
+            pass  # a thread that exited meanwhile
+
+
+def start_marked(name: str, python: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
+    """A workload process that runs steps until its stdin closes (started: "go" sent), on PIN["workload"]'s
+    CPUs when pinned; returns it and its pid."""
+    cpus = PIN.get("workload")
+    p = subprocess.Popen([python, str(HERE / "workloads.py"), name, "0", "--marks"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, env=env if env is not None else dict(os.environ),
+                         preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+    assert p.stdout is not None and p.stdin is not None
+    ready = p.stdout.readline().split()
+    assert ready and ready[0] == "ready", f"{name}: {ready}"
+    p.stdin.write("go\n")
+    p.stdin.flush()
+    return p, int(ready[1])
+
+
+def mark(p: subprocess.Popen) -> tuple[int, float]:
+    """Steps done and the time (the process's perf_counter), from a process started with --marks."""
+    assert p.stdin is not None and p.stdout is not None
+    p.stdin.write("mark\n")
+    p.stdin.flush()
+    f = p.stdout.readline().split()
+    assert len(f) == 3 and f[0] == "mark", f"expected a mark, got {f}"
+    return int(f[1]), float(f[2])
+
+
+def block(p: subprocess.Popen, seconds: float) -> dict:
+    """Times SECONDS of the free-running loop between two marks."""
+    n0, t0 = mark(p)
+    time.sleep(seconds)  # the loop runs on its own: this only sets the block's length
+    n1, t1 = mark(p)
+    return {"steps": n1 - n0, "seconds": t1 - t0, "steps_per_s": (n1 - n0) / (t1 - t0)}
+
+
+def finish(p: subprocess.Popen) -> None:
+    """Closes the process's stdin (the loop ends after the step under way) and waits for it."""
+    assert p.stdin is not None
+    p.stdin.close()
+    try:
+        p.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def neighbour_ratio(before: dict, on: dict, after: dict) -> float:
+    """An on-block's ratio: the mean rate of the off-blocks either side over its own (cancels linear drift)."""
+    return (before["steps_per_s"] + after["steps_per_s"]) / 2 / on["steps_per_s"]
