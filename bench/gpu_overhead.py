@@ -19,8 +19,8 @@ Variants alternate (alone, deepctx, ..., alone) and each is run --repeat times; 
 step rate of separate processes differs by up to 30% here: blocks of SECONDS alone and under each deepctx
 variant in turn (off, v1, off, v2, off, ..., --repeat rounds), each on-block's ratio the mean rate of the
 off-blocks either side over its own. An on-block attaches the variant's capture, waits --settle seconds
-(the capture's start left out), times the block and ends the capture with `deepctx stop`; its "ready" is
-from the stop to the profile in the client's hands. The process carries the CUPTI agent when a device
+(the capture's start left out), times the block and ends the capture with the daemon's Stop RPC (what
+`deepctx stop` sends); its "ready" is from the stop to the profile in the client's hands. The process carries the CUPTI agent when a device
 variant is among them (idle in the off-blocks, as under `deepctx run`).
 """
 
@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -82,19 +83,40 @@ def rss_mb(pid: int, field: str = "VmRSS") -> float:
     return 0.0
 
 
+# --daemon-log DIR: each daemon logs at info level to DIR/daemon-NAME.log (compile, attach, collect and build
+# times per capture) and writes its own running stacks to DIR/self-NAME.folded when it stops
+DAEMON_LOG: dict[str, Path] = {}
+
+
 class Deepctx:
-    def __init__(self, cli: list[str], daemon: list[str], config: str = "") -> None:
+    def __init__(self, cli: list[str], daemon: list[str], config: str = "", name: str = "default") -> None:
         self.tmp = tempfile.mkdtemp(prefix="deepctx-bench-")
         if config:  # "{tmp}" in it: this daemon's own folder
             Path(self.tmp, "d.toml").write_text(config.replace("{tmp}", self.tmp))
             daemon = daemon + ["--config", str(Path(self.tmp, "d.toml"))]
         self.env = dict(os.environ, DEEPCTX_SOCKET=os.path.join(self.tmp, "d.sock"))
         self.cli = cli
-        self.proc = subprocess.Popen(daemon + ["--foreground", "--log-level", "warning"], env=self.env)
+        log_dir = DAEMON_LOG.get("dir")
+        denv, level, stderr = self.env, "warning", None
+        if log_dir is not None:
+            denv = self.env | {"DEEPCTX_SELF_PROFILE": str(log_dir / f"self-{name}.folded")}
+            level, stderr = "info", open(log_dir / f"daemon-{name}.log", "a")  # noqa: SIM115 (the daemon's)
+        self.proc = subprocess.Popen(daemon + ["--foreground", "--log-level", level], env=denv, stderr=stderr)
         self.run("status", "--wait", "60")
 
     def run(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(self.cli + list(args), env=self.env, capture_output=True, text=True, check=True)
+
+    def stopper(self) -> Callable[[int], None]:
+        """A function that ends a process's captures now: the daemon's Stop RPC from this process when the
+        deepctx package imports here (so that a CLI's start-up is not timed as the daemon's), else the CLI."""
+        try:
+            from deepctx.cli.client import connect
+            from deepctx.proto.v1 import deepctx_pb2 as pb
+        except ImportError:
+            return lambda pid: self.run("stop", str(pid)) and None
+        stub = connect(self.env["DEEPCTX_SOCKET"])
+        return lambda pid: stub.Stop(pb.StopRequest(pid=pid)) and None
 
     def capturing(self, pid: int) -> bool:
         st = json.loads(self.run("status", "--format", "json").stdout)
@@ -203,11 +225,12 @@ def one_run(name: str, variant: str, daemons: dict[str, Deepctx], python: str) -
 def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args: argparse.Namespace) -> list[dict]:
     """One process, blocks off, v1, off, v2, off, ..., --repeat times over the variants: an on-block attaches
     the variant's capture, waits --settle seconds, times --alternate seconds, then ends the capture
-    (`deepctx stop`); its "ready" is from the stop to the profile in hand."""
+    (the daemon's Stop RPC, as `deepctx stop` sends it); its "ready" is from the stop to the profile in hand."""
     on_variants = [v for v in variants if v != "alone"]
     env = workload_env(next((v for v in on_variants if "_device" in v), "alone"))
     p, pid = start_marked(name, args.python, env)
     rows: list[dict] = []
+    stoppers = {id(d): d.stopper() for d in daemons.values()}
     try:
         time.sleep(args.warm)  # warming up: a chosen delay, not synchronization
         prev = {"workload": name, "variant": "alone", "mode": "alternate", "block": 0} | block(p, args.alternate)
@@ -226,7 +249,7 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
                 row["daemon_anon_mb"] = rss_mb(dctx.proc.pid, "RssAnon")
             finally:
                 stopped = time.perf_counter()
-                dctx.run("stop", str(pid))
+                stoppers[id(dctx)](pid)
                 th.join()
             row["profile_ready_s"] = attach["done"] - stopped
             row |= doc_stats(attach["doc"])
@@ -278,8 +301,13 @@ def main() -> int:
                     help="--alternate: the workload on the first half of the CPUs, the daemons on the rest")
     ap.add_argument("--agent-env", action="append", default=[], metavar="NAME=VALUE",
                     help="an environment variable for processes that carry the agent (DEEPCTX_SAMPLE_US=1000, ...)")
+    ap.add_argument("--daemon-log", metavar="DIR",
+                    help="daemons log at info level to DIR/daemon-NAME.log and self-profile to DIR/self-NAME.folded")
     ap.add_argument("--out")
     args = ap.parse_args()
+    if args.daemon_log:
+        DAEMON_LOG["dir"] = Path(args.daemon_log)
+        DAEMON_LOG["dir"].mkdir(parents=True, exist_ok=True)
     for item in args.agent_env:
         k, _, v = item.partition("=")
         AGENT_ENV[k] = v
@@ -299,7 +327,7 @@ def main() -> int:
     daemons = {"default": Deepctx(args.deepctx.split(), args.deepctxd.split())}
     for suffix, config in DAEMON_CONFIGS.items():
         if any(v.endswith("_" + suffix) for v in args.variants.split(",")):
-            daemons[suffix] = Deepctx(args.deepctx.split(), args.deepctxd.split(), config)
+            daemons[suffix] = Deepctx(args.deepctx.split(), args.deepctxd.split(), config, suffix)
     if PIN:
         for d in daemons.values():
             pin_process(d.proc.pid, PIN["daemon"])  # threads it starts later inherit the mask

@@ -130,6 +130,8 @@ class Capture:
         self.command = ""
         self._bpf: Any = None
         self.stop_requested = threading.Event()  # `deepctx stop`: end now, keep what was captured
+        self._wake: int | None = None  # a pipe's write end the capture loop polls: request_stop() wakes it
+        self._wake_lock = threading.Lock()
         self.on_window = on_window  # continuous mode: gets every window's profile with its start and end
         self.continuous = on_window is not None
         self.target: Target | None = None
@@ -143,6 +145,16 @@ class Capture:
     @property
     def probe_names(self) -> list[str]:
         return [f.name for f in self.families]
+
+    def request_stop(self) -> None:
+        """`deepctx stop`: end the capture now (the loop wakes at once instead of at its next poll)."""
+        self.stop_requested.set()
+        with self._wake_lock:
+            if self._wake is not None:
+                try:
+                    os.write(self._wake, b"s")
+                except OSError:  # full (already woken)
+                    pass
 
     def live_stats(self) -> dict[str, int]:
         bpf = self._bpf
@@ -285,6 +297,10 @@ class Capture:
             ended = "duration"
             poller = select.poll()
             poller.register(pidfd, select.POLLIN)
+            wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            with self._wake_lock:
+                self._wake = wake_w
+            poller.register(wake_r, select.POLLIN)
             last_maps = 0.0
             window_t0, window_unix = t0, time.time()
             duty = _DutyCycle.of(self, opts)
@@ -306,9 +322,12 @@ class Capture:
                 wait_s = min(BUSY_POLL_INTERVAL_S if busy else POLL_INTERVAL_S, opts.duration_s - elapsed)
                 if duty is not None:
                     wait_s = min(wait_s, duty.next_switch_s(time.monotonic() - window_t0))
-                if poller.poll(max(wait_s, 0.0) * 1000):
+                ready = {fd for fd, _ in poller.poll(max(wait_s, 0.0) * 1000)}
+                if pidfd in ready:
                     ended = "target_exited"
                     break
+                if wake_r in ready:
+                    continue  # request_stop(): ends at the top of the loop
                 if self.stop_requested.is_set():
                     continue  # ends at the top of the loop, after one more look at the live process
                 if duty is not None:  # on time: the refresh and polls below can take most of a second for a
@@ -333,6 +352,7 @@ class Capture:
                     if duty is not None:
                         duty.update(0.0)
             duration = time.monotonic() - (window_t0 if opts.window_s else t0)
+            t_end = time.monotonic()
             self.sampler.stop_sampling(bpf)
             dev = next((f for f in self.families if isinstance(f, DeviceActivity)), None)
             if dev is not None and ended != "target_exited":  # an exiting agent flushed at exit
@@ -354,9 +374,16 @@ class Capture:
             if opts.window_s:
                 result.started_unix = window_unix  # the last window's
             log.info("profile built", extra={"session": self.id, "pid": target.pid, "nodes": len(result.tree.nodes),
+                                             "ended": ended, "collect_s": round(t_build - t_end, 3),
                                              "build_s": round(time.monotonic() - t_build, 3)})
             return result
         finally:
+            t_detach = time.monotonic()
+            with self._wake_lock:
+                if self._wake is not None:
+                    os.close(self._wake)
+                    os.close(wake_r)
+                    self._wake = None
             for fam in self.families:
                 try:
                     fam.detach(bpf, target)
@@ -364,6 +391,8 @@ class Capture:
                     log.exception("detach failed", extra={"family": fam.name, "pid": target.pid})
             self._bpf = None
             compose.cleanup_program(bpf)
+            log.info("probes detached", extra={"session": self.id, "pid": target.pid,
+                                               "detach_s": round(time.monotonic() - t_detach, 3)})
 
     def _cut_window(self, bpf: Any, target: Target, thread_names: dict[int, str], duration: float,
                     start_unix: float) -> None:

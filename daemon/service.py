@@ -205,9 +205,11 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
                     "cpu_samples_dropped_map_full", 0)
                 self.totals["events_lost"] += sum(lost_counters(stats).values())
                 self.totals["captures_completed"] += 1
-                log.info("capture finished", extra={"session": cap.id, "pid": cap.pid, "ended": item.ended,
-                                                    "samples": stats.get("cpu_samples", 0)})
+                t_msg = time.monotonic()
                 msg = to_message(item)
+                log.info("capture finished", extra={"session": cap.id, "pid": cap.pid, "ended": item.ended,
+                                                    "samples": stats.get("cpu_samples", 0),
+                                                    "message_s": round(time.monotonic() - t_msg, 3)})
                 observe_capture(self.process_totals, msg)
                 yield pb.AttachEvent(profile=msg)
                 return
@@ -259,7 +261,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         if not caps:
             context.abort(grpc.StatusCode.NOT_FOUND, f"no capture of process {request.pid} is running")
         for cap in caps:
-            cap.stop_requested.set()
+            cap.request_stop()
         log.info("captures stopped", extra={"pid": request.pid, "count": len(caps)})
         return pb.StopReply(stopped=len(caps))
 
