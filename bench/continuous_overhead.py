@@ -45,7 +45,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from gpu_overhead import AGENT, Deepctx, cpu_s, doc_nodes, rss_mb  # noqa: E402
-from marks import PIN, block, finish, neighbour_ratio, pin_halves, pin_process, start_marked  # noqa: E402
+from marks import PIN, block, exit_on_sigterm, finish, neighbour_ratio, pin_halves, pin_process, start_marked  # noqa: E402
 
 STEPS = {"launch_bound": 12000, "launch_backward": 4000, "resnet50": 300, "gpt2": 150, "jax": 3000}
 
@@ -241,6 +241,7 @@ def main() -> int:
                     help="the workloads carry the CUPTI agent (device activity on the duty cycle)")
     ap.add_argument("--out")
     args = ap.parse_args()
+    exit_on_sigterm()
     names = args.workloads.split(",")
     if args.pin:
         pin_halves()

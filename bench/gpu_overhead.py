@@ -40,7 +40,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from marks import PIN, block, finish, neighbour_ratio, pin_halves, pin_process, start_marked  # noqa: E402
+from marks import PIN, block, exit_on_sigterm, finish, neighbour_ratio, pin_halves, pin_process, start_marked  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 STEPS = {"launch_bound": 1500, "launch_backward": 600, "resnet50": 30, "gpt2": 20, "jax": 300}
@@ -305,6 +305,7 @@ def main() -> int:
                     help="daemons log at info level to DIR/daemon-NAME.log and self-profile to DIR/self-NAME.folded")
     ap.add_argument("--out")
     args = ap.parse_args()
+    exit_on_sigterm()
     if args.daemon_log:
         DAEMON_LOG["dir"] = Path(args.daemon_log)
         DAEMON_LOG["dir"].mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,9 @@ that alternate blocks without and with the profiler in one process."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -77,3 +79,9 @@ def finish(p: subprocess.Popen) -> None:
 def neighbour_ratio(before: dict, on: dict, after: dict) -> float:
     """An on-block's ratio: the mean rate of the off-blocks either side over its own (cancels linear drift)."""
     return (before["steps_per_s"] + after["steps_per_s"]) / 2 / on["steps_per_s"]
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM (`timeout`, a killed job) ends the bench through its finally blocks, which stop the daemons
+    and workloads it started: otherwise they outlive it and load the machine the next command measures on."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

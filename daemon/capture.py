@@ -110,6 +110,53 @@ def _unwinder_family(opts: CaptureOptions, tables: Any) -> ProbeFamily | None:
     return NativeUnwinder(cache=tables)
 
 
+_releasing: set[threading.Thread] = set()  # captures whose probes are being detached behind their profile
+_releasing_lock = threading.Lock()
+
+
+def _release(session: int, target: Target, families: list[ProbeFamily], bpf: Any, background: bool) -> None:
+    """Detaches every family's probes and frees the BPF program: in a thread of its own when the capture's
+    profile is built (its delivery need not wait for it), else at once."""
+
+    def run() -> None:
+        t0 = time.monotonic()
+        try:
+            for fam in families:
+                try:
+                    fam.detach(bpf, target)
+                except Exception:
+                    log.exception("detach failed", extra={"family": fam.name, "pid": target.pid})
+            compose.cleanup_program(bpf)
+            log.info("probes detached", extra={"session": session, "pid": target.pid,
+                                               "detach_s": round(time.monotonic() - t0, 3)})
+        finally:
+            with _releasing_lock:
+                _releasing.discard(threading.current_thread())
+
+    if not background:
+        run()
+        return
+    t = threading.Thread(target=run, name=f"release-{session}", daemon=True)
+    with _releasing_lock:
+        _releasing.add(t)
+    t.start()
+
+
+def wait_released(timeout_s: float) -> bool:
+    """Waits (at most timeout_s) for the probes of finished captures to be detached; True when all are."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with _releasing_lock:
+            pending = list(_releasing)
+        if not pending:
+            return True
+        for t in pending:
+            t.join(max(0.0, deadline - time.monotonic()))
+        if time.monotonic() >= deadline:
+            with _releasing_lock:
+                return not _releasing
+
+
 class Capture:
     """Runs in the thread of the request that asked for it; reports progress through a callback."""
 
@@ -284,6 +331,7 @@ class Capture:
         self._bpf = bpf
         self.clock_offset_ns = clock_offset_ns()  # trace events: BPF's clock -> Unix time
         thread_names: dict[int, str] = {}
+        built = False
         try:
             t_attach = time.monotonic()
             for fam in self.families:
@@ -371,6 +419,7 @@ class Capture:
             t_build = time.monotonic()
             self.gpu_probed_s = duty.end_window(duration) if duty else None
             result = self._build(bpf, target, thread_names, duration, ended)
+            built = True
             if opts.window_s:
                 result.started_unix = window_unix  # the last window's
             log.info("profile built", extra={"session": self.id, "pid": target.pid, "nodes": len(result.tree.nodes),
@@ -378,21 +427,15 @@ class Capture:
                                              "build_s": round(time.monotonic() - t_build, 3)})
             return result
         finally:
-            t_detach = time.monotonic()
             with self._wake_lock:
                 if self._wake is not None:
                     os.close(self._wake)
                     os.close(wake_r)
                     self._wake = None
-            for fam in self.families:
-                try:
-                    fam.detach(bpf, target)
-                except Exception:
-                    log.exception("detach failed", extra={"family": fam.name, "pid": target.pid})
             self._bpf = None
-            compose.cleanup_program(bpf)
-            log.info("probes detached", extra={"session": self.id, "pid": target.pid,
-                                               "detach_s": round(time.monotonic() - t_detach, 3)})
+            # Detaching takes about a second on a GPU process (uprobes on the CUDA libraries, perf events on
+            # every CPU): once the profile is built it happens behind its delivery, not before it.
+            _release(self.id, target, self.families, bpf, background=built)
 
     def _cut_window(self, bpf: Any, target: Target, thread_names: dict[int, str], duration: float,
                     start_unix: float) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from deepctx.daemon.capture import wait_released
 from deepctx.daemon.config import Config
 from deepctx.daemon.service import ProfilerService
 from deepctx.daemon.service_parts import ServiceParts
@@ -92,6 +93,8 @@ class DaemonServer:
         self.parts.stop_accepting()
         if self._server is not None:
             self._server.stop(grace_s).wait()
+        if not wait_released(grace_s):  # finished captures detach behind their profiles
+            log.warning("probes of finished captures still detaching at exit (the kernel drops them with us)")
         self.parts.stop()
         try:
             Path(self.config.socket).unlink()

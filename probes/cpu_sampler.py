@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes as ct
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ class SampleBucket:
     count: int
 
 
+@functools.cache  # read per stack when a profile is built: once is enough (the sysctl rarely changes)
 def max_stack_depth() -> int:
     """Frames the kernel keeps per stack in the stack map (sysctl kernel.perf_event_max_stack)."""
     try:
