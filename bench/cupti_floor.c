@@ -17,6 +17,8 @@
 
 #include <cupti.h>
 
+#include "cupti_tracked.h" /* native/: the calls the deepctx agent follows */
+
 enum {
     FLOOR_KERNEL = 1,       /* CONCURRENT_KERNEL records */
     FLOOR_COPY = 2,         /* MEMCPY, MEMCPY2, MEMSET records */
@@ -31,14 +33,6 @@ static const CUpti_ActivityKind RECORD_KINDS[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2,
     CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
 };
-/* The calls the deepctx agent tracks (native/deepctx_cupti.c), by name prefix. */
-static const char *const TRACKED[] = {
-    "cudaLaunch", "cudaMemcpy", "cudaMemset", "cudaGraphLaunch", "cudaDeviceSynchronize",
-    "cudaStreamSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent",
-    "cuLaunch", "cuMemcpy", "cuMemset", "cuGraphLaunch", "cuCtxSynchronize", "cuStreamSynchronize",
-    "cuEventSynchronize", "cuStreamWaitEvent",
-};
-
 static CUpti_SubscriberHandle subscriber;
 static int subscribed;
 static unsigned current;
@@ -90,20 +84,11 @@ static void *flusher(void *arg) {
     return NULL;
 }
 
-static int tracked(const char *name) {
-    if (!name || strstr(name, "HostFunc"))
-        return 0;
-    for (size_t i = 0; i < sizeof(TRACKED) / sizeof(TRACKED[0]); i++)
-        if (strncmp(name, TRACKED[i], strlen(TRACKED[i])) == 0)
-            return 1;
-    return 0;
-}
-
 /* Each tracked call of a domain: its callback (cb) or its API activity records (api) on or off. */
 static void each_tracked(CUpti_CallbackDomain domain, uint32_t count, int cb, int api, uint8_t on) {
     for (uint32_t cbid = 1; cbid < count; cbid++) {
         const char *name = NULL;
-        if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !tracked(name))
+        if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !cupti_tracked(name))
             continue;
         if (cb)
             cuptiEnableCallback(on, subscriber, domain, cbid);

@@ -66,6 +66,7 @@ def build(out: Path) -> ctypes.CDLL:
     lib = libcupti()
     so = out / "cupti_floor.so"
     subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-Wall", "-Werror", f"-I{inc}", f"-I{cuda}",
+                    f"-I{HERE.parent / 'native'}",
                     str(HERE / "cupti_floor.c"), "-o", str(so), str(lib), f"-Wl,-rpath,{lib.parent}", "-lpthread"],
                    check=True)
     dll = ctypes.CDLL(str(so))

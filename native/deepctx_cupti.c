@@ -30,6 +30,7 @@
 #include <cupti.h>
 
 #include "agent_common.h"
+#include "cupti_tracked.h"
 
 struct cupti_api {
     CUptiResult (*Subscribe)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
@@ -61,14 +62,6 @@ static __thread uint32_t runtime_correlation;  /* the runtime call in progress o
 static const CUpti_ActivityKind KINDS[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2,
     CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
-};
-
-/* API calls that cause device work (or wait for it): their callbacks announce correlation ids. */
-static const char *const TRACKED[] = {
-    "cudaLaunch", "cudaMemcpy", "cudaMemset", "cudaGraphLaunch", "cudaDeviceSynchronize",
-    "cudaStreamSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent",
-    "cuLaunch", "cuMemcpy", "cuMemset", "cuGraphLaunch", "cuCtxSynchronize", "cuStreamSynchronize",
-    "cuEventSynchronize", "cuStreamWaitEvent",
 };
 
 /* CUPTI's clock: the kernel's CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns(). */
@@ -192,20 +185,10 @@ static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_C
     }
 }
 
-static int tracked(const char *name) {
-    if (!name || strstr(name, "HostFunc"))
-        return 0;
-    for (size_t i = 0; i < sizeof(TRACKED) / sizeof(TRACKED[0]); i++) {
-        if (strncmp(name, TRACKED[i], strlen(TRACKED[i])) == 0)
-            return 1;
-    }
-    return 0;
-}
-
 static void enable_callbacks(CUpti_CallbackDomain domain, uint32_t count) {
     for (uint32_t cbid = 1; cbid < count; cbid++) {
         const char *name = NULL;
-        if (cupti.GetCallbackName(domain, cbid, &name) == CUPTI_SUCCESS && tracked(name))
+        if (cupti.GetCallbackName(domain, cbid, &name) == CUPTI_SUCCESS && cupti_tracked(name))
             cupti.EnableCallback(1, subscriber, domain, cbid);
     }
 }
