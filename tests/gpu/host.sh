@@ -6,3 +6,6 @@ for d in proto probes daemon cli; do ln -sfn "$PWD/$d" "/tmp/dctx/deepctx/$d"; d
 export PYTHONPATH=/tmp/dctx${PYTHONPATH:+:$PYTHONPATH}
 export DEEPCTX_ARTIFACTS=${OUT:-/tmp/deepctx-artifacts}
 make -s -C native PYTHON=python3 >/dev/null && echo "gpu-host: native agent built"
+# deepctxd needs grpcio-health-checking (and the grpcio/protobuf versions its generated code was made with),
+# which the GPU host's image lacks: bundle them as extra wheels.
+python3 -c "import grpc_health" 2>/dev/null || echo "gpu-host: grpc_health missing: bundle it, e.g. ../shared/gpu-host/bundle.sh grpcio-health-checking==1.85.1 grpcio==1.85.3 protobuf==7.36.2" >&2
