@@ -98,12 +98,15 @@ def test_depth_limit_truncates(target):
     p = target("deep", "300")
     samples, sym, _ = sample(p.pid, 200)
     depth = UnwindConfig().max_depth
+    # the leaf is c, or rec when the sample caught the 300-deep recursion on its way down or up (seen in CI:
+    # 12 of 200 samples): either way exactly `depth` frames of the chain, flagged truncated
     truncated = share(
         samples,
         lambda s: (
             s.flags & NATIVE_F_TRUNCATED
             and len(s.native) == depth
-            and sym.frames(s.native) == ["c"] + ["rec"] * (depth - 1)
+            and sym.frames(s.native)[1:] == ["rec"] * (depth - 1)
+            and sym.frames(s.native)[0] in ("c", "rec")
         ),
     )
     assert truncated >= 0.9, _report(samples, sym)
