@@ -45,7 +45,17 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from gpu_overhead import AGENT, Deepctx, cpu_s, doc_nodes, rss_mb  # noqa: E402
-from marks import PIN, block, exit_on_sigterm, finish, neighbour_ratio, pin_halves, pin_process, start_marked  # noqa: E402
+from marks import (  # noqa: E402
+    PIN,
+    block,
+    exit_on_sigterm,
+    finish,
+    neighbour_ratio,
+    pin_halves,
+    pin_process,
+    start_marked,
+    start_workload,
+)
 
 STEPS = {"launch_bound": 12000, "launch_backward": 4000, "resnet50": 300, "gpt2": 150, "jax": 3000}
 
@@ -66,14 +76,7 @@ ENV: dict[str, str] = {}
 
 
 def start(name: str, python: str, steps: int) -> tuple[subprocess.Popen, int]:
-    cpus = PIN.get("workload")
-    p = subprocess.Popen([python, str(HERE / "workloads.py"), name, str(steps)],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=dict(os.environ) | ENV,
-                         preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
-    assert p.stdout is not None
-    ready = p.stdout.readline().split()
-    assert ready and ready[0] == "ready", f"{name}: {ready}"
-    return p, int(ready[1])
+    return start_workload(name, python, [str(steps)], dict(os.environ) | ENV)
 
 
 def timed(ps: list[subprocess.Popen]) -> list[float]:

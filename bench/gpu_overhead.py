@@ -35,12 +35,22 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from marks import PIN, block, exit_on_sigterm, finish, neighbour_ratio, pin_halves, pin_process, start_marked  # noqa: E402
+from marks import (  # noqa: E402
+    PIN,
+    block,
+    exit_on_sigterm,
+    finish,
+    neighbour_ratio,
+    pin_halves,
+    pin_process,
+    start_marked,
+    start_workload,
+)
 
 TICK = os.sysconf("SC_CLK_TCK")
 STEPS = {"launch_bound": 1500, "launch_backward": 600, "resnet50": 30, "gpt2": 20, "jax": 300}
@@ -96,6 +106,7 @@ class Deepctx:
             daemon = daemon + ["--config", str(Path(self.tmp, "d.toml"))]
         self.env = dict(os.environ, DEEPCTX_SOCKET=os.path.join(self.tmp, "d.sock"))
         self.cli = cli
+        self._stub: Any = None  # stop_capture()'s connection, made at its first use
         log_dir = DAEMON_LOG.get("dir")
         denv, level, stderr = self.env, "warning", None
         if log_dir is not None:
@@ -107,16 +118,18 @@ class Deepctx:
     def run(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(self.cli + list(args), env=self.env, capture_output=True, text=True, check=True)
 
-    def stopper(self) -> Callable[[int], None]:
-        """A function that ends a process's captures now: the daemon's Stop RPC from this process when the
-        deepctx package imports here (so that a CLI's start-up is not timed as the daemon's), else the CLI."""
+    def stop_capture(self, pid: int) -> None:
+        """Ends the process's captures now: the daemon's Stop RPC from this process when the deepctx package
+        imports here (so that a CLI's start-up is not timed as the daemon's), else `deepctx stop`."""
         try:
             from deepctx.cli.client import connect
             from deepctx.proto.v1 import deepctx_pb2 as pb
         except ImportError:
-            return lambda pid: self.run("stop", str(pid)) and None
-        stub = connect(self.env["DEEPCTX_SOCKET"])
-        return lambda pid: stub.Stop(pb.StopRequest(pid=pid)) and None
+            self.run("stop", str(pid))
+            return
+        if self._stub is None:
+            self._stub = connect(self.env["DEEPCTX_SOCKET"])
+        self._stub.Stop(pb.StopRequest(pid=pid))
 
     def capturing(self, pid: int) -> bool:
         st = json.loads(self.run("status", "--format", "json").stdout)
@@ -172,9 +185,9 @@ AGENT_ENV: dict[str, str] = {}  # --agent-env: the agent's settings for every pr
 
 
 def workload_env(variant: str) -> dict[str, str]:
-    env = dict(os.environ) | (AGENT_ENV if "_device" in variant else {})
+    env = dict(os.environ)
     if "_device" in variant:  # started as `deepctx run` starts it: the agent idles until attach
-        env["CUDA_INJECTION64_PATH"] = str(AGENT)
+        env |= AGENT_ENV | {"CUDA_INJECTION64_PATH": str(AGENT)}
         if variant.endswith("_offset"):
             env["DEEPCTX_TIMESTAMP_CB"] = "0"
     return env
@@ -186,14 +199,11 @@ def daemon_for(variant: str, daemons: dict[str, Deepctx]) -> Deepctx:
 
 def one_run(name: str, variant: str, daemons: dict[str, Deepctx], python: str) -> dict:
     dctx = daemon_for(variant, daemons)
-    argv = [python, str(HERE / "workloads.py"), name, str(STEPS[name])]
+    argv = [str(STEPS[name])]
     if variant.startswith("torch_"):
         argv += ["--torch-profiler", "cuda" if variant == "torch_cuda" else "stacks"]
-    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=workload_env(variant))
+    p, pid = start_workload(name, python, argv, workload_env(variant))
     assert p.stdout is not None and p.stdin is not None
-    ready = p.stdout.readline().split()
-    assert ready and ready[0] == "ready", f"{name}: {ready}"
-    pid = int(ready[1])
     out: dict = {"workload": name, "variant": variant}
     if variant.startswith("deepctx"):
         try:
@@ -230,7 +240,6 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
     env = workload_env(next((v for v in on_variants if "_device" in v), "alone"))
     p, pid = start_marked(name, args.python, env)
     rows: list[dict] = []
-    stoppers = {id(d): d.stopper() for d in daemons.values()}
     try:
         time.sleep(args.warm)  # warming up: a chosen delay, not synchronization
         prev = {"workload": name, "variant": "alone", "mode": "alternate", "block": 0} | block(p, args.alternate)
@@ -249,7 +258,7 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
                 row["daemon_anon_mb"] = rss_mb(dctx.proc.pid, "RssAnon")
             finally:
                 stopped = time.perf_counter()
-                stoppers[id(dctx)](pid)
+                dctx.stop_capture(pid)
                 th.join()
             row["profile_ready_s"] = attach["done"] - stopped
             row |= doc_stats(attach["doc"])
@@ -317,8 +326,8 @@ def main() -> int:
             ap.error("--pin goes with --alternate")
         pin_halves()
     if args.alternate:
-        bad = [v for v in args.variants.split(",") if v != "alone" and not v.startswith("deepctx")
-               or v.endswith("_offset")]
+        bad = [v for v in args.variants.split(",")
+               if (v != "alone" and not v.startswith("deepctx")) or v.endswith("_offset")]
         if bad:
             ap.error(f"--alternate runs deepctx variants in one process; not {bad} (a profiler of its own, or an "
                      "agent setting fixed at the process's start)")
@@ -333,19 +342,11 @@ def main() -> int:
         for d in daemons.values():
             pin_process(d.proc.pid, PIN["daemon"])  # threads it starts later inherit the mask
     rows: list[dict] = []
-    if args.alternate:
-        try:
-            for name in args.workloads.split(","):
-                rows += alternate(name, args.variants.split(","), daemons, args)
-        finally:
-            for d in daemons.values():
-                d.stop()
-        alternate_table(rows, args.workloads.split(","))
-        if args.out:
-            Path(args.out).write_text(json.dumps(rows, indent=1))
-        return 0
     try:
         for name in args.workloads.split(","):
+            if args.alternate:
+                rows += alternate(name, args.variants.split(","), daemons, args)
+                continue
             variants = [v for v in args.variants.split(",") if not (name == "jax" and v.startswith("torch_"))]
             for _ in range(args.repeat):
                 for v in variants:
@@ -355,6 +356,11 @@ def main() -> int:
     finally:
         for d in daemons.values():
             d.stop()
+    if args.alternate:
+        alternate_table(rows, args.workloads.split(","))
+        if args.out:
+            Path(args.out).write_text(json.dumps(rows, indent=1))
+        return 0
     print()
     print(f"{'workload':15} {'variant':32} {'steps/s':>9} {'ratio':>6} {'daemon CPU':>10} {'RSS MB':>7} {'ready s':>8}")
     for name in args.workloads.split(","):

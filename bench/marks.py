@@ -32,19 +32,26 @@ def pin_process(pid: int, cpus: set[int]) -> None:
             pass  # a thread that exited meanwhile
 
 
-def start_marked(name: str, python: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
-    """A workload process that runs steps until its stdin closes (started: "go" sent), on PIN["workload"]'s
-    CPUs when pinned; returns it and its pid."""
+def start_workload(name: str, python: str, args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
+    """bench/workloads.py NAME ARGS..., on PIN["workload"]'s CPUs when pinned, once it says "ready"; returns
+    it and its pid."""
     cpus = PIN.get("workload")
-    p = subprocess.Popen([python, str(HERE / "workloads.py"), name, "0", "--marks"], stdin=subprocess.PIPE,
+    p = subprocess.Popen([python, str(HERE / "workloads.py"), name, *args], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True, env=env if env is not None else dict(os.environ),
                          preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     assert p.stdout is not None and p.stdin is not None
     ready = p.stdout.readline().split()
     assert ready and ready[0] == "ready", f"{name}: {ready}"
+    return p, int(ready[1])
+
+
+def start_marked(name: str, python: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
+    """A workload process that runs steps until its stdin closes, already started ("go" sent)."""
+    p, pid = start_workload(name, python, ["0", "--marks"], env)
+    assert p.stdin is not None
     p.stdin.write("go\n")
     p.stdin.flush()
-    return p, int(ready[1])
+    return p, pid
 
 
 def mark(p: subprocess.Popen) -> tuple[int, float]:

@@ -370,12 +370,10 @@ class Capture:
                 wait_s = min(BUSY_POLL_INTERVAL_S if busy else POLL_INTERVAL_S, opts.duration_s - elapsed)
                 if duty is not None:
                     wait_s = min(wait_s, duty.next_switch_s(time.monotonic() - window_t0))
-                ready = {fd for fd, _ in poller.poll(max(wait_s, 0.0) * 1000)}
-                if pidfd in ready:
+                # request_stop() sets the flag before it writes the wake pipe: the check below sees it
+                if any(fd == pidfd for fd, _ in poller.poll(max(wait_s, 0.0) * 1000)):
                     ended = "target_exited"
                     break
-                if wake_r in ready:
-                    continue  # request_stop(): ends at the top of the loop
                 if self.stop_requested.is_set():
                     continue  # ends at the top of the loop, after one more look at the live process
                 if duty is not None:  # on time: the refresh and polls below can take most of a second for a
