@@ -110,7 +110,8 @@ class Deepctx:
         log_dir = DAEMON_LOG.get("dir")
         denv, level, stderr = self.env, "warning", None
         if log_dir is not None:
-            denv = self.env | {"DEEPCTX_SELF_PROFILE": str(log_dir / f"self-{name}.folded")}
+            denv = self.env | {"DEEPCTX_SELF_PROFILE": str(log_dir / f"self-{name}.folded"),
+                                "DEEPCTX_PROFILE_STEPS": str(log_dir / f"steps-{name}")}
             level, stderr = "info", open(log_dir / f"daemon-{name}.log", "a")  # noqa: SIM115 (the daemon's)
         self.proc = subprocess.Popen(daemon + ["--foreground", "--log-level", level], env=denv, stderr=stderr)
         self.run("status", "--wait", "60")
@@ -154,6 +155,10 @@ def start_capture(dctx: Deepctx, pid: int, variant: str) -> tuple[threading.Thre
         attach["done"] = time.perf_counter()
         attach["wall"] = attach["done"] - t
         attach["doc"] = json.loads(r.stdout) if r.returncode == 0 else {"error": r.stderr}
+        log_dir = DAEMON_LOG.get("dir")
+        if log_dir is not None and r.returncode == 0:  # the profile itself, for a look at its shape
+            n = len(list(log_dir.glob(f"profile-{variant}-*.json")))
+            Path(log_dir, f"profile-{variant}-{n + 1}.json").write_text(r.stdout)
 
     th = threading.Thread(target=go)
     th.start()

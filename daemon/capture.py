@@ -19,6 +19,7 @@ from deepctx.daemon.errors import FailedPrecondition, NotFound, PermissionDenied
 from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basenames, scale_buckets
 from deepctx.daemon.inject.agent import agent_state
 from deepctx.daemon.origins import Origins
+from deepctx.daemon.self_profile import profiled
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.trace import build_trace, clock_offset_ns
 from deepctx.daemon.tree import METRICS, CallTree
@@ -416,7 +417,8 @@ class Capture:
                     fam.poll(bpf, target)  # last chance to name what only the live process can tell
             t_build = time.monotonic()
             self.gpu_probed_s = duty.end_window(duration) if duty else None
-            result = self._build(bpf, target, thread_names, duration, ended)
+            with profiled("build"):
+                result = self._build(bpf, target, thread_names, duration, ended)
             built = True
             if opts.window_s:
                 result.started_unix = window_unix  # the last window's

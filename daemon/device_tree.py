@@ -15,11 +15,11 @@ from typing import Any
 
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.frames import Frame
-from deepctx.daemon.gpu_tree import UNNAMED_KERNEL, KernelNamer, apportion, caller_path
+from deepctx.daemon.gpu_tree import UNNAMED_KERNEL, KernelNamer, apportion, caller_key, caller_path
 from deepctx.daemon.gpu_tree import child_frame as api_child
 from deepctx.daemon.origins import Origins
 from deepctx.daemon.symbolize.demangle import demangle
-from deepctx.daemon.tree import CallTree
+from deepctx.daemon.tree import CallTree, PathNodes
 from deepctx.probes import gpu_apis
 from deepctx.probes.device_activity import (
     AGENT_STATES,
@@ -108,6 +108,7 @@ def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: Ca
     stats = {"device_time_in_profile_ns": 0, "device_time_unknown_launch_ns": 0,
              "device_time_without_call_path_ns": 0, "device_sync_records": 0, "device_calls_reported_by_agent": 0}
     origins = origins or Origins()
+    paths = PathNodes(tree)
     groups: dict[tuple, list[DeviceBucket]] = defaultdict(list)
     for b in buckets:
         if b.kind == DEV_KIND_SYNC:
@@ -127,27 +128,25 @@ def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: Ca
             sampled = group
         times = apportion(sum(b.time_ns for b in group), [b.count for b in sampled])
         for b, t in zip(sampled, times, strict=True):
-            if not t and not (first.api_id == DEV_API_UNPROBED and b.count):
-                continue
-            path = _call_path(b, resolver, api_module)
-            if b.origin_tid:  # launched for a backward node, or by a worker for another thread's hand-off
-                path = origins.frames(resolver, b.origin_tid, b.origin_user_stack, b.origin_py_stack, b.origin_label,
-                                      b.origin_node, path)
             reported = reported_api(b, names) if first.api_id == DEV_API_UNPROBED else None
+            if not t and not (reported is not None and b.count):
+                continue
+            trim = _CALLBACK_MODULES if b.api_id == DEV_API_UNPROBED else api_module(gpu_apis.APIS[b.api_id])
+            base = paths.node(caller_key(b.tid, b.user_stack, b.py_stack, b.call_flags, trim, b),
+                              lambda b=b: _caller_frames(b, resolver, api_module, origins))
             if reported is not None:
-                path.append(Frame("api", reported.display, module=api_module(reported)))
-                path.append(reported_work_frame(reported, b, names))
-                _add_reported_calls(tree, path, reported, b, stats)
+                leaf = tree.node_for([Frame("api", reported.display, module=api_module(reported)),
+                                      reported_work_frame(reported, b, names)], start=base)
+                _add_reported_calls(tree, leaf, reported, b, stats)
             elif first.api_id == DEV_API_UNPROBED:
                 fn = names.get(b.fn_name, UNPROBED_API) if not b.flags & DEV_KEY_F_SAMPLED else UNPROBED_API
-                path.append(Frame("api", fn))
-                path.append(record_frame(b, names))
+                leaf = tree.node_for([Frame("api", fn), record_frame(b, names)], start=base)
             else:
                 api = gpu_apis.APIS[b.api_id]
-                path.append(Frame("api", api.display, module=api_module(api)))
-                path += work_frames(b, namer, names)
+                leaf = tree.node_for([Frame("api", api.display, module=api_module(api)),
+                                      *work_frames(b, namer, names)], start=base)
             if t:
-                tree.add(path, "gpu_time_ns", t)
+                tree.add_at(leaf, "gpu_time_ns", t)
             stats["device_time_in_profile_ns"] += t
             if not b.call_flags & GPU_KEY_F_SAMPLED:
                 stats["device_time_without_call_path_ns"] += t
@@ -172,22 +171,28 @@ def reported_work_frame(api: gpu_apis.Api, b: DeviceBucket, names: dict[int, str
     return record_frame(b, names)
 
 
-def _add_reported_calls(tree: CallTree, path: list[Frame], api: gpu_apis.Api, b: DeviceBucket,
+def _add_reported_calls(tree: CallTree, node: int, api: gpu_apis.Api, b: DeviceBucket,
                         stats: dict[str, int]) -> None:
     """Calls (and bytes) of the reported API: one record per call, as the probes would have counted."""
-    tree.add(path, "calls", b.count)
+    tree.add_at(node, "calls", b.count)
     if api.cls in (gpu_apis.MEMCPY, gpu_apis.MEMSET) and b.bytes:
-        tree.add(path, "bytes", b.bytes)
+        tree.add_at(node, "bytes", b.bytes)
     stats["device_calls_reported_by_agent"] += b.count
 
 
-def _call_path(b: DeviceBucket, resolver: CallPathResolver,
-               api_module: Callable[[gpu_apis.Api], str | None]) -> list[Frame]:
+def _caller_frames(b: DeviceBucket, resolver: CallPathResolver, api_module: Callable[[gpu_apis.Api], str | None],
+                   origins: Origins) -> list[Frame]:
     if b.api_id == DEV_API_UNPROBED:  # taken in the agent's callback: CUPTI's and the runtime's frames go
-        return caller_path(resolver, b.tid, b.user_stack, b.py_stack, b.call_flags,
+        path = caller_path(resolver, b.tid, b.user_stack, b.py_stack, b.call_flags,
                            lambda f: (f.module or "").startswith(_CALLBACK_MODULES))
-    lib = api_module(gpu_apis.APIS[b.api_id])  # the API's own entry frame(s) go, as in gpu_tree
-    return caller_path(resolver, b.tid, b.user_stack, b.py_stack, b.call_flags, lambda f: bool(lib) and f.module == lib)
+    else:
+        lib = api_module(gpu_apis.APIS[b.api_id])  # the API's own entry frame(s) go, as in gpu_tree
+        path = caller_path(resolver, b.tid, b.user_stack, b.py_stack, b.call_flags,
+                           lambda f: bool(lib) and f.module == lib)
+    if b.origin_tid:  # launched for a backward node, or by a worker for another thread's hand-off
+        path = origins.frames(resolver, b.origin_tid, b.origin_user_stack, b.origin_py_stack, b.origin_label,
+                              b.origin_node, path)
+    return path
 
 
 @dataclass

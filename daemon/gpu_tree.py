@@ -15,7 +15,7 @@ from deepctx.daemon.frames import Frame
 from deepctx.daemon.origins import Origins
 from deepctx.daemon.symbolize.demangle import demangle
 from deepctx.daemon.symbolize.native import NativeSymbolizer
-from deepctx.daemon.tree import CallTree
+from deepctx.daemon.tree import CallTree, PathNodes
 from deepctx.probes import gpu_apis
 from deepctx.probes.gpu_api import GPU_KEY_F_SAMPLED, GPU_KEY_F_STACK_LOST, GpuBucket
 
@@ -145,6 +145,7 @@ def add_gpu_buckets(tree: CallTree, buckets: list[GpuBucket], resolver: CallPath
     they are shared out over the call paths that were captured, in proportion to how often each was seen.
     Returns counters for the profile's stats."""
     origins = origins or Origins()
+    paths = PathNodes(tree)
     groups: dict[tuple, list[GpuBucket]] = defaultdict(list)
     for b in buckets:
         groups[_signature(b)].append(b)
@@ -159,21 +160,37 @@ def add_gpu_buckets(tree: CallTree, buckets: list[GpuBucket], resolver: CallPath
         nbytes = apportion(sum(b.bytes for b in group), [b.calls for b in sampled])
         for b, c, t, n in zip(sampled, calls, times, nbytes, strict=True):
             lib = api_module(b.api)
-            path = caller_path(resolver, b.tid, b.user_stack, b.py_stack, b.flags,
-                               lambda f, lib=lib: bool(lib) and f.module == lib)  # the API's own entry frame(s)
-            if b.origin_tid:
-                # worker's launch under the call that handed it the work: origin path, how it got
-                # there, then the worker thread and its own frames
-                path = origins.frames(resolver, b.origin_tid, b.origin_user_stack, b.origin_py_stack, b.origin_label,
-                                      b.origin_node, path)
-            path.append(Frame("api", b.api.display, module=lib))
+            values = {m: v for m, v in _metrics(b.api, c, t, n).items() if v}
+            if not values:  # no node for a bucket whose share came to nothing
+                continue
+            base = paths.node(caller_key(b.tid, b.user_stack, b.py_stack, b.flags, lib, b),
+                              lambda b=b, lib=lib: _caller_frames(resolver, origins, b, lib))
+            tail = [Frame("api", b.api.display, module=lib)]
             child = child_frame(b.api, b, namer)
             if child is not None:
-                path.append(child)
-            for metric, value in _metrics(b.api, c, t, n).items():
-                if value:
-                    tree.add(path, metric, value)
+                tail.append(child)
+            leaf = tree.node_for(tail, start=base)
+            for metric, value in values.items():
+                tree.add_at(leaf, metric, value)
     return {"gpu_calls_without_call_path": unattributed}
+
+
+def caller_key(tid: int, user_stack: int, py_stack: int, flags: int, trim: Any, origin: Any) -> tuple:
+    """What makes a bucket's caller path (PathNodes' key): its stacks, whether they were captured,
+    what is trimmed off the inside (`trim`) and the origin fields of `origin` (a GPU or device bucket)."""
+    return (tid, user_stack, py_stack, flags & (GPU_KEY_F_SAMPLED | GPU_KEY_F_STACK_LOST), trim, origin.origin_tid,
+            origin.origin_user_stack, origin.origin_py_stack, origin.origin_label, origin.origin_node)
+
+
+def _caller_frames(resolver: CallPathResolver, origins: Origins, b: GpuBucket, lib: str | None) -> list[Frame]:
+    path = caller_path(resolver, b.tid, b.user_stack, b.py_stack, b.flags,
+                       lambda f: bool(lib) and f.module == lib)  # the API's own entry frame(s)
+    if b.origin_tid:
+        # worker's launch under the call that handed it the work: origin path, how it got there, then the
+        # worker thread and its own frames
+        path = origins.frames(resolver, b.origin_tid, b.origin_user_stack, b.origin_py_stack, b.origin_label,
+                              b.origin_node, path)
+    return path
 
 
 def library_basenames(space: Any) -> dict[str, str]:

@@ -23,6 +23,7 @@ from deepctx.daemon.lost import lost_counters
 from deepctx.daemon.metrics import ProcessTotals, observe_capture
 from deepctx.daemon.processes import list_processes
 from deepctx.daemon.profile_wire import to_message
+from deepctx.daemon.self_profile import profiled
 from deepctx.daemon.service_store import StoreRpcs, open_store
 from deepctx.daemon.symbolize.native import SymbolCache
 from deepctx.proto.v1 import deepctx_pb2 as pb
@@ -206,7 +207,8 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
                 self.totals["events_lost"] += sum(lost_counters(stats).values())
                 self.totals["captures_completed"] += 1
                 t_msg = time.monotonic()
-                msg = to_message(item)
+                with profiled("message"):
+                    msg = to_message(item)
                 log.info("capture finished", extra={"session": cap.id, "pid": cap.pid, "ended": item.ended,
                                                     "samples": stats.get("cpu_samples", 0),
                                                     "message_s": round(time.monotonic() - t_msg, 3)})

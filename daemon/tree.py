@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from deepctx.daemon.frames import Frame
@@ -22,9 +22,10 @@ class CallTree:
     def __init__(self, root_name: str) -> None:
         self.nodes: list[Node] = [Node(Frame("root", root_name), -1)]
 
-    def node_for(self, path: Iterable[Frame]) -> int:
-        """Index of the node at the end of path (created as needed); path starts below the root."""
-        idx = 0
+    def node_for(self, path: Iterable[Frame], start: int = 0) -> int:
+        """Index of the node at the end of path (created as needed); path starts below node `start`
+        (the root by default)."""
+        idx = start
         for frame in path:
             children = self.nodes[idx].children
             child = children.get(frame)
@@ -36,7 +37,10 @@ class CallTree:
         return idx
 
     def add(self, path: Sequence[Frame], metric: str, value: int) -> None:
-        node = self.nodes[self.node_for(path)]
+        self.add_at(self.node_for(path), metric, value)
+
+    def add_at(self, idx: int, metric: str, value: int) -> None:
+        node = self.nodes[idx]
         node.metrics[metric] = node.metrics.get(metric, 0) + value
 
     def total(self, metric: str) -> int:
@@ -64,3 +68,20 @@ class CallTree:
             idx = self.nodes[idx].parent
         path.reverse()
         return path
+
+
+class PathNodes:
+    """The nodes of call paths already walked, by the fields that made each path. A GPU capture's
+    buckets (tens of thousands: call path x kernel x launch shape ...) share a few thousand call paths of
+    up to a hundred frames or more: each is built and walked from the root once, not once per bucket."""
+
+    def __init__(self, tree: CallTree) -> None:
+        self.tree = tree
+        self._nodes: dict[tuple, int] = {}
+
+    def node(self, key: tuple, path: Callable[[], list[Frame]]) -> int:
+        """The node at the end of path(), which only runs the first time key is seen."""
+        idx = self._nodes.get(key)
+        if idx is None:
+            idx = self._nodes[key] = self.tree.node_for(path())
+        return idx

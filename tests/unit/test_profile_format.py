@@ -11,7 +11,7 @@ from deepctx.daemon.capture import CaptureResult
 from deepctx.daemon.frames import Frame, thread_frame
 from deepctx.daemon.profile_doc import to_doc
 from deepctx.daemon.profile_wire import to_message
-from deepctx.daemon.tree import METRICS, CallTree
+from deepctx.daemon.tree import METRICS, CallTree, PathNodes
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "profile.schema.json").read_text())
 
@@ -42,6 +42,27 @@ def test_tree_merges_equal_paths_and_keeps_self_values() -> None:
     assert t.path_of(hot) == [T1, MAIN, OUTER, HOT]
     # Same frame under another parent is another node.
     assert t.node_for([T2, MAIN]) != t.node_for([T1, MAIN])
+
+
+def test_path_nodes_walk_each_keyed_path_once_and_land_where_a_full_walk_does() -> None:
+    t = sample_tree()
+    memo = PathNodes(t)
+    built: list[str] = []
+
+    def path(name: str) -> list[Frame]:
+        built.append(name)
+        return [T1, MAIN, OUTER] if name == "outer" else [T2, MAIN]
+
+    outer = memo.node(("k", 1), lambda: path("outer"))
+    assert outer == t.node_for([T1, MAIN, OUTER])  # an existing node, none added
+    assert memo.node(("k", 1), lambda: path("outer")) == outer
+    assert memo.node(("k", 2), lambda: path("t2")) == t.node_for([T2, MAIN])
+    assert built == ["outer", "t2"]
+    n = len(t.nodes)
+    leaf = t.node_for([HOT], start=outer)  # below a memoized node: the node the full path names
+    assert leaf == t.node_for([T1, MAIN, OUTER, HOT]) and len(t.nodes) == n
+    t.add_at(leaf, "cpu_samples", 1)
+    assert t.nodes[leaf].metrics == {"cpu_samples": 101}
 
 
 def test_python_frames_on_other_lines_are_other_nodes() -> None:
