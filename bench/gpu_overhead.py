@@ -57,15 +57,15 @@ STEPS = {"launch_bound": 1500, "launch_backward": 600, "resnet50": 30, "gpt2": 2
 # deepctx_exact_nonodes: exact mode without the autograd node probes (autograd_nodes = false), to show
 # what charging backward kernels to their forward lines costs
 # *_device: started with the CUPTI agent (as `deepctx run` starts it), captured with device activity.
-# deepctx_sampled_device: launches left to the agent, which announces a sample of them (the default with
-# the agent in sampled mode); deepctx_exact_device_agentcalls: exact, launches' call paths taken in the
-# agent's correlation probe instead of uprobes (agent_calls = "on").
+# deepctx_sampled_device: launches left to the agent, which announces a sample of them;
+# deepctx_exact_device: exact, launches' call paths taken in the agent's correlation probe (the default);
+# deepctx_exact_device_uprobes: exact, launches probed by uprobes instead (agent_calls = "off").
 # *_offset: the agent converts CUPTI's own timestamps with a measured offset (DEEPCTX_TIMESTAMP_CB=0)
 # instead of giving CUPTI its clock through the timestamp callback.
 VARIANTS = ["alone", "deepctx_sampled", "deepctx_exact", "deepctx_exact_nonodes", "deepctx_exact_device",
-            "deepctx_exact_device_offset", "deepctx_exact_device_agentcalls", "deepctx_sampled_device",
+            "deepctx_exact_device_offset", "deepctx_exact_device_uprobes", "deepctx_sampled_device",
             "deepctx_sampled_device_offset", "torch_cuda", "torch_stacks"]
-DAEMON_CONFIGS = {"nonodes": "autograd_nodes = false\n", "agentcalls": 'agent_calls = "on"\n'}
+DAEMON_CONFIGS = {"nonodes": "autograd_nodes = false\n", "uprobes": 'agent_calls = "off"\n'}
 AGENT = HERE.parent / "native" / "build" / "libdeepctx_cupti.so"
 
 
@@ -95,7 +95,7 @@ def rss_mb(pid: int, field: str = "VmRSS") -> float:
 
 # --daemon-log DIR: each daemon logs at info level to DIR/daemon-NAME.log (compile, attach, collect and build
 # times per capture) and writes its own running stacks to DIR/self-NAME.folded when it stops
-DAEMON_LOG: dict[str, Path] = {}
+DAEMON_LOG: dict[str, Any] = {}
 
 
 class Deepctx:
@@ -110,8 +110,9 @@ class Deepctx:
         log_dir = DAEMON_LOG.get("dir")
         denv, level, stderr = self.env, "warning", None
         if log_dir is not None:
-            denv = self.env | {"DEEPCTX_SELF_PROFILE": str(log_dir / f"self-{name}.folded"),
-                                "DEEPCTX_PROFILE_STEPS": str(log_dir / f"steps-{name}")}
+            denv = self.env | {"DEEPCTX_SELF_PROFILE": str(log_dir / f"self-{name}.folded")}
+            if DAEMON_LOG.get("steps"):  # cProfile makes the steps it profiles slower: ready times are off
+                denv["DEEPCTX_PROFILE_STEPS"] = str(log_dir / f"steps-{name}")
             level, stderr = "info", open(log_dir / f"daemon-{name}.log", "a")  # noqa: SIM115 (the daemon's)
         self.proc = subprocess.Popen(daemon + ["--foreground", "--log-level", level], env=denv, stderr=stderr)
         self.run("status", "--wait", "60")
@@ -316,12 +317,17 @@ def main() -> int:
     ap.add_argument("--agent-env", action="append", default=[], metavar="NAME=VALUE",
                     help="an environment variable for processes that carry the agent (DEEPCTX_SAMPLE_US=1000, ...)")
     ap.add_argument("--daemon-log", metavar="DIR",
-                    help="daemons log at info level to DIR/daemon-NAME.log and self-profile to DIR/self-NAME.folded")
+                    help="daemons log at info level to DIR/daemon-NAME.log and self-profile to DIR/self-NAME.folded; "
+                         "the profiles go to DIR/profile-VARIANT-N.json")
+    ap.add_argument("--profile-steps", action="store_true",
+                    help="with --daemon-log: cProfile of each profile's build and message conversion in "
+                         "DIR/steps-NAME/ (slows those steps: the ready times are then not figures)")
     ap.add_argument("--out")
     args = ap.parse_args()
     exit_on_sigterm()
     if args.daemon_log:
         DAEMON_LOG["dir"] = Path(args.daemon_log)
+        DAEMON_LOG["steps"] = args.profile_steps
         DAEMON_LOG["dir"].mkdir(parents=True, exist_ok=True)
     for item in args.agent_env:
         k, _, v = item.partition("=")

@@ -284,8 +284,8 @@ class Capture:
                                          "runtime library loaded")
             return
         gpu = next(f for f in families if isinstance(f, GpuApi))
-        agent_calls = not self.opts.trace and (self.opts.agent_calls == "on" or (
-            self.opts.agent_calls == "auto" and gpu.mode == "sampled"))
+        # auto and on alike: the CUPTI agent takes them (the rocprofiler-sdk agent's HIP calls keep uprobes)
+        agent_calls = not self.opts.trace and self.opts.agent_calls != "off"
         dev = DeviceActivity(trace=self.opts.trace, inject=asked, count_entries=self.opts.count_map_entries)
         try:
             dev.prepare(target)

@@ -40,9 +40,9 @@ class Config:
     # call path capture per autograd node created); false: backward work stays under the backward() line
     autograd_nodes: bool = True
     # With the target's CUPTI agent reporting: who takes the call path of launches and async copies/sets.
-    # "auto": the agent in sampled mode (it announces a sample of the calls: no trap per call), the
-    # uprobes in exact mode; "on": the agent in both modes (one trap per call instead of the uprobes');
-    # "off": the uprobes always (docs/device-activity.md).
+    # "auto" / "on": the agent (sampled mode: it announces a sample of the calls, no trap per call; exact
+    # mode: one probe per call in its callback, which also times the call, instead of the uprobes' four
+    # traps); "off": the uprobes always (docs/device-activity.md).
     agent_calls: str = "auto"
     native_unwind: bool = True  # walk native stacks with .eh_frame tables (false: frame pointers only)
     cache_dir: str = "/var/cache/deepctx"  # unwind tables kept by build id

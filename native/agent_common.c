@@ -39,6 +39,9 @@ uint64_t agent_sample_interval_ns = 500 * 1000ull;
  * address space, touched only by sampled captures. */
 #define SAMPLE_SLOTS (1u << 18)
 static uint64_t *sample_slots;
+/* How long each call ran (exact captures), the same way: corr << 32 | nanoseconds (at most ~4.3 s). */
+static uint64_t *api_slots;
+static __thread uint64_t api_enter_ns[2];  /* this thread's outer call and a call nested in it, if timed */
 static __thread uint64_t sample_next_ns;  /* this thread's next announcement is due then */
 static __thread uint32_t sample_current;   /* the id of this thread's last announced call */
 static __thread uint64_t sample_rng;
@@ -118,36 +121,53 @@ int agent_sample_due(uint32_t corr) {
     return due;
 }
 
-/* corr's records go to this thread's last announced call. */
-static void sample_note(uint32_t corr) {
-    if (!sample_current)
-        return;  /* nothing announced on this thread yet */
-    uint64_t *slots = __atomic_load_n(&sample_slots, __ATOMIC_ACQUIRE);
-    if (!slots) {  /* the first sampled call: the table, once (a racing thread's copy is freed) */
+/* slot corr % SAMPLE_SLOTS of *table := corr << 32 | value; the table made at its first use (a racing
+ * thread's copy is freed). */
+static void slot_put(uint64_t **table, uint32_t corr, uint32_t value) {
+    uint64_t *slots = __atomic_load_n(table, __ATOMIC_ACQUIRE);
+    if (!slots) {
         uint64_t *fresh = calloc(SAMPLE_SLOTS, sizeof(uint64_t));
         uint64_t *expected = NULL;
-        if (fresh && !__atomic_compare_exchange_n(&sample_slots, &expected, fresh, 0, __ATOMIC_ACQ_REL,
-                                                  __ATOMIC_ACQUIRE))
+        if (fresh && !__atomic_compare_exchange_n(table, &expected, fresh, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
             free(fresh);
-        slots = __atomic_load_n(&sample_slots, __ATOMIC_ACQUIRE);
+        slots = __atomic_load_n(table, __ATOMIC_ACQUIRE);
     }
     if (slots)
-        __atomic_store_n(&slots[corr % SAMPLE_SLOTS], ((uint64_t)corr << 32) | sample_current, __ATOMIC_RELAXED);
+        __atomic_store_n(&slots[corr % SAMPLE_SLOTS], ((uint64_t)corr << 32) | value, __ATOMIC_RELAXED);
 }
 
-static uint32_t sample_of(uint32_t corr) {
-    uint64_t *slots = __atomic_load_n(&sample_slots, __ATOMIC_ACQUIRE);
+/* The value slot_put() left for corr, 0 when none (or overwritten since). */
+static uint32_t slot_get(uint64_t **table, uint32_t corr) {
+    uint64_t *slots = __atomic_load_n(table, __ATOMIC_ACQUIRE);
     if (!slots || !corr)
         return 0;
     uint64_t v = __atomic_load_n(&slots[corr % SAMPLE_SLOTS], __ATOMIC_RELAXED);
     return (uint32_t)(v >> 32) == corr ? (uint32_t)v : 0;
 }
 
+/* corr's records go to this thread's last announced call. */
+static void sample_note(uint32_t corr) {
+    if (sample_current)  /* else nothing announced on this thread yet */
+        slot_put(&sample_slots, corr, sample_current);
+}
+
+void agent_api_enter(int nested) { api_enter_ns[nested != 0] = agent_monotonic_ns(); }
+
+void agent_api_exit(int nested, uint32_t corr) {
+    uint64_t *enter = &api_enter_ns[nested != 0];
+    if (!*enter)
+        return;  /* entered before timing began */
+    uint64_t ns = agent_monotonic_ns() - *enter;
+    *enter = 0;
+    slot_put(&api_slots, corr, ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns);
+}
+
 void agent_fire_batch(struct dev_record *records, uint32_t n) {
     for (uint32_t i = 0; i < n; i++) {
-        records[i].sample = sample_of(records[i].correlation);
+        records[i].sample = slot_get(&sample_slots, records[i].correlation);
         if (records[i].sample)
             records[i].flags |= DEV_REC_F_SAMPLED;
+        records[i].api_ns = slot_get(&api_slots, records[i].correlation);
     }
     STAP_PROBE2(deepctx, batch, records, n);
 }

@@ -41,6 +41,14 @@ int agent_sample_due(uint32_t corr);
  * of its own): never announced when sampling, its records follow the outer call's. */
 void agent_sample_nested(uint32_t corr);
 
+/* Exact captures (correlation watched, sampling not): how long each reported call runs, enter to exit of
+ * its callbacks, measured here (two clock reads) and handed over in its records (dev_record.api_ns), so a
+ * call left to the agent has the API time a uprobe's return probe would have measured. nested: a call
+ * made inside another reported call of this thread (the runtime's driver call under an id of its own). */
+void agent_api_enter(int nested);
+void agent_api_exit(int nested, uint32_t corr);
+#define AGENT_TIMED() (WATCHED(correlation) && !WATCHED(sampling))
+
 /* The per-call probes, expanded at the call site (the hot path: one load and a branch when unwatched).
  * nested: the call runs inside another reported call of this thread. */
 #define AGENT_CORRELATION(corr, api, fn, nested)                                                \

@@ -176,10 +176,15 @@ static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_C
             const char *fn = cb->functionName;
             int nested = domain == CUPTI_CB_DOMAIN_DRIVER_API && runtime_correlation != 0;
             AGENT_CORRELATION(corr, api, fn, nested);
+            if (AGENT_TIMED())  /* after the probe: its own cost is not the call's */
+                agent_api_enter(nested);
         }
     } else {
-        if (!inner)
+        if (!inner) {
             AGENT_API_EXIT(corr);
+            if (AGENT_TIMED())
+                agent_api_exit(domain == CUPTI_CB_DOMAIN_DRIVER_API && runtime_correlation != 0, corr);
+        }
         if (domain == CUPTI_CB_DOMAIN_RUNTIME_API)
             runtime_correlation = 0;
     }

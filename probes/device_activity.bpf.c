@@ -153,7 +153,9 @@ int on_dev_correlation(struct pt_regs *ctx) {
         gpu_capture_path(ctx, pid, tid, &c->call.user_stack, &c->call.py_stack);  /* as the API probes do */
         if (c->call.user_stack == 0)
             c->call.flags |= GPU_KEY_F_STACK_LOST;
-        gpu_apply_origin(pid, tid, &c->call);  /* a backward node's or a hand-off worker's call, as gpu_api */
+        /* a backward node's or a hand-off worker's call, as gpu_api (which counts those it probes) */
+        if (gpu_apply_origin(pid, tid, &c->call) && agent_calls)
+            gpu_stat_inc(c->call.origin_node ? GPU_STAT_NODE_CALLS : GPU_STAT_HANDED_OFF);
         if (!agent_calls) {  /* the probed driver call this runtime call makes may adopt the id */
             struct gpu_orphan orphan = {};
             orphan.pid = pid;
@@ -271,6 +273,8 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
         __sync_fetch_and_add(&v->count, 1);
         __sync_fetch_and_add(&v->time_ns, dt);
         __sync_fetch_and_add(&v->bytes, r->bytes);
+        if (r->api_ns && k->call.api_id == DEV_API_UNPROBED && !(r->flags & DEV_REC_F_GRAPH))
+            __sync_fetch_and_add(&v->api_time_ns, r->api_ns);  /* a call no uprobe timed: the agent did */
         if (r->kind != DEV_KIND_SYNC)
             dev_stat_add(DEV_STAT_TIME_NS, dt);
     } else {

@@ -52,6 +52,9 @@ struct dev_record {
     __u32 grid[3];       /* kernel: launch shape, from the record (calls the API probes do not see) */
     __u32 block[3];
     __u32 shared_mem;    /* kernel: dynamic shared memory bytes */
+    __u32 api_ns;        /* exact captures: how long the API call that made it ran (CPU ns, the agent's
+                            enter to exit callback; 0: not timed), for calls no uprobe times */
+    __u32 pad;
 };
 
 #define DEV_REC_F_GRAPH (1u << 0)    /* part of a CUDA graph launch: one correlation id, many records */
@@ -90,6 +93,7 @@ struct dev_val {
     __u64 count;         /* records */
     __u64 time_ns;       /* sum of end - start */
     __u64 bytes;
+    __u64 api_time_ns;   /* sum of api_ns of calls the agent alone reported (not graphs': one call, many records) */
 };
 
 /* Kernel names: (pid, address of the string) -> the string, copied by BPF at first sight. */

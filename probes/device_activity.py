@@ -75,7 +75,7 @@ class DevRecord(ct.Structure):
                 ("graph_node", ct.c_uint64), ("correlation", ct.c_uint32), ("stream", ct.c_uint32),
                 ("device", ct.c_uint32), ("kind", ct.c_uint8), ("copy_kind", ct.c_uint8), ("flags", ct.c_uint16),
                 ("sample", ct.c_uint32), ("grid", ct.c_uint32 * 3), ("block", ct.c_uint32 * 3),
-                ("shared_mem", ct.c_uint32)]
+                ("shared_mem", ct.c_uint32), ("api_ns", ct.c_uint32), ("pad", ct.c_uint32)]
 
 
 class DevCorr(ct.Structure):
@@ -89,7 +89,7 @@ class DevKey(ct.Structure):
 
 
 class DevVal(ct.Structure):
-    _fields_ = [("count", ct.c_uint64), ("time_ns", ct.c_uint64), ("bytes", ct.c_uint64)]
+    _fields_ = [("count", ct.c_uint64), ("time_ns", ct.c_uint64), ("bytes", ct.c_uint64), ("api_time_ns", ct.c_uint64)]
 
 
 class DevNameKey(ct.Structure):
@@ -144,6 +144,7 @@ class DeviceBucket:
     origin_py_stack: int = 0
     origin_label: int = 0  # index of the hand-off point (GpuApi.handoffs)
     origin_node: int = 0  # the backward node's type when charged to the node's creator
+    api_time_ns: int = 0  # CPU time of the calls the agent alone reported (exact captures; dev_record.api_ns)
 
 
 @dataclass(frozen=True)
@@ -520,7 +521,8 @@ class DeviceActivity:
                                     (c.grid[0], c.grid[1], c.grid[2]), (c.block[0], c.block[1], c.block[2]),
                                     c.shared_mem, c.kind, c.flags, k.name, k.fn_name, k.device, k.kind,
                                     k.copy_kind, k.flags, v.count, v.time_ns, v.bytes, c.origin_tid,
-                                    c.origin_user_stack, c.origin_py_stack, c.origin_label, c.origin_node))
+                                    c.origin_user_stack, c.origin_py_stack, c.origin_label, c.origin_node,
+                                    v.api_time_ns))
         return out
 
     def names(self, bpf: Any, pid: int, want: set[int] | None = None) -> dict[int, str]:

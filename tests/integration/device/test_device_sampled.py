@@ -43,6 +43,15 @@ def first_call_only(built: tuple[Path, Path]) -> Result:
     return sampled_capture(built, 10_000_000)
 
 
+SPIN_NS = 200_000  # MOCK_LAUNCH_SPIN_NS: each cuLaunchKernel's CPU time between its callbacks, at least
+
+
+def api_time(r: Result, kernel: str) -> int:
+    """api_time_ns of the kernel's nodes (below its launch API)."""
+    return sum(n.metrics.get("api_time_ns", 0) for n in r.tree.nodes if n.frame.kind == "kernel"
+               and n.frame.name == kernel)
+
+
 def kernel_node(r: Result, api: str, kernel: str) -> dict[str, int]:
     nodes = [n for n in r.tree.nodes if n.frame.kind == "kernel" and n.frame.name == kernel
              and r.tree.nodes[n.parent].frame.name == api]
@@ -59,6 +68,8 @@ def test_reported_launches_have_exact_calls_time_and_shape(every_call: Result) -
     assert kernel_node(every_call, "cuLaunchKernel", RELU) == {
         "calls": mt.N_RELU, "gpu_time_ns": mt.N_RELU * mt.RELU_NS, "launch": (8, 1, 1, 128, 1, 1, 0)}
     assert every_call.stats["device_calls_reported_by_agent"] == mt.N_MATMUL + mt.N_RELU
+    # sampled: the agent times no call (the uprobes' sampled mode has no return probe either)
+    assert api_time(every_call, MATMUL) == api_time(every_call, RELU) == 0
     assert every_call.stats["gpu_api_calls"] == mt.N_COPY + mt.N_SET + mt.N_GRAPH + 1  # the rest: uprobes
 
 
@@ -119,11 +130,17 @@ def test_exact_mode_can_leave_launches_to_the_agent(built: tuple[Path, Path]) ->
     """agent_calls = "on" in exact mode: every launch announced and its path taken in the agent's probe,
     no uprobe on it; lines, counts and device totals exact."""
     agent, lib = built
-    t = StdinTarget([sys.executable, str(TARGET), str(lib)], env=dict(os.environ, CUDA_INJECTION64_PATH=str(agent)))
+    env = dict(os.environ, CUDA_INJECTION64_PATH=str(agent), MOCK_LAUNCH_SPIN_NS=str(SPIN_NS))
+    t = StdinTarget([sys.executable, str(TARGET), str(lib)], env=env)
     try:
         r = run_capture(t.pid, phase(t), DeviceActivity(), gpu_mode="exact", agent_calls=True)
     finally:
         t.stop()
+    # the agent timed each launch between its callbacks, as the uprobes' return probe would have: at least
+    # the mock's spin per call, and not far over it
+    for kernel, n in ((MATMUL, mt.N_MATMUL), (RELU, mt.N_RELU)):
+        api_ns = api_time(r, kernel)
+        assert n * SPIN_NS <= api_ns < n * SPIN_NS + 500_000_000, (kernel, api_ns)
     s = r.stats
     assert s["device_records"] == RECORDS and s["device_records_unknown_correlation"] == 0
     assert s["device_records_charged_to_a_sampled_call"] == 0
