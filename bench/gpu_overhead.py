@@ -53,7 +53,7 @@ from marks import (  # noqa: E402
 )
 
 TICK = os.sysconf("SC_CLK_TCK")
-STEPS = {"launch_bound": 1500, "launch_backward": 600, "resnet50": 30, "gpt2": 20, "jax": 300}
+STEPS = {"launch_bound": 1500, "launch_backward": 600, "resnet50": 30, "gpt2": 20, "jax": 300, "mock_launch": 1500}
 # deepctx_exact_nonodes: exact mode without the autograd node probes (autograd_nodes = false), to show
 # what charging backward kernels to their forward lines costs
 # *_device: started with the CUPTI agent (as `deepctx run` starts it), captured with device activity.
@@ -64,7 +64,9 @@ STEPS = {"launch_bound": 1500, "launch_backward": 600, "resnet50": 30, "gpt2": 2
 # instead of giving CUPTI its clock through the timestamp callback.
 VARIANTS = ["alone", "deepctx_sampled", "deepctx_exact", "deepctx_exact_nonodes", "deepctx_exact_device",
             "deepctx_exact_device_offset", "deepctx_exact_device_uprobes", "deepctx_sampled_device",
-            "deepctx_sampled_device_offset", "torch_cuda", "torch_stacks"]
+            "deepctx_sampled_device_offset", "deepctx_exact_device_nopython", "torch_cuda", "torch_stacks"]
+# *_nopython: the capture walks no Python frames (`--python off`): what the Python walker costs per call
+ATTACH_ARGS = {"nopython": ["--python", "off"]}
 DAEMON_CONFIGS = {"nonodes": "autograd_nodes = false\n", "uprobes": 'agent_calls = "off"\n'}
 AGENT = HERE.parent / "native" / "build" / "libdeepctx_cupti.so"
 
@@ -147,6 +149,7 @@ def start_capture(dctx: Deepctx, pid: int, variant: str) -> tuple[threading.Thre
     daemon captures the process; the thread fills in the profile ("doc") and when it came ("done")."""
     mode = variant.split("_")[1]  # exact | sampled
     device = ["--gpu-activity"] if "_device" in variant else []
+    device += ATTACH_ARGS.get(variant.rsplit("_", 1)[-1], [])
     attach: dict = {}
 
     def go() -> None:

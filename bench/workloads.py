@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 
 def launch_bound() -> Callable[[], None]:
@@ -114,7 +115,44 @@ def jax_loop() -> Callable[[], None]:
     return step
 
 
-WORKLOADS = {"launch_bound": launch_bound, "launch_backward": launch_backward, "resnet50": resnet50, "gpt2": gpt2_small, "jax": jax_loop}
+def mock_launch() -> Callable[[], None]:
+    """No GPU: the launch-bound loop's shape (100 launches and a synchronize a step, from a Python stack about
+    20 frames deep) through the mock CUDA runtime and CUPTI of tests/mocks (make -C tests/mocks; another
+    folder in DEEPCTX_MOCK_LIB). The mock device costs nothing, so a step's time is the calls' CPU cost, and
+    what each way of probing adds per launch shows here on any machine (BENCHMARKS.md: per-launch cost)."""
+    import ctypes
+
+    lib = Path(os.environ.get("DEEPCTX_MOCK_LIB") or Path(__file__).resolve().parents[1] / "tests/mocks/build/lib")
+    cu = ctypes.CDLL(str(lib / "libcuda.so.1"))
+    rt = ctypes.CDLL(str(lib / "libcudart.so.13"))
+    kernels = ctypes.CDLL(str(lib / "libmockkernels.so"))
+    stub = ctypes.cast(kernels._Z11mock_matmulPfi, ctypes.c_void_p)
+    cu.mockRegisterKernel.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64]
+    cu.mockRegisterKernel(stub, b"_Z11mock_matmulPfi", 1000)
+    cu.cuInit(0)  # the agent, when CUDA_INJECTION64_PATH names it, comes up here
+
+    class Dim3(ctypes.Structure):
+        _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+    grid, block, smem = Dim3(4, 1, 1), Dim3(256, 1, 1), ctypes.c_size_t(0)
+    launch, sync = rt.cudaLaunchKernel, rt.cudaDeviceSynchronize
+
+    def launches() -> None:
+        for _ in range(100):
+            launch(stub, grid, block, None, smem, None)
+        sync()
+
+    def nested(depth: int) -> None:
+        if depth:
+            nested(depth - 1)
+        else:
+            launches()
+
+    return lambda: nested(18)
+
+
+WORKLOADS = {"launch_bound": launch_bound, "launch_backward": launch_backward, "resnet50": resnet50, "gpt2": gpt2_small, "jax": jax_loop,
+             "mock_launch": mock_launch}
 
 
 def run_marked(step: Callable[[], None]) -> int:
