@@ -131,15 +131,14 @@ def mock_launch() -> Callable[[], None]:
     cu.mockRegisterKernel(stub, b"_Z11mock_matmulPfi", 1000)
     cu.cuInit(0)  # the agent, when CUDA_INJECTION64_PATH names it, comes up here
 
-    class Dim3(ctypes.Structure):
-        _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
-
-    grid, block, smem = Dim3(4, 1, 1), Dim3(256, 1, 1), ctypes.c_size_t(0)
-    launch, sync = rt.cudaLaunchKernel, rt.cudaDeviceSynchronize
+    # the driver's launch: one correlation id per launch, as CUPTI gives a runtime launch and the driver
+    # call inside it (the mock runtime's driver call would have an id of its own)
+    launch, sync = cu.cuLaunchKernel, rt.cudaDeviceSynchronize
+    launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
 
     def launches() -> None:
         for _ in range(100):
-            launch(stub, grid, block, None, smem, None)
+            launch(stub, 4, 1, 1, 256, 1, 1, 0, None, None, None)
         sync()
 
     def nested(depth: int) -> None:

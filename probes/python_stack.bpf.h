@@ -62,6 +62,21 @@ BPF_QUEUE(py_new_stacks, struct py_new_stack, PY_NEW_STACKS_MAX);
 BPF_PERCPU_ARRAY(py_stats, __u64, PYSTACK_STAT_COUNT);
 BPF_PERCPU_ARRAY(py_scratch, struct py_scratch, 1);
 
+/* Code objects' tags by address, per CPU and direct-mapped: a frame whose code this CPU has tagged before
+ * costs one read (the frame), not two. Code objects live as long as their functions, so an address keeps
+ * its object; one freed and another made at its address while its slot holds it keeps the old tag,
+ * which user space then finds does not match (the frame shows as unknown, counted). The maps are made
+ * anew for each capture. */
+#ifndef PY_TAG_SLOTS
+#define PY_TAG_SLOTS 1024
+#endif
+struct py_tag_slot {
+	__u64 code;
+	__u32 pid;
+	__u32 tag;
+};
+BPF_PERCPU_ARRAY(py_tag_cache, struct py_tag_slot, PY_TAG_SLOTS);
+
 static __always_inline void py_stat_inc(__u32 idx)
 {
 	__u64 *v = py_stats.lookup(&idx);
@@ -192,11 +207,23 @@ static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *f
 		__u64 entry = PY_NONZERO((s->frame[off_entry] & entry_mask) | entry_always);
 		__u64 gen = PY_NONZERO(owner ^ owner_gen) ^ 1;
 		__u8 fflags = (__u8)(entry * PYFRAME_F_ENTRY | gen * PYFRAME_F_GENERATOR);
-		if (!code || bpf_probe_read_user(s->code, code_size & PY_SIZE_MASK, (void *)(code + code_read))) {
+		__u32 slot = (__u32)(code >> 4) & (PY_TAG_SLOTS - 1);
+		struct py_tag_slot *ts = py_tag_cache.lookup(&slot);
+		if (!code || !ts) {
 			st->flags |= PYSTACK_F_READ_ERROR;
 			break;
 		}
-		__u32 tag = py_code_tag(*(__u32 *)(s->code + off_first), *(__u64 *)(s->code + off_name));
+		__u32 tag = ts->tag;
+		if (ts->code != code || ts->pid != pid) {
+			if (bpf_probe_read_user(s->code, code_size & PY_SIZE_MASK, (void *)(code + code_read))) {
+				st->flags |= PYSTACK_F_READ_ERROR;
+				break;
+			}
+			tag = py_code_tag(*(__u32 *)(s->code + off_first), *(__u64 *)(s->code + off_name));
+			ts->code = code;
+			ts->pid = pid;
+			ts->tag = tag;
+		}
 		st->frames[depth].code = code;
 		st->frames[depth].tag = tag;
 		st->frames[depth].lasti = lasti;
