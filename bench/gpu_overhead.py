@@ -273,6 +273,8 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
             row |= doc_stats(attach["doc"])
             off = {"workload": name, "variant": "alone", "mode": "alternate", "block": 2 * i + 2} | block(p, args.alternate)
             row["ratio"] = neighbour_ratio(prev, row, off)
+            # the same from the workload's CPU time per step: not moved by a host that ran the loop less
+            row["cpu_ratio"] = 2 * row["cpu_ms_per_step"] / (prev["cpu_ms_per_step"] + off["cpu_ms_per_step"])
             rows += [row, off]
             print(json.dumps(row), flush=True)
             print(json.dumps(off), flush=True)
@@ -284,7 +286,8 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
 
 def alternate_table(rows: list[dict], workloads: list[str]) -> None:
     print(f"\n{'workload':15} {'variant':32} {'blocks':>6} {'ratio median':>12} {'min':>6} {'max':>6} "
-          f"{'on steps/s':>10} {'off steps/s':>11} {'daemon CPU':>10} {'RSS MB':>7} {'ready s':>8}")
+          f"{'on steps/s':>10} {'off steps/s':>11} {'daemon CPU':>10} {'RSS MB':>7} {'ready s':>8} "
+          f"{'CPU ratio':>9} {'steal':>6}")
     for name in workloads:
         off = [r["steps_per_s"] for r in rows if r["workload"] == name and r["variant"] == "alone"]
         for v in VARIANTS:
@@ -296,7 +299,9 @@ def alternate_table(rows: list[dict], workloads: list[str]) -> None:
                   f"{max(ratios):6.3f} {statistics.fmean(r['steps_per_s'] for r in rs):10.2f} "
                   f"{statistics.fmean(off):11.2f} {100 * statistics.median(r['daemon_cpu_share'] for r in rs):9.1f}% "
                   f"{max(r['daemon_rss_mb'] for r in rs):7.0f} "
-                  f"{statistics.median(r['profile_ready_s'] for r in rs):8.2f}")
+                  f"{statistics.median(r['profile_ready_s'] for r in rs):8.2f} "
+                  f"{statistics.median(r['cpu_ratio'] for r in rs):9.3f} "
+                  f"{100 * max(r['steal_share'] for r in rs):5.1f}%")
 
 
 def main() -> int:

@@ -64,12 +64,30 @@ def mark(p: subprocess.Popen) -> tuple[int, float]:
     return int(f[1]), float(f[2])
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds the process (all its threads) has run, in user and kernel mode (BPF handlers included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_steal() -> tuple[int, int]:
+    """(steal, all) jiffies of the machine so far (/proc/stat): time the hypervisor gave to others."""
+    cpu = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (cpu[7] if len(cpu) > 7 else 0), sum(cpu)
+
+
 def block(p: subprocess.Popen, seconds: float) -> dict:
-    """Times SECONDS of the free-running loop between two marks."""
+    """Times SECONDS of the free-running loop between two marks; with the workload's CPU time per step
+    and the machine's steal share over the block, to tell a slower loop from a host that ran less of it."""
+    c0, s0 = process_cpu_s(p.pid), machine_steal()
     n0, t0 = mark(p)
     time.sleep(seconds)  # the loop runs on its own: this only sets the block's length
     n1, t1 = mark(p)
-    return {"steps": n1 - n0, "seconds": t1 - t0, "steps_per_s": (n1 - n0) / (t1 - t0)}
+    c1, s1 = process_cpu_s(p.pid), machine_steal()
+    steps = max(n1 - n0, 1)
+    return {"steps": n1 - n0, "seconds": t1 - t0, "steps_per_s": (n1 - n0) / (t1 - t0),
+            "cpu_ms_per_step": 1000 * (c1 - c0) / steps,
+            "steal_share": (s1[0] - s0[0]) / max(s1[1] - s0[1], 1)}
 
 
 def finish(p: subprocess.Popen) -> None:
