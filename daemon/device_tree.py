@@ -15,7 +15,7 @@ from typing import Any
 
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.frames import Frame
-from deepctx.daemon.gpu_tree import UNNAMED_KERNEL, KernelNamer, apportion, caller_key, caller_path
+from deepctx.daemon.gpu_tree import UNNAMED_KERNEL, KernelNamer, apportion, caller_node
 from deepctx.daemon.gpu_tree import child_frame as api_child
 from deepctx.daemon.origins import Origins
 from deepctx.daemon.symbolize.demangle import demangle
@@ -131,9 +131,13 @@ def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: Ca
             reported = reported_api(b, names) if first.api_id == DEV_API_UNPROBED else None
             if not t and not (reported is not None and b.count):
                 continue
-            trim = _CALLBACK_MODULES if b.api_id == DEV_API_UNPROBED else api_module(gpu_apis.APIS[b.api_id])
-            base = paths.node(caller_key(b.tid, b.user_stack, b.py_stack, b.call_flags, trim, b),
-                              lambda b=b: _caller_frames(b, resolver, api_module, origins))
+            if b.api_id == DEV_API_UNPROBED:  # taken in the agent's callback: CUPTI's and the runtime's frames go
+                base = caller_node(paths, resolver, origins, b, b.call_flags, _CALLBACK_MODULES,
+                                   lambda f: (f.module or "").startswith(_CALLBACK_MODULES))
+            else:  # the API's own entry frame(s) go, as in gpu_tree
+                lib = api_module(gpu_apis.APIS[b.api_id])
+                base = caller_node(paths, resolver, origins, b, b.call_flags, lib,
+                                   lambda f, lib=lib: bool(lib) and f.module == lib)
             if reported is not None:
                 leaf = tree.node_for([Frame("api", reported.display, module=api_module(reported)),
                                       reported_work_frame(reported, b, names)], start=base)
@@ -181,21 +185,6 @@ def _add_reported_calls(tree: CallTree, node: int, api: gpu_apis.Api, b: DeviceB
     if api.cls in (gpu_apis.MEMCPY, gpu_apis.MEMSET) and b.bytes:
         tree.add_at(node, "bytes", b.bytes)
     stats["device_calls_reported_by_agent"] += b.count
-
-
-def _caller_frames(b: DeviceBucket, resolver: CallPathResolver, api_module: Callable[[gpu_apis.Api], str | None],
-                   origins: Origins) -> list[Frame]:
-    if b.api_id == DEV_API_UNPROBED:  # taken in the agent's callback: CUPTI's and the runtime's frames go
-        path = caller_path(resolver, b.tid, b.user_stack, b.py_stack, b.call_flags,
-                           lambda f: (f.module or "").startswith(_CALLBACK_MODULES))
-    else:
-        lib = api_module(gpu_apis.APIS[b.api_id])  # the API's own entry frame(s) go, as in gpu_tree
-        path = caller_path(resolver, b.tid, b.user_stack, b.py_stack, b.call_flags,
-                           lambda f: bool(lib) and f.module == lib)
-    if b.origin_tid:  # launched for a backward node, or by a worker for another thread's hand-off
-        path = origins.frames(resolver, b.origin_tid, b.origin_user_stack, b.origin_py_stack, b.origin_label,
-                              b.origin_node, path)
-    return path
 
 
 @dataclass

@@ -163,8 +163,8 @@ def add_gpu_buckets(tree: CallTree, buckets: list[GpuBucket], resolver: CallPath
             values = {m: v for m, v in _metrics(b.api, c, t, n).items() if v}
             if not values:  # no node for a bucket whose share came to nothing
                 continue
-            base = paths.node(caller_key(b.tid, b.user_stack, b.py_stack, b.flags, lib, b),
-                              lambda b=b, lib=lib: _caller_frames(resolver, origins, b, lib))
+            base = caller_node(paths, resolver, origins, b, b.flags, lib,
+                               lambda f, lib=lib: bool(lib) and f.module == lib)  # the API's own entry frame(s)
             tail = [Frame("api", b.api.display, module=lib)]
             child = child_frame(b.api, b, namer)
             if child is not None:
@@ -175,22 +175,23 @@ def add_gpu_buckets(tree: CallTree, buckets: list[GpuBucket], resolver: CallPath
     return {"gpu_calls_without_call_path": unattributed}
 
 
-def caller_key(tid: int, user_stack: int, py_stack: int, flags: int, trim: Any, origin: Any) -> tuple:
-    """What makes a bucket's caller path (PathNodes' key): its stacks, whether they were captured,
-    what is trimmed off the inside (`trim`) and the origin fields of `origin` (a GPU or device bucket)."""
-    return (tid, user_stack, py_stack, flags & (GPU_KEY_F_SAMPLED | GPU_KEY_F_STACK_LOST), trim, origin.origin_tid,
-            origin.origin_user_stack, origin.origin_py_stack, origin.origin_label, origin.origin_node)
+def caller_node(paths: PathNodes, resolver: CallPathResolver, origins: Origins, b: Any, flags: int, trim: Any,
+                callee: Callable[[Frame], bool]) -> int:
+    """The tree node of a bucket's caller path (a GPU or device bucket `b`): its thread's captured path
+    without its innermost frames that belong to the callee (`trim` names that test for the key), under its
+    origin's path when a worker launched it for another thread's hand-off or a backward node. Built and
+    walked once per distinct path."""
 
+    def frames() -> list[Frame]:
+        path = caller_path(resolver, b.tid, b.user_stack, b.py_stack, flags, callee)
+        if b.origin_tid:  # origin path, how the work got there, then the worker thread and its own frames
+            path = origins.frames(resolver, b.origin_tid, b.origin_user_stack, b.origin_py_stack, b.origin_label,
+                                  b.origin_node, path)
+        return path
 
-def _caller_frames(resolver: CallPathResolver, origins: Origins, b: GpuBucket, lib: str | None) -> list[Frame]:
-    path = caller_path(resolver, b.tid, b.user_stack, b.py_stack, b.flags,
-                       lambda f: bool(lib) and f.module == lib)  # the API's own entry frame(s)
-    if b.origin_tid:
-        # worker's launch under the call that handed it the work: origin path, how it got there, then the
-        # worker thread and its own frames
-        path = origins.frames(resolver, b.origin_tid, b.origin_user_stack, b.origin_py_stack, b.origin_label,
-                              b.origin_node, path)
-    return path
+    key = (b.tid, b.user_stack, b.py_stack, flags & (GPU_KEY_F_SAMPLED | GPU_KEY_F_STACK_LOST), trim, b.origin_tid,
+           b.origin_user_stack, b.origin_py_stack, b.origin_label, b.origin_node)
+    return paths.node(key, frames)
 
 
 def library_basenames(space: Any) -> dict[str, str]:
