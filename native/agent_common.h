@@ -97,7 +97,7 @@ uint64_t agent_realtime_ns(void);
 uint64_t agent_env_u64(const char *name, uint64_t fallback);
 void agent_set_error(int code, const char *fmt, const char *detail);
 void agent_report_status(int64_t code);
-int agent_watched(void);                 /* is a batch or correlation probe attached? (no lock needed) */
+int agent_watched(void);                 /* is the batch probe attached? (no lock needed) */
 /* Fills in each record's sample (sampled captures), then fires the batch probe. Any thread, no lock. */
 void agent_fire_batch(struct dev_record *records, uint32_t n);
 
