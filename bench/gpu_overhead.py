@@ -27,6 +27,7 @@ variant is among them (idle in the off-blocks, as under `deepctx run`).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import statistics
@@ -51,6 +52,8 @@ from marks import (  # noqa: E402
     start_marked,
     start_workload,
 )
+
+from deepctx.probes.program_stats import STATS_SYSCTL  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 STEPS = {"launch_bound": 1500, "launch_backward": 600, "resnet50": 30, "gpt2": 20, "jax": 300, "mock_launch": 1500}
@@ -330,9 +333,18 @@ def main() -> int:
     ap.add_argument("--profile-steps", action="store_true",
                     help="with --daemon-log: cProfile of each profile's build and message conversion in "
                          "DIR/steps-NAME/ (slows those steps: the ready times are then not figures)")
+    ap.add_argument("--bpf-stats", action="store_true",
+                    help="with --daemon-log: the kernel counts each BPF program's runs and run time "
+                         "(kernel.bpf_stats_enabled, a few tens of ns a run) and the daemon logs them per capture")
     ap.add_argument("--out")
     args = ap.parse_args()
     exit_on_sigterm()
+    if args.bpf_stats:
+        if not args.daemon_log:
+            ap.error("--bpf-stats goes with --daemon-log (the figures are in its log)")
+        was = STATS_SYSCTL.read_text().strip()
+        STATS_SYSCTL.write_text("1")
+        atexit.register(STATS_SYSCTL.write_text, was)
     if args.daemon_log:
         DAEMON_LOG["dir"] = Path(args.daemon_log)
         DAEMON_LOG["steps"] = args.profile_steps

@@ -28,8 +28,8 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "integration" / "devic
 from capture_util import run_capture  # noqa: E402
 
 from deepctx.probes.device_activity import DeviceActivity  # noqa: E402
+from deepctx.probes.program_stats import STATS_SYSCTL, program_stats  # noqa: E402
 
-STATS_SYSCTL = Path("/proc/sys/kernel/bpf_stats_enabled")
 AGENT = REPO / "native" / "build" / "libdeepctx_cupti.so"
 
 LOOP = """
@@ -47,19 +47,6 @@ while not stop:
     if done % 200 == 0:
         print("steps", done, time.perf_counter() - t0, flush=True)
 """
-
-
-def program_stats(bpf) -> dict[str, tuple[int, int]]:
-    """name -> (runs, run time ns) of every program bcc loaded, from the kernel's fdinfo."""
-    out = {}
-    for name, fn in bpf.funcs.items():
-        fields = {}
-        for line in Path(f"/proc/self/fdinfo/{fn.fd}").read_text().splitlines():
-            key, _, value = line.partition(":")
-            fields[key.strip()] = value.strip()
-        out[name.decode() if isinstance(name, bytes) else name] = (int(fields.get("run_cnt", 0)),
-                                                                    int(fields.get("run_time_ns", 0)))
-    return out
 
 
 def main() -> int:

@@ -23,7 +23,7 @@ from deepctx.daemon.self_profile import profiled
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.trace import build_trace, clock_offset_ns
 from deepctx.daemon.tree import METRICS, CallTree
-from deepctx.probes import compose
+from deepctx.probes import compose, program_stats
 from deepctx.probes.cpu_sampler import SAMPLE_F_USER_STACK_LOST, CpuSampler
 from deepctx.probes.device_activity import AgentUnusable, DeviceActivity, agent_mappings
 from deepctx.probes.family import ProbeFamily, Target
@@ -409,6 +409,9 @@ class Capture:
                     target.warnings.append("the CUPTI agent did not hand over its last records in time: device "
                                            "activity at the end of the window may be missing")
             self.state = "building"
+            if program_stats.stats_enabled():  # what each probe cost, for benches that turned the counting on
+                log.info("probe costs", extra={"session": self.id, "pid": target.pid,
+                                               "programs": program_stats.ran(program_stats.program_stats(bpf))})
             self.samples = self.sampler.samples(bpf)
             progress(Progress(min(duration, opts.duration_s), opts.duration_s, self.samples, "symbolizing"))
             if ended != "target_exited":
@@ -527,6 +530,7 @@ class Capture:
                 trace = build_trace(dev.events, view.names if view else {}, self.clock_offset_ns, target.pid)
             stats["gpu_stacks_truncated"] = gpu_paths.truncated_stacks
         stats["cpu_stacks_truncated"] = cpu_paths.truncated_stacks
+        stats["native_stacks_unwind_lost"] = native.stacks_cut
         if python is not None:  # counted again: the GPU call paths above named more stacks
             stats["python_unknown_frames"] = python.unknown_frames()
         stats["cpu_samples_in_profile"] = tree.total("cpu_samples")

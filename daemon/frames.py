@@ -59,3 +59,5 @@ def thread_frame(tid: int, comm: str, pid: int | None = None) -> Frame:
 
 
 TRUNCATED = Frame("native", "[truncated]")
+# Outermost frame of a native stack whose walk left executable memory: the callers beyond it are unknown.
+UNWIND_LOST = Frame("native", "[unwinding lost the callers]")

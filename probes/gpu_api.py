@@ -254,8 +254,11 @@ def left_to_agent(api: gpu_apis.Api) -> bool:
     """Calls that return at once and whose device work CUPTI records one by one (launches, async copies
     and sets): with the agent there, its correlation probe takes their call path and their records give
     the count, kernel and launch shape, so no uprobe traps them. Synchronous calls keep their probes:
-    their time is the wait the user needs."""
-    return api.library in AGENT_LIBRARIES and (api.cls == gpu_apis.LAUNCH or _async_copy_or_set(api))
+    their time is the wait the user needs. The kernel-handle lookups (cuModuleGetFunction & co) are
+    probed only to name what probed launches run; the agent's records name their kernels, so they go
+    too (cuDNN looks kernels up at every execution: ~380 lookups a ResNet-50 step, two traps each)."""
+    return api.library in AGENT_LIBRARIES and (api.cls in (gpu_apis.LAUNCH, gpu_apis.GETFUNC, gpu_apis.FUNC_ALIAS)
+                                               or _async_copy_or_set(api))
 
 
 class GpuApi:

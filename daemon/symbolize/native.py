@@ -6,7 +6,7 @@ import os
 import threading
 from collections import OrderedDict
 
-from deepctx.daemon.frames import Frame
+from deepctx.daemon.frames import UNWIND_LOST, Frame
 from deepctx.daemon.procfs import AddressSpace, Mapping, open_mapped_file
 from deepctx.daemon.symbolize.demangle import demangle
 from deepctx.daemon.symbolize.elf import ElfSymbols
@@ -67,6 +67,7 @@ class NativeSymbolizer:
     def __init__(self, cache: SymbolCache) -> None:
         self.cache = cache
         self._frames: dict[tuple[int, int], Frame] = {}
+        self.stacks_cut = 0  # native stacks whose walk left executable memory (see symbolize_stack)
 
     def symbolize(self, pid: int, space: AddressSpace, addr: int) -> Frame:
         """A native frame for an exact code address (callers pass return addresses minus one)."""
@@ -93,7 +94,23 @@ class NativeSymbolizer:
         return Frame("native", f"{mod}+{file_offset:#x}", module=mod)
 
     def symbolize_stack(self, pid: int, space: AddressSpace, ips_leaf_first: list[int]) -> list[Frame]:
-        """Frames outermost first. Every IP but the leaf is a return address: look up ip-1, the call."""
-        frames = [self.symbolize(pid, space, ip if i == 0 else ip - 1) for i, ip in enumerate(ips_leaf_first)]
+        """Frames outermost first. Every IP but the leaf is a return address: look up ip-1, the call.
+        A return address outside executable memory (the heap, no mapping at all) means the walk went
+        astray: a frame-pointer walk through code built without frame pointers reads a stack slot that is
+        not a return address. It and every frame outward are garbage, different at every call, so they
+        make no path anyone can read and thousands of one-off branches: one UNWIND_LOST frame stands for
+        them (counted in `stacks_cut`)."""
+        frames = []
+        for i, ip in enumerate(ips_leaf_first):
+            addr = ip if i == 0 else ip - 1
+            if i and not self._in_code(space, addr):
+                frames.append(UNWIND_LOST)
+                self.stacks_cut += 1
+                break
+            frames.append(self.symbolize(pid, space, addr))
         frames.reverse()
         return frames
+
+    def _in_code(self, space: AddressSpace, addr: int) -> bool:
+        m = space.find(addr)
+        return m is not None and m.executable

@@ -116,3 +116,28 @@ def test_stack_uses_call_site_for_return_addresses(libknown: Path) -> None:
     assert [f.name for f in frames] == [sym.symbolize(pid, space, beta - 1).name, "known_beta"]
     assert frames[0].name != "known_beta"
     assert alpha < beta
+
+
+def test_stack_is_cut_where_the_walk_left_executable_memory(libknown: Path) -> None:
+    """A return address in the heap (or in no mapping) is a stack slot a frame-pointer walk misread: it
+    and every frame beyond it become one UNWIND_LOST frame, counted; the real inner frames stay."""
+    from deepctx.daemon.frames import UNWIND_LOST
+
+    lib = ctypes.CDLL(str(libknown))
+    pid = __import__("os").getpid()
+    beta = ctypes.cast(lib.known_beta, ctypes.c_void_p).value
+    alpha = ctypes.cast(lib.known_alpha, ctypes.c_void_p).value
+    heap = Mapping(0x5000_0000, 0x5010_0000, "rw-p", 0, "00:00", 0, "")
+    space = AddressSpace([*read_maps(pid), heap])
+    sym = NativeSymbolizer(SymbolCache())
+    # leaf, a real caller, a heap "return address", then more garbage in code and outside any mapping
+    frames = sym.symbolize_stack(pid, space, [beta, alpha + 5, 0x5000_1234, beta + 1, 0x10])
+    assert [f.name for f in frames] == [UNWIND_LOST.name, "known_alpha", "known_beta"]
+    assert sym.stacks_cut == 1
+    assert [f.name for f in sym.symbolize_stack(pid, space, [beta, 0x10])] == [UNWIND_LOST.name, "known_beta"]
+    assert sym.stacks_cut == 2
+    # anonymous *executable* memory (JIT code) is code: kept, as [anon]+offset
+    jit = Mapping(0x6000_0000, 0x6001_0000, "r-xp", 0, "00:00", 0, "")
+    frames = sym.symbolize_stack(pid, AddressSpace([*read_maps(pid), jit]), [beta, 0x6000_0101])
+    assert [f.name for f in frames] == ["[anon]+0x100", "known_beta"]
+    assert sym.stacks_cut == 2
