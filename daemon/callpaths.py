@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from deepctx.daemon.frames import TRUNCATED, Frame, thread_frame
+from deepctx.daemon.frames import TRUNCATED, UNWIND_LOST, Frame, thread_frame
 from deepctx.daemon.procfs import AddressSpace
 from deepctx.daemon.python.merge import merge_stacks
 from deepctx.daemon.symbolize.kernel import KernelSymbols
@@ -24,7 +24,8 @@ class CallPathResolver:
     def __init__(self, pid: int, space: AddressSpace, read_stack: StackReader, native: NativeSymbolizer,
                  thread_names: dict[int, str], read_python: Callable[[int], list[Any]] | None = None,
                  python_modules: set[str] | None = None, native_python: bool = False,
-                 read_kernel_stack: Callable[[int], list[int]] | None = None) -> None:
+                 read_kernel_stack: Callable[[int], list[int]] | None = None,
+                 native_cache: dict[int, list[Frame]] | None = None) -> None:
         self.pid = pid
         self.space = space
         self.read_stack = read_stack
@@ -34,12 +35,17 @@ class CallPathResolver:
         self.python_modules = python_modules or set()
         self.thread_names = thread_names
         self.native_python = native_python
-        self._native_cache: dict[int, list[Frame]] = {}
+        # stack id -> frames; a capture passes its own to share what it resolved while still capturing
+        self._native_cache: dict[int, list[Frame]] = {} if native_cache is None else native_cache
         self._kernel_cache: dict[int, list[Frame]] = {}
         self._python_cache: dict[int, list[Any]] = {}
         self._path_cache: dict[tuple[int, int, int, bool, int], list[Frame]] = {}
         self._ksyms: KernelSymbols | None = None
-        self.truncated_stacks = 0
+
+    @property
+    def truncated_stacks(self) -> int:
+        """Distinct native stacks cut at the depth limit."""
+        return sum(1 for frames in self._native_cache.values() if frames and frames[0] == TRUNCATED)
 
     def thread(self, tid: int) -> Frame:
         return thread_frame(tid, self.thread_names.get(tid, f"thread {tid}"), self.pid)
@@ -51,9 +57,8 @@ class CallPathResolver:
         if cached is None:
             ips, truncated = self.read_stack(stack_id)
             cached = self.native.symbolize_stack(self.pid, self.space, ips)
-            if truncated:
+            if truncated and not (cached and cached[0] == UNWIND_LOST):  # garbage past the cut: no depth to tell
                 cached.insert(0, TRUNCATED)
-                self.truncated_stacks += 1
             self._native_cache[stack_id] = cached
         return cached
 

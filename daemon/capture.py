@@ -16,6 +16,7 @@ from deepctx.daemon import procfs
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.device_tree import DeviceView, device_warnings
 from deepctx.daemon.errors import FailedPrecondition, NotFound, PermissionDenied
+from deepctx.daemon.frames import Frame
 from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basenames, scale_buckets
 from deepctx.daemon.inject.agent import agent_state
 from deepctx.daemon.origins import Origins
@@ -32,6 +33,9 @@ from deepctx.probes.gpu_api import GpuApi, builtin_handoffs
 log = logging.getLogger("deepctx.capture")
 
 POLL_INTERVAL_S = 0.5
+# GPU stacks resolved ahead of the build, at most this long a pass, once a PREWARM_INTERVAL_S (see _prewarm)
+PREWARM_INTERVAL_S = 1.0
+PREWARM_BUDGET_S = 0.15
 BUSY_POLL_INTERVAL_S = 0.05  # while a family says it is busy (e.g. new Python stacks to name before an exit)
 
 
@@ -185,6 +189,10 @@ class Capture:
         self.target: Target | None = None
         self._last_maps: tuple[Any, str] = (None, "")  # (the space, the maps text last merged into it)
         self.gpu_probed_s: float | None = None  # seconds the GPU probes were attached in the window being built
+        # What the window's build reuses from the capture loop (see _prewarm): GPU stack id -> frames
+        self._native: NativeSymbolizer | None = None
+        self._gpu_frames: dict[int, list[Frame]] = {}
+        self._resolved_ahead = 0  # of them, by _prewarm passes
 
     @property
     def warnings(self) -> list[str]:
@@ -212,6 +220,8 @@ class Capture:
             out: dict[str, int] = {}
             for fam in self.families:
                 out.update(fam.stats(bpf))
+            if self._resolved_ahead:
+                out["gpu_stacks_resolved_ahead"] = self._resolved_ahead
             return out
         except Exception:  # the program is being torn down
             return {"cpu_samples": self.samples}
@@ -350,7 +360,7 @@ class Capture:
             with self._wake_lock:
                 self._wake = wake_w
             poller.register(wake_r, select.POLLIN)
-            last_maps = 0.0
+            last_maps = last_prewarm = 0.0
             window_t0, window_unix = t0, time.time()
             duty = _DutyCycle.of(self, opts)
             while True:
@@ -382,11 +392,15 @@ class Capture:
                 now = time.monotonic()
                 # GPU probes must see libraries loaded after attach (dlopen) quickly: refresh every poll.
                 maps_due = now - last_maps >= (POLL_INTERVAL_S if "gpu" in self.probe_names else 1.0)
+                ahead = self._gpu_stack_ids(bpf) if maps_due and now - last_prewarm >= PREWARM_INTERVAL_S else None
                 self._refresh(target, thread_names, refresh_maps=maps_due)
                 if maps_due:
                     last_maps = now
                 for fam in self.families:
                     fam.poll(bpf, target)
+                if ahead is not None:
+                    self._prewarm(bpf, target, ahead)
+                    last_prewarm = time.monotonic()
                 if duty is not None:
                     duty.update(time.monotonic() - window_t0)
                 self.samples = self.sampler.samples(bpf)
@@ -445,6 +459,7 @@ class Capture:
         """Continuous mode: this window's profile to on_window, then the counts start again from zero."""
         result = self._build(bpf, target, thread_names, duration, "window")
         result.started_unix = start_unix
+        self._native, self._gpu_frames, self._resolved_ahead = None, {}, 0  # the next window's ids start again
         for fam in self.families:
             clear = getattr(fam, "clear_window", None)
             if clear is not None:
@@ -454,6 +469,34 @@ class Capture:
                 self.on_window(result, start_unix, start_unix + duration)
             except Exception:
                 log.exception("window not stored", extra={"session": self.id, "pid": target.pid})
+
+    def _symbolizer(self) -> NativeSymbolizer:
+        if self._native is None:
+            self._native = NativeSymbolizer(self.symbols)
+        return self._native
+
+    def _gpu_stack_ids(self, bpf: Any) -> list[int] | None:
+        """The GPU call paths' native stack ids stored so far that no pass has resolved yet (None: there is
+        no such map to read ahead, the GPU stacks being DWARF-unwound or not captured)."""
+        gpu = next((f for f in self.families if isinstance(f, GpuApi)), None)
+        if gpu is None or gpu.dwarf_stacks:
+            return None
+        return [sid for sid in gpu.stack_ids(bpf) if sid not in self._gpu_frames]
+
+    def _prewarm(self, bpf: Any, target: Target, stack_ids: list[int]) -> None:
+        """Resolves GPU stacks while the capture runs, so that its end builds the profile from frames
+        already symbolized (a ResNet-50 capture stores thousands of distinct stacks). The ids were read
+        before the mappings were refreshed: every stack among them was captured in a mapping the space
+        knows. Bounded to PREWARM_BUDGET_S a pass; what is left waits for the next pass or the build."""
+        gpu = next(f for f in self.families if isinstance(f, GpuApi))
+        paths = CallPathResolver(target.pid, target.space, lambda sid: gpu.user_stack(bpf, sid), self._symbolizer(),
+                                 {}, native_cache=self._gpu_frames)
+        deadline = time.monotonic() + PREWARM_BUDGET_S
+        for sid in stack_ids:
+            paths.native_frames(sid, False)
+            self._resolved_ahead += 1
+            if time.monotonic() >= deadline:
+                break
 
     def _refresh(self, target: Target, thread_names: dict[int, str], refresh_maps: bool) -> None:
         """Remember what only the live process can tell: thread names and mappings (kept after unmap)."""
@@ -479,19 +522,21 @@ class Capture:
         fams: dict[str, Any] = {f.name: f for f in self.families}
         if "gpu" in fams:  # names of threads gone before /proc was read (see gpu_comm)
             thread_names = {**fams["gpu"].thread_names(bpf), **thread_names}
-        native = NativeSymbolizer(self.symbols)
+        native = self._symbolizer()
         python = fams.get("python")
         unwinder = fams.get("native_unwind")
 
         def resolver(read_stack: Callable[[int], tuple[list[int], bool]],
-                     read_kernel: Callable[[int], list[int]] | None = None, dwarf: bool = True) -> CallPathResolver:
+                     read_kernel: Callable[[int], list[int]] | None = None, dwarf: bool = True,
+                     native_cache: dict[int, list[Frame]] | None = None) -> CallPathResolver:
             if unwinder is not None and dwarf:
                 read_stack = _unwinder_reader(bpf, unwinder)
+                native_cache = None
             return CallPathResolver(
                 target.pid, target.space, read_stack, native, thread_names,
                 read_python=(lambda sid: python.frames(bpf, target, sid)) if python is not None else None,
                 python_modules=python.interpreter_modules(target.pid) if python is not None else None,
-                native_python=self.opts.native_python, read_kernel_stack=read_kernel)
+                native_python=self.opts.native_python, read_kernel_stack=read_kernel, native_cache=native_cache)
 
         cpu_paths = resolver(lambda sid: self.sampler.user_stack(bpf, sid),
                              lambda sid: self.sampler.kernel_stack(bpf, sid))
@@ -514,7 +559,8 @@ class Capture:
         trace: list[dict[str, Any]] = []
         if gpu is not None:
             mode = gpu.mode
-            gpu_paths = resolver(lambda sid: gpu.user_stack(bpf, sid), dwarf=gpu.dwarf_stacks)
+            gpu_paths = resolver(lambda sid: gpu.user_stack(bpf, sid), dwarf=gpu.dwarf_stacks,
+                                 native_cache=self._gpu_frames)
             handle_names = {**(view.kernel_names() if view else {}), **gpu.function_names(bpf)}
             namer = KernelNamer(target.pid, target.space, native, handle_names, gpu.handle_strings(bpf))
             libs = library_basenames(target.space)
@@ -529,6 +575,7 @@ class Capture:
             if dev is not None and dev.trace:
                 trace = build_trace(dev.events, view.names if view else {}, self.clock_offset_ns, target.pid)
             stats["gpu_stacks_truncated"] = gpu_paths.truncated_stacks
+            stats["gpu_stacks_resolved_ahead"] = self._resolved_ahead
         stats["cpu_stacks_truncated"] = cpu_paths.truncated_stacks
         stats["native_stacks_unwind_lost"] = native.stacks_cut
         if python is not None:  # counted again: the GPU call paths above named more stacks

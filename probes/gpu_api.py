@@ -590,6 +590,10 @@ class GpuApi:
         out.update(self._full_strings)
         return out
 
+    def stack_ids(self, bpf: Any) -> list[int]:
+        """The ids of every native stack stored so far, as buckets name them (+1)."""
+        return [k.value + 1 for k in bpf["gpu_stacks"].keys()]
+
     def user_stack(self, bpf: Any, stack_id: int) -> tuple[list[int], bool]:
         """Native stack of a sampled call (ids are +1 so that 0 means none)."""
         from deepctx.probes.cpu_sampler import max_stack_depth

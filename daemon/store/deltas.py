@@ -29,7 +29,7 @@ from deepctx.daemon.store.merge import LEVELS, SHARES
 PER_WINDOW = frozenset({
     "cpu_samples_in_profile", "cpu_stacks_truncated", "gpu_stacks_truncated", "gpu_calls_without_call_path",
     "device_time_in_profile_ns", "device_time_unknown_launch_ns", "device_time_without_call_path_ns",
-    "device_sync_records", "native_stacks_unwind_lost",
+    "device_sync_records", "native_stacks_unwind_lost", "gpu_stacks_resolved_ahead",
 })
 
 

@@ -183,3 +183,32 @@ def test_sampled_mode_keeps_counts_exact(tmp_path: Path) -> None:
     # The budget held the captures well below one per call once the rate was known.
     assert stats["gpu_api_calls_with_call_path"] < n / 2, stats
     assert stats["gpu_sample_interval_ns"] == int(1e9 * (os.cpu_count() or 1) / 50)
+
+
+def test_stacks_resolved_during_the_capture_name_the_same_lines(daemon) -> None:
+    """The capture loop symbolizes GPU stacks while it runs (Capture._prewarm), and the build uses those
+    frames: wait until the loop has resolved the target's call stacks, then stop. Every call must still sit
+    under its own Python line."""
+    lib = cuda_runtime()
+    t = RuntimeTarget("cuda", lib)
+    try:
+        with cf.ThreadPoolExecutor(1) as pool:
+            fut = pool.submit(daemon.attach_json, t.pid, "--duration", "300")
+            wait_for(lambda: (session_of(daemon, t.pid) or {}).get("state") == "capturing", what="capture running",
+                     timeout=120)
+            t.go()
+            t.expect("done")
+            # the native stacks of malloc, launch, memcpy and sync (the handle launches share the launches'
+            # native stack: their Python frames differ), resolved by the loop
+            wait_for(lambda: int((session_of(daemon, t.pid) or {}).get("stats", {})
+                                 .get("gpu_stacks_resolved_ahead", 0)) >= 4, what="stacks resolved ahead")
+            assert daemon.cli("stop", str(t.pid)).returncode == 0
+            doc = fut.result()
+    finally:
+        t.stop()
+    assert doc["stats"]["gpu_stacks_resolved_ahead"] == 4
+    want = {"Malloc": ("LINE_MALLOC", N_MALLOC), "LaunchKernel": ("LINE_LAUNCH", N_LAUNCH),
+            "Memcpy": ("LINE_MEMCPY", N_MEMCPY), "DeviceSynchronize": ("LINE_SYNC", N_SYNC)}
+    for api, (marker, n) in want.items():
+        assert calls_under_line(doc, "cuda" + api, line_of(TARGET, marker)) == n, (api, marker)
+    assert calls_under_line(doc, "cudaLaunchKernel", line_of(TARGET, "LINE_HANDLE")) == 2 * N_HANDLE
