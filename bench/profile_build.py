@@ -5,8 +5,8 @@
 The target, a Python program generated here, calls the real CUDA runtime (the nvidia-cuda-runtime wheel;
 without a GPU each call fails, the probes fire anyway) from --sites distinct lines, each --calls times, under
 a Python stack --depth frames deep: about the shape of a ResNet-50 training capture (23,580 calls, a few
-thousand call paths). An exact-mode attach runs until the target exits; printed: the daemon's `build_s` (its
-log) and *ready*, from the target's exit to the profile in the client's hands. With --self-profile the
+thousand call paths). An exact-mode attach runs until the daemon's Stop RPC (`deepctx stop`) ends it; printed: the
+daemon's `build_s` (its log) and *ready*, from the stop to the profile in the client's hands. With --self-profile the
 daemon writes its running threads' stacks there (DEEPCTX_SELF_PROFILE) when it stops.
 """
 
@@ -28,6 +28,9 @@ from gpu_overhead import doc_nodes  # noqa: E402
 from harness import DEEPCTX, StdinTarget, session_of, start_daemon, stop_daemon, wait_for  # noqa: E402
 from targets.gpu.many_sites import source  # noqa: E402
 
+from deepctx.cli.client import connect  # noqa: E402
+from deepctx.proto.v1 import deepctx_pb2 as pb  # noqa: E402
+
 
 def cuda_runtime() -> str:
     import nvidia
@@ -47,7 +50,7 @@ def main() -> int:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="deepctx-build-"))
     script = tmp / "target.py"
-    script.write_text(source(cuda_runtime(), args.sites, args.calls, args.depth))
+    script.write_text(source(cuda_runtime(), args.sites, args.calls, args.depth, linger=True))
     if args.self_profile:
         os.environ["DEEPCTX_SELF_PROFILE"] = str(Path(args.self_profile).resolve())
     d = start_daemon(tmp)
@@ -60,20 +63,23 @@ def main() -> int:
                  what="the capture")
         t.go()
         t.expect("done")
-        assert t.proc.stdin is not None
-        t.proc.stdin.close()
-        t.proc.wait(timeout=60)
-        exited, exited_unix = time.monotonic(), time.time()
+        # Ended by the daemon's Stop RPC while the target lives, as `deepctx stop` ends it: a target that
+        # exits takes its last half-second of unnamed Python stacks with it (all of them, in a run this
+        # short), and the profile would not be the one a user gets.
+        stub = connect(d.socket)
+        stopped, stopped_unix = time.monotonic(), time.time()
+        stub.Stop(pb.StopRequest(pid=t.pid))
         assert attach.wait(timeout=600) == 0
-        ready = time.monotonic() - exited
+        ready = time.monotonic() - stopped
+        t.stop()
         doc = json.loads(out.read_text())
     finally:
         stop_daemon(d)
     log = [json.loads(x) for x in d.log.read_text().splitlines() if x.startswith("{")]
     builds = [e for e in log if e.get("msg") == "profile built"]
-    for e in log:  # the daemon's steps after the target's exit, in seconds from it
-        if e.get("ts", 0) >= exited_unix - 0.5:
-            print(f"  +{e['ts'] - exited_unix:6.3f} s  {e.get('msg')}")
+    for e in log:  # the daemon's steps after the stop, in seconds from it
+        if e.get("ts", 0) >= stopped_unix - 0.5:
+            print(f"  +{e['ts'] - stopped_unix:6.3f} s  {e.get('msg')}")
     calls = sum(n["metrics"].get("calls", 0) for n in doc_nodes(doc) if n["kind"] == "kernel")
     print(f"sites {args.sites} x {args.calls} calls, depth {args.depth}: {len(doc_nodes(doc))} nodes, {calls} launches; "
           f"build_s {builds[-1]['build_s'] if builds else '?'}; ready {ready:.2f} s")

@@ -1,12 +1,13 @@
 """Source of a Python target that calls the real CUDA runtime from many distinct lines (no GPU needed: the
 calls fail, the probes fire): `sites` functions, each calling cudaLaunchKernel `calls` times, each reached
 through `depth` recursive frames. It prints "ready <pid>", waits for a line on stdin, makes the calls,
-prints "done" and exits at once (tests/integration/python/test_python_exit.py, bench/profile_build.py)."""
+prints "done" and exits at once (tests/integration/python/test_python_exit.py), or with `linger` waits for
+stdin to close first (bench/profile_build.py: a capture ended while the process lives)."""
 
 from __future__ import annotations
 
 
-def source(lib: str, sites: int, calls: int, depth: int) -> str:
+def source(lib: str, sites: int, calls: int, depth: int, linger: bool = False) -> str:
     lines = ["import ctypes, sys", f"lib = ctypes.CDLL({lib!r})",
              "def launch():",
              "    lib.cudaLaunchKernel(None, ctypes.c_uint64(1), ctypes.c_uint32(1), ctypes.c_uint64(1), None, "
@@ -16,5 +17,5 @@ def source(lib: str, sites: int, calls: int, depth: int) -> str:
     lines += ["def nest(n, fn):", "    return nest(n - 1, fn) if n else fn()",
               "print('ready', __import__('os').getpid(), flush=True)", "sys.stdin.readline()",
               f"for i in range({sites}):", f"    nest({depth}, globals()[f'site_{{i}}'])",
-              "print('done', flush=True)"]
+              "print('done', flush=True)"] + (["sys.stdin.read()"] if linger else [])
     return "\n".join(lines) + "\n"
