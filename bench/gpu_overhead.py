@@ -53,8 +53,6 @@ from marks import (  # noqa: E402
     start_workload,
 )
 
-from deepctx.probes.program_stats import STATS_SYSCTL  # noqa: E402
-
 TICK = os.sysconf("SC_CLK_TCK")
 STEPS = {"launch_bound": 1500, "launch_backward": 600, "resnet50": 30, "gpt2": 20, "jax": 300, "mock_launch": 1500}
 # deepctx_exact_nonodes: exact mode without the autograd node probes (autograd_nodes = false), to show
@@ -342,6 +340,8 @@ def main() -> int:
     if args.bpf_stats:
         if not args.daemon_log:
             ap.error("--bpf-stats goes with --daemon-log (the figures are in its log)")
+        from deepctx.probes.program_stats import STATS_SYSCTL  # here: the rest runs without the package
+
         was = STATS_SYSCTL.read_text().strip()
         STATS_SYSCTL.write_text("1")
         atexit.register(STATS_SYSCTL.write_text, was)

@@ -399,7 +399,7 @@ class Capture:
                 for fam in self.families:
                     fam.poll(bpf, target)
                 if ahead is not None:
-                    self._prewarm(bpf, target, ahead)
+                    self._prewarm(bpf, target, *ahead)
                     last_prewarm = time.monotonic()
                 if duty is not None:
                     duty.update(time.monotonic() - window_t0)
@@ -475,20 +475,19 @@ class Capture:
             self._native = NativeSymbolizer(self.symbols)
         return self._native
 
-    def _gpu_stack_ids(self, bpf: Any) -> list[int] | None:
-        """The GPU call paths' native stack ids stored so far that no pass has resolved yet (None: there is
-        no such map to read ahead, the GPU stacks being DWARF-unwound or not captured)."""
+    def _gpu_stack_ids(self, bpf: Any) -> tuple[GpuApi, list[int]] | None:
+        """The GPU family and its native stack ids stored so far that no pass has resolved yet (None: there
+        is no such map to read ahead, the GPU stacks being DWARF-unwound or not captured)."""
         gpu = next((f for f in self.families if isinstance(f, GpuApi)), None)
         if gpu is None or gpu.dwarf_stacks:
             return None
-        return [sid for sid in gpu.stack_ids(bpf) if sid not in self._gpu_frames]
+        return gpu, [sid for sid in gpu.stack_ids(bpf) if sid not in self._gpu_frames]
 
-    def _prewarm(self, bpf: Any, target: Target, stack_ids: list[int]) -> None:
+    def _prewarm(self, bpf: Any, target: Target, gpu: GpuApi, stack_ids: list[int]) -> None:
         """Resolves GPU stacks while the capture runs, so that its end builds the profile from frames
         already symbolized (a ResNet-50 capture stores thousands of distinct stacks). The ids were read
         before the mappings were refreshed: every stack among them was captured in a mapping the space
         knows. Bounded to PREWARM_BUDGET_S a pass; what is left waits for the next pass or the build."""
-        gpu = next(f for f in self.families if isinstance(f, GpuApi))
         paths = CallPathResolver(target.pid, target.space, lambda sid: gpu.user_stack(bpf, sid), self._symbolizer(),
                                  {}, native_cache=self._gpu_frames)
         deadline = time.monotonic() + PREWARM_BUDGET_S

@@ -15,7 +15,7 @@ from typing import Any
 
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.frames import Frame
-from deepctx.daemon.gpu_tree import UNNAMED_KERNEL, KernelNamer, apportion, caller_node
+from deepctx.daemon.gpu_tree import UNNAMED_KERNEL, KernelNamer, apportion, caller_node, in_module
 from deepctx.daemon.gpu_tree import child_frame as api_child
 from deepctx.daemon.origins import Origins
 from deepctx.daemon.symbolize.demangle import demangle
@@ -136,8 +136,7 @@ def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: Ca
                                    lambda f: (f.module or "").startswith(_CALLBACK_MODULES))
             else:  # the API's own entry frame(s) go, as in gpu_tree
                 lib = api_module(gpu_apis.APIS[b.api_id])
-                base = caller_node(paths, resolver, origins, b, b.call_flags, lib,
-                                   lambda f, lib=lib: bool(lib) and f.module == lib)
+                base = caller_node(paths, resolver, origins, b, b.call_flags, lib, in_module(lib))
             if reported is not None:
                 leaf = tree.node_for([Frame("api", reported.display, module=api_module(reported)),
                                       reported_work_frame(reported, b, names)], start=base)

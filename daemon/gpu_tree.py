@@ -163,8 +163,7 @@ def add_gpu_buckets(tree: CallTree, buckets: list[GpuBucket], resolver: CallPath
             values = {m: v for m, v in _metrics(b.api, c, t, n).items() if v}
             if not values:  # no node for a bucket whose share came to nothing
                 continue
-            base = caller_node(paths, resolver, origins, b, b.flags, lib,
-                               lambda f, lib=lib: bool(lib) and f.module == lib)  # the API's own entry frame(s)
+            base = caller_node(paths, resolver, origins, b, b.flags, lib, in_module(lib))
             tail = [Frame("api", b.api.display, module=lib)]
             child = child_frame(b.api, b, namer)
             if child is not None:
@@ -173,6 +172,11 @@ def add_gpu_buckets(tree: CallTree, buckets: list[GpuBucket], resolver: CallPath
             for metric, value in values.items():
                 tree.add_at(leaf, metric, value)
     return {"gpu_calls_without_call_path": unattributed}
+
+
+def in_module(lib: str | None) -> Callable[[Frame], bool]:
+    """The test for an API's own entry frame(s), which a caller path leaves out: frames of its library."""
+    return lambda f: bool(lib) and f.module == lib
 
 
 def caller_node(paths: PathNodes, resolver: CallPathResolver, origins: Origins, b: Any, flags: int, trim: Any,

@@ -178,8 +178,6 @@ class _AgentFile:
     request: list[usdt.UsdtProbe] = field(default_factory=list)  # flush_request sites
 
 
-# In the order they are attached: the agent starts reporting (and says so through `status`) as soon as
-# `correlation` or `batch` is watched, so `status` and `flushed` are there first.
 # In attach order: the agent starts reporting when the batch probe is attached (agent_watched()), so it is
 # last, and the start finds every other probe there (the start's status, every launch's correlation).
 HANDLERS = {"status": "on_dev_status", "flushed": "on_dev_flushed", "api_exit": "on_dev_api_exit",
