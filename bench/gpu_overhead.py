@@ -97,7 +97,7 @@ def rss_mb(pid: int, field: str = "VmRSS") -> float:
 
 
 # --daemon-log DIR: each daemon logs at info level to DIR/daemon-NAME.log (compile, attach, collect and build
-# times per capture) and writes its own running stacks to DIR/self-NAME.folded when it stops
+# times per capture); with --self-profile it writes its own running stacks to DIR/self-NAME.folded when it stops
 DAEMON_LOG: dict[str, Any] = {}
 
 
@@ -113,7 +113,9 @@ class Deepctx:
         log_dir = DAEMON_LOG.get("dir")
         denv, level, stderr = self.env, "warning", None
         if log_dir is not None:
-            denv = self.env | {"DEEPCTX_SELF_PROFILE": str(log_dir / f"self-{name}.folded")}
+            denv = dict(self.env)
+            if DAEMON_LOG.get("self"):  # a sampler thread in the daemon: it competes with the build for the GIL
+                denv["DEEPCTX_SELF_PROFILE"] = str(log_dir / f"self-{name}.folded")
             if DAEMON_LOG.get("steps"):  # cProfile makes the steps it profiles slower: ready times are off
                 denv["DEEPCTX_PROFILE_STEPS"] = str(log_dir / f"steps-{name}")
             level, stderr = "info", open(log_dir / f"daemon-{name}.log", "a")  # noqa: SIM115 (the daemon's)
@@ -326,8 +328,11 @@ def main() -> int:
     ap.add_argument("--agent-env", action="append", default=[], metavar="NAME=VALUE",
                     help="an environment variable for processes that carry the agent (DEEPCTX_SAMPLE_US=1000, ...)")
     ap.add_argument("--daemon-log", metavar="DIR",
-                    help="daemons log at info level to DIR/daemon-NAME.log and self-profile to DIR/self-NAME.folded; "
+                    help="daemons log at info level to DIR/daemon-NAME.log (and --self-profile to DIR/self-NAME.folded); "
                          "the profiles go to DIR/profile-VARIANT-N.json")
+    ap.add_argument("--self-profile", action="store_true",
+                    help="with --daemon-log: the daemon samples its own threads' stacks into DIR/self-NAME.folded "
+                         "(50 wake-ups a second holding the GIL: its ready times are a little longer)")
     ap.add_argument("--profile-steps", action="store_true",
                     help="with --daemon-log: cProfile of each profile's build and message conversion in "
                          "DIR/steps-NAME/ (slows those steps: the ready times are then not figures)")
@@ -348,6 +353,7 @@ def main() -> int:
     if args.daemon_log:
         DAEMON_LOG["dir"] = Path(args.daemon_log)
         DAEMON_LOG["steps"] = args.profile_steps
+        DAEMON_LOG["self"] = args.self_profile
         DAEMON_LOG["dir"].mkdir(parents=True, exist_ok=True)
     for item in args.agent_env:
         k, _, v = item.partition("=")

@@ -36,6 +36,7 @@ POLL_INTERVAL_S = 0.5
 # GPU stacks resolved ahead of the build, at most this long a pass, once a PREWARM_INTERVAL_S (see _prewarm)
 PREWARM_INTERVAL_S = 1.0
 PREWARM_BUDGET_S = 0.15
+RELEASE_WAIT_S = 5.0  # how long a built capture's probes wait for its profile's delivery before detaching
 BUSY_POLL_INTERVAL_S = 0.05  # while a family says it is busy (e.g. new Python stacks to name before an exit)
 
 
@@ -119,11 +120,16 @@ _releasing: set[threading.Thread] = set()  # captures whose probes are being det
 _releasing_lock = threading.Lock()
 
 
-def _release(session: int, target: Target, families: list[ProbeFamily], bpf: Any, background: bool) -> None:
+def _release(session: int, target: Target, families: list[ProbeFamily], bpf: Any, background: bool,
+             delivered: threading.Event | None = None) -> None:
     """Detaches every family's probes and frees the BPF program: in a thread of its own when the capture's
-    profile is built (its delivery need not wait for it), else at once."""
+    profile is built (its delivery need not wait for it), else at once. The thread starts detaching once
+    `delivered` is set (at most RELEASE_WAIT_S later): detaching is Python work under the GIL, and done while
+    the profile is converted and sent it slowed those (a ResNet-50 capture's probes take about a second)."""
 
     def run() -> None:
+        if delivered is not None:
+            delivered.wait(RELEASE_WAIT_S)
         t0 = time.monotonic()
         try:
             for fam in families:
@@ -182,6 +188,10 @@ class Capture:
         self.command = ""
         self._bpf: Any = None
         self.stop_requested = threading.Event()  # `deepctx stop`: end now, keep what was captured
+        # Set once the profile is in the client's hands (see _release); set from the start when no client
+        # waits for it (continuous mode): Attach clears it and sets it after its last message.
+        self.delivered = threading.Event()
+        self.delivered.set()
         self._wake: int | None = None  # a pipe's write end the capture loop polls: request_stop() wakes it
         self._wake_lock = threading.Lock()
         self.on_window = on_window  # continuous mode: gets every window's profile with its start and end
@@ -452,7 +462,7 @@ class Capture:
             self._bpf = None
             # Detaching takes about a second on a GPU process (uprobes on the CUDA libraries, perf events on
             # every CPU): once the profile is built it happens behind its delivery, not before it.
-            _release(self.id, target, self.families, bpf, background=built)
+            _release(self.id, target, self.families, bpf, background=built, delivered=self.delivered)
 
     def _cut_window(self, bpf: Any, target: Target, thread_names: dict[int, str], duration: float,
                     start_unix: float) -> None:

@@ -127,33 +127,42 @@ def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: Ca
         if not sampled:
             sampled = group
         times = apportion(sum(b.time_ns for b in group), [b.count for b in sampled])
+        # A group's buckets differ only in their call paths: the frames below the path are the group's.
+        reported = reported_api(first, names) if first.api_id == DEV_API_UNPROBED else None
+        if first.api_id == DEV_API_UNPROBED:  # taken in the agent's callback: CUPTI's and the runtime's frames go
+            trim, callee = _CALLBACK_MODULES, _in_callback
+        else:  # the API's own entry frame(s) go, as in gpu_tree
+            trim = api_module(gpu_apis.APIS[first.api_id])
+            callee = in_module(trim)
+        if reported is not None:
+            tail = [Frame("api", reported.display, module=api_module(reported)),
+                    reported_work_frame(reported, first, names)]
+        elif first.api_id == DEV_API_UNPROBED:
+            fn = names.get(first.fn_name, UNPROBED_API) if not first.flags & DEV_KEY_F_SAMPLED else UNPROBED_API
+            tail = [Frame("api", fn), record_frame(first, names)]
+        else:
+            api = gpu_apis.APIS[first.api_id]
+            tail = [Frame("api", api.display, module=api_module(api)), *work_frames(first, namer, names)]
+        leaves: dict[int, int] = {}  # caller node -> the tail's last node under it
         for b, t in zip(sampled, times, strict=True):
-            reported = reported_api(b, names) if first.api_id == DEV_API_UNPROBED else None
             if not t and not (reported is not None and b.count):
                 continue
-            if b.api_id == DEV_API_UNPROBED:  # taken in the agent's callback: CUPTI's and the runtime's frames go
-                base = caller_node(paths, resolver, origins, b, b.call_flags, _CALLBACK_MODULES,
-                                   lambda f: (f.module or "").startswith(_CALLBACK_MODULES))
-            else:  # the API's own entry frame(s) go, as in gpu_tree
-                lib = api_module(gpu_apis.APIS[b.api_id])
-                base = caller_node(paths, resolver, origins, b, b.call_flags, lib, in_module(lib))
+            base = caller_node(paths, resolver, origins, b, b.call_flags, trim, callee)
+            leaf = leaves.get(base)
+            if leaf is None:
+                leaf = leaves[base] = tree.node_for(tail, start=base)
             if reported is not None:
-                leaf = tree.node_for([Frame("api", reported.display, module=api_module(reported)),
-                                      reported_work_frame(reported, b, names)], start=base)
                 _add_reported_calls(tree, leaf, reported, b, stats)
-            elif first.api_id == DEV_API_UNPROBED:
-                fn = names.get(b.fn_name, UNPROBED_API) if not b.flags & DEV_KEY_F_SAMPLED else UNPROBED_API
-                leaf = tree.node_for([Frame("api", fn), record_frame(b, names)], start=base)
-            else:
-                api = gpu_apis.APIS[b.api_id]
-                leaf = tree.node_for([Frame("api", api.display, module=api_module(api)),
-                                      *work_frames(b, namer, names)], start=base)
             if t:
                 tree.add_at(leaf, "gpu_time_ns", t)
             stats["device_time_in_profile_ns"] += t
             if not b.call_flags & GPU_KEY_F_SAMPLED:
                 stats["device_time_without_call_path_ns"] += t
     return stats
+
+
+def _in_callback(f: Frame) -> bool:
+    return (f.module or "").startswith(_CALLBACK_MODULES)
 
 
 def reported_api(b: DeviceBucket, names: dict[int, str]) -> gpu_apis.Api | None:

@@ -193,8 +193,12 @@ def caller_node(paths: PathNodes, resolver: CallPathResolver, origins: Origins, 
                                   b.origin_node, path)
         return path
 
-    key = (b.tid, b.user_stack, b.py_stack, flags & (GPU_KEY_F_SAMPLED | GPU_KEY_F_STACK_LOST), trim, b.origin_tid,
-           b.origin_user_stack, b.origin_py_stack, b.origin_label, b.origin_node)
+    # keyed by stacks as resolved (stack_key), not as stored: ids that name the same frames share a node
+    stacks = (resolver.stack_key(b.user_stack, b.py_stack, bool(flags & GPU_KEY_F_STACK_LOST))
+              if flags & GPU_KEY_F_SAMPLED else (0, 0))
+    origin = resolver.stack_key(b.origin_user_stack, b.origin_py_stack, not b.origin_user_stack) if b.origin_tid else (0, 0)
+    key = (b.tid, *stacks, flags & (GPU_KEY_F_SAMPLED | GPU_KEY_F_STACK_LOST), trim, b.origin_tid, *origin,
+           b.origin_label, b.origin_node)
     return paths.node(key, frames)
 
 

@@ -181,6 +181,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         events: queue.Queue[Any] = queue.Queue()
         cancelled = threading.Event()
         context.add_callback(cancelled.set)
+        cap.delivered.clear()  # the probes are detached once the profile is sent (or the request ends)
 
         def work() -> None:
             try:
@@ -224,6 +225,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
             log.exception("capture crashed", extra={"session": cap.id, "pid": cap.pid})
             context.abort(grpc.StatusCode.INTERNAL, f"capture of process {cap.pid} failed: {type(e).__name__}: {e}")
         finally:
+            cap.delivered.set()
             cancelled.set()
             worker.join()
             with self._lock:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from deepctx.daemon.procfs import ProcessMemory
 from deepctx.daemon.python.discovery import Interpreter
@@ -43,6 +44,8 @@ class CodeReader:
         self.interp = interp
         self._cache: dict[tuple[int, int], CodeInfo | None] = {}
         self._sources: dict[str, dict[tuple[str, int], str]] = {}
+        # stacks.symbolize_stack's frames by raw frame (code, tag, lasti, flags): stacks share most frames
+        self.symbolized: dict[tuple[int, int, int, int], Any] = {}
 
     def cached(self, addr: int, tag: int) -> bool:
         return (addr, tag) in self._cache

@@ -17,6 +17,7 @@ PYFRAME_F_ENTRY = 1 << 0
 PYFRAME_F_GENERATOR = 1 << 1
 
 UNKNOWN = "[unknown]"
+_MISSING = object()
 
 
 class RawFrame(NamedTuple):
@@ -51,7 +52,14 @@ def symbolize_frame(codes: CodeReader, raw: RawFrame) -> PyFrameInfo | None:
 
 def symbolize_stack(codes: CodeReader, raw: RawStack) -> list[PyFrameInfo]:
     """Outermost first; a TRUNCATED marker stands first for frames the walker could not reach."""
-    out = [f for f in (symbolize_frame(codes, r) for r in reversed(raw.frames)) if f is not None]
+    cache = codes.symbolized  # a raw frame names the same line for as long as its code object's tag holds
+    out = []
+    for r in reversed(raw.frames):
+        f = cache.get(r, _MISSING)
+        if f is _MISSING:
+            f = cache[r] = symbolize_frame(codes, r)
+        if f is not None:
+            out.append(f)
     if raw.flags & (PYSTACK_F_TRUNCATED | PYSTACK_F_READ_ERROR):
         out.insert(0, PyFrameInfo(TRUNCATED, True))
     return out

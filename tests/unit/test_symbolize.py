@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import subprocess
+import types
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,54 @@ def test_stack_is_cut_where_the_walk_left_executable_memory(libknown: Path) -> N
     frames = sym.symbolize_stack(pid, AddressSpace([*read_maps(pid), jit]), [beta, 0x6000_0101])
     assert [f.name for f in frames] == ["[anon]+0x100", "known_beta"]
     assert sym.stacks_cut == 2
+
+
+def test_stack_ids_that_resolve_alike_share_one_path_and_one_tree_walk(libknown: Path) -> None:
+    """Ids whose walks differ only past the cut (garbage, new at every call) or whose Python stacks name
+    the same lines stand for one stack: one path built, one caller node walked; a different stack stays
+    apart."""
+    from deepctx.daemon.callpaths import CallPathResolver
+    from deepctx.daemon.frames import UNWIND_LOST, Frame
+    from deepctx.daemon.gpu_tree import caller_node
+    from deepctx.daemon.origins import Origins
+    from deepctx.daemon.python.pyframe import PyFrameInfo
+    from deepctx.daemon.tree import CallTree, PathNodes
+    from deepctx.probes.gpu_api import GPU_KEY_F_SAMPLED
+
+    lib = ctypes.CDLL(str(libknown))
+    pid = __import__("os").getpid()
+    beta = ctypes.cast(lib.known_beta, ctypes.c_void_p).value
+    alpha = ctypes.cast(lib.known_alpha, ctypes.c_void_p).value
+    heap = Mapping(0x5000_0000, 0x5010_0000, "rw-p", 0, "00:00", 0, "")
+    space = AddressSpace([*read_maps(pid), heap])
+    stacks = {1: [beta, alpha + 5, 0x5000_1234, 0x10], 2: [beta, alpha + 5, 0x5000_9990, 0x77],
+              3: [beta, alpha + 3, 0x5000_4444], 4: [alpha + 5]}
+    line = {7: PyFrameInfo(Frame("python", "step", file="train.py", line=7), True)}
+    py = {70: [line[7]], 71: [line[7]], 80: [PyFrameInfo(Frame("python", "step", file="train.py", line=8), True)]}
+    reads: list[int] = []
+
+    def read_stack(sid: int) -> tuple[list[int], bool]:
+        reads.append(sid)
+        return stacks[sid], False
+
+    r = CallPathResolver(pid, space, read_stack, NativeSymbolizer(SymbolCache()), {5: "main"},
+                         read_python=lambda sid: py[sid])
+    assert r.stack_key(2, 71, False) == (2, 71)  # first seen: stands for itself
+    assert r.stack_key(1, 70, False) == (2, 71)
+    assert r.stack_key(3, 70, False) == (2, 71)  # alpha+3 and alpha+5 are both in known_alpha
+    assert r.stack_key(4, 80, False) == (4, 80)
+    assert r.stack_key(1, 0, True) == (0, 0)  # a lost stack reads nothing
+    assert sorted(reads) == [1, 2, 3, 4]
+    names = [f.name for f in r.path(5, 1, 70, False)]
+    assert names == ["main", "step", UNWIND_LOST.name, "known_alpha", "known_beta"]  # no interpreter frames: Python outermost
+    assert r.path(5, 2, 71, False) == r.path(5, 1, 70, False)
+    tree, paths, walks = CallTree("t"), None, []
+
+    def node(sid: int, py_sid: int) -> int:
+        b = types.SimpleNamespace(tid=5, user_stack=sid, py_stack=py_sid, origin_tid=0, origin_user_stack=0,
+                                  origin_py_stack=0, origin_label=0, origin_node=0)
+        return caller_node(paths, r, Origins(), b, GPU_KEY_F_SAMPLED, "lib", lambda f: walks.append(f) and False)
+
+    paths = PathNodes(tree)
+    assert node(1, 70) == node(2, 71) == node(3, 70) != node(4, 80)
+    assert len(walks) == 2  # the callee test ran on the innermost frame of two paths, not of four

@@ -48,6 +48,9 @@ class Resolver:
     def path(self, tid: int, user_stack: int, py_stack: int, lost: bool = False) -> list[Frame]:
         return [self.thread(tid), LINE[py_stack]]
 
+    def stack_key(self, user_stack: int, py_stack: int, lost: bool) -> tuple[int, int]:
+        return user_stack, py_stack
+
 
 class Namer(KernelNamer):
     def __init__(self, names: dict[tuple[int, int], str]) -> None:

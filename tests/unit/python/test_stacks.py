@@ -31,8 +31,11 @@ def info(name: str, first: int, firsttraceable: int | None = 2) -> CodeInfo:
 class FakeCodes:
     def __init__(self) -> None:
         self.objects = {(0x100, 1): info("main", 10), (0x200, 2): info("Model.step", 20), (0x300, 3): info("loss", 30)}
+        self.symbolized: dict = {}
+        self.reads = 0
 
     def get(self, addr: int, tag: int) -> CodeInfo | None:
+        self.reads += 1
         return self.objects.get((addr, tag))
 
 
@@ -48,6 +51,17 @@ def test_outermost_first_with_lines_and_entries() -> None:
         PyFrameInfo(Frame("python", "Model.step", "/app/train.py", 21, "train"), True),
         PyFrameInfo(Frame("python", "loss", "/app/train.py", 32, "train"), False),
     ]
+
+
+def test_a_frame_shared_by_stacks_is_symbolized_once() -> None:
+    """Stacks share most of their frames (the outer ones): each raw frame is named once per process, while
+    one more instruction offset in the same code is named on its own (another line)."""
+    codes = FakeCodes()
+    outer = [RawFrame(0x200, 2, 2, PYFRAME_F_ENTRY), RawFrame(0x100, 1, 7, PYFRAME_F_ENTRY)]
+    a = symbolize_stack(codes, RawStack(0, [RawFrame(0x300, 3, 2, 0), *outer]))  # type: ignore[arg-type]
+    b = symbolize_stack(codes, RawStack(0, [RawFrame(0x300, 3, 5, 0), *outer]))  # type: ignore[arg-type]
+    assert [f.frame.line for f in a] == [12, 21, 31] and [f.frame.line for f in b] == [12, 21, 32]
+    assert codes.reads == 4 and len(codes.symbolized) == 4
 
 
 def test_incomplete_frame_is_hidden_unless_it_starts_an_activation() -> None:
