@@ -561,15 +561,17 @@ class Capture:
         mode = ""
         gpu = fams.get("gpu")
         dev = fams.get("device")
-        view = DeviceView.read(dev, bpf, target.pid) if dev is not None else None
+        gpu_paths = (resolver(lambda sid: gpu.user_stack(bpf, sid), dwarf=gpu.dwarf_stacks,
+                              native_cache=self._gpu_frames) if gpu is not None else None)
+        # the device buckets carry the GPU probes' stack ids: merged where they resolve alike as they are read
+        view = (DeviceView.read(dev, bpf, target.pid, gpu_paths.stack_key if gpu_paths is not None else None)
+                if dev is not None else None)
         if view is not None and self.gpu_probed_s is not None and dev is not None and dev.can_pause:
             # the agent reported only while attached, as the GPU API probes: scaled up to the window alike
             view = view.scaled(duration / self.gpu_probed_s if self.gpu_probed_s > 0 else 0.0)
         trace: list[dict[str, Any]] = []
-        if gpu is not None:
+        if gpu is not None and gpu_paths is not None:
             mode = gpu.mode
-            gpu_paths = resolver(lambda sid: gpu.user_stack(bpf, sid), dwarf=gpu.dwarf_stacks,
-                                 native_cache=self._gpu_frames)
             handle_names = {**(view.kernel_names() if view else {}), **gpu.function_names(bpf)}
             namer = KernelNamer(target.pid, target.space, native, handle_names, gpu.handle_strings(bpf))
             libs = library_basenames(target.space)

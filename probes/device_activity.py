@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes as ct
 import logging
 import os
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -90,6 +91,23 @@ class DevKey(ct.Structure):
 
 class DevVal(ct.Structure):
     _fields_ = [("count", ct.c_uint64), ("time_ns", ct.c_uint64), ("bytes", ct.c_uint64), ("api_time_ns", ct.c_uint64)]
+
+
+# DevKey and DevVal as struct formats, field by field: one unpack per entry instead of an attribute read per
+# field (ctypes builds an object for every nested struct and array it hands out)
+DEV_KEY_FORMAT = struct.Struct("<IIQQQQ3I3IIHBBQQIHHQ" "QQIBBH")  # GpuKey, then the record's fields
+DEV_VAL_FORMAT = struct.Struct("<4Q")
+
+
+def bucket_of(key: bytes, val: bytes) -> DeviceBucket:
+    """A counts map entry (its key's and value's bytes) as a bucket."""
+    (pid, tid, user_stack, py_stack, obj, stream, g0, g1, g2, b0, b1, b2, shared_mem, api_id, api_kind, call_flags,
+     origin_user_stack, origin_py_stack, origin_tid, origin_label, _pad, origin_node,
+     name, fn_name, device, kind, copy_kind, flags) = DEV_KEY_FORMAT.unpack(key)
+    count, time_ns, nbytes, api_time_ns = DEV_VAL_FORMAT.unpack(val)
+    return DeviceBucket(pid, tid, user_stack, py_stack, api_id, obj, stream, (g0, g1, g2), (b0, b1, b2), shared_mem,
+                        api_kind, call_flags, name, fn_name, device, kind, copy_kind, flags, count, time_ns, nbytes,
+                        origin_tid, origin_user_stack, origin_py_stack, origin_label, origin_node, api_time_ns)
 
 
 class DevNameKey(ct.Structure):
@@ -514,16 +532,11 @@ class DeviceActivity:
             bpf.ring_buffer_consume()
 
     def buckets(self, bpf: Any) -> list[DeviceBucket]:
-        out = []
-        for k, v in items(bpf["dev_counts"]):
-            c = k.call
-            out.append(DeviceBucket(c.pid, c.tid, c.user_stack, c.py_stack, c.api_id, c.object, c.stream,
-                                    (c.grid[0], c.grid[1], c.grid[2]), (c.block[0], c.block[1], c.block[2]),
-                                    c.shared_mem, c.kind, c.flags, k.name, k.fn_name, k.device, k.kind,
-                                    k.copy_kind, k.flags, v.count, v.time_ns, v.bytes, c.origin_tid,
-                                    c.origin_user_stack, c.origin_py_stack, c.origin_label, c.origin_node,
-                                    v.api_time_ns))
-        return out
+        return [bucket_of(bytes(k), bytes(v)) for k, v in items(bpf["dev_counts"])]
+
+    def raw_counts(self, bpf: Any) -> list[tuple[Any, Any]]:
+        """The counts map's raw (DevKey, DevVal) entries (for readers that merge them before decoding)."""
+        return items(bpf["dev_counts"])
 
     def names(self, bpf: Any, pid: int, want: set[int] | None = None) -> dict[int, str]:
         """Name id -> name: kernels (CUPTI's name, mangled as the compiler made it) and CUPTI's function

@@ -50,3 +50,24 @@ def test_the_injector_knows_the_agents_codes() -> None:
     assert agent.DEV_AGENT_E_PENDING == da.DEV_AGENT_E_PENDING
     assert set(agent._MESSAGES) == {da.DEV_AGENT_E_NO_CUDA, da.DEV_AGENT_E_NO_CUPTI, da.DEV_AGENT_E_BUSY,
                                     da.DEV_AGENT_E_CUPTI}
+
+
+def test_the_counts_struct_formats_decode_every_field_where_ctypes_reads_it() -> None:
+    """bucket_of unpacks a counts entry with DEV_KEY_FORMAT / DEV_VAL_FORMAT: every field set to its own
+    value, the bucket must hold what the ctypes mirrors (checked against the header above) read."""
+    import ctypes as ct
+
+    k, v, n = da.DevKey(), da.DevVal(), iter(range(1, 100))
+    for struct_, fields in ((k.call, da.GpuKey._fields_), (k, da.DevKey._fields_[1:]), (v, da.DevVal._fields_)):
+        for name, ctype in fields:
+            if issubclass(ctype, ct.Array):
+                getattr(struct_, name)[:] = [next(n) for _ in range(ctype._length_)]
+            else:
+                setattr(struct_, name, next(n))
+    c = k.call
+    want = da.DeviceBucket(c.pid, c.tid, c.user_stack, c.py_stack, c.api_id, c.object, c.stream, tuple(c.grid),
+                           tuple(c.block), c.shared_mem, c.kind, c.flags, k.name, k.fn_name, k.device, k.kind,
+                           k.copy_kind, k.flags, v.count, v.time_ns, v.bytes, c.origin_tid, c.origin_user_stack,
+                           c.origin_py_stack, c.origin_label, c.origin_node, v.api_time_ns)
+    assert da.bucket_of(bytes(k), bytes(v)) == want
+    assert da.DEV_KEY_FORMAT.size == ct.sizeof(da.DevKey) and da.DEV_VAL_FORMAT.size == ct.sizeof(da.DevVal)

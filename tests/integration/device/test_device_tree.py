@@ -9,6 +9,7 @@ from deepctx.daemon.device_tree import (
     UNPROBED_API,
     DeviceView,
     add_device_buckets,
+    coalesced,
     cupti_kernel_names,
     device_warnings,
 )
@@ -28,9 +29,11 @@ from deepctx.probes.device_activity import (
     DEV_KIND_MEMCPY,
     DEV_KIND_SYNC,
     DeviceBucket,
+    DevKey,
+    DevVal,
     TraceEvent,
 )
-from deepctx.probes.gpu_api import GPU_KEY_F_SAMPLED
+from deepctx.probes.gpu_api import GPU_KEY_F_SAMPLED, GPU_KEY_F_STACK_LOST
 
 LAUNCH = next(i for i, a in enumerate(gpu_apis.APIS) if a.symbol == "cudaLaunchKernel")
 GRAPH = next(i for i, a in enumerate(gpu_apis.APIS) if a.symbol == "cudaGraphLaunch")
@@ -192,3 +195,40 @@ def test_trace_part_fields_order_and_clock() -> None:
          "correlation": 10, "bytes": 64, "graph_node": 0, "tid": 5},
     ]
     assert totals_by_kernel(trace) == {"gemm(float*)": 100}
+
+
+def entry(pid: int = 1, stacks: tuple[int, int] = (5, 50), flags: int = GPU_KEY_F_SAMPLED, name: int = 0x1000,
+          origin: tuple[int, int, int] = (0, 0, 0), count: int = 1, time_ns: int = 100) -> tuple[DevKey, DevVal]:
+    k = DevKey()
+    k.call.pid, k.call.tid, (k.call.user_stack, k.call.py_stack), k.call.flags = pid, 7, stacks, flags
+    k.call.origin_tid, k.call.origin_user_stack, k.call.origin_py_stack = origin
+    k.call.api_id, k.name, k.kind = LAUNCH, name, DEV_KIND_KERNEL
+    return k, DevVal(count, time_ns, 0, 3)
+
+
+def test_buckets_whose_stacks_resolve_alike_are_merged_as_they_are_read() -> None:
+    """Native ids 5 and 6 (and Python 50, 51) name the same frames, 9 others: entries differing only there
+    become one bucket with their sums; other kernels, other stacks, other processes and calls without a
+    captured path (whose ids are not looked up) stay apart; an origin's stacks are merged alike."""
+    asked: list[tuple[int, int, bool]] = []
+
+    def stack_key(native: int, python: int, lost: bool) -> tuple[int, int]:
+        asked.append((native, python, lost))
+        return (0 if lost else 5 if native in (5, 6) else native), (50 if python in (50, 51) else python)
+
+    entries = [entry(), entry(stacks=(6, 51), count=2, time_ns=300), entry(stacks=(9, 50)), entry(name=0x2000),
+               entry(pid=2), entry(stacks=(8, 51), flags=0, count=4),
+               entry(stacks=(6, 50), flags=GPU_KEY_F_SAMPLED | GPU_KEY_F_STACK_LOST),
+               entry(stacks=(9, 0), origin=(3, 6, 51)), entry(stacks=(9, 0), origin=(3, 5, 50), count=5)]
+    got = {(b.user_stack, b.py_stack, b.call_flags, b.name, b.origin_user_stack, b.origin_py_stack):
+           (b.count, b.time_ns, b.api_time_ns) for b in coalesced(entries, 1, stack_key)}
+    assert got == {
+        (5, 50, GPU_KEY_F_SAMPLED, 0x1000, 0, 0): (3, 400, 6),  # (5, 50) and (6, 51) merged
+        (9, 50, GPU_KEY_F_SAMPLED, 0x1000, 0, 0): (1, 100, 3),
+        (5, 50, GPU_KEY_F_SAMPLED, 0x2000, 0, 0): (1, 100, 3),
+        (8, 51, 0, 0x1000, 0, 0): (4, 100, 3),  # no captured path: its ids kept as they are
+        (0, 50, GPU_KEY_F_SAMPLED | GPU_KEY_F_STACK_LOST, 0x1000, 0, 0): (1, 100, 3),  # lost: no native stack
+        (9, 0, GPU_KEY_F_SAMPLED, 0x1000, 5, 50): (6, 200, 6),  # origins (6, 51) and (5, 50) merged
+    }
+    assert (8, 51, False) not in asked and (6, 50, True) in asked
+    assert asked.count((6, 51, False)) == 2  # as a caller's stacks, then as an origin's
