@@ -182,6 +182,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         cancelled = threading.Event()
         context.add_callback(cancelled.set)
         cap.delivered.clear()  # the probes are detached once the profile is sent (or the request ends)
+        finished: pb.Profile | None = None
 
         def work() -> None:
             try:
@@ -213,10 +214,8 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
                 log.info("capture finished", extra={"session": cap.id, "pid": cap.pid, "ended": item.ended,
                                                     "samples": stats.get("cpu_samples", 0),
                                                     "message_s": round(time.monotonic() - t_msg, 3)})
-                try:
-                    yield pb.AttachEvent(profile=msg)
-                finally:  # after the send: the metrics' walk over every node is no part of the profile's delay
-                    observe_capture(self.process_totals, msg)
+                finished = msg  # its metrics are taken after the send (a walk over every node)
+                yield pb.AttachEvent(profile=msg)
                 return
         except RequestError as e:
             self.totals["captures_failed"] += 1
@@ -232,6 +231,8 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
             worker.join()
             with self._lock:
                 self._sessions.pop(cap.id, None)
+            if finished is not None:  # the client has it (or left once it came: the CLI does not wait for the end)
+                observe_capture(self.process_totals, finished)
             _release_free_memory()
 
     def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.StatusReply:

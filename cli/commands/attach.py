@@ -87,8 +87,9 @@ def capture(stub: object, req: pb.AttachRequest, socket: str, show_progress: boo
                     p = ev.progress
                     progress.update(task, completed=p.elapsed_s, samples=p.samples,
                                     description=f"pid {req.pid}: {p.message}")
-                else:
+                else:  # the last event: what the daemon does after it (metrics, freeing memory) is not waited for
                     profile = ev.profile
+                    break
     except grpc.RpcError as e:
         raise rpc_error(e, socket) from None
     except KeyboardInterrupt:
