@@ -8,7 +8,7 @@
   - `deepctx run` profiles a command from its first kernel;
   - the trace export (`--trace`) read by Holistic Trace Analysis: its kernel breakdown matches deepctx's
     totals within 1% (skipped without the `hta` package; the profile is saved to $DEEPCTX_ARTIFACTS, and
-    `cd tests && python gpu/test_device_activity.py hta DIR` checks it elsewhere; a recorded one is checked in
+    `cd tests && python -m gpu.test_device_activity hta DIR` checks it elsewhere; a recorded one is checked in
     CI by views/test_consumers.py).
 
 The targets are written here, next to the assertions that read their lines. The agent is built from
@@ -306,9 +306,9 @@ def check_hta(doc: dict, trace_dir: Path) -> None:
     assert abs(tree_ns - ours) <= 0.01 * ours
 
 
-if __name__ == "__main__":  # cd tests && python gpu/test_device_activity.py hta DIR (artifacts of a GPU run)
+if __name__ == "__main__":  # cd tests && python -m gpu.test_device_activity hta DIR (artifacts of a GPU run)
     if len(sys.argv) != 3 or sys.argv[1] != "hta":
-        sys.exit("usage: test_device_activity.py hta ARTIFACTS_DIR")
+        sys.exit("usage: python -m gpu.test_device_activity hta ARTIFACTS_DIR (from tests/)")
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
