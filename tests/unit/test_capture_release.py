@@ -47,6 +47,28 @@ def test_a_built_profile_does_not_wait_for_its_probes_to_detach() -> None:
     assert not capture._releasing
 
 
+def test_probes_detach_once_the_profile_is_delivered() -> None:
+    """The release thread waits for the capture's `delivered` event: each detach sees it set (a detach that
+    ran during the send would see it clear: it is set only below, after the release has started)."""
+    calls: list[str] = []
+    go, delivered = threading.Event(), threading.Event()
+    go.set()
+    seen: list[bool] = []
+
+    class Family(FakeFamily):
+        def detach(self, bpf: object, target: Target) -> None:
+            seen.append(delivered.is_set())
+            super().detach(bpf, target)
+
+    fams = [Family("gpu", calls, go), Family("cpu", calls, go)]
+    _release(9, Target(77, None, None), fams, FakeBpf(calls), background=True,  # type: ignore[arg-type]
+             delivered=delivered)
+    assert wait_released(0.05) is False and calls == []
+    delivered.set()
+    assert wait_released(10) is True
+    assert seen == [True, True] and calls == ["gpu detach 77", "cpu detach 77", "cleanup"]
+
+
 def test_a_failed_capture_detaches_before_returning_and_a_failing_family_does_not_stop_the_rest() -> None:
     calls: list[str] = []
     go = threading.Event()

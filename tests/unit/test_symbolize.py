@@ -119,17 +119,23 @@ def test_stack_uses_call_site_for_return_addresses(libknown: Path) -> None:
     assert alpha < beta
 
 
+def known_with_heap(libknown: Path) -> tuple[int, int, int, AddressSpace]:
+    """(this pid, known_alpha's and known_beta's addresses, this process's space plus a heap at 0x5000_0000)."""
+    lib = ctypes.CDLL(str(libknown))
+    pid = __import__("os").getpid()
+    beta = ctypes.cast(lib.known_beta, ctypes.c_void_p).value
+    alpha = ctypes.cast(lib.known_alpha, ctypes.c_void_p).value
+    assert alpha is not None and beta is not None
+    heap = Mapping(0x5000_0000, 0x5010_0000, "rw-p", 0, "00:00", 0, "")
+    return pid, alpha, beta, AddressSpace([*read_maps(pid), heap])
+
+
 def test_stack_is_cut_where_the_walk_left_executable_memory(libknown: Path) -> None:
     """A return address in the heap (or in no mapping) is a stack slot a frame-pointer walk misread: it
     and every frame beyond it become one UNWIND_LOST frame, counted; the real inner frames stay."""
     from deepctx.daemon.frames import UNWIND_LOST
 
-    lib = ctypes.CDLL(str(libknown))
-    pid = __import__("os").getpid()
-    beta = ctypes.cast(lib.known_beta, ctypes.c_void_p).value
-    alpha = ctypes.cast(lib.known_alpha, ctypes.c_void_p).value
-    heap = Mapping(0x5000_0000, 0x5010_0000, "rw-p", 0, "00:00", 0, "")
-    space = AddressSpace([*read_maps(pid), heap])
+    pid, alpha, beta, space = known_with_heap(libknown)
     sym = NativeSymbolizer(SymbolCache())
     # leaf, a real caller, a heap "return address", then more garbage in code and outside any mapping
     frames = sym.symbolize_stack(pid, space, [beta, alpha + 5, 0x5000_1234, beta + 1, 0x10])
@@ -156,12 +162,7 @@ def test_stack_ids_that_resolve_alike_share_one_path_and_one_tree_walk(libknown:
     from deepctx.daemon.tree import CallTree, PathNodes
     from deepctx.probes.gpu_api import GPU_KEY_F_SAMPLED
 
-    lib = ctypes.CDLL(str(libknown))
-    pid = __import__("os").getpid()
-    beta = ctypes.cast(lib.known_beta, ctypes.c_void_p).value
-    alpha = ctypes.cast(lib.known_alpha, ctypes.c_void_p).value
-    heap = Mapping(0x5000_0000, 0x5010_0000, "rw-p", 0, "00:00", 0, "")
-    space = AddressSpace([*read_maps(pid), heap])
+    pid, alpha, beta, space = known_with_heap(libknown)
     stacks = {1: [beta, alpha + 5, 0x5000_1234, 0x10], 2: [beta, alpha + 5, 0x5000_9990, 0x77],
               3: [beta, alpha + 3, 0x5000_4444], 4: [alpha + 5]}
     line = {7: PyFrameInfo(Frame("python", "step", file="train.py", line=7), True)}
