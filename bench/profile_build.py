@@ -28,8 +28,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "integration" / "device")]
 
+from device_paths import AGENT, MOCKS, cupti_mocks_built, make_agents_and_mocks  # noqa: E402
 from gpu_overhead import doc_nodes  # noqa: E402
 from harness import DEEPCTX, StdinTarget, session_of, start_daemon, stop_daemon, wait_for  # noqa: E402
 from targets.gpu.many_sites import device_source, source  # noqa: E402
@@ -48,13 +49,11 @@ def cuda_runtime() -> str:
 
 
 def mock_cuda() -> tuple[Path, Path]:
-    """(the CUPTI agent, the mock CUDA libraries' folder), built with make."""
-    for folder in (REPO / "native", REPO / "tests" / "mocks"):
-        subprocess.run(["make", "-s", "-C", str(folder), f"PYTHON={sys.executable}"], check=True)
-    agent, mocks = REPO / "native" / "build" / "libdeepctx_cupti.so", REPO / "tests" / "mocks" / "build" / "lib"
-    if not agent.exists() or not (mocks / "libcupti.so.13").exists():
+    """(the CUPTI agent, the mock CUDA libraries' folder), built as the device tests build them."""
+    make_agents_and_mocks()
+    if not cupti_mocks_built():
         raise SystemExit("the CUPTI agent and the mocks need CUPTI's headers (pip install nvidia-cuda-cupti)")
-    return agent, mocks
+    return AGENT, MOCKS
 
 
 def main() -> int:

@@ -201,7 +201,7 @@ def _add_reported_calls(tree: CallTree, node: int, api: gpu_apis.Api, b: DeviceB
     stats["device_calls_reported_by_agent"] += b.count
 
 
-_PID = struct.Struct("<I")
+_U32 = struct.Struct("<I")
 _STACKS = struct.Struct("<QQ")  # (native, Python) stack ids, adjacent in GpuKey for the caller and the origin
 _CALL_STACKS, _ORIGIN_STACKS = GpuKey.user_stack.offset, GpuKey.origin_user_stack.offset
 _CALL_FLAGS, _ORIGIN_TID = GpuKey.flags.offset, GpuKey.origin_tid.offset
@@ -219,7 +219,7 @@ def coalesced(entries: list[tuple[Any, Any]], pid: int,
     merged: dict[bytes, list[int]] = {}
     for k, v in entries:
         kb = bytes(k)
-        if _PID.unpack_from(kb, 0)[0] != pid:
+        if _U32.unpack_from(kb, 0)[0] != pid:
             continue
         flags = kb[_CALL_FLAGS]
         if flags & GPU_KEY_F_SAMPLED:
@@ -227,7 +227,7 @@ def coalesced(entries: list[tuple[Any, Any]], pid: int,
             canon = stack_key(ids[0], ids[1], bool(flags & GPU_KEY_F_STACK_LOST))
             if canon != ids:
                 kb = kb[:_CALL_STACKS] + _STACKS.pack(*canon) + kb[_CALL_STACKS + 16:]
-        if _PID.unpack_from(kb, _ORIGIN_TID)[0]:
+        if _U32.unpack_from(kb, _ORIGIN_TID)[0]:
             ids = _STACKS.unpack_from(kb, _ORIGIN_STACKS)
             canon = stack_key(ids[0], ids[1], not ids[0])
             if canon != ids:
@@ -239,7 +239,7 @@ def coalesced(entries: list[tuple[Any, Any]], pid: int,
         else:
             for i, x in enumerate(vals):
                 acc[i] += x
-    return [bucket_of(kb, DEV_VAL_FORMAT.pack(*acc)) for kb, acc in merged.items()]
+    return [bucket_of(kb, acc) for kb, acc in merged.items()]
 
 
 @dataclass

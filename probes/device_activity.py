@@ -8,7 +8,7 @@ import logging
 import os
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,12 +99,12 @@ DEV_KEY_FORMAT = struct.Struct("<IIQQQQ3I3IIHBBQQIHHQ" "QQIBBH")  # GpuKey, then
 DEV_VAL_FORMAT = struct.Struct("<4Q")
 
 
-def bucket_of(key: bytes, val: bytes) -> DeviceBucket:
-    """A counts map entry (its key's and value's bytes) as a bucket."""
+def bucket_of(key: bytes, val: Sequence[int]) -> DeviceBucket:
+    """A counts map entry as a bucket: its key's bytes and its value's fields (DEV_VAL_FORMAT.unpack)."""
     (pid, tid, user_stack, py_stack, obj, stream, g0, g1, g2, b0, b1, b2, shared_mem, api_id, api_kind, call_flags,
      origin_user_stack, origin_py_stack, origin_tid, origin_label, _pad, origin_node,
      name, fn_name, device, kind, copy_kind, flags) = DEV_KEY_FORMAT.unpack(key)
-    count, time_ns, nbytes, api_time_ns = DEV_VAL_FORMAT.unpack(val)
+    count, time_ns, nbytes, api_time_ns = val
     return DeviceBucket(pid, tid, user_stack, py_stack, api_id, obj, stream, (g0, g1, g2), (b0, b1, b2), shared_mem,
                         api_kind, call_flags, name, fn_name, device, kind, copy_kind, flags, count, time_ns, nbytes,
                         origin_tid, origin_user_stack, origin_py_stack, origin_label, origin_node, api_time_ns)
@@ -532,7 +532,7 @@ class DeviceActivity:
             bpf.ring_buffer_consume()
 
     def buckets(self, bpf: Any) -> list[DeviceBucket]:
-        return [bucket_of(bytes(k), bytes(v)) for k, v in items(bpf["dev_counts"])]
+        return [bucket_of(bytes(k), DEV_VAL_FORMAT.unpack(bytes(v))) for k, v in items(bpf["dev_counts"])]
 
     def raw_counts(self, bpf: Any) -> list[tuple[Any, Any]]:
         """The counts map's raw (DevKey, DevVal) entries (for readers that merge them before decoding)."""

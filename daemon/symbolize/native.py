@@ -61,16 +61,13 @@ def module_name(m: Mapping | None) -> str:
     return os.path.basename(m.path.removesuffix(" (deleted)"))
 
 
-_UNSEEN = object()
-
-
 class NativeSymbolizer:
     """One per capture: frames are cached by address, since thousands of stacks share their frames."""
 
     def __init__(self, cache: SymbolCache) -> None:
         self.cache = cache
         self._frames: dict[tuple[int, int], Frame] = {}
-        self._callers: dict[tuple[int, int], Frame | None] = {}  # return address - 1 -> frame, None: not code
+        self._not_code: set[tuple[int, int]] = set()  # return addresses - 1 found outside executable memory
         self.stacks_cut = 0  # native stacks whose walk left executable memory (see symbolize_stack)
 
     def symbolize(self, pid: int, space: AddressSpace, addr: int) -> Frame:
@@ -105,16 +102,17 @@ class NativeSymbolizer:
         make no path anyone can read and thousands of one-off branches: one UNWIND_LOST frame stands for
         them (counted in `stacks_cut`)."""
         frames = [self.symbolize(pid, space, ips_leaf_first[0])] if ips_leaf_first else []
-        callers = self._callers
+        known, not_code = self._frames, self._not_code
         for ip in ips_leaf_first[1:]:
             key = (pid, ip - 1)
-            frame = callers.get(key, _UNSEEN)
-            if frame is _UNSEEN:  # one lookup per distinct return address, in code or not
-                frame = callers[key] = self.symbolize(pid, space, ip - 1) if self._in_code(space, ip - 1) else None
+            frame = known.get(key)  # a symbolized address is code: one lookup per return address seen before
             if frame is None:
-                frames.append(UNWIND_LOST)
-                self.stacks_cut += 1
-                break
+                if key in not_code or not self._in_code(space, ip - 1):
+                    not_code.add(key)
+                    frames.append(UNWIND_LOST)
+                    self.stacks_cut += 1
+                    break
+                frame = self.symbolize(pid, space, ip - 1)
             frames.append(frame)
         frames.reverse()
         return frames

@@ -184,13 +184,12 @@ def test_stack_ids_that_resolve_alike_share_one_path_and_one_tree_walk(libknown:
     names = [f.name for f in r.path(5, 1, 70, False)]
     assert names == ["main", "step", UNWIND_LOST.name, "known_alpha", "known_beta"]  # no interpreter frames: Python outermost
     assert r.path(5, 2, 71, False) == r.path(5, 1, 70, False)
-    tree, paths, walks = CallTree("t"), None, []
+    paths, walks = PathNodes(CallTree("t")), []
 
     def node(sid: int, py_sid: int) -> int:
         b = types.SimpleNamespace(tid=5, user_stack=sid, py_stack=py_sid, origin_tid=0, origin_user_stack=0,
                                   origin_py_stack=0, origin_label=0, origin_node=0)
         return caller_node(paths, r, Origins(), b, GPU_KEY_F_SAMPLED, "lib", lambda f: walks.append(f) and False)
 
-    paths = PathNodes(tree)
     assert node(1, 70) == node(2, 71) == node(3, 70) != node(4, 80)
     assert len(walks) == 2  # the callee test ran on the innermost frame of two paths, not of four

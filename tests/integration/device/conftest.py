@@ -4,20 +4,17 @@ real rocprofiler-sdk agent driven by the mock HIP runtime and rocprofiler-sdk (b
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from device_paths import AGENT, MOCKS, REPO, ROCPROF_AGENT
+from device_paths import AGENT, MOCKS, ROCPROF_AGENT, cupti_mocks_built, make_agents_and_mocks
 
 
 @pytest.fixture(scope="session")
 def built() -> tuple[Path, Path]:
     """(agent, mock library folder), built with make."""
-    for folder in (REPO / "native", REPO / "tests" / "mocks"):
-        subprocess.run(["make", "-s", "-C", str(folder), f"PYTHON={sys.executable}"], check=True)
-    if not AGENT.exists() or not (MOCKS / "libcupti.so.13").exists():
+    make_agents_and_mocks()
+    if not cupti_mocks_built():
         pytest.skip("CUPTI headers not found (pip install nvidia-cuda-cupti): agent and mocks not built")
     return AGENT, MOCKS
 
@@ -25,7 +22,6 @@ def built() -> tuple[Path, Path]:
 @pytest.fixture(scope="session")
 def built_rocprof() -> tuple[Path, Path]:
     """(rocprofiler agent, mock library folder): built everywhere (no SDK or CUPTI headers needed)."""
-    for folder in (REPO / "native", REPO / "tests" / "mocks"):
-        subprocess.run(["make", "-s", "-C", str(folder), f"PYTHON={sys.executable}"], check=True)
+    make_agents_and_mocks()
     assert ROCPROF_AGENT.exists() and (MOCKS / "libamdhip64.so.6").exists()
     return ROCPROF_AGENT, MOCKS

@@ -69,5 +69,5 @@ def test_the_counts_struct_formats_decode_every_field_where_ctypes_reads_it() ->
                            tuple(c.block), c.shared_mem, c.kind, c.flags, k.name, k.fn_name, k.device, k.kind,
                            k.copy_kind, k.flags, v.count, v.time_ns, v.bytes, c.origin_tid, c.origin_user_stack,
                            c.origin_py_stack, c.origin_label, c.origin_node, v.api_time_ns)
-    assert da.bucket_of(bytes(k), bytes(v)) == want
+    assert da.bucket_of(bytes(k), da.DEV_VAL_FORMAT.unpack(bytes(v))) == want
     assert da.DEV_KEY_FORMAT.size == ct.sizeof(da.DevKey) and da.DEV_VAL_FORMAT.size == ct.sizeof(da.DevVal)

@@ -12,13 +12,19 @@ def source(lib: str, sites: int, calls: int, depth: int, linger: bool = False) -
              "def launch():",
              "    lib.cudaLaunchKernel(None, ctypes.c_uint64(1), ctypes.c_uint32(1), ctypes.c_uint64(1), None, "
              "ctypes.c_size_t(0), None)"]
+    return "\n".join(lines + _sites_and_main(sites, calls, depth, [], linger)) + "\n"
+
+
+def _sites_and_main(sites: int, calls: int, depth: int, before_done: list[str], linger: bool) -> list[str]:
+    """The sites, each calling launch() `calls` times, and the main part: ready, a line, every site reached
+    `depth` frames deep, `before_done`, done, then (linger) wait for stdin to close."""
+    lines = []
     for i in range(sites):  # one function per site: a distinct line and a distinct frame
         lines += [f"def site_{i}():", f"    for _ in range({calls}):", "        launch()"]
-    lines += ["def nest(n, fn):", "    return nest(n - 1, fn) if n else fn()",
-              "print('ready', __import__('os').getpid(), flush=True)", "sys.stdin.readline()",
-              f"for i in range({sites}):", f"    nest({depth}, globals()[f'site_{{i}}'])",
-              "print('done', flush=True)"] + (["sys.stdin.read()"] if linger else [])
-    return "\n".join(lines) + "\n"
+    return lines + ["def nest(n, fn):", "    return nest(n - 1, fn) if n else fn()",
+                    "print('ready', __import__('os').getpid(), flush=True)", "sys.stdin.readline()",
+                    f"for i in range({sites}):", f"    nest({depth}, globals()[f'site_{{i}}'])",
+                    *before_done, "print('done', flush=True)"] + (["sys.stdin.read()"] if linger else [])
 
 
 def device_source(mocks: str, sites: int, calls: int, depth: int, kernels: int) -> str:
@@ -42,10 +48,4 @@ def device_source(mocks: str, sites: int, calls: int, depth: int, kernels: int) 
              "def launch():",
              "    for s in STUBS:",
              "        rt.cudaLaunchKernel(s, GRID, BLOCK, None, ctypes.c_size_t(0), None)"]
-    for i in range(sites):
-        lines += [f"def site_{i}():", f"    for _ in range({calls}):", "        launch()"]
-    lines += ["def nest(n, fn):", "    return nest(n - 1, fn) if n else fn()",
-              "print('ready', os.getpid(), flush=True)", "sys.stdin.readline()",
-              f"for i in range({sites}):", f"    nest({depth}, globals()[f'site_{{i}}'])",
-              "rt.cudaDeviceSynchronize()", "print('done', flush=True)", "sys.stdin.read()"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _sites_and_main(sites, calls, depth, ["rt.cudaDeviceSynchronize()"], True)) + "\n"
