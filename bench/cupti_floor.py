@@ -36,6 +36,8 @@ RECORDS = KERNEL | COPY | SYNC  # the deepctx agent's record kinds
 CONFIGS = {
     "off": 0,
     "kernel": KERNEL,
+    "kernel+copy": KERNEL | COPY,  # which of the other record kinds costs what
+    "kernel+sync": KERNEL | SYNC,
     "records": RECORDS,
     "records+cb_runtime": RECORDS | CB_RUNTIME,
     "records+cb_driver": RECORDS | CB_DRIVER,

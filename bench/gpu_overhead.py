@@ -96,6 +96,28 @@ def rss_mb(pid: int, field: str = "VmRSS") -> float:
     return 0.0
 
 
+def write_mappings(pid: int, out: Path, top: int = 25) -> None:
+    """The daemon's largest mappings by resident memory (from /proc/PID/smaps): where its RSS is."""
+    rows: list[tuple[int, int, str]] = []
+    name, rss = "", 0
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and not head[0].endswith(":"):
+            name = head[5] if len(head) > 5 else "[anon]"
+        elif line.startswith("Rss:"):
+            rss = int(head[1])
+        elif line.startswith("Anonymous:"):
+            rows.append((rss, int(head[1]), name))
+    merged: dict[str, list[int]] = {}
+    for rss_kb, anon_kb, n in rows:
+        m = merged.setdefault(n, [0, 0])
+        m[0] += rss_kb
+        m[1] += anon_kb
+    lines = [f"{r // 1024:8d} MB rss {a // 1024:8d} MB anon  {n}"
+             for n, (r, a) in sorted(merged.items(), key=lambda kv: -kv[1][0])[:top]]
+    out.write_text("\n".join(lines) + "\n")
+
+
 # --daemon-log DIR: each daemon logs at info level to DIR/daemon-NAME.log (compile, attach, collect and build
 # times per capture); with --self-profile it writes its own running stacks to DIR/self-NAME.folded when it stops
 DAEMON_LOG: dict[str, Any] = {}
@@ -268,6 +290,8 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
                 row["daemon_cpu_share"] = (cpu_s(dctx.proc.pid) - c0) / (time.perf_counter() - t0)
                 row["daemon_rss_mb"] = rss_mb(dctx.proc.pid)
                 row["daemon_anon_mb"] = rss_mb(dctx.proc.pid, "RssAnon")
+                if DAEMON_LOG.get("dir") is not None:
+                    write_mappings(dctx.proc.pid, DAEMON_LOG["dir"] / f"smaps-{name}-{variant}-{2 * i + 1}.txt")
             finally:
                 stopped = time.perf_counter()
                 dctx.stop_capture(pid)

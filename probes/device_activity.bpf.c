@@ -150,7 +150,7 @@ int on_dev_correlation(struct pt_regs *ctx) {
         c->call.api_id = DEV_API_UNPROBED;
         c->call.flags = GPU_KEY_F_SAMPLED;
         dev_learn_name(pid, fn);  /* CUPTI's function name: names the call in the tree */
-        gpu_capture_path(ctx, pid, tid, &c->call.user_stack, &c->call.py_stack);  /* as the API probes do */
+        gpu_capture_path(ctx, 0, pid, tid, &c->call.user_stack, &c->call.py_stack);  /* as the API probes do */
         if (c->call.user_stack == 0)
             c->call.flags |= GPU_KEY_F_STACK_LOST;
         /* a backward node's or a hand-off worker's call, as gpu_api (which counts those it probes) */

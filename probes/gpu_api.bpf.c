@@ -40,7 +40,13 @@ BPF_PERCPU_ARRAY(gpu_scratch, struct gpu_inflight, 1);
 BPF_PERCPU_ARRAY(gpu_name_scratch, struct gpu_fn_name, 1);
 BPF_PERCPU_ARRAY(gpu_next_sample, __u64, 1);
 BPF_ARRAY(gpu_config, struct gpu_config, 1);
-BPF_STACK_TRACE(gpu_stacks, GPU_STACK_ENTRIES);
+/* Native stacks by their hash (see gpu_fp_stack); allocated as stacks come, not at load. */
+BPF_F_TABLE("hash", __u64, struct gpu_fp_stack, gpu_stacks, GPU_STACK_ENTRIES, BPF_F_NO_PREALLOC);
+struct gpu_fp_scratch {
+    struct gpu_fp_stack st;
+    __u64 hash;
+};
+BPF_PERCPU_ARRAY(gpu_fp_scratch, struct gpu_fp_scratch, 1);
 BPF_HASH(gpu_objects, struct gpu_fn_key, struct gpu_obj_info, GPU_OBJECT_ENTRIES);
 BPF_PERCPU_ARRAY(gpu_obj_scratch, struct gpu_obj_info, 1);
 
@@ -148,15 +154,72 @@ static __always_inline void gpu_remember_object(__u32 pid, __u64 handle) {
     gpu_stat_inc(GPU_STAT_OBJECTS);
 }
 
-/* The calling thread's call path: native stack id (+1, 0 = none) and Python stack id. */
-static __always_inline void gpu_capture_path(struct pt_regs *ctx, __u32 pid, __u32 tid, __u64 *user_stack,
-                                             __u64 *py_stack) {
+#define GPU_FNV_PRIME 0x100000001b3ULL
+
+/* Interns the calling thread's native stack by frame pointers; returns its id (its hash, never 0), or 0
+ * when it could not be kept (the map is full). At a function's first instruction (at_entry) its caller
+ * has no frame yet: the return address is where the call left it (x86-64: at the stack pointer; arm64:
+ * in the link register), as the kernel's own walk adds it for uprobes at function entry. The depth and the running hash live in the scratch value,
+ * not in registers, so that every way out of the loop reaches the code after it in the same verifier
+ * state (what follows, the Python walk, is verified once, not once per exit). */
+static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, int at_entry) {
+    __u32 zero = 0;
+    struct gpu_fp_scratch *s = gpu_fp_scratch.lookup(&zero);
+    if (!s)
+        return 0;
+    __u64 sp = PT_REGS_SP(ctx), fp = PT_REGS_FP(ctx), low = sp;
+    __u64 ip = PT_REGS_IP(ctx);
+    s->st.ip[0] = ip;
+    s->st.depth = 1;
+    s->hash = (0xcbf29ce484222325ULL ^ ip) * GPU_FNV_PRIME;
+    if (at_entry) {
+        __u64 ret = 0;
+#if defined(__TARGET_ARCH_arm64)
+        ret = ctx->regs[30];
+#else
+        bpf_probe_read_user(&ret, sizeof(ret), (void *)sp);
+#endif
+        if (ret) {
+            s->st.ip[1] = ret;
+            s->hash = (s->hash ^ ret) * GPU_FNV_PRIME;
+            s->st.depth = 2;
+        }
+    }
+    s->st.flags = GPU_FP_F_TRUNCATED; /* until a frame ends the walk before its bound */
+    for (int i = 0; i < GPU_FP_DEPTH - 2; i++) {
+        if (fp < low || fp - sp > GPU_FP_SPAN || (fp & 7)) {
+            s->st.flags = 0;
+            break;
+        }
+        __u64 frame[2]; /* the caller's frame pointer, the return address */
+        if (bpf_probe_read_user(frame, sizeof(frame), (void *)fp) || !frame[1]) {
+            s->st.flags = 0;
+            break;
+        }
+        __u32 d = s->st.depth; /* 1 + i, or 2 + i after an entry's return address */
+        s->st.ip[d & (GPU_FP_DEPTH - 1)] = frame[1];
+        s->hash = (s->hash ^ frame[1]) * GPU_FNV_PRIME;
+        s->st.depth = d + 1;
+        low = fp + 16;
+        fp = frame[0];
+    }
+    __u64 h = (s->hash ^ s->st.depth) * GPU_FNV_PRIME;
+    if (h == 0)
+        h = 1;
+    if (gpu_stacks.lookup(&h))
+        return h;
+    int rc = gpu_stacks.insert(&h, &s->st);
+    return rc == 0 || rc == -17 /* EEXIST: another CPU kept it meanwhile */ ? h : 0;
+}
+
+/* The calling thread's call path: native stack id (0 = none) and Python stack id. */
+static __always_inline void gpu_capture_path(struct pt_regs *ctx, int at_entry, __u32 pid, __u32 tid,
+                                             __u64 *user_stack, __u64 *py_stack) {
 #if defined(DEEPCTX_NATIVE_UNWIND) && defined(GPU_DWARF_STACKS)
     __u32 nflags = 0;
     *user_stack = native_stack_capture(ctx, pid, &nflags);
 #else
-    int sid = gpu_stacks.get_stackid(ctx, BPF_F_USER_STACK);
-    *user_stack = sid >= 0 ? (__u64)sid + 1 : 0;  /* +1: 0 means "no stack" */
+    *user_stack = gpu_fp_capture(ctx, at_entry);
 #endif
 #ifdef DEEPCTX_PYTHON
     __u32 pyflags = 0;
@@ -270,7 +333,7 @@ int on_gpu_api_entry(struct pt_regs *ctx) {
         o.tid = tid;
         o.label = spec->api_id;
         o.entry_sp = sp;
-        gpu_capture_path(ctx, ak.pid, tid, &o.user_stack, &o.py_stack);
+        gpu_capture_path(ctx, 1, ak.pid, tid, &o.user_stack, &o.py_stack);
         gpu_origins.update(&ak.pid, &o);
         gpu_stat_inc(GPU_STAT_HANDOFFS);
         return 0;
@@ -361,7 +424,7 @@ int on_gpu_api_entry(struct pt_regs *ctx) {
     if (capture) {
         f->key.flags |= GPU_KEY_F_SAMPLED;
         gpu_stat_inc(GPU_STAT_SAMPLED);
-        gpu_capture_path(ctx, ak.pid, tid, &f->key.user_stack, &f->key.py_stack);
+        gpu_capture_path(ctx, 1, ak.pid, tid, &f->key.user_stack, &f->key.py_stack);
         if (!gpu_comms.lookup(&tid)) {
             struct gpu_comm comm = {};
             bpf_get_current_comm(comm.comm, sizeof(comm.comm));
@@ -445,7 +508,7 @@ static __always_inline int gpu_node_created_return(struct pt_regs *ctx, __u32 pi
     nk.seq = PT_REGS_RC(ctx);
     struct gpu_node_origin o = {};
     o.tid = tid;
-    gpu_capture_path(ctx, pid, tid, &o.user_stack, &o.py_stack);
+    gpu_capture_path(ctx, 0, pid, tid, &o.user_stack, &o.py_stack);  /* at return */
     gpu_node_origins.update(&nk, &o);
     gpu_stat_inc(GPU_STAT_NODES_CREATED);
     return 1;

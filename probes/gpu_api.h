@@ -172,6 +172,21 @@ struct gpu_comm {
     char comm[GPU_COMM_LEN];
 };
 
+/* A native stack by frame pointers, kept by its hash (the stack's id) in gpu_stacks: the ip at the probe,
+ * then one return address per frame. The walk stops at a frame pointer that cannot be one of this stack's
+ * frames (not above the last frame, not 8-aligned, or more than GPU_FP_SPAN above the stack pointer):
+ * such a value is a register that a function built without frame pointers used for data, and reading
+ * it would fault, which costs more than the rest of the walk (the kernel's own walk reads it: about
+ * 0.5 us a stack). */
+#define GPU_FP_DEPTH 128              /* frames kept (a power of two: indexes are masked with it) */
+#define GPU_FP_SPAN (64ULL << 20)     /* bytes of stack a walk may cover */
+#define GPU_FP_F_TRUNCATED (1u << 0) /* the walk's bound ended it: the outermost frames are missing */
+struct gpu_fp_stack {
+    __u32 depth;                      /* ips kept */
+    __u32 flags;                      /* GPU_FP_F_* */
+    __u64 ip[GPU_FP_DEPTH];
+};
+
 #define GPU_KEY_F_SAMPLED   (1u << 0)  /* the call path was captured for this call */
 #define GPU_KEY_F_STACK_LOST (1u << 1) /* capture asked for, but the native stack could not be recorded */
 

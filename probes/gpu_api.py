@@ -95,6 +95,14 @@ class GpuNodeRun(ct.Structure):
 GPU_COMM_LEN = 16
 
 
+GPU_FP_DEPTH = 128
+GPU_FP_F_TRUNCATED = 1
+
+
+class GpuFpStack(ct.Structure):
+    _fields_ = [("depth", ct.c_uint32), ("flags", ct.c_uint32), ("ip", ct.c_uint64 * GPU_FP_DEPTH)]
+
+
 class GpuComm(ct.Structure):
     _fields_ = [("comm", ct.c_char * GPU_COMM_LEN)]
 
@@ -367,8 +375,8 @@ class GpuApi:
     def clear_window(self, bpf: Any) -> None:
         """Continuous mode: calls count from zero again; names and handles stay known. The stack map stays
         too until it is half full: a hand-off call (or a device record) that spans the window's end still
-        holds a stack id from it, which must not come to mean another stack. When it is cleared, so are
-        those holders: their work falls back to the worker's own path rather than a wrong one."""
+        holds a stack id from it, which must still name its stack. When it is cleared, so are those
+        holders: their work falls back to the worker's own path rather than to none."""
         bpf["gpu_counts"].clear()
         stacks = bpf["gpu_stacks"]
         if sum(1 for _ in stacks.keys()) > self.stack_entries // 2:
@@ -591,15 +599,14 @@ class GpuApi:
         return out
 
     def stack_ids(self, bpf: Any) -> list[int]:
-        """The ids of every native stack stored so far, as buckets name them (+1)."""
-        return [k.value + 1 for k in bpf["gpu_stacks"].keys()]
+        """The ids of every native stack stored so far, as buckets name them."""
+        return [k.value for k in bpf["gpu_stacks"].keys()]
 
     def user_stack(self, bpf: Any, stack_id: int) -> tuple[list[int], bool]:
-        """Native stack of a sampled call (ids are +1 so that 0 means none)."""
-        from deepctx.probes.cpu_sampler import max_stack_depth
-
-        ips = list(bpf["gpu_stacks"].walk(stack_id - 1))
-        return ips, len(ips) >= max_stack_depth()
+        """Native stack of a sampled call (0 means none); KeyError when it is not (or no longer) kept."""
+        table = bpf["gpu_stacks"]
+        st = table[table.Key(stack_id)]
+        return list(st.ip[:min(st.depth, GPU_FP_DEPTH)]), bool(st.flags & GPU_FP_F_TRUNCATED)
 
 
 GPU_NO_SLOT = 0xFF

@@ -35,7 +35,7 @@ def test_gpu_api_structs_match_header(tmp_path: Path) -> None:
                            ("gpu_node_key", gpu_api.GpuNodeKey), ("gpu_node_origin", gpu_api.GpuNodeOrigin),
                            ("gpu_node_run", gpu_api.GpuNodeRun), ("gpu_type_name", gpu_api.GpuTypeName),
                            ("gpu_comm", gpu_api.GpuComm), ("gpu_orphan", gpu_api.GpuOrphan),
-                           ("gpu_corr_key", gpu_api.GpuCorrKey)):
+                           ("gpu_corr_key", gpu_api.GpuCorrKey), ("gpu_fp_stack", gpu_api.GpuFpStack)):
         pairs |= struct_layout(c_name, mirror)
     assert c_values(tmp_path, ['"gpu_api.h"'], list(pairs)) == list(pairs.values())
 
@@ -45,7 +45,8 @@ def test_gpu_api_constants_match_header(tmp_path: Path) -> None:
 
     pairs = {
         "GPU_KEY_F_SAMPLED": gpu_api.GPU_KEY_F_SAMPLED, "GPU_KEY_F_STACK_LOST": gpu_api.GPU_KEY_F_STACK_LOST,
-        "GPU_NAME_LEN": gpu_api.GPU_NAME_LEN, "GPU_NO_SLOT": gpu_api.GPU_NO_SLOT,
+        "GPU_NAME_LEN": gpu_api.GPU_NAME_LEN, "GPU_FP_DEPTH": gpu_api.GPU_FP_DEPTH,
+        "GPU_FP_F_TRUNCATED": gpu_api.GPU_FP_F_TRUNCATED, "GPU_NO_SLOT": gpu_api.GPU_NO_SLOT,
         "GPU_STAT__COUNT": gpu_api.GPU_STAT__COUNT, "GPU_STAT_CALLS": gpu_api.GPU_STAT_CALLS,
         "GPU_STAT_NAMES_LEARNED": gpu_api.GPU_STAT_NAMES_LEARNED, "GPU_STAT_OBJECTS": gpu_api.GPU_STAT_OBJECTS,
         "GPU_OBJ_WORDS": gpu_api.GPU_OBJ_WORDS, "GPU_OBJ_STR": gpu_api.GPU_OBJ_STR,
