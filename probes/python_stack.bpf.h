@@ -250,6 +250,10 @@ static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *f
 	__u64 h = (s->hash ^ depth ^ ((__u64)sflags << 32)) * PY_FNV_PRIME ^ (s->flag_hash * 0x9E3779B97F4A7C15ULL);
 	if (h == 0)
 		h = 1;
+	if (py_stacks.lookup(&h)) { /* a stack seen before: no bucket lock, no copy */
+		py_stat_inc(PYSTACK_STAT_STACKS);
+		return h;
+	}
 	int rc = py_stacks.insert(&h, st);
 	if (rc == 0) {
 		struct py_new_stack fresh = {.id = h, .pid = pid, .tid = tid};

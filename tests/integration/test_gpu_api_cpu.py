@@ -212,3 +212,32 @@ def test_stacks_resolved_during_the_capture_name_the_same_lines(daemon) -> None:
     for api, (marker, n) in want.items():
         assert calls_under_line(doc, "cuda" + api, line_of(TARGET, marker)) == n, (api, marker)
     assert calls_under_line(doc, "cudaLaunchKernel", line_of(TARGET, "LINE_HANDLE")) == 2 * N_HANDLE
+
+
+BAD_FRAMES = Path(__file__).resolve().parents[1] / "targets" / "gpu" / "bad_frames.py"
+N_BAD = 4  # launches of each kind (bad_frames.N)
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the target sets the frame pointer register by hand (x86-64)")
+def test_a_frame_pointer_that_is_no_frame_ends_the_native_stack(daemon, native_targets: Path) -> None:
+    """A launch made while the frame pointer register holds no frame of the stack (below the stack pointer,
+    not 8-aligned, a small integer): its native stack ends at the caller, nothing read from where the
+    register points, and the launch still sits under its Python line."""
+    t = StdinTarget([sys.executable, str(BAD_FRAMES), str(native_targets / "libbadframe.so"), cuda_runtime()])
+    try:
+        doc = profile_calls(daemon, t)
+    finally:
+        t.stop()
+    launches = api_nodes(doc, "cudaLaunchKernel")
+    assert sum(inclusive(n, "calls") for _, n in launches) == 3 * N_BAD
+    for marker, caller in (("LINE_BELOW", "launch_below_stack"), ("LINE_MISALIGNED", "launch_misaligned"),
+                           ("LINE_SMALL", "launch_small_integer")):
+        line = line_of(BAD_FRAMES, marker)
+        paths = [anc for anc, _ in launches
+                 if any(a["kind"] == "python" and a["line"] == line and a["file"] == str(BAD_FRAMES) for a in anc)]
+        assert len(paths) == 1, (marker, [[a["name"] for a in anc] for anc in paths])
+        after = [a["name"] for a in paths[0]]
+        after = after[max(i for i, a in enumerate(paths[0]) if a["kind"] == "python") + 1:]
+        # the walk: cudaLaunchKernel's return address (its caller), then the bad register ends it;
+        # the caller's caller (launch_below_stack ...) is not reached: its frame is what the register lost
+        assert after == ["launch_with_frame_pointer"], (marker, caller, after)
