@@ -42,9 +42,16 @@ BPF_PERCPU_ARRAY(gpu_next_sample, __u64, 1);
 BPF_ARRAY(gpu_config, struct gpu_config, 1);
 /* Native stacks by their hash (see gpu_fp_stack); allocated as stacks come, not at load. */
 BPF_F_TABLE("hash", __u64, struct gpu_fp_stack, gpu_stacks, GPU_STACK_ENTRIES, BPF_F_NO_PREALLOC);
+/* Frames are read a window at a time: the bytes from a frame to the end of its page (at most GPU_FP_WIN),
+ * which hold the next frames too when they are near (a helper call per frame costs more than the copy);
+ * a window never crosses a page, so it cannot fault where the frame itself would not. */
+#define GPU_FP_WIN 1024
 struct gpu_fp_scratch {
     struct gpu_fp_stack st;
     __u64 hash;
+    __u64 base; /* the user address win[0] was read from */
+    __u64 len;  /* bytes of win read there (0: none) */
+    __u8 win[GPU_FP_WIN + 16];
 };
 BPF_PERCPU_ARRAY(gpu_fp_scratch, struct gpu_fp_scratch, 1);
 BPF_HASH(gpu_objects, struct gpu_fn_key, struct gpu_obj_info, GPU_OBJECT_ENTRIES);
@@ -186,22 +193,40 @@ static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, int at_entry) {
         }
     }
     s->st.flags = GPU_FP_F_TRUNCATED; /* until a frame ends the walk before its bound */
+    s->len = 0;
     for (int i = 0; i < GPU_FP_DEPTH - 2; i++) {
         if (fp < low || fp - sp > GPU_FP_SPAN || (fp & 7)) {
             s->st.flags = 0;
             break;
         }
-        __u64 frame[2]; /* the caller's frame pointer, the return address */
-        if (bpf_probe_read_user(frame, sizeof(frame), (void *)fp) || !frame[1]) {
+        __u64 off = fp - s->base;
+        if (off > GPU_FP_WIN - 16 || off + 16 > s->len) { /* not in the window: read one from this frame */
+            __u32 room = 4096 - (fp & 4095);
+            if (room > GPU_FP_WIN)
+                room = GPU_FP_WIN;
+            if (room < 16)
+                room = 16; /* the frame straddles two pages: read just it */
+            if (bpf_probe_read_user(s->win, room, (void *)fp)) {
+                s->st.flags = 0;
+                break;
+            }
+            s->base = fp;
+            s->len = room;
+            off = 0;
+        }
+        off &= GPU_FP_WIN - 1;
+        __u64 next = *(__u64 *)(s->win + off); /* the caller's frame pointer, the return address */
+        __u64 ret = *(__u64 *)(s->win + off + 8);
+        if (!ret) {
             s->st.flags = 0;
             break;
         }
         __u32 d = s->st.depth; /* 1 + i, or 2 + i after an entry's return address */
-        s->st.ip[d & (GPU_FP_DEPTH - 1)] = frame[1];
-        s->hash = (s->hash ^ frame[1]) * GPU_FNV_PRIME;
+        s->st.ip[d & (GPU_FP_DEPTH - 1)] = ret;
+        s->hash = (s->hash ^ ret) * GPU_FNV_PRIME;
         s->st.depth = d + 1;
         low = fp + 16;
-        fp = frame[0];
+        fp = next;
     }
     __u64 h = (s->hash ^ s->st.depth) * GPU_FNV_PRIME;
     if (h == 0)

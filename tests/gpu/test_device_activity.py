@@ -153,6 +153,7 @@ def kernel_time(doc: dict) -> tuple[int, int]:
 def save(name: str, text: str) -> None:
     out = os.environ.get("DEEPCTX_ARTIFACTS")
     if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
         with gzip.open(Path(out) / name, "wt") as f:
             f.write(text)
 
