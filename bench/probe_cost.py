@@ -1,6 +1,7 @@
 """What each BPF program costs per run, on the mock CUDA runtime (no GPU needed).
 
     sudo .venv/bin/python bench/probe_cost.py [--mode exact|sampled] [--no-python] [--uprobes] [--seconds 5]
+        [--workload mock_launch|mock_launch_deep]
 
 Runs the launch-bound loop's shape on the mock runtime and CUPTI (bench/workloads.py mock_launch: 100
 launches and a synchronize a step, 25 Python frames deep) with the real CUPTI agent, captures it with the
@@ -9,7 +10,8 @@ each BPF program (kernel.bpf_stats_enabled: run count and run time, /proc/self/f
 Printed: runs and nanoseconds per run of every program that ran, and the loop's launches per second while
 captured. The trap or call into the program is not in its run time; bench/gpu_overhead.py's mock_launch
 workload measures the whole per-launch cost side by side. --uprobes: launches probed by uprobes instead
-of left to the agent; --no-python: no Python walker.
+of left to the agent; --no-python: no Python walker; --workload mock_launch_deep: the launches from under 40
+C frames that keep frame pointers (the native stack walk's cost per frame).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ LOOP = """
 import sys, threading, time
 sys.path.insert(0, {bench!r})
 import workloads
-step = workloads.mock_launch()
+step = getattr(workloads, {workload!r})()
 stop = []
 threading.Thread(target=lambda: (sys.stdin.read(), stop.append(1)), daemon=True).start()
 print("ready", flush=True)
@@ -55,13 +57,14 @@ def main() -> int:
     ap.add_argument("--no-python", action="store_true")
     ap.add_argument("--uprobes", action="store_true", help="launches probed by uprobes, not left to the agent")
     ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--workload", choices=["mock_launch", "mock_launch_deep"], default="mock_launch")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root (BPF, and kernel.bpf_stats_enabled)")
-    for folder in (REPO / "native", REPO / "tests" / "mocks"):
+    for folder in (REPO / "native", REPO / "tests" / "mocks", REPO / "tests" / "targets"):
         subprocess.run(["make", "-s", "-C", str(folder), f"PYTHON={sys.executable}"], check=True)
     env = dict(os.environ, CUDA_INJECTION64_PATH=str(AGENT))
-    target = subprocess.Popen([sys.executable, "-c", LOOP.format(bench=str(REPO / "bench"))], stdin=subprocess.PIPE,
+    target = subprocess.Popen([sys.executable, "-c", LOOP.format(bench=str(REPO / "bench"), workload=args.workload)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, env=env)
     assert target.stdout is not None and target.stdin is not None
     assert target.stdout.readline().strip() == "ready"
@@ -95,7 +98,7 @@ def main() -> int:
         target.stdin.close()
         target.wait(timeout=30)
     how = "probed by uprobes" if args.uprobes else "left to the agent"
-    print(f"mode {args.mode}, python {'off' if args.no_python else 'on'}, launches {how}"
+    print(f"{args.workload}: mode {args.mode}, python {'off' if args.no_python else 'on'}, launches {how}"
           + (f"; {rate[0]:,.0f} launches/s while captured" if rate else ""))
     print(f"{'program':28} {'runs':>10} {'ns/run':>8}")
     for name, (runs, ns) in sorted(stats.items(), key=lambda kv: -kv[1][1]):

@@ -150,8 +150,37 @@ def mock_launch() -> Callable[[], None]:
     return lambda: nested(18)
 
 
+def mock_launch_deep() -> Callable[[], None]:
+    """mock_launch with a deep native stack: the 100 launches go through the mock runtime's cudaLaunchKernel
+    from under 40 C frames that keep frame pointers (tests/targets/frames/frames.c; make -C tests/targets),
+    as PyTorch's dispatcher under a CPython built with frame pointers puts them: what the native stack
+    walk costs per frame shows here."""
+    import ctypes
+
+    repo = Path(__file__).resolve().parents[1]
+    lib = Path(os.environ.get("DEEPCTX_MOCK_LIB") or repo / "tests/mocks/build/lib")
+    cu = ctypes.CDLL(str(lib / "libcuda.so.1"))
+    rt = ctypes.CDLL(str(lib / "libcudart.so.13"))
+    kernels = ctypes.CDLL(str(lib / "libmockkernels.so"))
+    frames = ctypes.CDLL(str(repo / "tests/targets/bin/libframes.so"))
+    stub = ctypes.cast(kernels._Z11mock_matmulPfi, ctypes.c_void_p)
+    cu.mockRegisterKernel.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64]
+    cu.mockRegisterKernel(stub, b"_Z11mock_matmulPfi", 1000)
+    cu.cuInit(0)  # the agent, when CUDA_INJECTION64_PATH names it, comes up here
+    if frames.frames_init(str(lib / "libcudart.so.13").encode()) != 0:
+        raise RuntimeError("libframes.so could not find cudaLaunchKernel in the mock runtime")
+    launches, sync = frames.launches_at_depth, rt.cudaDeviceSynchronize
+    launches.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+
+    def step() -> None:
+        launches(40, stub, 100)
+        sync()
+
+    return step
+
+
 WORKLOADS = {"launch_bound": launch_bound, "launch_backward": launch_backward, "resnet50": resnet50, "gpt2": gpt2_small, "jax": jax_loop,
-             "mock_launch": mock_launch}
+             "mock_launch": mock_launch, "mock_launch_deep": mock_launch_deep}
 
 
 def run_marked(step: Callable[[], None]) -> int:

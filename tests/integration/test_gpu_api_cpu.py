@@ -223,7 +223,7 @@ def test_a_frame_pointer_that_is_no_frame_ends_the_native_stack(daemon, native_t
     """A launch made while the frame pointer register holds no frame of the stack (below the stack pointer,
     not 8-aligned, a small integer): its native stack ends at the caller, nothing read from where the
     register points, and the launch still sits under its Python line."""
-    t = StdinTarget([sys.executable, str(BAD_FRAMES), str(native_targets / "libbadframe.so"), cuda_runtime()])
+    t = StdinTarget([sys.executable, str(BAD_FRAMES), str(native_targets / "libframes.so"), cuda_runtime()])
     try:
         doc = profile_calls(daemon, t)
     finally:

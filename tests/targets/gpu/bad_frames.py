@@ -1,6 +1,6 @@
-"""Launches with the frame pointer register holding no frame (tests/targets/frames/bad_frame.c).
+"""Launches with the frame pointer register holding no frame (tests/targets/frames/frames.c).
 
-    python bad_frames.py LIBBADFRAME LIBCUDART
+    python bad_frames.py LIBFRAMES LIBCUDART
 
 Prints "ready <pid>", waits for "go", makes N launches of each kind at its own line, prints "done".
 """
@@ -16,7 +16,7 @@ N = 4
 
 def main() -> None:
     lib = ctypes.CDLL(sys.argv[1])
-    assert lib.bad_frame_init(sys.argv[2].encode()) == 0
+    assert lib.frames_init(sys.argv[2].encode()) == 0
     print(f"ready {os.getpid()}", flush=True)
     sys.stdin.readline()
     for _ in range(N):

@@ -1,14 +1,23 @@
-/* Calls cudaLaunchKernel with the frame pointer register holding a value that is no frame of the calling
- * thread's stack, as a function built without frame pointers leaves it when it uses the register for
- * data: the native stack of that call must end at its caller (launch_with_frame_pointer), with no frame
- * read from where the value points. x86-64 only (the call is made by hand, to choose the register). */
+/* Native stacks of a known shape for the frame-pointer walk, launching through a CUDA runtime (the real
+ * one, or the mock of tests/mocks):
+ * - launch_below_stack & co call cudaLaunchKernel with the frame pointer register holding a value that is
+ *   no frame of the thread's stack, as a function built without frame pointers leaves it when it uses
+ *   the register for data: the native stack of that call must end at its caller
+ *   (launch_with_frame_pointer), with no frame read from where the value points. x86-64 only (the call
+ *   is made by hand, to choose the register).
+ * - launches_at_depth launches from under a chain of frames that keep frame pointers: a deep native
+ *   stack, as PyTorch's dispatcher under a CPython built with frame pointers makes one
+ *   (bench/probe_cost.py --workload mock_launch_deep). */
 #include <dlfcn.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef int (*launch_fn)(void);
+typedef struct { unsigned x, y, z; } dim3;
+typedef int (*launch_kernel_fn)(const void *, dim3, dim3, void **, size_t, void *);
 static launch_fn launch;
 
-int bad_frame_init(const char *cudart) {
+int frames_init(const char *cudart) {
     void *lib = dlopen(cudart, RTLD_NOW);
     return lib && (launch = (launch_fn)dlsym(lib, "cudaLaunchKernel")) ? 0 : -1;
 }
@@ -57,4 +66,18 @@ int launch_misaligned(void) {
 
 int launch_small_integer(void) {
     return launch_with_frame_pointer(64);
+}
+
+/* n launches of func from depth frames below the caller; each frame keeps its frame pointer and a
+ * little stack of its own (no tail call: the result is used after the call). */
+__attribute__((noinline)) int launches_at_depth(int depth, const void *func, int n) {
+    volatile char pad[48];
+    pad[0] = (char)depth;
+    if (depth > 0)
+        return launches_at_depth(depth - 1, func, n) + pad[0] - (char)depth;
+    dim3 one = {1, 1, 1};
+    int rc = 0;
+    for (int i = 0; i < n; i++)
+        rc |= ((launch_kernel_fn)launch)(func, one, one, NULL, 0, NULL);
+    return rc;
 }
