@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def launch_bound() -> Callable[[], None]:
@@ -115,11 +116,9 @@ def jax_loop() -> Callable[[], None]:
     return step
 
 
-def mock_launch() -> Callable[[], None]:
-    """No GPU: the launch-bound loop's shape (100 launches and a synchronize a step, from a Python stack about
-    20 frames deep) through the mock CUDA runtime and CUPTI of tests/mocks (make -C tests/mocks; another
-    folder in DEEPCTX_MOCK_LIB). The mock device costs nothing, so a step's time is the calls' CPU cost, and
-    what each way of probing adds per launch shows here on any machine (BENCHMARKS.md: per-launch cost)."""
+def _mock_runtime() -> tuple[Path, Any, Any, Any]:
+    """The mock CUDA driver and runtime of tests/mocks (or DEEPCTX_MOCK_LIB), initialized, with one kernel
+    registered: (their folder, driver, runtime, the kernel's host stub)."""
     import ctypes
 
     lib = Path(os.environ.get("DEEPCTX_MOCK_LIB") or Path(__file__).resolve().parents[1] / "tests/mocks/build/lib")
@@ -130,7 +129,17 @@ def mock_launch() -> Callable[[], None]:
     cu.mockRegisterKernel.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64]
     cu.mockRegisterKernel(stub, b"_Z11mock_matmulPfi", 1000)
     cu.cuInit(0)  # the agent, when CUDA_INJECTION64_PATH names it, comes up here
+    return lib, cu, rt, stub
 
+
+def mock_launch() -> Callable[[], None]:
+    """No GPU: the launch-bound loop's shape (100 launches and a synchronize a step, from a Python stack about
+    20 frames deep) through the mock CUDA runtime and CUPTI of tests/mocks (make -C tests/mocks; another
+    folder in DEEPCTX_MOCK_LIB). The mock device costs nothing, so a step's time is the calls' CPU cost, and
+    what each way of probing adds per launch shows here on any machine (BENCHMARKS.md: per-launch cost)."""
+    import ctypes
+
+    _, cu, rt, stub = _mock_runtime()
     # the driver's launch: one correlation id per launch, as CUPTI gives a runtime launch and the driver
     # call inside it (the mock runtime's driver call would have an id of its own)
     launch, sync = cu.cuLaunchKernel, rt.cudaDeviceSynchronize
@@ -157,16 +166,8 @@ def mock_launch_deep() -> Callable[[], None]:
     walk costs per frame shows here."""
     import ctypes
 
-    repo = Path(__file__).resolve().parents[1]
-    lib = Path(os.environ.get("DEEPCTX_MOCK_LIB") or repo / "tests/mocks/build/lib")
-    cu = ctypes.CDLL(str(lib / "libcuda.so.1"))
-    rt = ctypes.CDLL(str(lib / "libcudart.so.13"))
-    kernels = ctypes.CDLL(str(lib / "libmockkernels.so"))
-    frames = ctypes.CDLL(str(repo / "tests/targets/bin/libframes.so"))
-    stub = ctypes.cast(kernels._Z11mock_matmulPfi, ctypes.c_void_p)
-    cu.mockRegisterKernel.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64]
-    cu.mockRegisterKernel(stub, b"_Z11mock_matmulPfi", 1000)
-    cu.cuInit(0)  # the agent, when CUDA_INJECTION64_PATH names it, comes up here
+    lib, _, rt, stub = _mock_runtime()
+    frames = ctypes.CDLL(str(Path(__file__).resolve().parents[1] / "tests/targets/bin/libframes.so"))
     if frames.frames_init(str(lib / "libcudart.so.13").encode()) != 0:
         raise RuntimeError("libframes.so could not find cudaLaunchKernel in the mock runtime")
     launches, sync = frames.launches_at_depth, rt.cudaDeviceSynchronize

@@ -46,11 +46,18 @@
 /* A frame's flags at a position, as a term of an order-independent sum. */
 #define PY_FLAG_TERM(pos, fl) (((__u64)(fl) + 1) * (((__u64)(pos) << 32) + 0xff51afd7ed558ccdULL))
 
+/* Frames are read a window at a time: the bytes that end with a frame, back to at most PY_WIN before it and
+ * never before its page (so a window cannot fault where the frame would not). A thread's frames sit in
+ * contiguous chunks (3.11+), a caller below its callee, so the window usually holds the next frames too:
+ * one helper call for several frames (a call costs more than the copy). */
+#define PY_WIN 1024
 struct py_scratch {
 	struct py_stack stack;
 	__u64 hash;      /* FNV-1a over (code, tag, lasti) of the frames so far */
 	__u64 flag_hash; /* sum of PY_FLAG_TERM over the frames so far */
-	__u8 frame[PY_SIZE_MASK + 1 + 8];
+	__u64 wbase;     /* the user address win[0] was read from */
+	__u64 wlen;      /* bytes of win read there (0: none) */
+	__u8 win[PY_WIN + PY_SIZE_MASK + 1 + 8];
 	__u8 code[PY_SIZE_MASK + 1 + 8];
 };
 
@@ -173,16 +180,33 @@ static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *f
 	st->flags = 0;
 	s->hash = 0xcbf29ce484222325ULL;
 	s->flag_hash = 0;
+	s->wlen = 0;
+	frame_size &= PY_SIZE_MASK;
 	for (int i = 0; i < PY_MAX_WALK; i++) {
 		if (!frame)
 			break;
-		if (bpf_probe_read_user(s->frame, frame_size & PY_SIZE_MASK, (void *)frame)) {
-			st->flags |= PYSTACK_F_READ_ERROR;
-			break;
+		__u64 off = frame - s->wbase;
+		if (off > PY_WIN || off + frame_size > s->wlen) { /* not in the window: read the one ending here */
+			__u64 end = frame + frame_size;
+			__u64 start = frame & ~4095ULL;
+			if (end - start > PY_WIN)
+				start = end - PY_WIN;
+			__u64 len = end - start;
+			if (len > PY_WIN)
+				len = PY_WIN;
+			PY_OPAQUE(len); /* the bounded register itself, not end - start again */
+			if (bpf_probe_read_user(s->win, len, (void *)start)) {
+				st->flags |= PYSTACK_F_READ_ERROR;
+				break;
+			}
+			s->wbase = start;
+			s->wlen = len;
+			off = frame - start;
 		}
-		__u64 code = *(__u64 *)(s->frame + off_code) & ~7ULL; /* 3.14 tags the low bits */
-		__u64 prev = *(__u64 *)(s->frame + off_prev);
-		__u64 owner = s->frame[off_owner] & owner_mask;
+		__u8 *fr = s->win + (off & (PY_WIN - 1));
+		__u64 code = *(__u64 *)(fr + off_code) & ~7ULL; /* 3.14 tags the low bits */
+		__u64 prev = *(__u64 *)(fr + off_prev);
+		__u64 owner = fr[off_owner] & owner_mask;
 		__u32 depth = st->depth;
 		if (owner >= owner_shim) {
 			/* A C-stack shim sits below the first frame of each eval activation (3.12+). */
@@ -200,11 +224,11 @@ static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *f
 			break;
 		}
 		/* prev_instr / instr_ptr -> instruction index, or f_lasti as it is */
-		__u64 ip = *(__u64 *)(s->frame + off_instr);
+		__u64 ip = *(__u64 *)(fr + off_instr);
 		__s64 from_ptr = (__s64)(ip - code - code_adaptive) >> 1;
 		__s64 from_int = (__s32)ip;
 		__s32 lasti = (__s32)((from_ptr & ptr_mask) | (from_int & ~ptr_mask));
-		__u64 entry = PY_NONZERO((s->frame[off_entry] & entry_mask) | entry_always);
+		__u64 entry = PY_NONZERO((fr[off_entry] & entry_mask) | entry_always);
 		__u64 gen = PY_NONZERO(owner ^ owner_gen) ^ 1;
 		__u8 fflags = (__u8)(entry * PYFRAME_F_ENTRY | gen * PYFRAME_F_GENERATOR);
 		__u32 slot = (__u32)(code >> 4) & (PY_TAG_SLOTS - 1);
