@@ -14,9 +14,8 @@
 #include "device_activity.h"
 
 BPF_HASH(dev_sites, struct usdt_site_key, struct usdt_site, DEV_SITE_ENTRIES);
-/* A ring of slots by correlation id (struct dev_corr_slot): ids whose calls produce no record (a failed
- * launch, a driver id under a runtime id) are overwritten in turn. DEV_CORR_ENTRIES: a power of two. */
-BPF_ARRAY(dev_corr, struct dev_corr_slot, DEV_CORR_ENTRIES);
+/* LRU: ids whose calls produce no record (a failed launch, a driver id under a runtime id) age out. */
+BPF_TABLE("lru_hash", struct gpu_corr_key, struct dev_corr, dev_corr, DEV_CORR_ENTRIES);
 BPF_HASH(dev_counts, struct dev_key, struct dev_val, DEV_COUNT_ENTRIES);
 BPF_F_TABLE("hash", struct dev_name_key, struct dev_name, dev_names, DEV_NAME_ENTRIES, BPF_F_NO_PREALLOC);
 BPF_PERCPU_ARRAY(dev_stats, __u64, DEV_STAT__COUNT);
@@ -104,13 +103,6 @@ static __always_inline void dev_learn_name(__u32 pid, __u64 addr) {
 
 /* --- correlation: id -> call path ----------------------------------------------------------------- */
 
-/* The call that correlation id `corr` of process `pid` came from, or NULL. */
-static __always_inline struct dev_corr *dev_corr_find(__u32 pid, __u32 corr) {
-    __u32 i = corr & (DEV_CORR_ENTRIES - 1);
-    struct dev_corr_slot *s = dev_corr.lookup(&i);
-    return s && s->key.pid == pid && s->key.correlation == corr ? &s->corr : NULL;
-}
-
 int on_dev_correlation(struct pt_regs *ctx) {
     __u64 id = bpf_get_current_pid_tgid();
     __u32 pid = id >> 32, tid = (__u32)id;
@@ -172,16 +164,11 @@ int on_dev_correlation(struct pt_regs *ctx) {
             gpu_orphans.update(&tid, &orphan);
         }
     }
-    __u32 i = corr & (DEV_CORR_ENTRIES - 1);
-    struct dev_corr_slot *slot = dev_corr.lookup(&i);
-    if (!slot)
-        return 0;
-    if (slot->key.pid && !slot->corr.joined && c->api_start_ns - slot->corr.api_start_ns < DEV_CORR_YOUNG_NS)
+    struct gpu_corr_key k = {};
+    k.pid = pid;
+    k.correlation = corr;
+    if (dev_corr.update(&k, c))
         dev_stat_add(DEV_STAT_CORR_FULL, 1);
-    slot->key.pid = 0; /* names no id while it is rewritten */
-    slot->corr = *c;
-    slot->key.correlation = corr;
-    slot->key.pid = pid;
     return 0;
 }
 
@@ -194,8 +181,10 @@ int on_dev_api_exit(struct pt_regs *ctx) {
         return 0;
     struct usdt_regs u;
     usdt_load(ctx, &u);
-    __u32 corr = (__u32)usdt_arg(&u, s, 0);
-    struct dev_corr *c = dev_corr_find(pid, corr);
+    struct gpu_corr_key k = {};
+    k.pid = pid;
+    k.correlation = (__u32)usdt_arg(&u, s, 0);
+    struct dev_corr *c = dev_corr.lookup(&k);
     if (!c)
         return 0;
     struct dev_event *e = dev_events.ringbuf_reserve(sizeof(struct dev_event));
@@ -209,7 +198,7 @@ int on_dev_api_exit(struct pt_regs *ctx) {
     e->end_ns = bpf_ktime_get_ns();
     e->pid = pid;
     e->tid = (__u32)id;
-    e->correlation = corr;
+    e->correlation = k.correlation;
     e->api_id = c->call.api_id;
     e->name = c->fn_name;
     e->user_stack = c->call.user_stack;
@@ -239,9 +228,8 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
     /* Sampled captures: the announced call that stands for this record's call (its thread's last one). */
     int sampled = (r->flags & DEV_REC_F_SAMPLED) && r->sample != r->correlation;
     ck.correlation = (r->flags & DEV_REC_F_SAMPLED) ? r->sample : r->correlation;
-    struct dev_corr *c = dev_corr_find(pid, ck.correlation);
+    struct dev_corr *c = dev_corr.lookup(&ck);
     if (c) {
-        c->joined = 1;
         k->call = c->call;
         struct gpu_key *adopted = c->call.api_id == DEV_API_UNPROBED ?
             gpu_adopted.lookup(&ck) : NULL;
@@ -321,8 +309,10 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
         }
     }
 #endif
-    /* The slot stays: graph launches have a record per node under one id, and an announced call of a
-     * sampled capture stands for the calls after it; the id DEV_CORR_ENTRIES later takes the slot. */
+    /* One record per call, except graph launches (one id, a record per node): done with the id. An
+     * announced call of a sampled capture stands for the calls after it: kept (the LRU ages it out). */
+    if (c && !(r->flags & (DEV_REC_F_GRAPH | DEV_REC_F_SAMPLED)))
+        dev_corr.delete(&ck);
 }
 
 int on_dev_batch(struct pt_regs *ctx) {

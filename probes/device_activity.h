@@ -63,26 +63,15 @@ struct dev_record {
 /* What the `api` argument of the correlation probe packs: CUPTI domain << 16 | callback id. */
 #define DEV_API_DOMAIN_SHIFT 16
 
-/* An API call with device work in flight in the kernel's view. Its call path key, struct gpu_key
- * (gpu_api.h), is kept by value. */
+/* An API call with device work in flight in the kernel's view, in dev_corr under its (pid, correlation id)
+ * (struct gpu_corr_key, gpu_api.h). Its call path key, struct gpu_key (gpu_api.h), is kept by value. */
 struct dev_corr {
     struct gpu_key call;
-    __u64 api_start_ns;  /* when CUPTI's enter callback ran */
+    __u64 api_start_ns;  /* when CUPTI's enter callback ran (trace mode) */
     __u64 fn_name;       /* CUPTI's function name string (a constant in libcupti: an id) */
     __u32 api;           /* domain << 16 | cbid */
-    __u32 joined;        /* a record has been joined to it */
+    __u32 pad;
 };
-
-/* dev_corr's slots: a ring indexed by the correlation id. CUPTI's and rocprofiler's ids count up in each
- * process and each capture has its own maps, so a slot is taken again only by the id DEV_CORR_ENTRIES
- * later: no hashing, no lock and no delete per call (a hash map's update cost more than the rest of the
- * correlation probe). key names the id a slot holds now (pid 0: none). */
-struct dev_corr_slot {
-    struct gpu_corr_key key;
-    struct dev_corr corr;
-};
-/* A slot taken again while its id, this young and never joined, may still get records: counted as dropped. */
-#define DEV_CORR_YOUNG_NS 1000000000ULL
 
 /* Aggregation: GPU time per (call path, kernel name / copy kind, device). */
 struct dev_key {
@@ -200,7 +189,7 @@ struct usdt_site_key {
 enum dev_stat {
     DEV_STAT_CORRELATIONS = 0,  /* correlation probes of the target */
     DEV_STAT_UNPROBED,          /* ... whose call the GPU API probes had not parked (path taken there) */
-    DEV_STAT_CORR_FULL,         /* a correlation slot taken again before its young id was joined */
+    DEV_STAT_CORR_FULL,         /* correlation map update failed */
     DEV_STAT_BATCHES,
     DEV_STAT_RECORDS,           /* records read */
     DEV_STAT_UNKNOWN,           /* records whose correlation id was not known: counted, kept apart */

@@ -22,7 +22,7 @@ from deepctx.daemon.procfs import (
 )
 from deepctx.probes import usdt
 from deepctx.probes.family import Target, read_source
-from deepctx.probes.gpu_api import GpuCorrKey, GpuKey
+from deepctx.probes.gpu_api import GpuKey
 from deepctx.probes.maps import items, percpu_sum
 
 log = logging.getLogger("deepctx.device")
@@ -81,11 +81,7 @@ class DevRecord(ct.Structure):
 
 class DevCorr(ct.Structure):
     _fields_ = [("call", GpuKey), ("api_start_ns", ct.c_uint64), ("fn_name", ct.c_uint64), ("api", ct.c_uint32),
-                ("joined", ct.c_uint32)]
-
-
-class DevCorrSlot(ct.Structure):
-    _fields_ = [("key", GpuCorrKey), ("corr", DevCorr)]
+                ("pad", ct.c_uint32)]
 
 
 class DevKey(ct.Structure):
@@ -256,8 +252,6 @@ class DeviceActivity:
         self.required = required or inject
         self.agent_path = agent_path
         self.count_entries = count_entries
-        if corr_entries <= 0 or corr_entries & (corr_entries - 1):
-            raise ValueError(f"corr_entries must be a power of two (the ring is indexed by masking), not {corr_entries}")
         self.corr_entries = corr_entries
         self.name_entries = name_entries
         self.ringbuf_pages = ringbuf_pages

@@ -185,23 +185,3 @@ def test_an_agent_nobody_watches_holds_nothing(built: tuple[Path, Path]) -> None
         t.expect("done")
     finally:
         t.stop()
-
-
-def test_a_correlation_slot_taken_again_before_its_record_is_counted(built: tuple[Path, Path]) -> None:
-    """The join table is a ring of slots by correlation id: with 8 slots, the ids of one phase (more than 8,
-    their records delivered at the flush) take each slot again while it holds a young id nothing has
-    joined yet. Each such take is counted as a dropped correlation, and the records of the ids that lost
-    their slot are counted as of unknown correlation, their GPU time kept apart."""
-    t = start(built)
-    try:
-        r = run_capture(t.pid, phase(t), DeviceActivity(corr_entries=8), python=False)
-    finally:
-        t.stop()
-    s = r.stats
-    ids = s["device_correlations"]
-    assert ids == 2 * mt.N_MATMUL + mt.N_RELU + mt.N_COPY + mt.N_SET + mt.N_GRAPH + 1
-    assert s["device_correlations_dropped"] == ids - 8
-    assert 0 < s["device_records_unknown_correlation"] < RECORDS
-    assert s["device_time_ns"] == TOTAL_NS  # every record's time is kept, joined or not
-    with pytest.raises(ValueError, match="power of two"):
-        DeviceActivity(corr_entries=6)
