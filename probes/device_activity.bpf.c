@@ -8,14 +8,17 @@
  *   flushed / status:  the agent's last flush and state, for user space (dev_flush);
  *   api_exit probe:    trace mode only, like per-record events (ring buffer dev_events).
  * USDT arguments are decoded from dev_sites (probes/usdt.py), keyed by the site's address.
- * Settings (-D): DEV_CORR_ENTRIES, DEV_COUNT_ENTRIES, DEV_NAME_ENTRIES, DEV_SITE_ENTRIES, DEV_TRACE
+ * Settings (-D): DEV_CORR_ENTRIES, DEV_CORR_IDS, DEV_COUNT_ENTRIES, DEV_NAME_ENTRIES, DEV_SITE_ENTRIES, DEV_TRACE
  * (0/1: compile the trace ring buffer in), DEV_RINGBUF_PAGES. */
 #include <uapi/linux/ptrace.h>
 #include "device_activity.h"
 
 BPF_HASH(dev_sites, struct usdt_site_key, struct usdt_site, DEV_SITE_ENTRIES);
-/* LRU: ids whose calls produce no record (a failed launch, a driver id under a runtime id) age out. */
-BPF_TABLE("lru_hash", struct gpu_corr_key, struct dev_corr, dev_corr, DEV_CORR_ENTRIES);
+/* The join table's two rings (struct dev_corr_slot): calls whose ids get no record (a failed launch, a
+ * driver id under a runtime id) are overwritten in turn. DEV_CORR_ENTRIES, DEV_CORR_IDS: powers of two. */
+BPF_ARRAY(dev_corr, struct dev_corr_slot, DEV_CORR_ENTRIES);
+BPF_ARRAY(dev_corr_ids, __u64, DEV_CORR_IDS);
+BPF_ARRAY(dev_corr_next, __u64, 1); /* calls reported so far: the next one's slot */
 BPF_HASH(dev_counts, struct dev_key, struct dev_val, DEV_COUNT_ENTRIES);
 BPF_F_TABLE("hash", struct dev_name_key, struct dev_name, dev_names, DEV_NAME_ENTRIES, BPF_F_NO_PREALLOC);
 BPF_PERCPU_ARRAY(dev_stats, __u64, DEV_STAT__COUNT);
@@ -103,6 +106,27 @@ static __always_inline void dev_learn_name(__u32 pid, __u64 addr) {
 
 /* --- correlation: id -> call path ----------------------------------------------------------------- */
 
+/* The slot of the call correlation id `corr` of process `pid` came from, or NULL. */
+static __always_inline struct dev_corr_slot *dev_corr_slot_of(__u32 pid, __u32 corr) {
+    __u32 i = corr & (DEV_CORR_IDS - 1);
+    __u64 *v = dev_corr_ids.lookup(&i);
+    if (!v || (__u32)(*v >> 32) != corr)
+        return NULL;
+    __u32 j = (__u32)*v & (DEV_CORR_ENTRIES - 1);
+    struct dev_corr_slot *s = dev_corr.lookup(&j);
+    return s && s->key.pid == pid && s->key.correlation == corr ? s : NULL;
+}
+
+static __always_inline struct dev_corr *dev_corr_find(__u32 pid, __u32 corr) {
+    struct dev_corr_slot *s = dev_corr_slot_of(pid, corr);
+    return s ? &s->corr : NULL;
+}
+
+/* A call that is young and was never joined may still get records: taking its place drops it. */
+static __always_inline int dev_corr_live(struct dev_corr_slot *s, __u64 now) {
+    return s->key.pid && !s->corr.joined && now - s->corr.api_start_ns < DEV_CORR_YOUNG_NS;
+}
+
 int on_dev_correlation(struct pt_regs *ctx) {
     __u64 id = bpf_get_current_pid_tgid();
     __u32 pid = id >> 32, tid = (__u32)id;
@@ -164,11 +188,25 @@ int on_dev_correlation(struct pt_regs *ctx) {
             gpu_orphans.update(&tid, &orphan);
         }
     }
-    struct gpu_corr_key k = {};
-    k.pid = pid;
-    k.correlation = corr;
-    if (dev_corr.update(&k, c))
+    __u32 zero32 = 0;
+    __u64 *next = dev_corr_next.lookup(&zero32);
+    if (!next)
+        return 0;
+    __u32 j = (__u32)__sync_fetch_and_add(next, 1) & (DEV_CORR_ENTRIES - 1);
+    struct dev_corr_slot *slot = dev_corr.lookup(&j);
+    __u32 i = corr & (DEV_CORR_IDS - 1);
+    __u64 *ids = dev_corr_ids.lookup(&i);
+    if (!slot || !ids)
+        return 0;
+    __u64 now = c->api_start_ns;
+    struct dev_corr_slot *old = dev_corr_slot_of(pid, (__u32)(*ids >> 32)); /* the call whose id entry this is */
+    if (dev_corr_live(slot, now) || (old && old != slot && dev_corr_live(old, now)))
         dev_stat_add(DEV_STAT_CORR_FULL, 1);
+    slot->key.pid = 0; /* names no id while it is rewritten */
+    slot->corr = *c;
+    slot->key.correlation = corr;
+    slot->key.pid = pid;
+    *ids = ((__u64)corr << 32) | j;
     return 0;
 }
 
@@ -181,10 +219,8 @@ int on_dev_api_exit(struct pt_regs *ctx) {
         return 0;
     struct usdt_regs u;
     usdt_load(ctx, &u);
-    struct gpu_corr_key k = {};
-    k.pid = pid;
-    k.correlation = (__u32)usdt_arg(&u, s, 0);
-    struct dev_corr *c = dev_corr.lookup(&k);
+    __u32 corr = (__u32)usdt_arg(&u, s, 0);
+    struct dev_corr *c = dev_corr_find(pid, corr);
     if (!c)
         return 0;
     struct dev_event *e = dev_events.ringbuf_reserve(sizeof(struct dev_event));
@@ -198,7 +234,7 @@ int on_dev_api_exit(struct pt_regs *ctx) {
     e->end_ns = bpf_ktime_get_ns();
     e->pid = pid;
     e->tid = (__u32)id;
-    e->correlation = k.correlation;
+    e->correlation = corr;
     e->api_id = c->call.api_id;
     e->name = c->fn_name;
     e->user_stack = c->call.user_stack;
@@ -228,8 +264,9 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
     /* Sampled captures: the announced call that stands for this record's call (its thread's last one). */
     int sampled = (r->flags & DEV_REC_F_SAMPLED) && r->sample != r->correlation;
     ck.correlation = (r->flags & DEV_REC_F_SAMPLED) ? r->sample : r->correlation;
-    struct dev_corr *c = dev_corr.lookup(&ck);
+    struct dev_corr *c = dev_corr_find(pid, ck.correlation);
     if (c) {
+        c->joined = 1;
         k->call = c->call;
         struct gpu_key *adopted = c->call.api_id == DEV_API_UNPROBED ?
             gpu_adopted.lookup(&ck) : NULL;
@@ -309,10 +346,8 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
         }
     }
 #endif
-    /* One record per call, except graph launches (one id, a record per node): done with the id. An
-     * announced call of a sampled capture stands for the calls after it: kept (the LRU ages it out). */
-    if (c && !(r->flags & (DEV_REC_F_GRAPH | DEV_REC_F_SAMPLED)))
-        dev_corr.delete(&ck);
+    /* The slot stays: graph launches have a record per node under one id, and an announced call of a
+     * sampled capture stands for the calls after it; the call DEV_CORR_ENTRIES later takes the slot. */
 }
 
 int on_dev_batch(struct pt_regs *ctx) {

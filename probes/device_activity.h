@@ -63,15 +63,30 @@ struct dev_record {
 /* What the `api` argument of the correlation probe packs: CUPTI domain << 16 | callback id. */
 #define DEV_API_DOMAIN_SHIFT 16
 
-/* An API call with device work in flight in the kernel's view, in dev_corr under its (pid, correlation id)
- * (struct gpu_corr_key, gpu_api.h). Its call path key, struct gpu_key (gpu_api.h), is kept by value. */
+/* An API call with device work in flight in the kernel's view. Its call path key, struct gpu_key
+ * (gpu_api.h), is kept by value. */
 struct dev_corr {
     struct gpu_key call;
-    __u64 api_start_ns;  /* when CUPTI's enter callback ran (trace mode) */
+    __u64 api_start_ns;  /* when CUPTI's enter callback ran */
     __u64 fn_name;       /* CUPTI's function name string (a constant in libcupti: an id) */
     __u32 api;           /* domain << 16 | cbid */
-    __u32 pad;
+    __u32 joined;        /* a record has been joined to it */
 };
+
+/* The join table: two rings, no hashing, no lock and no delete per call (an LRU hash map's update cost more
+ * than the rest of the correlation probe). dev_corr holds the calls in the order they were reported, a slot
+ * each (a struct dev_corr_slot; key names the id it holds now, pid 0: none), taken again by the call
+ * DEV_CORR_ENTRIES later. dev_corr_ids, indexed by the correlation id, holds id << 32 | the call's slot:
+ * CUPTI's and rocprofiler's ids count up in each process (each capture has its own maps), and PyTorch
+ * spends about 16 of them per call reported, so it has DEV_CORR_IDS entries of 8 bytes (a ring of full
+ * slots by id would need 16 times as many). */
+struct dev_corr_slot {
+    struct gpu_corr_key key;
+    struct dev_corr corr;
+};
+/* A call whose slot (or id entry) is taken again while it is this young and never joined may still get
+ * records: counted as dropped. */
+#define DEV_CORR_YOUNG_NS 1000000000ULL
 
 /* Aggregation: GPU time per (call path, kernel name / copy kind, device). */
 struct dev_key {
@@ -189,7 +204,7 @@ struct usdt_site_key {
 enum dev_stat {
     DEV_STAT_CORRELATIONS = 0,  /* correlation probes of the target */
     DEV_STAT_UNPROBED,          /* ... whose call the GPU API probes had not parked (path taken there) */
-    DEV_STAT_CORR_FULL,         /* correlation map update failed */
+    DEV_STAT_CORR_FULL,         /* a young call's slot or id entry taken again before a record joined it */
     DEV_STAT_BATCHES,
     DEV_STAT_RECORDS,           /* records read */
     DEV_STAT_UNKNOWN,           /* records whose correlation id was not known: counted, kept apart */

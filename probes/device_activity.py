@@ -22,7 +22,7 @@ from deepctx.daemon.procfs import (
 )
 from deepctx.probes import usdt
 from deepctx.probes.family import Target, read_source
-from deepctx.probes.gpu_api import GpuKey
+from deepctx.probes.gpu_api import GpuCorrKey, GpuKey
 from deepctx.probes.maps import items, percpu_sum
 
 log = logging.getLogger("deepctx.device")
@@ -81,7 +81,11 @@ class DevRecord(ct.Structure):
 
 class DevCorr(ct.Structure):
     _fields_ = [("call", GpuKey), ("api_start_ns", ct.c_uint64), ("fn_name", ct.c_uint64), ("api", ct.c_uint32),
-                ("pad", ct.c_uint32)]
+                ("joined", ct.c_uint32)]
+
+
+class DevCorrSlot(ct.Structure):
+    _fields_ = [("key", GpuCorrKey), ("corr", DevCorr)]
 
 
 class DevKey(ct.Structure):
@@ -238,6 +242,7 @@ class DeviceActivity:
 
     def __init__(self, trace: bool = False, inject: bool = False, required: bool = False,
                  agent_path: str | None = None, count_entries: int = 65536, corr_entries: int = 262144,
+                 corr_ids: int = 1 << 21,
                  name_entries: int = 16384, ringbuf_pages: int = 4096,
                  injector: Callable[..., Any] | None = None, sampling: bool = False) -> None:
         self.trace = trace
@@ -252,7 +257,11 @@ class DeviceActivity:
         self.required = required or inject
         self.agent_path = agent_path
         self.count_entries = count_entries
+        for name, n in (("corr_entries", corr_entries), ("corr_ids", corr_ids)):
+            if n <= 0 or n & (n - 1):
+                raise ValueError(f"{name} must be a power of two (its ring is indexed by masking), not {n}")
         self.corr_entries = corr_entries
+        self.corr_ids = corr_ids
         self.name_entries = name_entries
         self.ringbuf_pages = ringbuf_pages
         self.injector = injector
@@ -276,7 +285,8 @@ class DeviceActivity:
         return read_source("device_activity.bpf.c")
 
     def defines(self) -> dict[str, int | str]:
-        return {"DEV_CORR_ENTRIES": self.corr_entries, "DEV_COUNT_ENTRIES": self.count_entries,
+        return {"DEV_CORR_ENTRIES": self.corr_entries, "DEV_CORR_IDS": self.corr_ids,
+                "DEV_COUNT_ENTRIES": self.count_entries,
                 "DEV_NAME_ENTRIES": self.name_entries, "DEV_SITE_ENTRIES": 256, "DEV_TRACE": int(self.trace),
                 "DEV_RINGBUF_PAGES": self.ringbuf_pages,
                 "GPU_LAST_CALL": 1}  # gpu_api.bpf.c keeps each thread's last entry-only call for the join

@@ -185,3 +185,25 @@ def test_an_agent_nobody_watches_holds_nothing(built: tuple[Path, Path]) -> None
         t.expect("done")
     finally:
         t.stop()
+
+
+@pytest.mark.parametrize("rings", [{"corr_entries": 8}, {"corr_ids": 8}], ids=["8 call slots", "8 id entries"])
+def test_a_correlation_slot_taken_again_before_its_record_is_counted(built: tuple[Path, Path], rings: dict) -> None:
+    """The join table's rings (a slot per call reported, an entry per correlation id), one made 8 long: the
+    calls of one phase (more than 8, their records delivered at the flush) take its places again while
+    they hold a young call nothing has joined yet. Each such take is counted as a dropped correlation,
+    and the records of the calls that lost their place count as of unknown correlation, their GPU time
+    kept apart."""
+    t = start(built)
+    try:
+        r = run_capture(t.pid, phase(t), DeviceActivity(**rings), python=False)
+    finally:
+        t.stop()
+    s = r.stats
+    ids = s["device_correlations"]
+    assert ids == 2 * mt.N_MATMUL + mt.N_RELU + mt.N_COPY + mt.N_SET + mt.N_GRAPH + 1
+    assert s["device_correlations_dropped"] == ids - 8
+    assert 0 < s["device_records_unknown_correlation"] < RECORDS
+    assert s["device_time_ns"] == TOTAL_NS  # every record's time is kept, joined or not
+    with pytest.raises(ValueError, match="power of two"):
+        DeviceActivity(corr_ids=6)
