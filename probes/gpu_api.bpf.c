@@ -166,9 +166,10 @@ static __always_inline void gpu_remember_object(__u32 pid, __u64 handle) {
 /* Interns the calling thread's native stack by frame pointers; returns its id (its hash, never 0), or 0
  * when it could not be kept (the map is full). At a function's first instruction (at_entry) its caller
  * has no frame yet: the return address is where the call left it (x86-64: at the stack pointer; arm64:
- * in the link register), as the kernel's own walk adds it for uprobes at function entry. The depth and the running hash live in the scratch value,
- * not in registers, so that every way out of the loop reaches the code after it in the same verifier
- * state (what follows, the Python walk, is verified once, not once per exit). */
+ * in the link register), as the kernel's own walk adds it for uprobes at function entry. The depth and
+ * the running hash live in the scratch value, not in registers, so that every way out of the loop
+ * reaches the code after it in the same verifier state (what follows, the Python walk, is verified
+ * once, not once per exit). `off > GPU_FP_WIN - 16` also catches a frame below the window (off wraps). */
 static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, int at_entry) {
     __u32 zero = 0;
     struct gpu_fp_scratch *s = gpu_fp_scratch.lookup(&zero);
