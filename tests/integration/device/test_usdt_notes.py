@@ -77,3 +77,27 @@ def test_the_agents_probes(built: tuple[Path, Path]) -> None:
     names = sorted({p.name for p in usdt.read_probes(str(agent), "deepctx")})
     assert names == ["api_exit", "batch", "correlation", "flush_request", "flushed", "sampling", "status"]
     assert all(p.semaphore_offset for p in usdt.read_probes(str(agent), "deepctx"))
+
+
+
+NOP5 = bytes.fromhex("0f1f440000")
+
+
+def producers(lib: Path) -> list[str]:
+    """The compiler command line of each compilation unit (DW_AT_producer, the agents are built with -g)."""
+    with open(lib, "rb") as f:
+        dwarf = ELFFile(f).get_dwarf_info()
+        return [cu.get_top_DIE().attributes["DW_AT_producer"].value.decode() for cu in dwarf.iter_CUs()]
+
+
+@pytest.mark.parametrize("which", ["built", "built_rocprof"])
+def test_the_agents_probe_sites_are_nop5_built_without_a_red_zone(request: pytest.FixtureRequest, which: str) -> None:
+    """A kernel that optimizes uprobes on 5-byte nops (6.17+) enters its trampoline with a CALL, which writes
+    the 8 bytes below the stack pointer: each site must be a nop5 and no agent code may keep data there."""
+    agent = request.getfixturevalue(which)[0]
+    data = agent.read_bytes()
+    sites = usdt.read_probes(str(agent), "deepctx")
+    assert len(sites) >= 7
+    assert [data[p.pc_offset:p.pc_offset + 5] for p in sites] == [NOP5] * len(sites)
+    units = producers(agent)
+    assert len(units) == 2 and all(" -mno-red-zone" in u for u in units), units
