@@ -210,17 +210,23 @@ class NativeUnwinder:
 
     def prepare(self, target: Target) -> None:
         state = target.state.setdefault(self.name, _ProcState())
+        todo: dict[tuple[str, int], tuple[procfs.Mapping, str]] = {}
         for m in _code_mappings(target.space):
-            if m.file_key in state.tables:
+            if m.file_key in state.tables or m.file_key in todo:
                 continue
             try:
-                key, table = self.cache.get(procfs.open_mapped_file(target.pid, m), *m.file_key)
+                todo[m.file_key] = (m, procfs.open_mapped_file(target.pid, m))
             except OSError as e:
                 state.files_failed += 1
                 log.info("pid %d: cannot read %s: %s", target.pid, m.path, e)
+        files = [(path, *fk) for fk, (_, path) in todo.items()]
+        for (fk, (m, _)), got in zip(todo.items(), self.cache.get_many(files), strict=True):  # several at once
+            if isinstance(got, OSError):
+                state.files_failed += 1
+                log.info("pid %d: cannot read %s: %s", target.pid, m.path, got)
                 continue
-            state.tables[m.file_key] = (key, table)
-            self._files.setdefault(key, table)
+            state.tables[fk] = got
+            self._files.setdefault(got[0], got[1])
 
     def attach(self, bpf: Any, target: Target) -> None:
         self.defines()

@@ -76,6 +76,7 @@ class ElfSymbols:
             self.addrs = np.zeros(0, np.uint64)
             self.sizes = np.zeros(0, np.uint64)
             self.names = np.zeros(0, np.int64)
+        self._release()
 
     def __len__(self) -> int:
         return len(self.addrs)
@@ -101,38 +102,48 @@ class ElfSymbols:
         """Virtual addresses of the named functions: found through the string tables, so no symbol name
         is decoded (fast on libraries with hundreds of thousands of symbols)."""
         out: dict[str, int] = {}
+        data = self._data
         for table_idx, (base, size) in enumerate(self._strtabs):
-            strtab = self._data[base: base + size]
             for name in names - out.keys():
                 # Linkers share string tails ("cudaLaunchKernel" may be the end of "__cudaLaunchKernel"),
                 # so every occurrence is a candidate, not only those after a NUL.
                 needle = name.encode() + b"\0"
-                pos = strtab.find(needle)
-                while pos >= 0:
-                    packed = np.int64(pos) | (np.int64(table_idx) << 40)
+                at = data.find(needle, base, base + size)  # in the mapping: no copy of the table
+                while at >= 0:
+                    packed = np.int64(at - base) | (np.int64(table_idx) << 40)
                     hits = np.nonzero(self.names == packed)[0]
                     if len(hits):
                         out[name] = int(self.addrs[hits[0]])
                         break
-                    pos = strtab.find(needle, pos + 1)
+                    at = data.find(needle, at + 1, base + size)
+        self._release()
         return out
 
     def addresses_with_prefix(self, prefix: str, limit: int = 64) -> dict[str, int]:
         """Functions whose name starts with prefix (found through the string tables, like addresses_of)."""
         out: dict[str, int] = {}
         needle = b"\0" + prefix.encode()
+        data = self._data
         for table_idx, (base, size) in enumerate(self._strtabs):
-            strtab = self._data[base: base + size]
-            pos = strtab.find(needle)
-            while pos >= 0 and len(out) < limit:
-                start = pos + 1
-                end = strtab.find(b"\0", start)
-                packed = np.int64(start) | (np.int64(table_idx) << 40)
+            at = data.find(needle, base, base + size)
+            while at >= 0 and len(out) < limit:
+                start = at + 1
+                end = data.find(b"\0", start, base + size)
+                end = end if end >= 0 else base + size
+                packed = np.int64(start - base) | (np.int64(table_idx) << 40)
                 hits = np.nonzero(self.names == packed)[0]
                 if len(hits):
-                    out.setdefault(strtab[start:end].decode(errors="replace"), int(self.addrs[hits[0]]))
-                pos = strtab.find(needle, end)
+                    out.setdefault(data[start:end].decode(errors="replace"), int(self.addrs[hits[0]]))
+                at = data.find(needle, end, base + size)
+        self._release()
         return out
+
+    def _release(self) -> None:
+        """Drops the file's pages from this process's resident set (they stay in the page cache): a
+        scan of libtorch's symbol and string tables would otherwise leave ~100 MB counted in deepctxd's
+        RSS. Names looked up later fault their pages in again."""
+        if hasattr(self._data, "madvise"):
+            self._data.madvise(mmap.MADV_DONTNEED)
 
     def _name(self, packed: int) -> str:
         base, size = self._strtabs[packed >> 40]

@@ -2,76 +2,155 @@
 
 Files are identified by GNU build id when they have one (the same library inside two containers is
 one table), else by (device, inode). Tables with a build id can also be kept on disk, so a daemon
-restart does not parse libtorch again.
+restart does not parse libtorch again. Files with large unwind sections are built in a child process
+(daemon/unwind/build_child.py): the allocator would otherwise keep the build's garbage; several
+files are built at once by get_many.
 """
 
 from __future__ import annotations
 
 import logging
-import os
+import subprocess
+import sys
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
-
 from deepctx.daemon.unwind.arch import X86_64
+from deepctx.daemon.unwind.build_child import NO_TABLE
 from deepctx.daemon.unwind.cfi import CfiError
+from deepctx.daemon.unwind.disk import DISK_FORMAT, load_table, save_table
 from deepctx.daemon.unwind.elf import ElfError, ElfFile
 from deepctx.daemon.unwind.table import UnwindTable, build_table, empty_table
 
 log = logging.getLogger(__name__)
 
-DISK_FORMAT = 1  # bump when the table layout or the rule encoding changes
+CHILD_MIN_BYTES = 1 << 20  # .eh_frame + .debug_frame from which a table is built in a child process
+CHILD_TIMEOUT_S = 600.0
+UNWIND_SECTIONS = (".eh_frame", ".debug_frame")
 
 
 class TableCache:
-    def __init__(self, disk_dir: str | Path | None = None) -> None:
+    def __init__(self, disk_dir: str | Path | None = None, child_min_bytes: int = CHILD_MIN_BYTES,
+                 workers: int = 4) -> None:
         self.disk_dir = Path(disk_dir) if disk_dir is not None else None
+        self.child_min_bytes = child_min_bytes
+        self.workers = max(1, workers)
         self._lock = threading.Lock()
         self._by_key: dict[str, UnwindTable] = {}
         self._by_inode: dict[tuple[str, int], str] = {}
-        self.counters = {"builds": 0, "hits": 0, "disk_hits": 0, "failures": 0}
+        self._building: dict[tuple[str, int], threading.Event] = {}
+        self.counters = {"builds": 0, "hits": 0, "disk_hits": 0, "failures": 0, "child_builds": 0}
 
     def get(self, path: str, dev: str, inode: int) -> tuple[str, UnwindTable]:
         """(file key, table) for the file at path, which has the given device and inode.
 
         A file that is not a readable ELF file or has no CFI gets an empty table: the walker then uses
-        frame pointers in it. OSError (file gone) propagates."""
-        with self._lock:
-            key = self._by_inode.get((dev, inode))
-            if key is not None:
-                self.counters["hits"] += 1
-                return key, self._by_key[key]
+        frame pointers in it. OSError (file gone) propagates. Safe from several threads: a file being
+        built is waited for, not built twice."""
+        while True:
+            with self._lock:
+                key = self._by_inode.get((dev, inode))
+                if key is not None:
+                    self.counters["hits"] += 1
+                    return key, self._by_key[key]
+                building = self._building.get((dev, inode))
+                if building is None:
+                    mine = self._building[(dev, inode)] = threading.Event()
+                    break
+            building.wait()  # then look again: a build that failed with OSError left nothing
+        try:
+            key, table = self._resolve(path, dev, inode)
+            with self._lock:
+                table = self._by_key.setdefault(key, table)  # the same build id under another inode
+                self._by_inode[(dev, inode)] = key
+            return key, table
+        finally:
+            with self._lock:
+                del self._building[(dev, inode)]
+            mine.set()
+
+    def get_many(self, files: list[tuple[str, str, int]]) -> list[tuple[str, UnwindTable] | OSError]:
+        """get() for each (path, dev, inode), up to `workers` builds at a time; an OSError in place of a
+        file that could not be read."""
+        def one(f: tuple[str, str, int]) -> tuple[str, UnwindTable] | OSError:
             try:
-                with ElfFile(path) as f:
-                    build_id = f.build_id()
-            except ElfError:
-                build_id = None
-            key = f"b:{build_id}" if build_id else f"i:{dev}:{inode}"
+                return self.get(*f)
+            except OSError as e:
+                return e
+        if len(files) <= 1 or self.workers == 1:
+            return [one(f) for f in files]
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="unwind-tables") as pool:
+            return list(pool.map(one, files))
+
+    def _resolve(self, path: str, dev: str, inode: int) -> tuple[str, UnwindTable]:
+        try:
+            with ElfFile(path) as f:
+                build_id = f.build_id()
+                unwind_bytes = sum(f.sections[s].size for s in UNWIND_SECTIONS if s in f.sections)
+        except ElfError:
+            build_id, unwind_bytes = None, 0
+        key = f"b:{build_id}" if build_id else f"i:{dev}:{inode}"
+        with self._lock:
             table = self._by_key.get(key)
             if table is not None:
                 self.counters["hits"] += 1
-            else:
-                table = self._load(build_id) if build_id else None
-                if table is not None:
-                    self.counters["disk_hits"] += 1
-                else:
-                    table = self._build(path, build_id)
-                self._by_key[key] = table
-            self._by_inode[(dev, inode)] = key
-            return key, table
+                return key, table
+        table = self._load(build_id) if build_id else None
+        if table is not None:
+            self._count("disk_hits")
+        elif unwind_bytes >= self.child_min_bytes:
+            table = self._build_in_child(path, build_id)
+        else:
+            table = self._build(path, build_id)
+        return key, table
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self.counters[name] += 1
 
     def _build(self, path: str, build_id: str | None) -> UnwindTable:
         try:
             table = build_table(path)
         except (ElfError, CfiError, ValueError) as e:
-            log.info("no unwind table for %s: %s", path, e)
-            self.counters["failures"] += 1
-            return empty_table(X86_64.name, build_id)
-        self.counters["builds"] += 1
+            return self._no_table(path, build_id, str(e))
+        self._count("builds")
         if build_id:
             self._save(build_id, table)
+        return table
+
+    def _no_table(self, path: str, build_id: str | None, why: str) -> UnwindTable:
+        log.info("no unwind table for %s: %s", path, why)
+        self._count("failures")
+        return empty_table(X86_64.name, build_id)
+
+    def _build_in_child(self, path: str, build_id: str | None) -> UnwindTable:
+        """Builds in `python -m deepctx.daemon.unwind.build_child`, into the disk cache when there is one
+        (else a temporary file), and loads the result."""
+        disk = self._disk_path(build_id) if build_id else None
+        with tempfile.TemporaryDirectory(prefix="deepctx-unwind-") as tmp:
+            out = disk or Path(tmp) / "table.npz"
+            argv = [sys.executable, "-m", "deepctx.daemon.unwind.build_child", path, str(out)]
+            try:
+                child = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
+                                       stdin=subprocess.DEVNULL)
+            except subprocess.TimeoutExpired:
+                return self._no_table(path, build_id, f"its build ran past {CHILD_TIMEOUT_S:.0f} s")
+            except OSError as e:  # no interpreter to start: build here instead
+                log.warning("cannot start the unwind table builder (%s): building %s in the daemon", e, path)
+                return self._build(path, build_id)
+            if child.returncode == NO_TABLE:
+                return self._no_table(path, build_id, child.stderr.strip())
+            if child.returncode != 0:
+                tail = child.stderr.strip().splitlines()[-1:] or [f"status {child.returncode}"]
+                return self._no_table(path, build_id, f"the table builder failed: {tail[0]}")
+            try:
+                table = load_table(out, build_id)
+            except (OSError, KeyError, ValueError) as e:
+                return self._no_table(path, build_id, f"the table builder's output is unreadable: {e}")
+        self._count("builds")
+        self._count("child_builds")
         return table
 
     def _disk_path(self, build_id: str) -> Path | None:
@@ -84,37 +163,19 @@ class TableCache:
         if p is None or not p.exists():
             return None
         try:
-            with np.load(p, allow_pickle=False) as z:
-                return UnwindTable(
-                    arch=str(z["arch"]),
-                    base=int(z["base"]),
-                    pcs=z["pcs"].astype(np.uint32),
-                    infos=z["infos"],
-                    rules=[tuple(int(v) for v in r) for r in z["rules"]],  # type: ignore[misc]
-                    build_id=build_id,
-                    stats={"rows": float(len(z["pcs"])), "from_disk": 1.0},
-                )
+            table = load_table(p, build_id)
         except (OSError, KeyError, ValueError) as e:
             log.warning("ignoring unreadable cached table %s: %s", p, e)
             return None
+        table.stats["from_disk"] = 1.0
+        return table
 
     def _save(self, build_id: str, table: UnwindTable) -> None:
         p = self._disk_path(build_id)
         if p is None:
             return
         try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=p.parent, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                np.savez(
-                    f,
-                    arch=np.array(table.arch),
-                    base=np.array(table.base, np.uint64),
-                    pcs=table.pcs,
-                    infos=table.infos,
-                    rules=np.array(table.rules, np.int64).reshape(-1, 7),
-                )
-            os.replace(tmp, p)  # readers never see a partial file
+            save_table(table, p)
         except OSError as e:
             log.warning("cannot cache the unwind table in %s: %s", p, e)
 

@@ -49,6 +49,34 @@ def test_address_between_functions_has_no_symbol(libknown: Path) -> None:
     assert syms.lookup(gap) is None
 
 
+def mapping_rss_kb(data: object) -> int:
+    """Resident kB of the mapping that holds the buffer's first byte (/proc/self/smaps)."""
+    import numpy as np
+
+    addr = np.frombuffer(data, np.uint8).ctypes.data  # type: ignore[call-overload]
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(v, 16) for v in head.split("-"))
+            inside = lo <= addr < hi
+        elif inside and head == "Rss:":
+            return int(line.split()[1])
+    raise AssertionError(f"no mapping holds {addr:#x}")
+
+
+def test_the_symbol_tables_pages_leave_the_resident_set_once_read(libknown: Path) -> None:
+    """libtorch's symbol and string tables left ~100 MB of file pages in deepctxd's RSS: after indexing and
+    after a search by name the pages are dropped, and later look-ups read them again."""
+    syms = ElfSymbols(str(libknown))
+    assert mapping_rss_kb(syms._data) == 0
+    alpha = nm_symbols(libknown)["known_alpha"][0]
+    assert syms.addresses_of({"known_alpha"}) == {"known_alpha": alpha}
+    assert syms.addresses_with_prefix("known_") == {"known_alpha": alpha, "known_beta": nm_symbols(libknown)["known_beta"][0]}
+    assert mapping_rss_kb(syms._data) == 0
+    assert syms.lookup(alpha) == ("known_alpha", 0) and mapping_rss_kb(syms._data) > 0
+
+
 def test_build_id_matches_readelf(libknown: Path) -> None:
     out = subprocess.run(["readelf", "-n", str(libknown)], capture_output=True, text=True, check=True).stdout
     want = out.split("Build ID:")[1].split()[0]

@@ -230,9 +230,48 @@ def test_cache_parses_each_file_once_and_keeps_tables_on_disk(unwind_targets, tm
     assert k1 == k2 and t1 is t2 and k1.startswith("b:") and cache.counters["builds"] == 1
     fresh = TableCache(tmp_path)  # a restarted daemon
     k3, t3 = fresh.get(lib, "00:00", 1)
-    assert k3 == k1 and fresh.counters == {"builds": 0, "hits": 0, "disk_hits": 1, "failures": 0}
+    assert k3 == k1 and fresh.counters == {"builds": 0, "hits": 0, "disk_hits": 1, "failures": 0, "child_builds": 0}
     assert t3.base == t1.base and np.array_equal(t3.pcs, t1.pcs) and np.array_equal(t3.infos, t1.infos)
     assert t3.rules == t1.rules
+
+
+def _same_table(a, b) -> bool:
+    return (a.arch, a.base, a.rules) == (b.arch, b.base, b.rules) and np.array_equal(a.pcs, b.pcs) \
+        and np.array_equal(a.infos, b.infos)
+
+
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_a_large_file_is_built_in_a_child_process_into_the_same_table(unwind_targets, tmp_path, on_disk):
+    """Over child_min_bytes of unwind sections the table comes from build_child, row for row the table
+    built in the daemon; with a disk cache the child writes it there, so a restarted daemon reads it."""
+    lib = str(unwind_targets / "libunwlib.so")
+    cache = TableCache(tmp_path if on_disk else None, child_min_bytes=0)
+    key, table = cache.get(lib, "00:02", 7)
+    assert cache.counters == {"builds": 1, "hits": 0, "disk_hits": 0, "failures": 0, "child_builds": 1}
+    assert len(table) > 0 and _same_table(table, build_table(lib))
+    assert [p.name for p in tmp_path.iterdir()] == ([f"{key[2:]}.v1.npz"] if on_disk else [])
+    in_daemon = TableCache(child_min_bytes=1 << 40)
+    in_daemon.get(lib, "00:02", 7)
+    assert in_daemon.counters["child_builds"] == 0 and in_daemon.counters["builds"] == 1
+
+
+def test_a_file_the_child_finds_no_table_in_gets_an_empty_table(tmp_path):
+    junk = tmp_path / "junk.so"
+    junk.write_bytes(b"\x7fELF but nothing after")
+    cache = TableCache(child_min_bytes=0)
+    key, table = cache.get(str(junk), "00:01", 43)
+    assert key == "i:00:01:43" and len(table) == 0
+    assert cache.counters == {"builds": 0, "hits": 0, "disk_hits": 0, "failures": 1, "child_builds": 0}
+
+
+def test_get_many_builds_a_file_once_however_many_ask_at_once(unwind_targets):
+    lib = str(unwind_targets / "libunwlib.so")
+    exe = str(unwind_targets / "unwind_target")
+    cache = TableCache(child_min_bytes=0, workers=4)
+    got = cache.get_many([(lib, "00:02", 7)] * 3 + [(exe, "00:02", 8), (str(unwind_targets / "gone.so"), "00:02", 9)])
+    assert [g[0] for g in got[:3]] == [got[0][0]] * 3 and all(g[1] is got[0][1] for g in got[:3])
+    assert len(got[3][1]) > 0 and isinstance(got[4], FileNotFoundError)
+    assert cache.counters["builds"] == 2 and cache.counters["child_builds"] == 2 and cache.counters["hits"] == 2
 
 
 def test_cache_gives_files_without_cfi_an_empty_table(tmp_path):

@@ -1,0 +1,37 @@
+"""Builds one file's unwind table in a process of its own and writes it where the daemon reads it.
+
+    python -m deepctx.daemon.unwind.build_child ELF_PATH OUT_PATH
+
+Interpreting a large .eh_frame makes millions of short-lived Python objects (libtorch: 8.7 million rows);
+built inside deepctxd, the allocator kept about four times the finished table's size after it was freed.
+In a child process that memory goes back with the process. Exit status 0: written; 3: the file has no
+table (message on stderr); anything else: the build failed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+NO_TABLE = 3
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m deepctx.daemon.unwind.build_child ELF_PATH OUT_PATH", file=sys.stderr)
+        return 2
+    from deepctx.daemon.unwind.cfi import CfiError
+    from deepctx.daemon.unwind.disk import save_table
+    from deepctx.daemon.unwind.elf import ElfError
+    from deepctx.daemon.unwind.table import build_table
+
+    try:
+        table = build_table(argv[0])
+    except (ElfError, CfiError, ValueError) as e:
+        print(e, file=sys.stderr)
+        return NO_TABLE
+    save_table(table, Path(argv[1]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
