@@ -10,6 +10,7 @@ files are built at once by get_many.
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import tempfile
@@ -126,11 +127,11 @@ class TableCache:
         return empty_table(X86_64.name, build_id)
 
     def _build_in_child(self, path: str, build_id: str | None) -> UnwindTable:
-        """Builds in `python -m deepctx.daemon.unwind.build_child`, into the disk cache when there is one
-        (else a temporary file), and loads the result."""
+        """Builds in `python -m deepctx.daemon.unwind.build_child` into a scratch file (in the disk cache's
+        folder when it is usable, so that the result is moved there, not copied), and loads the result."""
         disk = self._disk_path(build_id) if build_id else None
-        with tempfile.TemporaryDirectory(prefix="deepctx-unwind-") as tmp:
-            out = disk or Path(tmp) / "table.npz"
+        with tempfile.TemporaryDirectory(prefix="deepctx-unwind-", dir=self._scratch_parent()) as tmp:
+            out = Path(tmp) / "table.npz"
             argv = [sys.executable, "-m", "deepctx.daemon.unwind.build_child", path, str(out)]
             try:
                 child = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
@@ -149,9 +150,24 @@ class TableCache:
                 table = load_table(out, build_id)
             except (OSError, KeyError, ValueError) as e:
                 return self._no_table(path, build_id, f"the table builder's output is unreadable: {e}")
+            if build_id and disk is not None:
+                try:
+                    os.replace(out, disk)
+                except OSError:  # another file system, or no cache folder: write it there (or warn)
+                    self._save(build_id, table)
         self._count("builds")
         self._count("child_builds")
         return table
+
+    def _scratch_parent(self) -> str | None:
+        """The disk cache's folder when it exists or can be made and is writable, else None (system tmp)."""
+        if self.disk_dir is None:
+            return None
+        try:
+            self.disk_dir.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return None
+        return str(self.disk_dir) if os.access(self.disk_dir, os.W_OK) else None
 
     def _disk_path(self, build_id: str) -> Path | None:
         if self.disk_dir is None:

@@ -255,6 +255,16 @@ def test_a_large_file_is_built_in_a_child_process_into_the_same_table(unwind_tar
     assert in_daemon.counters["child_builds"] == 0 and in_daemon.counters["builds"] == 1
 
 
+def test_a_child_built_table_is_kept_when_the_disk_cache_is_unusable(unwind_targets, tmp_path):
+    lib = str(unwind_targets / "libunwlib.so")
+    not_a_dir = tmp_path / "cache"
+    not_a_dir.write_text("a file where the cache folder should be")
+    cache = TableCache(not_a_dir, child_min_bytes=0)
+    _, table = cache.get(lib, "00:02", 7)
+    assert cache.counters["child_builds"] == 1 and cache.counters["failures"] == 0
+    assert _same_table(table, build_table(lib)) and sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
+
+
 def test_a_file_the_child_finds_no_table_in_gets_an_empty_table(tmp_path):
     junk = tmp_path / "junk.so"
     junk.write_bytes(b"\x7fELF but nothing after")
