@@ -22,6 +22,11 @@ off-blocks either side over its own. An on-block attaches the variant's capture,
 (the capture's start left out), times the block and ends the capture with the daemon's Stop RPC (what
 `deepctx stop` sends); its "ready" is from the stop to the profile in the client's hands. The process carries the CUPTI agent when a device
 variant is among them (idle in the off-blocks, as under `deepctx run`).
+
+--witness (with --alternate --pin) runs a CPU-only loop (workloads.py cpu_witness) on a CPU of the workload's
+half of its own, timed over the same blocks. On the GPU host the workload's alone blocks ranged 557 to 963
+steps/s in one process with no steal time: the CPUs themselves ran at different speeds. An on-block's
+"corrected_ratio" is its ratio divided by the witness's (its neighbours' rate over its own in the on-block).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ sys.path.insert(0, str(HERE))
 from marks import (  # noqa: E402
     PIN,
     block,
+    blocks,
     exit_on_sigterm,
     finish,
     neighbour_ratio,
@@ -273,10 +279,19 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
     on_variants = [v for v in variants if v != "alone"]
     env = workload_env(next((v for v in on_variants if "_device" in v), "alone"))
     p, pid = start_marked(name, args.python, env)
+    witness = start_marked("cpu_witness", args.python, cpus=PIN["witness"])[0] if args.witness else None
     rows: list[dict] = []
+
+    def timed(row: dict) -> dict:
+        """Times a block of the workload, and of the witness over the same seconds."""
+        if witness is None:
+            return row | block(p, args.alternate)
+        mine, theirs = blocks([p, witness], args.alternate)
+        return row | mine | {"witness_steps_per_s": theirs["steps_per_s"]}
+
     try:
         time.sleep(args.warm)  # warming up: a chosen delay, not synchronization
-        prev = {"workload": name, "variant": "alone", "mode": "alternate", "block": 0} | block(p, args.alternate)
+        prev = timed({"workload": name, "variant": "alone", "mode": "alternate", "block": 0})
         rows.append(prev)
         print(json.dumps(prev), flush=True)
         for i, variant in enumerate(on_variants * args.repeat):
@@ -286,7 +301,7 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
             try:
                 time.sleep(args.settle)  # a chosen delay before timing, not synchronization
                 c0, t0 = cpu_s(dctx.proc.pid), time.perf_counter()
-                row |= block(p, args.alternate)
+                row = timed(row)
                 row["daemon_cpu_share"] = (cpu_s(dctx.proc.pid) - c0) / (time.perf_counter() - t0)
                 row["daemon_rss_mb"] = rss_mb(dctx.proc.pid)
                 row["daemon_anon_mb"] = rss_mb(dctx.proc.pid, "RssAnon")
@@ -298,8 +313,12 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
                 th.join()
             row["profile_ready_s"] = attach["done"] - stopped
             row |= doc_stats(attach["doc"])
-            off = {"workload": name, "variant": "alone", "mode": "alternate", "block": 2 * i + 2} | block(p, args.alternate)
+            off = timed({"workload": name, "variant": "alone", "mode": "alternate", "block": 2 * i + 2})
             row["ratio"] = neighbour_ratio(prev, row, off)
+            if witness is not None:  # how much slower the host's CPUs ran in the on-block, divided out
+                row["witness_ratio"] = (prev["witness_steps_per_s"] + off["witness_steps_per_s"]) / 2 \
+                    / row["witness_steps_per_s"]
+                row["corrected_ratio"] = row["ratio"] / row["witness_ratio"]
             # the same from the workload's CPU time per step: not moved by a host that ran the loop less
             row["cpu_ratio"] = 2 * row["cpu_ms_per_step"] / (prev["cpu_ms_per_step"] + off["cpu_ms_per_step"])
             rows += [row, off]
@@ -308,13 +327,15 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
             prev = off
     finally:
         finish(p)
+        if witness is not None:
+            finish(witness)
     return rows
 
 
 def alternate_table(rows: list[dict], workloads: list[str]) -> None:
     print(f"\n{'workload':15} {'variant':32} {'blocks':>6} {'ratio median':>12} {'min':>6} {'max':>6} "
           f"{'on steps/s':>10} {'off steps/s':>11} {'daemon CPU':>10} {'RSS MB':>7} {'ready s':>8} "
-          f"{'CPU ratio':>9} {'steal':>6}")
+          f"{'CPU ratio':>9} {'steal':>6} {'corrected':>9}")
     for name in workloads:
         off = [r["steps_per_s"] for r in rows if r["workload"] == name and r["variant"] == "alone"]
         for v in VARIANTS:
@@ -328,7 +349,8 @@ def alternate_table(rows: list[dict], workloads: list[str]) -> None:
                   f"{max(r['daemon_rss_mb'] for r in rs):7.0f} "
                   f"{statistics.median(r['profile_ready_s'] for r in rs):8.2f} "
                   f"{statistics.median(r['cpu_ratio'] for r in rs):9.3f} "
-                  f"{100 * max(r['steal_share'] for r in rs):5.1f}%")
+                  f"{100 * max(r['steal_share'] for r in rs):5.1f}%"
+                  + (f" {statistics.median(r['corrected_ratio'] for r in rs):9.4f}" if "corrected_ratio" in rs[0] else ""))
 
 
 def main() -> int:
@@ -349,6 +371,10 @@ def main() -> int:
                     help="--alternate: seconds from the capture's start to its block's start")
     ap.add_argument("--pin", action="store_true",
                     help="--alternate: the workload on the first half of the CPUs, the daemons on the rest")
+    ap.add_argument("--witness", action="store_true",
+                    help="--alternate --pin: a CPU-only loop on one of the workload's CPUs, timed in the same "
+                         "blocks; each on-block's ratio is also given divided by how much slower it ran "
+                         "(corrected ratio): the host's CPU speed moves between blocks")
     ap.add_argument("--agent-env", action="append", default=[], metavar="NAME=VALUE",
                     help="an environment variable for processes that carry the agent (DEEPCTX_SAMPLE_US=1000, ...)")
     ap.add_argument("--daemon-log", metavar="DIR",
@@ -385,7 +411,9 @@ def main() -> int:
     if args.pin:
         if not args.alternate:
             ap.error("--pin goes with --alternate")
-        pin_halves()
+        pin_halves(witness=args.witness)
+    elif args.witness:
+        ap.error("--witness goes with --alternate --pin (it needs a CPU of the workload's half)")
     if args.alternate:
         bad = [v for v in args.variants.split(",")
                if (v != "alone" and not v.startswith("deepctx")) or v.endswith("_offset")]

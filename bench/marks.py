@@ -17,10 +17,16 @@ HERE = Path(__file__).resolve().parent
 PIN: dict[str, set[int]] = {}
 
 
-def pin_halves() -> None:
+def pin_halves(witness: bool = False) -> None:
+    """witness: the workload half's last CPU goes to a witness process (gpu_overhead.py --witness)."""
     cpus = sorted(os.sched_getaffinity(0))
     half = max(1, len(cpus) // 2)
     PIN["workload"], PIN["daemon"] = set(cpus[:half]), set(cpus[half:]) or set(cpus)
+    if witness:
+        if half < 2:
+            raise SystemExit(f"--witness needs a CPU of its own: {len(cpus)} CPUs leave the workload {half}")
+        PIN["witness"] = {cpus[half - 1]}
+        PIN["workload"] -= PIN["witness"]
 
 
 def pin_process(pid: int, cpus: set[int]) -> None:
@@ -32,10 +38,11 @@ def pin_process(pid: int, cpus: set[int]) -> None:
             pass  # a thread that exited meanwhile
 
 
-def start_workload(name: str, python: str, args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
-    """bench/workloads.py NAME ARGS..., on PIN["workload"]'s CPUs when pinned, once it says "ready"; returns
-    it and its pid."""
-    cpus = PIN.get("workload")
+def start_workload(name: str, python: str, args: list[str], env: dict[str, str] | None = None,
+                   cpus: set[int] | None = None) -> tuple[subprocess.Popen, int]:
+    """bench/workloads.py NAME ARGS..., on `cpus` (default: PIN["workload"]'s when pinned), once it says
+    "ready"; returns it and its pid."""
+    cpus = cpus or PIN.get("workload")
     p = subprocess.Popen([python, str(HERE / "workloads.py"), name, *args], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True, env=env if env is not None else dict(os.environ),
                          preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
@@ -45,9 +52,10 @@ def start_workload(name: str, python: str, args: list[str], env: dict[str, str] 
     return p, int(ready[1])
 
 
-def start_marked(name: str, python: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
+def start_marked(name: str, python: str, env: dict[str, str] | None = None,
+                 cpus: set[int] | None = None) -> tuple[subprocess.Popen, int]:
     """A workload process that runs steps until its stdin closes, already started ("go" sent)."""
-    p, pid = start_workload(name, python, ["0", "--marks"], env)
+    p, pid = start_workload(name, python, ["0", "--marks"], env, cpus)
     assert p.stdin is not None
     p.stdin.write("go\n")
     p.stdin.flush()
@@ -79,15 +87,22 @@ def machine_steal() -> tuple[int, int]:
 def block(p: subprocess.Popen, seconds: float) -> dict:
     """Times SECONDS of the free-running loop between two marks; with the workload's CPU time per step
     and the machine's steal share over the block, to tell a slower loop from a host that ran less of it."""
-    c0, s0 = process_cpu_s(p.pid), machine_steal()
-    n0, t0 = mark(p)
-    time.sleep(seconds)  # the loop runs on its own: this only sets the block's length
-    n1, t1 = mark(p)
-    c1, s1 = process_cpu_s(p.pid), machine_steal()
-    steps = max(n1 - n0, 1)
-    return {"steps": n1 - n0, "seconds": t1 - t0, "steps_per_s": (n1 - n0) / (t1 - t0),
-            "cpu_ms_per_step": 1000 * (c1 - c0) / steps,
-            "steal_share": (s1[0] - s0[0]) / max(s1[1] - s0[1], 1)}
+    return blocks([p], seconds)[0]
+
+
+def blocks(ps: list[subprocess.Popen], seconds: float) -> list[dict]:
+    """block() for several free-running processes over the same SECONDS (marked one after the other)."""
+    c0, s0 = [process_cpu_s(p.pid) for p in ps], machine_steal()
+    m0 = [mark(p) for p in ps]
+    time.sleep(seconds)  # the loops run on their own: this only sets the block's length
+    m1 = [mark(p) for p in ps]
+    c1, s1 = [process_cpu_s(p.pid) for p in ps], machine_steal()
+    steal = (s1[0] - s0[0]) / max(s1[1] - s0[1], 1)
+    out = []
+    for (n0, t0), (n1, t1), a, b in zip(m0, m1, c0, c1, strict=True):
+        out.append({"steps": n1 - n0, "seconds": t1 - t0, "steps_per_s": (n1 - n0) / (t1 - t0),
+                    "cpu_ms_per_step": 1000 * (b - a) / max(n1 - n0, 1), "steal_share": steal})
+    return out
 
 
 def finish(p: subprocess.Popen) -> None:

@@ -180,8 +180,23 @@ def mock_launch_deep() -> Callable[[], None]:
     return step
 
 
+def cpu_witness() -> Callable[[], None]:
+    """No GPU, no library deepctx probes: interpreter-bound work beside a measured workload (gpu_overhead.py
+    --witness), whose step rate tells how fast the host's CPUs ran in each block."""
+    table = {i: i * i for i in range(256)}
+
+    def step() -> None:
+        total = 0
+        for i in range(2000):
+            total += table[i & 255] ^ i
+        if total < 0:
+            raise AssertionError("unreachable: keeps the loop's result live")
+
+    return step
+
+
 WORKLOADS = {"launch_bound": launch_bound, "launch_backward": launch_backward, "resnet50": resnet50, "gpt2": gpt2_small, "jax": jax_loop,
-             "mock_launch": mock_launch, "mock_launch_deep": mock_launch_deep}
+             "mock_launch": mock_launch, "mock_launch_deep": mock_launch_deep, "cpu_witness": cpu_witness}
 
 
 def run_marked(step: Callable[[], None]) -> int:
