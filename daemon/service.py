@@ -34,7 +34,8 @@ log = logging.getLogger("deepctx.service")
 VERSION = "0.1.0"
 _PYTHON_MODES = {pb.PYTHON_AUTO: "auto", pb.PYTHON_OFF: "off", pb.PYTHON_ON: "on"}
 _GPU_PROBES = {pb.GPU_AUTO: "auto", pb.GPU_OFF: "off", pb.GPU_ON: "on"}
-_CALL_PATH_MODES = {pb.MODE_DEFAULT: "exact", pb.MODE_EXACT: "exact", pb.MODE_SAMPLED: "sampled"}
+# MODE_DEFAULT: sampled, the design's default (a client that names no mode gets the cheap one)
+_CALL_PATH_MODES = {pb.MODE_DEFAULT: "sampled", pb.MODE_EXACT: "exact", pb.MODE_SAMPLED: "sampled"}
 _GPU_ACTIVITY = {pb.GPU_ACTIVITY_AUTO: "auto", pb.GPU_ACTIVITY_OFF: "off", pb.GPU_ACTIVITY_ON: "on"}
 
 

@@ -137,11 +137,12 @@ def session_of(daemon: Daemon, pid: int) -> dict | None:
 
 def profile_phase(daemon: Daemon, target: StdinTarget, *attach_args: str) -> dict:
     """Attaches, waits until the probes are live, lets the target do its work, ends the capture with
-    `deepctx stop` while the target still lives (so everything is named), and returns the profile."""
+    `deepctx stop` while the target still lives (so everything is named), and returns the profile. In exact
+    mode (the tests assert every call's path) unless attach_args name another."""
     import concurrent.futures as cf
 
     with cf.ThreadPoolExecutor(1) as pool:
-        fut = pool.submit(daemon.attach_json, target.pid, "--duration", "300", *attach_args)
+        fut = pool.submit(daemon.attach_json, target.pid, "--duration", "300", "--mode", "exact", *attach_args)
         wait_for(lambda: (session_of(daemon, target.pid) or {}).get("state") == "capturing", what="capture running",
                  timeout=120)
         target.go()

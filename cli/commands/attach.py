@@ -47,8 +47,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", action="store_true",
                    help="record every API call and device record (implies --gpu-activity); with -o FILE, write a "
                         "Chrome/Perfetto trace that Holistic Trace Analysis reads")
-    p.add_argument("--mode", choices=["exact", "sampled"], default="exact",
-                   help="GPU calls: the call path of every call (exact), or of a fraction with exact counts")
+    p.add_argument("--mode", choices=["exact", "sampled"],
+                   help="GPU calls: the call path of every call (exact), or of a fraction with exact counts "
+                        "(sampled, the default; --trace captures in exact mode unless told otherwise)")
     p.add_argument("--format", choices=["tree", "json"], default="tree")
     p.add_argument("-o", "--output", help="write the profile here (JSON; gzipped when it ends in .gz) instead of stdout")
     p.add_argument("--min-percent", type=float, default=0.5, help="tree: hide nodes below this share")
@@ -60,6 +61,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def check_rate(sample_hz: int) -> None:
     if sample_hz < 0:
         raise CliError(f"--rate must be a positive number of samples per second, not {sample_hz}", 2)
+
+
+def call_path_mode(args: argparse.Namespace) -> str:
+    """--mode, else sampled (the cheap default), or exact for --trace (a trace shows every launch)."""
+    return args.mode or ("exact" if args.trace else "sampled")
 
 
 def attach_request(pid: int, duration_s: float, *, sample_hz: int = 0, kernel_stacks: bool = False,
@@ -103,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     check_rate(args.sample_hz)
     stub = connect(args.socket_path)
     req = attach_request(args.pid, args.duration, sample_hz=args.sample_hz, kernel_stacks=args.kernel_stacks,
-                         python=args.python, native_python=args.native_python, gpu=args.gpu, mode=args.mode,
+                         python=args.python, native_python=args.native_python, gpu=args.gpu, mode=call_path_mode(args),
                          gpu_activity=args.gpu_activity, trace=args.trace)
     profile = capture(stub, req, args.socket_path, show_progress=not args.quiet and sys.stderr.isatty())
     emit(to_doc(profile), args, Console(stderr=True))

@@ -24,7 +24,14 @@ import grpc
 from rich.console import Console
 
 from deepctx.cli.client import CliError, connect, rpc_error
-from deepctx.cli.commands.attach import CALL_PATH_MODES, PYTHON_MODES, attach_request, check_rate, emit
+from deepctx.cli.commands.attach import (
+    CALL_PATH_MODES,
+    PYTHON_MODES,
+    attach_request,
+    call_path_mode,
+    check_rate,
+    emit,
+)
 from deepctx.daemon.profile_doc import to_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
@@ -41,8 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "max_duration_s)")
     p.add_argument("--rate", type=int, default=0, dest="sample_hz", help="CPU samples per second")
     p.add_argument("--python", choices=sorted(PYTHON_MODES), default="auto", help="walk Python frames")
-    p.add_argument("--mode", choices=sorted(CALL_PATH_MODES), default="exact",
-                   help="GPU calls: the call path of every call (exact) or of a fraction (sampled)")
+    p.add_argument("--mode", choices=sorted(CALL_PATH_MODES),
+                   help="GPU calls: the call path of every call (exact) or of a fraction (sampled, the default; "
+                        "--trace captures in exact mode unless told otherwise)")
     p.add_argument("--trace", action="store_true",
                    help="record every API call and device record; with -o FILE, write a Chrome/Perfetto trace")
     p.add_argument("--format", choices=["tree", "json"], default="tree")
@@ -190,7 +198,7 @@ def wait_and_profile(proc: subprocess.Popen, ours: socket.socket, stub: Any, arg
                 if err is not None:
                     err.print(f"deepctx: process {pid} initialized CUDA: profiling it")
                 req = attach_request(pid, args.duration or 0.0, sample_hz=args.sample_hz, python=args.python,
-                                     gpu="on", mode=args.mode, gpu_activity="on", trace=args.trace)
+                                     gpu="on", mode=call_path_mode(args), gpu_activity="on", trace=args.trace)
                 if not req.duration_s:
                     req.duration_s = max_duration(stub)
                 capture = Capture(stub, req, args.socket_path, lambda ch=channel: reply(ch, GO))

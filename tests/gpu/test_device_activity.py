@@ -166,7 +166,7 @@ def phase(daemon, argv: list[str], env: dict[str, str], *attach_args: str) -> tu
     t = StdinTarget(argv, env=env)
     try:
         with cf.ThreadPoolExecutor(1) as pool:
-            fut = pool.submit(daemon.attach_json, t.pid, "--duration", "300", *attach_args)
+            fut = pool.submit(daemon.attach_json, t.pid, "--duration", "300", "--mode", "exact", *attach_args)
             wait_for(lambda: (session_of(daemon, t.pid) or {}).get("state") == "capturing",
                      what="capture running", timeout=120)
             t.go()
@@ -261,7 +261,7 @@ def test_attach_loads_the_agent_into_a_running_job(daemon, agent: Path, scripts:
         import concurrent.futures as cf
 
         with cf.ThreadPoolExecutor(1) as pool:
-            fut = pool.submit(daemon.attach_json, pid, "--duration", "300", "--gpu-activity")
+            fut = pool.submit(daemon.attach_json, pid, "--duration", "300", "--mode", "exact", "--gpu-activity")
             wait_for(lambda: (session_of(daemon, pid) or {}).get("state") == "capturing", what="capture running",
                      timeout=120)
             wait_for(lambda: int(((session_of(daemon, pid) or {}).get("stats") or {}).get("device_records", 0)) > 100,
@@ -283,7 +283,7 @@ def test_attach_loads_the_agent_into_a_running_job(daemon, agent: Path, scripts:
 
 def test_run_profiles_from_the_first_kernel(daemon, agent: Path, scripts: Path, tmp_path: Path) -> None:
     out = tmp_path / "run.json"
-    r = subprocess.run([*DEEPCTX, "run", "--quiet", "--format", "json", "-o", str(out), "--", sys.executable,
+    r = subprocess.run([*DEEPCTX, "run", "--quiet", "--mode", "exact", "--format", "json", "-o", str(out), "--", sys.executable,
                         str(scripts / "run.py")], env=daemon.env() | {"DEEPCTX_AGENT": str(agent)},
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

@@ -46,7 +46,7 @@ def profile_calls(daemon, target: StdinTarget, *attach_args: str, late: bool = F
     if not late:
         return profile_phase(daemon, target, *attach_args)
     with cf.ThreadPoolExecutor(1) as pool:
-        fut = pool.submit(daemon.attach_json, target.pid, "--duration", "60", *attach_args)
+        fut = pool.submit(daemon.attach_json, target.pid, "--duration", "60", "--mode", "exact", *attach_args)
         wait_for(lambda: (session_of(daemon, target.pid) or {}).get("state") == "capturing", what="capture running", timeout=120)
         target.go()
         target.expect("loaded")
@@ -193,7 +193,7 @@ def test_stacks_resolved_during_the_capture_name_the_same_lines(daemon) -> None:
     t = RuntimeTarget("cuda", lib)
     try:
         with cf.ThreadPoolExecutor(1) as pool:
-            fut = pool.submit(daemon.attach_json, t.pid, "--duration", "300")
+            fut = pool.submit(daemon.attach_json, t.pid, "--duration", "300", "--mode", "exact")
             wait_for(lambda: (session_of(daemon, t.pid) or {}).get("state") == "capturing", what="capture running",
                      timeout=120)
             t.go()

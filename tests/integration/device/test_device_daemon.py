@@ -66,7 +66,7 @@ def session_pid(daemon) -> int:
 def capture(daemon, t: StdinTarget, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """`deepctx attach` with args over one phase of the target; the capture ends with the target."""
     with cf.ThreadPoolExecutor(1) as pool:
-        fut = pool.submit(daemon.cli, "attach", str(t.pid), "--duration", "300", "--quiet", *args,
+        fut = pool.submit(daemon.cli, "attach", str(t.pid), "--duration", "300", "--quiet", "--mode", "exact", *args,
                           timeout=timeout)
         wait_for(lambda: (session_of(daemon, t.pid) or {}).get("state") == "capturing" or fut.done(),
                  what="capture running", timeout=120)
@@ -84,7 +84,7 @@ def test_run_profiles_device_activity_from_the_first_kernel(daemon, built: tuple
     """The target's "ready" comes after cuInit, which the agent holds until the capture runs."""
     _, lib = built
     out = tmp_path / "run.json"
-    run = StdinTarget([*DEEPCTX, "run", "--quiet", "-o", str(out), "--format", "json", "--", sys.executable,
+    run = StdinTarget([*DEEPCTX, "run", "--quiet", "--mode", "exact", "-o", str(out), "--format", "json", "--", sys.executable,
                        str(TARGET), str(lib)], env=no_injection_env() | {"DEEPCTX_SOCKET": daemon.socket})
     try:
         assert run.pid == session_pid(daemon)  # "ready <pid>": the target's, printed once it is watched
@@ -142,8 +142,8 @@ def test_attach_gpu_activity_awaits_the_agent_the_environment_names(daemon, buil
 
     try:
         with cf.ThreadPoolExecutor(1) as pool:
-            fut = pool.submit(daemon.cli, "attach", str(t.pid), "--duration", "300", "--quiet", "--gpu-activity",
-                              "--format", "json", "-o", str(out), timeout=120)
+            fut = pool.submit(daemon.cli, "attach", str(t.pid), "--duration", "300", "--quiet", "--mode", "exact",
+                              "--gpu-activity", "--format", "json", "-o", str(out), timeout=120)
             wait_for(lambda: stats().get("device_agent_awaited") == 1 or fut.done(), what="the capture awaiting")
             assert not fut.done(), fut.result().stderr
             t.go()  # cuInit: the driver loads the agent

@@ -234,7 +234,7 @@ def test_run_starts_a_hip_command_with_the_rocprof_agent(daemon, built_rocprof: 
     agent, lib = built_rocprof
     out = tmp_path / "run.json"
     env = hip_env(None) | {"DEEPCTX_SOCKET": daemon.socket, "DEEPCTX_ROCPROF_AGENT": str(agent)}
-    run = StdinTarget([*DEEPCTX, "run", "--quiet", "-o", str(out), "--format", "json", "--", sys.executable,
+    run = StdinTarget([*DEEPCTX, "run", "--quiet", "--mode", "exact", "-o", str(out), "--format", "json", "--", sys.executable,
                        str(TARGET), str(lib), "--hip"], env=env)
     try:
         wait_for(lambda: session_of(daemon, run.pid) is not None, what="the capture of the HIP process")
