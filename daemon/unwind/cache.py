@@ -121,8 +121,10 @@ class TableCache:
             self._save(build_id, table)
         return table
 
-    def _no_table(self, path: str, build_id: str | None, why: str) -> UnwindTable:
-        log.info("no unwind table for %s: %s", path, why)
+    def _no_table(self, path: str, build_id: str | None, why: str, level: int = logging.INFO) -> UnwindTable:
+        """An empty table (the walker uses frame pointers in the file), counted; warned about when the
+        builder itself failed rather than the file having no CFI."""
+        log.log(level, "no unwind table for %s: %s", path, why)
         self._count("failures")
         return empty_table(X86_64.name, build_id)
 
@@ -137,7 +139,7 @@ class TableCache:
                 child = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
                                        stdin=subprocess.DEVNULL)
             except subprocess.TimeoutExpired:
-                return self._no_table(path, build_id, f"its build ran past {CHILD_TIMEOUT_S:.0f} s")
+                return self._no_table(path, build_id, f"its build ran past {CHILD_TIMEOUT_S:.0f} s", logging.WARNING)
             except OSError as e:  # no interpreter to start: build here instead
                 log.warning("cannot start the unwind table builder (%s): building %s in the daemon", e, path)
                 return self._build(path, build_id)
@@ -145,11 +147,11 @@ class TableCache:
                 return self._no_table(path, build_id, child.stderr.strip())
             if child.returncode != 0:
                 tail = child.stderr.strip().splitlines()[-1:] or [f"status {child.returncode}"]
-                return self._no_table(path, build_id, f"the table builder failed: {tail[0]}")
+                return self._no_table(path, build_id, f"the table builder failed: {tail[0]}", logging.WARNING)
             try:
                 table = load_table(out, build_id)
             except (OSError, KeyError, ValueError) as e:
-                return self._no_table(path, build_id, f"the table builder's output is unreadable: {e}")
+                return self._no_table(path, build_id, f"the table builder's output is unreadable: {e}", logging.WARNING)
             if build_id and disk is not None:
                 try:
                     os.replace(out, disk)
