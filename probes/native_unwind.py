@@ -144,11 +144,27 @@ class UnwindConfig:
     cache_dir: str | None = None  # keep tables on disk by build id
 
 
+@dataclass(frozen=True)
+class _PlacedTable:
+    """What is left of a table once its rows are in the walker's maps: the cache can then let the arrays
+    go (a copy is on disk), and the mapping entries need only the row count and the link-time base."""
+
+    rows: int
+    base: int
+    page_count: int
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def pages(self, page_shift: int) -> int:
+        return self.page_count
+
+
 @dataclass
 class _ProcState:
     """What the unwinder knows about one target."""
 
-    tables: dict[tuple[str, int], tuple[str, UnwindTable]] = field(default_factory=dict)  # (dev, inode) ->
+    tables: dict[tuple[str, int], tuple[str, UnwindTable | _PlacedTable]] = field(default_factory=dict)  # (dev, inode) ->
     pending: dict[tuple[str, int], Future[tuple[str, UnwindTable]]] = field(default_factory=dict)
     biases: dict[tuple[int, int, int], int | None] = field(default_factory=dict)  # (start, offset, inode) ->
     written: list[tuple[int, int, int, int, int]] = field(default_factory=list)
@@ -173,7 +189,7 @@ class NativeUnwinder:
         if self.config.max_mappings & (self.config.max_mappings - 1):
             raise ValueError("max_mappings must be a power of two")
         self.cache = cache or TableCache(self.config.cache_dir)
-        self._files: dict[str, UnwindTable] = {}  # file key -> table, over all prepared targets
+        self._files: dict[str, UnwindTable | _PlacedTable] = {}  # file key -> table, over all prepared targets
         self._frozen: dict[str, int | str] | None = None
         self._space: TableSpace | None = None
         self._rules_written = False
@@ -329,6 +345,11 @@ class NativeUnwinder:
                 if upload is not None:
                     self._write_rows(bpf, upload)
                 placement = space.placement(key) or NO_ROWS
+                if isinstance(table, UnwindTable):  # placed (or refused for room): the arrays can go
+                    table = _PlacedTable(len(table), table.base, table.pages(self.config.page_shift))
+                    state.tables[m.file_key] = (key, table)
+                    if key in self._files:
+                        self._files[key] = table
                 if placement.pages_len == 0:
                     state.warn(
                         target,

@@ -4,7 +4,8 @@ Files are identified by GNU build id when they have one (the same library inside
 one table), else by (device, inode). Tables with a build id can also be kept on disk, so a daemon
 restart does not parse libtorch again. Files with large unwind sections are built in a child process
 (daemon/unwind/build_child.py): the allocator would otherwise keep the build's garbage; several
-files are built at once by get_many.
+files are built at once by get_many. A table with a copy on disk is held only while a capture uses it
+(the walker's maps hold its rows once placed): the next capture reads it from disk again.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -39,7 +41,8 @@ class TableCache:
         self.child_min_bytes = child_min_bytes
         self.workers = max(1, workers)
         self._lock = threading.Lock()
-        self._by_key: dict[str, UnwindTable] = {}
+        self._by_key: dict[str, UnwindTable] = {}  # tables with no copy on disk
+        self._on_disk: weakref.WeakValueDictionary[str, UnwindTable] = weakref.WeakValueDictionary()
         self._by_inode: dict[tuple[str, int], str] = {}
         self._building: dict[tuple[str, int], threading.Event] = {}
         self.counters = {"builds": 0, "hits": 0, "disk_hits": 0, "failures": 0, "child_builds": 0}
@@ -53,9 +56,10 @@ class TableCache:
         while True:
             with self._lock:
                 key = self._by_inode.get((dev, inode))
-                if key is not None:
+                table = self._cached(key) if key is not None else None
+                if key is not None and table is not None:
                     self.counters["hits"] += 1
-                    return key, self._by_key[key]
+                    return key, table
                 building = self._building.get((dev, inode))
                 if building is None:
                     mine = self._building[(dev, inode)] = threading.Event()
@@ -64,7 +68,12 @@ class TableCache:
         try:
             key, table = self._resolve(path, dev, inode)
             with self._lock:
-                table = self._by_key.setdefault(key, table)  # the same build id under another inode
+                held = self._cached(key)  # the same build id under another inode
+                table = held if held is not None else table
+                if table.build_id and (p := self._disk_path(table.build_id)) is not None and p.exists():
+                    self._on_disk[key] = table
+                else:
+                    self._by_key[key] = table
                 self._by_inode[(dev, inode)] = key
             return key, table
         finally:
@@ -94,7 +103,7 @@ class TableCache:
             build_id, unwind_bytes = None, 0
         key = f"b:{build_id}" if build_id else f"i:{dev}:{inode}"
         with self._lock:
-            table = self._by_key.get(key)
+            table = self._cached(key)
             if table is not None:
                 self.counters["hits"] += 1
                 return key, table
@@ -106,6 +115,10 @@ class TableCache:
         else:
             table = self._build(path, build_id)
         return key, table
+
+    def _cached(self, key: str) -> UnwindTable | None:
+        table = self._by_key.get(key)  # not `or`: an empty table is falsy (it has no rows)
+        return table if table is not None else self._on_disk.get(key)
 
     def _count(self, name: str) -> None:
         with self._lock:
@@ -198,8 +211,9 @@ class TableCache:
             log.warning("cannot cache the unwind table in %s: %s", p, e)
 
     def __len__(self) -> int:
-        return len(self._by_key)
+        """Tables held in memory now."""
+        return len(self._by_key) + len(self._on_disk)
 
     @property
     def memory(self) -> int:
-        return sum(t.memory for t in self._by_key.values())
+        return sum(t.memory for t in [*self._by_key.values(), *self._on_disk.values()])

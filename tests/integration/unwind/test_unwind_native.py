@@ -75,6 +75,31 @@ def test_exact_chain_without_frame_pointers(target, mode, chain):
     assert fp <= 0.1, f"frame pointers found {chain} in {fp:.0%} of samples: the test proves nothing"
 
 
+def test_placed_tables_leave_memory_when_a_copy_is_on_disk(target, tmp_path):
+    """Once a table's rows are in the walker's maps, the capture keeps only their count and base, and the
+    cache lets a table with a copy on disk go: stacks still unwind, and the next capture reads the disk."""
+    import gc
+
+    p = target("chain")
+    s = Sampler(p.pid, UnwindConfig(cache_dir=str(tmp_path)))
+    try:
+        gc.collect()
+        built = s.unwinder.cache.counters["builds"]
+        assert built >= 3 and len(list(tmp_path.glob("*.npz"))) == built  # the target, libc, ld.so at least
+        assert len(s.unwinder.cache) == 0 and s.unwinder.cache.memory == 0
+        samples = s.collect(300)
+    finally:
+        s.close()
+    sym, full = Symbolizer(p.pid), ["c", "b", "a", "main", *OUTER]
+    native = share(samples, lambda x: sym.frames(x.native) == full and x.flags & NATIVE_F_COMPLETE)
+    assert native >= 0.9, f"{native:.0%} of samples unwound to {full}:\n{_report(samples, sym)}"
+    again = Sampler(p.pid, UnwindConfig(cache_dir=str(tmp_path)))
+    try:
+        assert again.unwinder.cache.counters["disk_hits"] == built and again.unwinder.cache.counters["builds"] == 0
+    finally:
+        again.close()
+
+
 def test_callback_through_libc_qsort_and_a_shared_library(target):
     # c <- cmp <- msort_with_tmp... (libc) <- qsort_r (libc) <- lib_sort (libunwlib.so) <- a <- main
     p = target("qsort")
