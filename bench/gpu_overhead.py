@@ -279,7 +279,7 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
     on_variants = [v for v in variants if v != "alone"]
     env = workload_env(next((v for v in on_variants if "_device" in v), "alone"))
     p, pid = start_marked(name, args.python, env)
-    witness = start_marked("cpu_witness", args.python, cpus=PIN["witness"])[0] if args.witness else None
+    witness: subprocess.Popen | None = None
     rows: list[dict] = []
 
     def timed(row: dict) -> dict:
@@ -290,6 +290,8 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
         return row | mine | {"witness_steps_per_s": theirs["steps_per_s"]}
 
     try:
+        if args.witness:  # in the try: a witness that does not start still ends the workload
+            witness = start_marked("cpu_witness", args.python, cpus=PIN["witness"])[0]
         time.sleep(args.warm)  # warming up: a chosen delay, not synchronization
         prev = timed({"workload": name, "variant": "alone", "mode": "alternate", "block": 0})
         rows.append(prev)

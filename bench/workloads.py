@@ -189,8 +189,6 @@ def cpu_witness() -> Callable[[], None]:
         total = 0
         for i in range(2000):
             total += table[i & 255] ^ i
-        if total < 0:
-            raise AssertionError("unreachable: keeps the loop's result live")
 
     return step
 

@@ -165,7 +165,7 @@ class TableCache:
                 table = load_table(out, build_id)
             except (OSError, KeyError, ValueError) as e:
                 return self._no_table(path, build_id, f"the table builder's output is unreadable: {e}", logging.WARNING)
-            if build_id and disk is not None:
+            if disk is not None:  # (only with a build id)
                 try:
                     os.replace(out, disk)
                 except OSError:  # another file system, or no cache folder: write it there (or warn)
