@@ -45,7 +45,7 @@ class SampleKey(ct.Structure):
     ]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # one per map entry: not frozen, whose init is ~6x slower (4 us for DeviceBucket)
 class SampleBucket:
     pid: int
     tid: int
