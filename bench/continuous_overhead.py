@@ -21,10 +21,11 @@ of its free-running loop, off, on, off, on, ..., off (--repeat on-blocks between
 off-block has no daemon; an on-block starts a continuous daemon, waits until it captures the process (then
 --settle seconds, default 0: the capture's start counts, as in the runs above), times the block and stops the
 daemon. The blocks are timed by the process itself ("mark" on its stdin: steps done and time.perf_counter()),
-so the loop never stops and the step rate of a block is its steps over its seconds. Every block runs in the
-same process (same memory layout, same CPUs, same CUDA context), so the process-to-process spread is gone;
-what remains is drift (clocks, temperature, the rest of the machine), and each on-block's ratio is the mean of
-the off-blocks either side of it over its own rate, which cancels drift that is linear over the three blocks.
+so the loop never stops and the step rate of a block is its whole steps over the time between the ends of the
+last steps before its two marks. Every block runs in the same process (same memory layout, same CPUs, same
+CUDA context), so the process-to-process spread is gone; what remains is drift (clocks, temperature, the rest
+of the machine), and each on-block's ratio is the mean of the off-blocks either side of it over its own rate,
+which cancels drift that is linear over the three blocks.
 Reported: a row per block, then per workload the median, mean, min and max of the on-blocks' ratios and the
 overall ratio (mean of all off rates / mean of all on rates). The daemon cuts windows every 10 s by default:
 make SECONDS a multiple of 10, so that each on-block spans whole windows, including the share of each window

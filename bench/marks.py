@@ -62,14 +62,15 @@ def start_marked(name: str, python: str, env: dict[str, str] | None = None,
     return p, pid
 
 
-def mark(p: subprocess.Popen) -> tuple[int, float]:
-    """Steps done and the time (the process's perf_counter), from a process started with --marks."""
+def mark(p: subprocess.Popen) -> tuple[int, float, float]:
+    """Steps done, the time and when the last of those steps ended (the process's perf_counter), from a
+    process started with --marks."""
     assert p.stdin is not None and p.stdout is not None
     p.stdin.write("mark\n")
     p.stdin.flush()
     f = p.stdout.readline().split()
-    assert len(f) == 3 and f[0] == "mark", f"expected a mark, got {f}"
-    return int(f[1]), float(f[2])
+    assert len(f) == 4 and f[0] == "mark", f"expected a mark, got {f}"
+    return int(f[1]), float(f[2]), float(f[3])
 
 
 def process_cpu_s(pid: int) -> float:
@@ -99,8 +100,10 @@ def blocks(ps: list[subprocess.Popen], seconds: float) -> list[dict]:
     c1, s1 = [process_cpu_s(p.pid) for p in ps], machine_steal()
     steal = (s1[0] - s0[0]) / max(s1[1] - s0[1], 1)
     out = []
-    for (n0, t0), (n1, t1), a, b in zip(m0, m1, c0, c1, strict=True):
-        out.append({"steps": n1 - n0, "seconds": t1 - t0, "steps_per_s": (n1 - n0) / (t1 - t0),
+    for (n0, t0, e0), (n1, t1, e1), a, b in zip(m0, m1, c0, c1, strict=True):
+        # whole steps over the time between the ends of the first and the last: no step's worth of rounding
+        rate = (n1 - n0) / (e1 - e0) if n1 > n0 else 0.0
+        out.append({"steps": n1 - n0, "seconds": t1 - t0, "steps_per_s": rate,
                     "cpu_ms_per_step": 1000 * (b - a) / max(n1 - n0, 1), "steal_share": steal})
     return out
 

@@ -10,8 +10,9 @@ trace is exported at the end (export time reported separately, not in the step r
 
 With --marks (for bench/continuous_overhead.py --alternate) STEPS is ignored: after "ready <pid>" and the
 "go" line the process runs steps until stdin closes, and answers each "mark" line on stdin with
-"mark <steps done> <time.perf_counter()>", so that the caller times any stretch of the free-running loop
-(steps between two marks over the seconds between them) without stopping it. At the end of stdin it
+"mark <steps done> <time.perf_counter()> <when the last of those steps ended>", so that the caller times any
+stretch of the free-running loop (the steps between two marks over the time between their last steps' ends)
+without stopping it. At the end of stdin it
 finishes the step under way and exits 0.
 """
 
@@ -198,22 +199,27 @@ WORKLOADS = {"launch_bound": launch_bound, "launch_backward": launch_backward, "
 
 
 def run_marked(step: Callable[[], None]) -> int:
-    """Steps until stdin closes; a reader thread answers "mark" with the steps done so far and the time."""
-    done = 0  # a plain int: the loop pays one addition a step, and the reader only reads it
+    """Steps until stdin closes; a reader thread answers "mark" with the steps done so far, the time, and
+    when the last of those steps ended (a rate between two such ends counts whole steps only: a block of
+    55 GPT-2 steps is not one step off)."""
+    progress = (0, time.perf_counter())  # (steps done, when the last ended): one assignment, read whole
     stop = False
 
     def reader() -> None:
         nonlocal stop
         while line := sys.stdin.readline():
             if line.strip() == "mark":
-                n, t = done, time.perf_counter()
-                print(f"mark {n} {t:.6f}", flush=True)
+                t = time.perf_counter()
+                n, ended = progress
+                print(f"mark {n} {t:.6f} {ended:.6f}", flush=True)
         stop = True
 
     threading.Thread(target=reader, daemon=True).start()
+    done = 0
     while not stop:
         step()
         done += 1
+        progress = (done, time.perf_counter())
     return 0
 
 
