@@ -27,6 +27,8 @@ variant is among them (idle in the off-blocks, as under `deepctx run`).
 half of its own, timed over the same blocks. On the GPU host the workload's alone blocks ranged 557 to 963
 steps/s in one process with no steal time: the CPUs themselves ran at different speeds. An on-block's
 "corrected_ratio" is its ratio divided by the witness's (its neighbours' rate over its own in the on-block).
+On the H200 host it did not help (BENCHMARKS.md, ninth session): the witness's rate followed what shared its
+core, not the workload's drift, and the corrected ratios spread more than the plain ones.
 """
 
 from __future__ import annotations

@@ -12,8 +12,7 @@ With --marks (for bench/continuous_overhead.py --alternate) STEPS is ignored: af
 "go" line the process runs steps until stdin closes, and answers each "mark" line on stdin with
 "mark <steps done> <time.perf_counter()> <when the last of those steps ended>", so that the caller times any
 stretch of the free-running loop (the steps between two marks over the time between their last steps' ends)
-without stopping it. At the end of stdin it
-finishes the step under way and exits 0.
+without stopping it. At the end of stdin it finishes the step under way and exits 0.
 """
 
 from __future__ import annotations
