@@ -45,7 +45,7 @@ class SampleKey(ct.Structure):
     ]
 
 
-@dataclass(slots=True)  # one per map entry: not frozen, whose init is ~6x slower (4 us for DeviceBucket)
+@dataclass(slots=True)  # one per map entry: not frozen (a frozen init sets every field via object.__setattr__)
 class SampleBucket:
     pid: int
     tid: int

@@ -136,7 +136,7 @@ class DevConfig(ct.Structure):
     _fields_ = [("start_ns", ct.c_uint64), ("trace", ct.c_uint32), ("agent_calls", ct.c_uint32)]
 
 
-@dataclass(slots=True)  # one per map entry: not frozen, whose init is ~6x slower (4 us for DeviceBucket)
+@dataclass(slots=True)  # one per map entry: not frozen (a frozen init sets every field via object.__setattr__)
 class DeviceBucket:
     """GPU work of one kind under one call path (`call`: the GPU API key; GpuKey fields)."""
 
@@ -169,7 +169,7 @@ class DeviceBucket:
     api_time_ns: int = 0  # CPU time of the calls the agent alone reported (exact captures; dev_record.api_ns)
 
 
-@dataclass(slots=True)  # one per map entry: not frozen, whose init is ~6x slower (4 us for DeviceBucket)
+@dataclass(slots=True)  # one per map entry: not frozen (a frozen init sets every field via object.__setattr__)
 class TraceEvent:
     """One trace-mode event as BPF emitted it (struct dev_event)."""
 

@@ -145,7 +145,7 @@ class GpuConfig(ct.Structure):
     _fields_ = [("sample_interval_ns", ct.c_uint64)]
 
 
-@dataclass(slots=True)  # one per map entry: not frozen, whose init is ~6x slower (4 us for DeviceBucket)
+@dataclass(slots=True)  # one per map entry: not frozen (a frozen init sets every field via object.__setattr__)
 class GpuBucket:
     pid: int
     tid: int
