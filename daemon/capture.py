@@ -417,11 +417,13 @@ class Capture:
                 progress(Progress(min(time.monotonic() - t0, opts.duration_s), opts.duration_s, self.samples,
                                   "capturing"))
                 if opts.window_s and time.monotonic() - window_t0 >= opts.window_s:
-                    self.gpu_probed_s = duty.end_window(time.monotonic() - window_t0) if duty else None
-                    self._cut_window(bpf, target, thread_names, time.monotonic() - window_t0, window_unix)
-                    window_t0, window_unix = time.monotonic(), time.time()
+                    cut, cut_unix = time.monotonic(), time.time()
+                    self.gpu_probed_s = duty.end_window(cut - window_t0) if duty else None
+                    self._cut_window(bpf, target, thread_names, cut - window_t0, window_unix)
+                    # the next window began at the cut: what ran while this one was built is in it
+                    window_t0, window_unix = cut, cut_unix
                     if duty is not None:
-                        duty.update(0.0)
+                        duty.start_window(time.monotonic() - window_t0)
             duration = time.monotonic() - (window_t0 if opts.window_s else t0)
             t_end = time.monotonic()
             self.sampler.stop_sampling(bpf)
@@ -466,7 +468,12 @@ class Capture:
 
     def _cut_window(self, bpf: Any, target: Target, thread_names: dict[int, str], duration: float,
                     start_unix: float) -> None:
-        """Continuous mode: this window's profile to on_window, then the counts start again from zero."""
+        """Continuous mode: the window's counts leave the maps first (take_window), so that what the probes
+        count while it is built goes to the next window; this window's profile goes to on_window."""
+        for fam in self.families:
+            take = getattr(fam, "take_window", None)
+            if take is not None:
+                take(bpf)
         result = self._build(bpf, target, thread_names, duration, "window")
         result.started_unix = start_unix
         self._native, self._gpu_frames, self._resolved_ahead = None, {}, 0  # the next window's ids start again
@@ -636,6 +643,9 @@ class _DutyCycle:
         self.clock = clock
         self.probed_s = 0.0
         self.on_since: float | None = 0.0  # attached at the window's start
+        # seconds into the window when its attached share began: a window starts when the last one was cut,
+        # and its probes are attached again once that one is built
+        self.on_from = 0.0
 
     @classmethod
     def of(cls, capture: Capture, opts: CaptureOptions) -> _DutyCycle | None:
@@ -653,19 +663,21 @@ class _DutyCycle:
         return cls(gpu, opts.gpu_duty, opts.window_s, dev, capture._bpf, capture.target)
 
     def next_switch_s(self, t: float) -> float:
-        return max(0.0, self.on_s - t) if t < self.on_s else self.window_s - t
+        off_at = self.on_from + self.on_s
+        return max(0.0, off_at - t) if t < off_at else self.window_s - t
 
     def update(self, t: float) -> None:
         """t: seconds into the window."""
         # Attaching and detaching take time (uprobes on every GPU API function): the probes count as
         # attached from the middle of the one to the middle of the other.
-        if t < self.on_s and self.on_since is None:
+        if t < self.on_from + self.on_s and self.on_since is None:
             started = self.clock()
             self.gpu.resume()
             if self.dev is not None and self.target is not None:
                 self.dev.resume(self.bpf, self.target)
             self.on_since = t + (self.clock() - started) / 2
-        elif t >= self.on_s and self.on_since is not None:
+            self._switched(True, started)
+        elif t >= self.on_from + self.on_s and self.on_since is not None:
             started = self.clock()
             # the agent first (CUPTI costs the process most while on), then the GPU API probes
             if self.dev is not None and self.target is not None:
@@ -673,14 +685,27 @@ class _DutyCycle:
             self.gpu.pause()
             self.probed_s += max(0.0, t + (self.clock() - started) / 2 - self.on_since)
             self.on_since = None
+            self._switched(False, started)
+
+    def _switched(self, attached: bool, started: float) -> None:
+        """When the switch began and ended, on the monotonic clock (bench/duty_pairs.py pairs the target's
+        steps with the attached and detached stretches by them)."""
+        log.debug("GPU probes switched", extra={"pid": getattr(self.target, "pid", 0),
+                                                "attached": attached, "from_mono": round(started, 6),
+                                                "to_mono": round(self.clock(), 6)})
 
     def end_window(self, t: float) -> float:
-        """The window's probed seconds; the next window starts with the probes attached."""
+        """The window's probed seconds (start_window attaches the probes for the next one)."""
         if self.on_since is not None:
             self.probed_s += t - self.on_since
         probed, self.probed_s = self.probed_s, 0.0
         self.on_since = None
         return probed
+
+    def start_window(self, t: float) -> None:
+        """t seconds into a new window (the time its predecessor took to build): its share starts now."""
+        self.on_from = t
+        self.update(t)
 
 
 def _unwinder_reader(bpf: Any, unwinder: Any) -> Callable[[int], tuple[list[int], bool]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from deepctx.probes.family import Target, read_source
-from deepctx.probes.maps import items, percpu_sum
+from deepctx.probes.maps import CountsMap, entry_count, percpu_sum
 
 MIN_SAMPLE_HZ = 1
 MAX_SAMPLE_HZ = 10_000  # perf's default cap is 100 kHz, but beyond 10 kHz the probe itself dominates
@@ -81,6 +81,8 @@ class CpuSampler:
         self.max_targets = max_targets
         self.max_depth = max_stack_depth()
         self._attached = False
+        self.counts = CountsMap("counts")
+        self.stack_clears = 0
 
     def source(self) -> str:
         return read_source("cpu_sampler.bpf.c")
@@ -124,10 +126,17 @@ class CpuSampler:
         except KeyError:
             pass
 
+    def take_window(self, bpf: Any) -> None:
+        """Continuous mode, at a window's cut: its counts leave the map (the next window's start there)."""
+        self.counts.take(bpf)
+
     def clear_window(self, bpf: Any) -> None:
-        """Continuous mode, after a window was read: counts (and the stacks only they refer to) restart."""
-        bpf["counts"].clear()
-        bpf["stacks"].clear()
+        """Continuous mode, after a window was built. The stack map stays until it is half full: samples
+        taken while the window was built are in the next one, and their stack ids must still name stacks."""
+        self.counts.release()
+        if entry_count(bpf["stacks"]) > self.stack_entries // 2:
+            bpf["stacks"].clear()
+            self.stack_clears += 1
 
     def samples(self, bpf: Any) -> int:
         return percpu_sum(bpf["cpu_stats"], CPU_STAT_SAMPLES)
@@ -136,11 +145,12 @@ class CpuSampler:
         table = bpf["cpu_stats"]
         out = {STAT_NAMES[i]: percpu_sum(table, i) for i in range(CPU_STAT__COUNT)}
         out["cpu_stack_map_entries"] = self.stack_entries
+        out["cpu_stack_map_clears"] = self.stack_clears
         return out
 
     def buckets(self, bpf: Any) -> list[SampleBucket]:
         out = []
-        for k, v in items(bpf["counts"]):
+        for k, v in self.counts.items(bpf):
             count = v if isinstance(v, int) else v.value
             out.append(SampleBucket(k.pid, k.tid, k.user_stack, k.py_stack, k.kernel_stack_id, k.flags, count))
         return out

@@ -23,7 +23,7 @@ from deepctx.daemon.procfs import (
 from deepctx.probes import usdt
 from deepctx.probes.family import Target, read_source
 from deepctx.probes.gpu_api import GpuCorrKey, GpuKey
-from deepctx.probes.maps import items, percpu_sum, raw_items
+from deepctx.probes.maps import CountsMap, items, percpu_sum
 
 log = logging.getLogger("deepctx.device")
 
@@ -257,6 +257,7 @@ class DeviceActivity:
         self.required = required or inject
         self.agent_path = agent_path
         self.count_entries = count_entries
+        self.counts = CountsMap("dev_counts")
         for name, n in (("corr_entries", corr_entries), ("corr_ids", corr_ids)):
             if n <= 0 or n & (n - 1):
                 raise ValueError(f"{name} must be a power of two (its ring is indexed by masking), not {n}")
@@ -363,9 +364,13 @@ class DeviceActivity:
                 pass
         self._sites.clear()
 
+    def take_window(self, bpf: Any) -> None:
+        """Continuous mode, at a window's cut: its device time leaves the map (correlations in flight stay;
+        records handed over while the window is built count in the next one)."""
+        self.counts.take(bpf)
+
     def clear_window(self, bpf: Any) -> None:
-        """Continuous mode: device time counts from zero again (correlations in flight stay)."""
-        bpf["dev_counts"].clear()
+        self.counts.release()
 
     def stats(self, bpf: Any) -> dict[str, int]:
         table = bpf["dev_stats"]
@@ -542,12 +547,12 @@ class DeviceActivity:
             bpf.ring_buffer_consume()
 
     def buckets(self, bpf: Any) -> list[DeviceBucket]:
-        return [bucket_of(k, DEV_VAL_FORMAT.unpack(v)) for k, v in raw_items(bpf["dev_counts"])]
+        return [bucket_of(k, DEV_VAL_FORMAT.unpack(v)) for k, v in self.counts.raw(bpf)]
 
     def raw_counts(self, bpf: Any) -> list[tuple[bytes, bytes]]:
         """The counts map's entries as (DevKey bytes, DevVal bytes) (for readers that merge them before
         decoding)."""
-        return raw_items(bpf["dev_counts"])
+        return self.counts.raw(bpf)
 
     def names(self, bpf: Any, pid: int, want: set[int] | None = None) -> dict[int, str]:
         """Name id -> name: kernels (CUPTI's name, mangled as the compiler made it) and CUPTI's function

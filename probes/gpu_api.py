@@ -13,7 +13,7 @@ from deepctx.daemon.procfs import Mapping, ProcessGone, ProcessMemory, open_mapp
 from deepctx.daemon.symbolize.elf import ElfSymbols
 from deepctx.probes import gpu_apis
 from deepctx.probes.family import Target, read_source
-from deepctx.probes.maps import items, percpu_sum
+from deepctx.probes.maps import CountsMap, entry_count, items, percpu_sum
 from deepctx.probes.uprobes import UprobeAttacher
 from deepctx.probes.usdt import vaddr_to_offset
 
@@ -303,6 +303,7 @@ class GpuApi:
         self._full_strings: dict[tuple[int, int], list[str]] = {}
         self.resumes = 0  # duty cycle: times the probes were attached again
         self.stack_clears = 0  # continuous mode: times the stack map was emptied at a window's end
+        self.counts = CountsMap("gpu_counts")
         self._live = 1  # the probes are attached: 1, detached: 0, being switched: -1 (see pause)
         # Set before attach when the target's CUPTI agent reports its calls (left_to_agent()); cleared by
         # probe_agents_calls() when the agent turns out not to work.
@@ -372,14 +373,19 @@ class GpuApi:
     def attached(self) -> bool:
         return self._uprobes is not None and self._live == 1
 
+    def take_window(self, bpf: Any) -> None:
+        """Continuous mode, at a window's cut: its calls leave the map (the next window's count from zero
+        there); names and handles stay known."""
+        self.counts.take(bpf)
+
     def clear_window(self, bpf: Any) -> None:
-        """Continuous mode: calls count from zero again; names and handles stay known. The stack map stays
-        too until it is half full: a hand-off call (or a device record) that spans the window's end still
-        holds a stack id from it, which must still name its stack. When it is cleared, so are those
-        holders: their work falls back to the worker's own path rather than to none."""
-        bpf["gpu_counts"].clear()
+        """Continuous mode, after a window was built. The stack map stays until it is half full: calls made
+        while the window was built, and a hand-off call (or a device record) that spans its end, hold stack
+        ids from it, which must still name their stacks. When it is cleared, so are the hand-offs' holders:
+        their work falls back to the worker's own path rather than to none."""
+        self.counts.release()
         stacks = bpf["gpu_stacks"]
-        if sum(1 for _ in stacks.keys()) > self.stack_entries // 2:
+        if entry_count(stacks) > self.stack_entries // 2:
             stacks.clear()
             for name in ("gpu_origins", "gpu_node_origins", "gpu_node_runs"):
                 bpf[name].clear()
@@ -539,7 +545,7 @@ class GpuApi:
 
     def buckets(self, bpf: Any) -> list[GpuBucket]:
         out = []
-        for k, v in items(bpf["gpu_counts"]):
+        for k, v in self.counts.items(bpf):
             api = gpu_apis.APIS[k.api_id]
             grid = (k.grid[0], k.grid[1], k.grid[2])
             block = (k.block[0], k.block[1], k.block[2])

@@ -22,8 +22,20 @@ def raw_items(table: Any) -> list[tuple[bytes, bytes]]:
     batch syscall per RAW_BATCH entries into two flat buffers, sliced, where bcc's own batch read builds two
     ctypes objects per entry (which bytes() then copies) in arrays of the map's full size. Key by key where
     the kernel has no batch lookup (before 5.6) or a batch fails."""
+    return _raw_batches(table, delete=False)
+
+
+def take_raw_items(table: Any) -> list[tuple[bytes, bytes]]:
+    """As raw_items, and each entry is deleted as it is read (BPF_MAP_LOOKUP_AND_DELETE_BATCH: a hash
+    bucket at a time, under its lock), so that what BPF adds after the read starts a new entry instead of
+    being wiped by a later clear(). Key by key (read, then delete) where the kernel has no batch ops."""
+    return _raw_batches(table, delete=True)
+
+
+def _raw_batches(table: Any, delete: bool) -> list[tuple[bytes, bytes]]:
     from bcc.libbcc import lib
 
+    batch = lib.bpf_lookup_and_delete_batch if delete else lib.bpf_lookup_batch
     ks, vs = ct.sizeof(table.Key), ct.sizeof(table.Leaf)
     keys, values = ct.create_string_buffer(ks * RAW_BATCH), ct.create_string_buffer(vs * RAW_BATCH)
     token, count = ct.c_uint32(0), ct.c_uint32(0)
@@ -31,17 +43,61 @@ def raw_items(table: Any) -> list[tuple[bytes, bytes]]:
     first = True
     while True:
         count.value = RAW_BATCH
-        res = lib.bpf_lookup_batch(table.map_fd, None if first else ct.byref(token), ct.byref(token),
-                                   keys, values, ct.byref(count))
+        res = batch(table.map_fd, None if first else ct.byref(token), ct.byref(token), keys, values, ct.byref(count))
         err = ct.get_errno()
         if res != 0 and err != errno.ENOENT:  # no batch ops here, or a hash bucket over RAW_BATCH (ENOSPC)
-            return [(bytes(k), bytes(v)) for k, v in table.items()]
+            return (out if delete else []) + _key_by_key(table, delete)  # what a batch took is gone
         n = count.value
         kb, vb = keys.raw[:n * ks], values.raw[:n * vs]
         out.extend((kb[i * ks:(i + 1) * ks], vb[i * vs:(i + 1) * vs]) for i in range(n))
         if res != 0:  # ENOENT: that was the last of them
             return out
         first = False
+
+
+def _key_by_key(table: Any, delete: bool) -> list[tuple[bytes, bytes]]:
+    out = []
+    for k, v in table.items():
+        out.append((bytes(k), bytes(v)))
+        if delete:
+            try:
+                del table[k]
+            except KeyError:
+                pass
+    return out
+
+
+def decoded(table: Any, raw: list[tuple[bytes, bytes]]) -> list[tuple[Any, Any]]:
+    """Raw entries as the table's own ctypes key and value objects (as items() returns them)."""
+    key, leaf = table.Key, table.Leaf
+    return [(key.from_buffer_copy(k), leaf.from_buffer_copy(v)) for k, v in raw]
+
+
+class CountsMap:
+    """A BPF map of counts per key, as a profile reads it: whole at a capture's end; at a continuous
+    window's cut, taken (take_raw_items) before the window is built, so that calls made while it is built
+    count in the next window. Clearing the map after the build instead lost every call made meanwhile."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._taken: list[tuple[bytes, bytes]] | None = None
+
+    def take(self, bpf: Any) -> None:
+        self._taken = take_raw_items(bpf[self.name])
+
+    def release(self) -> None:
+        """The taken window is built: later reads see the map again."""
+        self._taken = None
+
+    def raw(self, bpf: Any) -> list[tuple[bytes, bytes]]:
+        return self._taken if self._taken is not None else raw_items(bpf[self.name])
+
+    def items(self, bpf: Any) -> list[tuple[Any, Any]]:
+        return decoded(bpf[self.name], self.raw(bpf))
+
+
+def entry_count(table: Any) -> int:
+    return sum(1 for _ in table.keys())
 
 
 def percpu_sum(table: Any, index: int) -> int:

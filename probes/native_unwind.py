@@ -24,6 +24,7 @@ from deepctx.daemon.unwind.elf import ElfError, ElfFile
 from deepctx.daemon.unwind.space import NO_ROWS, TableSpace, Upload
 from deepctx.daemon.unwind.table import UnwindTable
 from deepctx.probes.family import PROBES_DIR, Target, read_source
+from deepctx.probes.maps import entry_count
 
 log = logging.getLogger(__name__)
 
@@ -314,8 +315,11 @@ class NativeUnwinder:
         return list(st.ips[:n]), int(st.flags)
 
     def clear_window(self, bpf: Any) -> None:
-        """Continuous mode: the stack map holds only what the current window refers to."""
-        bpf[b"native_stacks"].clear()
+        """Continuous mode, after a window was built: the stack map is cleared once it is half full (what
+        was captured while the window was built belongs to the next one and still names its stacks)."""
+        stacks = bpf[b"native_stacks"]
+        if entry_count(stacks) > self.config.max_stacks // 2:
+            stacks.clear()
 
     def stats(self, bpf: Any) -> dict[str, int]:
         out = dict.fromkeys(STAT_NAMES, 0)

@@ -44,9 +44,29 @@ def test_attached_for_the_first_share_of_each_window() -> None:
     d.update(3.0)
     assert gpu.calls == ["pause"]
     assert d.end_window(4.1) == 1.25  # attached from 0 to 1.25 s
-    d.update(0.0)  # the next window starts attached
+    d.start_window(0.0)  # the next window starts attached
     assert gpu.calls == ["pause", "resume"]
     assert d.end_window(0.75) == 0.75  # a last window cut short while attached
+
+
+def test_a_window_built_slowly_gets_its_whole_share_after_the_build() -> None:
+    """A window starts at its predecessor's cut; its probes are attached once that one is built (0.6 s
+    here), for the whole share from then on, even when the build took longer than the share."""
+    gpu = FakeGpu()
+    d = _DutyCycle(gpu, 0.25, 4.0, clock=Clock())  # type: ignore[arg-type]
+    d.update(1.0)
+    assert d.end_window(4.0) == 1.0
+    d.start_window(1.5)  # built for longer than the 1 s share
+    assert gpu.calls == ["pause", "resume"]
+    assert d.next_switch_s(1.5) == 1.0 and d.next_switch_s(2.6) == 1.4
+    d.update(2.4)  # still attached
+    d.update(2.5)
+    assert gpu.calls == ["pause", "resume", "pause"]
+    assert d.end_window(4.0) == 1.0  # from 1.5 to 2.5 s
+    d.start_window(0.25)
+    d.update(1.0)
+    assert gpu.calls[-1] == "resume"  # the share is from 0.25 to 1.25 s
+    assert d.end_window(1.125) == 0.875
 
 
 def test_slow_switches_count_half_and_the_agent_goes_first() -> None:
@@ -59,7 +79,7 @@ def test_slow_switches_count_half_and_the_agent_goes_first() -> None:
     d.update(1.0)  # pause: the agent's 0.1 s, then the GPU probes' 0.4 s
     assert calls == ["device pause", "gpu pause"]
     assert d.end_window(4.0) == 1.25  # 0 to 1.0 + 0.5 / 2
-    d.update(0.0)  # resume: 0.5 s in all, attached from 0.25 s
+    d.start_window(0.0)  # resume: 0.5 s in all, attached from 0.25 s
     d.update(2.0)  # pause again: 0.5 s, detached at 2.25 s
     assert calls[2:] == ["gpu resume", "device resume", "device pause", "gpu pause"]
     assert d.end_window(4.0) == 2.0
@@ -90,7 +110,7 @@ def test_window_end_keeps_stack_ids_until_the_map_is_half_full() -> None:
     bpf["gpu_stacks"].update({i: i for i in range(4)})
     bpf["gpu_origins"][1] = "origin holding stack 3"
     gpu.clear_window(bpf)
-    assert bpf["gpu_counts"].cleared == 1 and len(bpf["gpu_stacks"]) == 4 and bpf["gpu_origins"]  # ids stay valid
+    assert bpf["gpu_counts"].cleared == 0 and len(bpf["gpu_stacks"]) == 4 and bpf["gpu_origins"]  # ids stay valid
     bpf["gpu_stacks"][4] = 4  # more than half of 8
     gpu.clear_window(bpf)
     assert not bpf["gpu_stacks"] and not bpf["gpu_origins"] and gpu.stack_clears == 1

@@ -59,6 +59,38 @@ def test_gpu_process_is_found_and_profiled_in_windows(service_dir, stopped) -> N
 ON_DEMAND = TARGET.parent / "launch_on_demand.py"
 
 
+def test_launches_made_while_a_window_is_built_count_in_the_next(service_dir, stopped) -> None:
+    """Launches without pause across several window cuts: each window's counts leave the map before it is
+    built, so the launches made during the build land in the next window. Clearing the map after the build
+    lost them (the store then held fewer than were made)."""
+    import grpc
+    from test_gpu_api_cpu import cuda_runtime
+
+    from deepctx.proto.v1 import deepctx_pb2 as pb
+    from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
+
+    d = service_dir.start("--continuous", continuous_window_s=1.0, continuous_scan_s=0.2, continuous_gpu_duty=1.0)
+    stopped.append(d)
+    stub = pb_grpc.ProfilerStub(grpc.insecure_channel(f"unix:{d.socket}"))
+
+    def windows() -> int:
+        return stub.Status(pb.StatusRequest(), timeout=10).totals["continuous_windows"]
+
+    t = StdinTarget([sys.executable, str(ON_DEMAND), cuda_runtime()])
+    try:
+        wait_for(lambda: (session_of(d, t.pid) or {}).get("state") == "capturing", timeout=120,
+                 what="the continuous capture of the GPU process")
+        sent, first = 0, windows()
+        while windows() < first + 3:  # bursts back to back until three windows were cut and built
+            t.send("50")
+            t.expect("done 50")
+            sent += 50
+        wait_for(lambda: launches_in_store(d, t.pid) >= sent, timeout=60, what="the launches in the store")
+        assert launches_in_store(d, t.pid) == sent
+    finally:
+        t.stop()
+
+
 def test_gpu_probes_are_attached_for_their_share_of_each_window(service_dir, stopped) -> None:
     """continuous_gpu_duty 0.5 of 4 s windows: launches made while the probes are detached cost no trap and
     are not counted; those made while attached are, and the stored window scales them up to the window."""
