@@ -132,7 +132,9 @@ DAEMON_LOG: dict[str, Any] = {}
 
 
 class Deepctx:
-    def __init__(self, cli: list[str], daemon: list[str], config: str = "", name: str = "default") -> None:
+    def __init__(self, cli: list[str], daemon: list[str], config: str = "", name: str = "default",
+                 log: Path | None = None, level: str = "info") -> None:
+        """log: the daemon's log file, at `level` (else --daemon-log's folder, at info; else warnings only)."""
         self.tmp = tempfile.mkdtemp(prefix="deepctx-bench-")
         if config:  # "{tmp}" in it: this daemon's own folder
             Path(self.tmp, "d.toml").write_text(config.replace("{tmp}", self.tmp))
@@ -141,15 +143,19 @@ class Deepctx:
         self.cli = cli
         self._stub: Any = None  # stop_capture()'s connection, made at its first use
         log_dir = DAEMON_LOG.get("dir")
-        denv, level, stderr = self.env, "warning", None
+        denv, level_default, stderr = self.env, "warning", None
         if log_dir is not None:
             denv = dict(self.env)
             if DAEMON_LOG.get("self"):  # a sampler thread in the daemon: it competes with the build for the GIL
                 denv["DEEPCTX_SELF_PROFILE"] = str(log_dir / f"self-{name}.folded")
             if DAEMON_LOG.get("steps"):  # cProfile makes the steps it profiles slower: ready times are off
                 denv["DEEPCTX_PROFILE_STEPS"] = str(log_dir / f"steps-{name}")
-            level, stderr = "info", open(log_dir / f"daemon-{name}.log", "a")  # noqa: SIM115 (the daemon's)
-        self.proc = subprocess.Popen(daemon + ["--foreground", "--log-level", level], env=denv, stderr=stderr)
+            level_default, stderr = "info", open(log_dir / f"daemon-{name}.log", "a")  # noqa: SIM115 (the daemon's)
+        if log is not None:
+            stderr = open(log, "a")  # noqa: SIM115 (the daemon's)
+        level = level if log is not None else level_default
+        self.proc = subprocess.Popen(daemon + ["--foreground", "--log-level", level, "--log-format", "json"],
+                                     env=denv, stderr=stderr)
         self.run("status", "--wait", "60")
 
     def run(self, *args: str) -> subprocess.CompletedProcess:

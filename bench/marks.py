@@ -52,10 +52,10 @@ def start_workload(name: str, python: str, args: list[str], env: dict[str, str] 
     return p, int(ready[1])
 
 
-def start_marked(name: str, python: str, env: dict[str, str] | None = None,
-                 cpus: set[int] | None = None) -> tuple[subprocess.Popen, int]:
+def start_marked(name: str, python: str, env: dict[str, str] | None = None, cpus: set[int] | None = None,
+                 extra: list[str] | None = None) -> tuple[subprocess.Popen, int]:
     """A workload process that runs steps until its stdin closes, already started ("go" sent)."""
-    p, pid = start_workload(name, python, ["0", "--marks"], env, cpus)
+    p, pid = start_workload(name, python, ["0", "--marks", *(extra or [])], env, cpus)
     assert p.stdin is not None
     p.stdin.write("go\n")
     p.stdin.flush()

@@ -12,7 +12,8 @@ With --marks (for bench/continuous_overhead.py --alternate) STEPS is ignored: af
 "go" line the process runs steps until stdin closes, and answers each "mark" line on stdin with
 "mark <steps done> <time.perf_counter()> <when the last of those steps ended>", so that the caller times any
 stretch of the free-running loop (the steps between two marks over the time between their last steps' ends)
-without stopping it. At the end of stdin it finishes the step under way and exits 0.
+without stopping it. At the end of stdin it finishes the step under way and exits 0. --step-times FILE (with
+--marks) writes the end of every step there as it exits.
 """
 
 from __future__ import annotations
@@ -197,10 +198,12 @@ WORKLOADS = {"launch_bound": launch_bound, "launch_backward": launch_backward, "
              "mock_launch": mock_launch, "mock_launch_deep": mock_launch_deep, "cpu_witness": cpu_witness}
 
 
-def run_marked(step: Callable[[], None]) -> int:
+def run_marked(step: Callable[[], None], step_times: str | None = None) -> int:
     """Steps until stdin closes; a reader thread answers "mark" with the steps done so far, the time, and
     when the last of those steps ended (a rate between two such ends counts whole steps only: a block of
-    55 GPT-2 steps is not one step off)."""
+    55 GPT-2 steps is not one step off). step_times: a file that gets the end of every step, one
+    time.monotonic() a line, at the end (bench/duty_pairs.py)."""
+    ends: list[float] = []
     progress = (0, time.perf_counter())  # (steps done, when the last ended): one assignment, read whole
     stop = False
 
@@ -219,6 +222,10 @@ def run_marked(step: Callable[[], None]) -> int:
         step()
         done += 1
         progress = (done, time.perf_counter())
+        if step_times:
+            ends.append(time.monotonic())
+    if step_times:
+        Path(step_times).write_text("".join(f"{t:.6f}\n" for t in ends))
     return 0
 
 
@@ -230,6 +237,7 @@ def main() -> int:
     ap.add_argument("--trace-out", default=os.devnull)
     ap.add_argument("--marks", action="store_true",
                     help="steps until stdin closes; 'mark' lines answered with the steps done and the time")
+    ap.add_argument("--step-times", help="with --marks: write every step's end (time.monotonic()) to this file")
     args = ap.parse_args()
     if args.marks and args.torch_profiler:
         ap.error("--marks runs without --torch-profiler")
@@ -239,7 +247,7 @@ def main() -> int:
     print(f"ready {os.getpid()}", flush=True)
     sys.stdin.readline()
     if args.marks:
-        return run_marked(step)
+        return run_marked(step, args.step_times)
     export_s = 0.0
     if args.torch_profiler:
         from torch.profiler import ProfilerActivity, profile

@@ -1,0 +1,197 @@
+"""What the GPU probes and the device-activity agent cost while attached, from sub-second stretches of one
+process: the continuous daemon's duty cycle attaches them for half of each short window and detaches them for
+the other half, and every attached stretch is paired with the detached stretches either side of it.
+
+    sudo python3 bench/duty_pairs.py [--workloads resnet50,gpt2,launch_bound] [--seconds 120] [--period 2]
+        [--pin] [--no-agent] [--out results.json]
+
+Blocks of several seconds (gpu_overhead.py --alternate) leave the host's drift in the ratio: on the GPU host
+the alone rate of one ResNet-50 process moved 10 to 20% within a minute, against a budget of 1%. Here the
+stretches are about half a second long, so a drift has no time to build up between an attached stretch and
+its neighbours, and a two-minute run gives about sixty pairs.
+
+Per workload: one process (bench/workloads.py --marks --step-times), started with the CUPTI agent (as
+`deepctx run` starts it; --no-agent: without), and one `deepctxd --continuous` with continuous_window_s =
+PERIOD and continuous_gpu_duty = 0.5, which logs when each switch began and ended (debug log, the monotonic
+clock). The process writes the end of every step (the same clock) as it exits. A stretch runs from the end
+of one switch plus --guard seconds (the agent starts and stops CUPTI within its watcher's 100 ms) to the
+start of the next switch; its steps are those that began and ended inside it. What is measured is the steady
+cost of sampled call paths and device activity while attached (what `deepctx attach` costs in its default
+mode, less the capture's start and end), not the switches themselves. CPU sampling (19 Hz) runs throughout
+and so cancels out.
+
+Reported per workload: the pairs' ratios (an attached stretch's mean step time over the mean of its two
+detached neighbours'), their median, mean and the mean's 95% interval, and the pooled ratio (all attached
+step time per step over all detached).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from gpu_overhead import AGENT, Deepctx  # noqa: E402
+from marks import PIN, exit_on_sigterm, finish, pin_halves, pin_process, start_marked  # noqa: E402
+
+SWITCHED = "GPU probes switched"  # daemon/capture.py's log message
+
+
+@dataclass(frozen=True)
+class Switch:
+    attached: bool  # the state it switched to
+    began: float  # time.monotonic()
+    ended: float
+
+
+@dataclass(frozen=True)
+class Stretch:
+    attached: bool
+    start: float
+    end: float
+    steps: int
+    seconds: float  # from the end of the step before its first to the end of its last
+
+    @property
+    def step_s(self) -> float:
+        return self.seconds / self.steps
+
+
+def read_switches(log_lines: list[str], pid: int) -> list[Switch]:
+    """The duty cycle's switches for pid from a JSON daemon log, in order."""
+    out = []
+    for line in log_lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("msg") == SWITCHED and rec.get("pid") == pid:
+            out.append(Switch(bool(rec["attached"]), float(rec["from_mono"]), float(rec["to_mono"])))
+    return sorted(out, key=lambda s: s.began)
+
+
+def stretches(switches: list[Switch], ends: list[float], guard_s: float, min_steps: int = 3) -> list[Stretch | None]:
+    """A stretch between each switch and the next (None where fewer than min_steps steps fit inside it);
+    ends: every step's end, in order."""
+    out: list[Stretch | None] = []
+    for a, b in zip(switches, switches[1:], strict=False):
+        start, end = a.ended + guard_s, b.began
+        first = bisect.bisect_left(ends, start)  # the end of the step before the stretch's first step
+        last = bisect.bisect_right(ends, end) - 1
+        n = last - first
+        out.append(Stretch(a.attached, start, end, n, ends[last] - ends[first]) if n >= min_steps else None)
+    return out
+
+
+def pairs(seq: list[Stretch | None]) -> list[float]:
+    """Each attached stretch's mean step time over the mean of its detached neighbours' (both present)."""
+    out = []
+    for before, on, after in zip(seq, seq[1:], seq[2:], strict=False):
+        if on is None or before is None or after is None or not on.attached or before.attached or after.attached:
+            continue
+        out.append(on.step_s / ((before.step_s + after.step_s) / 2))
+    return out
+
+
+def summary(seq: list[Stretch | None]) -> dict:
+    ratios = pairs(seq)
+    on = [s for s in seq if s is not None and s.attached]
+    off = [s for s in seq if s is not None and not s.attached]
+    out: dict = {"pairs": len(ratios), "stretches_on": len(on), "stretches_off": len(off)}
+    if on and off:
+        out["pooled_ratio"] = (sum(s.seconds for s in on) / sum(s.steps for s in on)) / \
+                              (sum(s.seconds for s in off) / sum(s.steps for s in off))
+        out["off_steps_per_s"] = sum(s.steps for s in off) / sum(s.seconds for s in off)
+        out["on_steps_per_s"] = sum(s.steps for s in on) / sum(s.seconds for s in on)
+        out["steps_per_stretch"] = statistics.median(s.steps for s in on + off)
+    if ratios:
+        out["ratio_median"] = statistics.median(ratios)
+        out["ratio_mean"] = statistics.fmean(ratios)
+        if len(ratios) > 1:
+            half = 1.96 * statistics.stdev(ratios) / math.sqrt(len(ratios))
+            out["ratio_mean_95"] = [out["ratio_mean"] - half, out["ratio_mean"] + half]
+    return out
+
+
+def measure(name: str, args: argparse.Namespace, folder: Path) -> dict:
+    times = folder / f"steps-{name}.txt"
+    log = folder / f"daemon-{name}.log"
+    env = dict(os.environ)
+    if args.agent:
+        env["CUDA_INJECTION64_PATH"] = str(AGENT)
+    config = (f"continuous_window_s = {args.period}\ncontinuous_gpu_duty = 0.5\ncontinuous_scan_s = 0.2\n"
+              'store_path = "{tmp}/windows.db"\n')
+    p, pid = start_marked(name, args.python, env, extra=["--step-times", str(times)])
+    daemon = None
+    try:
+        time.sleep(args.warm)  # the loop runs on its own: this only sets how long it warms up
+        daemon = Deepctx(args.deepctx.split(), args.deepctxd.split() + ["--continuous"], config, name=name,
+                         log=log, level="debug")
+        if PIN:
+            pin_process(daemon.proc.pid, PIN["daemon"])  # threads it starts later inherit the mask
+        deadline = time.monotonic() + 120
+        while not daemon.capturing(pid):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{name}: the continuous daemon did not pick process {pid} up")
+            time.sleep(0.2)  # polling the daemon's status, with a deadline
+        time.sleep(args.seconds)  # the stretches come and go on the daemon's clock: this sets the run's length
+    finally:
+        finish(p)  # the process writes its step times as it exits
+        if daemon is not None:
+            daemon.stop()
+    ends = [float(x) for x in times.read_text().split()]
+    seq = stretches(read_switches(log.read_text().splitlines(), pid), ends, args.guard)
+    row = {"workload": name, "agent": args.agent, "period_s": args.period, "guard_s": args.guard,
+           "steps": len(ends)} | summary(seq)
+    row["ratios"] = [round(r, 4) for r in pairs(seq)]
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", default="resnet50")
+    ap.add_argument("--seconds", type=float, default=120.0, help="how long each workload runs while captured")
+    ap.add_argument("--period", type=float, default=2.0, help="the daemon's window: attached for its first half")
+    ap.add_argument("--guard", type=float, default=0.15, help="seconds after each switch left out of its stretch")
+    ap.add_argument("--warm", type=float, default=5.0, help="seconds the loop runs before the daemon starts")
+    ap.add_argument("--no-agent", dest="agent", action="store_false", help="the workloads run without the agent")
+    ap.add_argument("--pin", action="store_true", help="workloads on the first half of the CPUs, the daemon on the rest")
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--deepctx", default="deepctx")
+    ap.add_argument("--deepctxd", default="deepctxd")
+    ap.add_argument("--keep", help="a folder for the step times and daemon logs (default: a temporary one)")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    exit_on_sigterm()
+    if args.pin:
+        pin_halves()
+    folder = Path(args.keep or tempfile.mkdtemp(prefix="deepctx-duty-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in args.workloads.split(","):
+        rows.append(measure(name, args, folder))
+        print(json.dumps(rows[-1]), flush=True)
+    print(f"\n{'workload':14} {'pairs':>5} {'steps/s off':>11} {'on':>8} {'median':>7} {'mean':>7} "
+          f"{'95% of the mean':>17} {'pooled':>7}")
+    for r in rows:
+        lo, hi = r.get("ratio_mean_95", [math.nan, math.nan])
+        print(f"{r['workload']:14} {r['pairs']:5d} {r.get('off_steps_per_s', math.nan):11.2f} "
+              f"{r.get('on_steps_per_s', math.nan):8.2f} {r.get('ratio_median', math.nan):7.4f} "
+              f"{r.get('ratio_mean', math.nan):7.4f} {lo:8.4f}-{hi:.4f} {r.get('pooled_ratio', math.nan):7.4f}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
