@@ -22,7 +22,7 @@ from deepctx.daemon.python.pyframe import PyFrameInfo
 from deepctx.daemon.python.stacks import RawFrame, RawStack, prefetch, symbolize_stack
 from deepctx.daemon.python.threads import ThreadMapper, ThreadState
 from deepctx.probes.family import Target, read_source
-from deepctx.probes.maps import percpu_sum
+from deepctx.probes.maps import entry_count, percpu_sum
 
 log = logging.getLogger("deepctx.python")
 
@@ -223,8 +223,13 @@ class PythonStacks:
         self._detached[target.pid] = proc  # what its reader already named still names stacks
 
     def clear_window(self, bpf: Any) -> None:
-        """Continuous mode: stacks are interned again as they recur (names stay cached by id)."""
-        bpf["py_stacks"].clear()
+        """Continuous mode, after a window was built: the stack map is cleared once it is half full (ids are
+        hashes of the frames: stacks are interned again as they recur, names stay cached by id). Clearing it
+        at every window lost the stacks first stored while the window was built: the next poll found their
+        ids queued and the map without them."""
+        stacks = bpf["py_stacks"]
+        if entry_count(stacks) > self.stack_entries // 2:
+            stacks.clear()
 
     def stats(self, bpf: Any) -> dict[str, int]:
         table = bpf["py_stats"]

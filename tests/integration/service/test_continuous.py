@@ -87,6 +87,12 @@ def test_launches_made_while_a_window_is_built_count_in_the_next(service_dir, st
             sent += 50
         wait_for(lambda: launches_in_store(d, t.pid) >= sent, timeout=60, what="the launches in the store")
         assert launches_in_store(d, t.pid) == sent
+        # every one of them under its Python line, in every window (stack ids stay valid across the cuts)
+        doc = json.loads(d.cli("profile", "--pid", str(t.pid), "--since", "1h", "--format", "json").stdout)
+        line = line_of(ON_DEMAND, "LINE_ON_DEMAND")
+        under = sum(n["metrics"]["calls"] for anc, n in walk(doc) if n["kind"] == "kernel"
+                    and any(a["kind"] == "python" and a["line"] == line for a in anc))
+        assert under == sent
     finally:
         t.stop()
 
