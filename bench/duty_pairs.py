@@ -3,7 +3,7 @@ process: the continuous daemon's duty cycle attaches them for half of each short
 the other half, and every attached stretch is paired with the detached stretches either side of it.
 
     sudo python3 bench/duty_pairs.py [--workloads resnet50,gpt2,launch_bound] [--seconds 120] [--period 2]
-        [--pin] [--no-agent] [--out results.json]
+        [--mode sampled|exact] [--pin] [--no-agent] [--out results.json]
 
 Blocks of several seconds (gpu_overhead.py --alternate) leave the host's drift in the ratio: on the GPU host
 the alone rate of one ResNet-50 process moved 10 to 20% within a minute, against a budget of 1%. Here the
@@ -16,9 +16,9 @@ PERIOD and continuous_gpu_duty = 0.5, which logs when each switch began and ende
 clock). The process writes the end of every step (the same clock) as it exits. A stretch runs from the end
 of one switch plus --guard seconds (the agent starts and stops CUPTI within its watcher's 100 ms) to the
 start of the next switch; its steps are those that began and ended inside it. What is measured is the steady
-cost of sampled call paths and device activity while attached (what `deepctx attach` costs in its default
-mode, less the capture's start and end), not the switches themselves. CPU sampling (19 Hz) runs throughout
-and so cancels out.
+cost of the GPU call paths (sampled, as `deepctx attach`'s default, or with --mode exact every call's) and of
+device activity while attached, less the capture's start and end, not the switches themselves. CPU sampling
+(19 Hz) runs throughout and so cancels out.
 
 Reported per workload: the pairs' ratios (an attached stretch's mean step time over the mean of its two
 detached neighbours'), their median, mean and the mean's 95% interval, and the pooled ratio (all attached
@@ -130,7 +130,7 @@ def measure(name: str, args: argparse.Namespace, folder: Path) -> dict:
     if args.agent:
         env["CUDA_INJECTION64_PATH"] = str(AGENT)
     config = (f"continuous_window_s = {args.period}\ncontinuous_gpu_duty = 0.5\ncontinuous_scan_s = 0.2\n"
-              'store_path = "{tmp}/windows.db"\n')
+              f'continuous_gpu_mode = "{args.mode}"\nstore_path = "{{tmp}}/windows.db"\n')
     p, pid = start_marked(name, args.python, env, extra=["--step-times", str(times)])
     daemon = None
     try:
@@ -151,7 +151,7 @@ def measure(name: str, args: argparse.Namespace, folder: Path) -> dict:
             daemon.stop()
     ends = [float(x) for x in times.read_text().split()]
     seq = stretches(read_switches(log.read_text().splitlines(), pid), ends, args.guard)
-    row = {"workload": name, "agent": args.agent, "period_s": args.period, "guard_s": args.guard,
+    row = {"workload": name, "mode": args.mode, "agent": args.agent, "period_s": args.period, "guard_s": args.guard,
            "steps": len(ends)} | summary(seq)
     row["ratios"] = [round(r, 4) for r in pairs(seq)]
     return row
@@ -165,6 +165,8 @@ def main() -> int:
     ap.add_argument("--guard", type=float, default=0.15, help="seconds after each switch left out of its stretch")
     ap.add_argument("--warm", type=float, default=5.0, help="seconds the loop runs before the daemon starts")
     ap.add_argument("--no-agent", dest="agent", action="store_false", help="the workloads run without the agent")
+    ap.add_argument("--mode", choices=["sampled", "exact"], default="sampled",
+                    help="GPU call paths while attached (continuous_gpu_mode): sampled, as attach's default, or exact")
     ap.add_argument("--pin", action="store_true", help="workloads on the first half of the CPUs, the daemon on the rest")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--deepctx", default="deepctx")

@@ -55,6 +55,9 @@ class Config:
     # share of each window the GPU API probes are attached (0.02: 0.2 s of 10 s); the window's counts are
     # scaled up from that share. 1.0 keeps them attached and the counts exact, at the uprobes' full cost.
     continuous_gpu_duty: float = 0.02
+    # GPU call paths while attached: "sampled" (every count exact, a sample of the call paths) or "exact"
+    # (every call's path, at exact mode's cost per call)
+    continuous_gpu_mode: str = "sampled"
     # The window store of continuous mode (docs/fleet.md); "" keeps none.
     store_path: str = "/var/lib/deepctx/windows.db"
     store_max_mb: int = 512  # the database file's size; the oldest windows go first
@@ -150,6 +153,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("continuous_window_s must be at least 1 and continuous_scan_s positive")
     if not 0 < cfg.continuous_gpu_duty <= 1:
         raise ConfigError("continuous_gpu_duty must be within (0, 1]")
+    if cfg.continuous_gpu_mode not in ("sampled", "exact"):
+        raise ConfigError(f"continuous_gpu_mode must be 'sampled' or 'exact', not {cfg.continuous_gpu_mode!r}")
     if not 1 <= cfg.continuous_sample_hz <= cfg.max_sample_hz:
         raise ConfigError(f"continuous_sample_hz must be within [1, max_sample_hz={cfg.max_sample_hz}]")
     _validate_service(cfg)

@@ -35,7 +35,8 @@ class ContinuousProfiler:
 
     def options(self) -> CaptureOptions:
         cfg = self.config
-        return CaptureOptions.from_config(cfg, duration_s=math.inf, sample_hz=cfg.continuous_sample_hz, gpu_mode="sampled",
+        return CaptureOptions.from_config(cfg, duration_s=math.inf, sample_hz=cfg.continuous_sample_hz,
+                                          gpu_mode=cfg.continuous_gpu_mode,
                                           window_s=cfg.continuous_window_s, gpu_duty=cfg.continuous_gpu_duty)
 
     def start(self) -> None:

@@ -20,8 +20,7 @@ BPF_HASH(counts, struct key_t, struct val_t, 16384);
 """
 
 
-@pytest.fixture(scope="module")
-def table() -> Iterator[Any]:
+def filled_map() -> Iterator[Any]:
     from bcc import BPF
 
     bpf = BPF(text=SOURCE)
@@ -32,6 +31,11 @@ def table() -> Iterator[Any]:
         t[k] = t.Leaf(i, 3 * i + 1)
     yield t
     bpf.cleanup()
+
+
+@pytest.fixture(scope="module")
+def table() -> Iterator[Any]:
+    yield from filled_map()
 
 
 def decoded(entries: list[tuple[bytes, bytes]]) -> dict[tuple[int, int], tuple[int, int]]:
@@ -70,16 +74,7 @@ def test_a_batch_smaller_than_a_hash_bucket_reads_key_by_key(table: Any, monkeyp
 @pytest.fixture
 def fresh_table() -> Iterator[Any]:
     """A map of its own per test: taking empties it."""
-    from bcc import BPF
-
-    bpf = BPF(text=SOURCE)
-    t = bpf["counts"]
-    for i in range(ENTRIES):
-        k = t.Key()
-        k.pid, k.id = 7 + i % 3, 0x1000 + i
-        t[k] = t.Leaf(i, 3 * i + 1)
-    yield t
-    bpf.cleanup()
+    yield from filled_map()
 
 
 def test_taking_reads_every_entry_once_and_leaves_the_map_empty(fresh_table: Any) -> None:

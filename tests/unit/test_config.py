@@ -44,6 +44,7 @@ def test_file_then_env_then_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     ('[[handoff_points]]\nlibrary = "x"\nsymbol = "y"\nlabel = "z"\nnode_arg = "2"\n', "integers"),
     ("autograd_nodes = 1\n", "autograd_nodes must be a bool"),
     ("max_sessions = true\n", "max_sessions must be a int"),
+    ('continuous_gpu_mode = "full"\n', "continuous_gpu_mode must be 'sampled' or 'exact'"),
 ])
 def test_bad_config_files_are_refused_with_the_reason(tmp_path: Path, text: str, message: str) -> None:
     f = tmp_path / "d.toml"

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from harness import StdinTarget, line_of, session_of, wait_for
 from profile_paths import total, walk
 
@@ -59,17 +60,19 @@ def test_gpu_process_is_found_and_profiled_in_windows(service_dir, stopped) -> N
 ON_DEMAND = TARGET.parent / "launch_on_demand.py"
 
 
-def test_launches_made_while_a_window_is_built_count_in_the_next(service_dir, stopped) -> None:
+@pytest.mark.parametrize("gpu_mode", ["sampled", "exact"])
+def test_launches_made_while_a_window_is_built_count_in_the_next(service_dir, stopped, gpu_mode: str) -> None:
     """Launches without pause across several window cuts: each window's counts leave the map before it is
     built, so the launches made during the build land in the next window. Clearing the map after the build
-    lost them (the store then held fewer than were made)."""
+    lost them (the store then held fewer than were made). In both GPU modes of continuous_gpu_mode."""
     import grpc
     from test_gpu_api_cpu import cuda_runtime
 
     from deepctx.proto.v1 import deepctx_pb2 as pb
     from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
 
-    d = service_dir.start("--continuous", continuous_window_s=1.0, continuous_scan_s=0.2, continuous_gpu_duty=1.0)
+    d = service_dir.start("--continuous", continuous_window_s=1.0, continuous_scan_s=0.2, continuous_gpu_duty=1.0,
+                          continuous_gpu_mode=gpu_mode)
     stopped.append(d)
     stub = pb_grpc.ProfilerStub(grpc.insecure_channel(f"unix:{d.socket}"))
 
@@ -93,6 +96,7 @@ def test_launches_made_while_a_window_is_built_count_in_the_next(service_dir, st
         under = sum(n["metrics"]["calls"] for anc, n in walk(doc) if n["kind"] == "kernel"
                     and any(a["kind"] == "python" and a["line"] == line for a in anc))
         assert under == sent
+        assert doc["mode"] == gpu_mode
     finally:
         t.stop()
 
