@@ -198,6 +198,7 @@ class Capture:
         self.continuous = on_window is not None
         self.target: Target | None = None
         self._last_maps: tuple[Any, str] = (None, "")  # (the space, the maps text last merged into it)
+        self.windows_lost = 0  # continuous mode: windows whose build failed (in the log)
         self.gpu_probed_s: float | None = None  # seconds the GPU probes were attached in the window being built
         # What the window's build reuses from the capture loop (see _prewarm): GPU stack id -> frames
         self._native: NativeSymbolizer | None = None
@@ -474,13 +475,19 @@ class Capture:
             take = getattr(fam, "take_window", None)
             if take is not None:
                 take(bpf)
-        result = self._build(bpf, target, thread_names, duration, "window")
+        try:
+            result = self._build(bpf, target, thread_names, duration, "window")
+        except Exception:  # one window lost, said in the log; the capture goes on with the next
+            log.exception("window not built", extra={"session": self.id, "pid": target.pid})
+            self.windows_lost += 1
+            return
+        finally:  # the taken counts are released either way: the next window reads the maps again
+            self._native, self._gpu_frames, self._resolved_ahead = None, {}, 0  # its ids start again
+            for fam in self.families:
+                clear = getattr(fam, "clear_window", None)
+                if clear is not None:
+                    clear(bpf)
         result.started_unix = start_unix
-        self._native, self._gpu_frames, self._resolved_ahead = None, {}, 0  # the next window's ids start again
-        for fam in self.families:
-            clear = getattr(fam, "clear_window", None)
-            if clear is not None:
-                clear(bpf)
         if self.on_window is not None:
             try:
                 self.on_window(result, start_unix, start_unix + duration)
@@ -599,6 +606,8 @@ class Capture:
         if python is not None:  # counted again: the GPU call paths above named more stacks
             stats["python_unknown_frames"] = python.unknown_frames()
         stats["cpu_samples_in_profile"] = tree.total("cpu_samples")
+        if self.continuous:
+            stats["continuous_windows_lost"] = self.windows_lost
         warnings = list(target.warnings)
         if ended == "target_exited":
             warnings.append(f"process {target.pid} exited after {duration:.2f} s of the requested "
@@ -628,6 +637,9 @@ def stat_warnings(stats: dict[str, int]) -> list[str]:
     gpu_lost = stats.get("gpu_api_calls_dropped_map_full", 0) + stats.get("gpu_api_stacks_lost", 0)
     if gpu_lost:
         out.append(f"{gpu_lost} GPU API calls were dropped or lost their call path (see stats)")
+    if stats.get("continuous_windows_lost"):
+        out.append(f"{stats['continuous_windows_lost']} continuous windows could not be built and are missing "
+                   "(deepctxd's log says why)")
     return out + device_warnings(stats)  # nothing without the device family's stats
 
 

@@ -1,7 +1,7 @@
 """A continuous capture's stats, window by window, as what each window added.
 
 A continuous capture cuts a window every `continuous_window_s`: the call-path counts restart from zero
-(each family's clear_window), but the probes' stats counters do not. Those are running totals for the
+(each family's take_window takes them out of the maps), but the probes' stats counters do not. Those are running totals for the
 whole capture: the BPF stats maps (cpu_stats, gpu_stats, dev_stats, py_stats, native_unwind_stats) and
 the families' own counters (gpu_probe_resumes, gpu_stack_map_clears, python_thread_refreshes,
 device_agent_flushes, the unwind tables' table_* ...). Summed over a capture's windows they overcount
@@ -23,7 +23,7 @@ from typing import Any
 
 from deepctx.daemon.store.merge import LEVELS, SHARES
 
-# Stats capture._build reads from the window's tree and count maps (cleared at every cut): already the
+# Stats capture._build reads from the window's tree and count maps (taken at every cut): already the
 # window's own. (daemon/gpu_tree.add_gpu_buckets, daemon/device_tree.add_device_buckets, the resolvers'
 # truncated stacks, the tree's CPU samples.)
 PER_WINDOW = frozenset({

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import threading
 
+import pytest
+
 from deepctx.daemon import capture
 from deepctx.daemon.capture import Capture, CaptureOptions, _release, wait_released
 from deepctx.daemon.symbolize.native import SymbolCache
@@ -92,3 +94,44 @@ def test_request_stop_sets_the_flag_and_wakes_the_loop() -> None:
         cap._wake = None
         os.close(r)
         os.close(w)
+
+
+class WindowFamily:
+    """Notes each window's take and clear."""
+
+    def __init__(self, calls: list[str]) -> None:
+        self.name, self.calls = "gpu", calls
+
+    def take_window(self, bpf: object) -> None:
+        self.calls.append("take")
+
+    def clear_window(self, bpf: object) -> None:
+        self.calls.append("clear")
+
+
+def test_a_window_whose_build_fails_is_counted_and_the_next_is_cut_as_usual(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counts a failed window took are released (the next window reads the maps again), the capture goes
+    on, and the loss is counted for the next window's stats and warnings."""
+    calls: list[str] = []
+    stored: list[float] = []
+    c = Capture(1, 4242, CaptureOptions(duration_s=600, sample_hz=19), SymbolCache(), threading.Event(),
+                on_window=lambda result, start, end: stored.append(start))
+    c.families = [WindowFamily(calls)]  # type: ignore[list-item]
+    builds = iter([RuntimeError("a build that fails"), None])
+
+    def build(*_: object) -> object:
+        outcome = next(builds)
+        if outcome is not None:
+            raise outcome
+        calls.append("build")
+        return capture.CaptureResult(pid=4242, command="t", duration_s=1.0, started_unix=0.0, ended="window",
+                                     sample_hz=19, tree=None, stats={}, warnings=[])  # type: ignore[arg-type]
+
+    monkeypatch.setattr(c, "_build", build)
+    target = Target(4242, None, None)  # type: ignore[arg-type]
+    c._cut_window(object(), target, {}, 1.0, 100.0)
+    assert (calls, stored, c.windows_lost) == (["take", "clear"], [], 1)
+    c._cut_window(object(), target, {}, 1.0, 101.0)
+    assert (calls[2:], stored, c.windows_lost) == (["take", "build", "clear"], [101.0], 1)
+    assert capture.stat_warnings({"continuous_windows_lost": 1}) == [
+        "1 continuous windows could not be built and are missing (deepctxd's log says why)"]
