@@ -214,3 +214,63 @@ def test_device_activity_follows_the_duty_cycle(service_dir, stopped) -> None:
     finally:
         t.stop()
     assert d.alive()
+
+
+def test_device_time_across_window_cuts_adds_up(service_dir, stopped) -> None:
+    """Device records the agent hands over while a window is built count in the next window: over phases
+    of the mock target back to back across three cuts, the stored windows hold every nanosecond of device
+    time the BPF join counted (its running total, which no cut resets)."""
+    import os
+
+    import grpc
+
+    from deepctx.proto.v1 import deepctx_pb2 as pb
+    from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "device"))
+    from device_paths import AGENT, MOCKS, cupti_mocks_built
+    from device_paths import TARGET as MOCK_TARGET
+    from test_device_join import TOTAL_NS
+
+    if not cupti_mocks_built():
+        pytest.skip("CUPTI headers not found (pip install nvidia-cuda-cupti): agent and mocks not built")
+    d = service_dir.start("--continuous", continuous_window_s=1.0, continuous_scan_s=0.2, continuous_gpu_duty=1.0)
+    stopped.append(d)
+    stub = pb_grpc.ProfilerStub(grpc.insecure_channel(f"unix:{d.socket}"))
+
+    def windows() -> int:
+        return stub.Status(pb.StatusRequest(), timeout=10).totals["continuous_windows"]
+
+    def counted_ns() -> int:
+        for s in stub.Status(pb.StatusRequest(), timeout=10).sessions:
+            if s.pid == t.pid:
+                return int(s.stats["device_time_ns"])
+        return -1
+
+    def stored_ns() -> int:
+        r = d.cli("profile", "--pid", str(t.pid), "--since", "1h", "--format", "json")
+        return total(json.loads(r.stdout), "gpu_time_ns") if r.returncode == 0 else -1
+
+    def phase() -> int:
+        """One phase of work; whether the agent held CUPTI during it (the mock CUPTI's word)."""
+        t.go()
+        held = int(t.expect("cupti").split()[1])
+        t.expect("done")
+        return held
+
+    # the agent hands its records over at every tick of its watcher (10 ms): some arrive during each build
+    t = StdinTarget([sys.executable, str(MOCK_TARGET), str(MOCKS), "--phases", "1000000"],
+                    env=dict(os.environ, CUDA_INJECTION64_PATH=str(AGENT), DEEPCTX_FLUSH_MS="1"))
+    try:
+        wait_for(lambda: (session_of(d, t.pid) or {}).get("state") == "capturing", timeout=120,
+                 what="the continuous capture of the process")
+        wait_for(lambda: phase() == 1, timeout=30, what="a phase with the agent reporting")
+        phases, first = 0, windows()
+        while windows() < first + 3:
+            phase()
+            phases += 1
+        # the cuts took what was counted up to them; the rest is in the last window
+        wait_for(lambda: counted_ns() >= phases * TOTAL_NS and stored_ns() == counted_ns(), timeout=60,
+                 what="the device time counted, all in the store")
+    finally:
+        t.stop()
