@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,6 +34,7 @@ log = logging.getLogger(__name__)
 CHILD_MIN_BYTES = 1 << 20  # .eh_frame + .debug_frame from which a table is built in a child process
 CHILD_TIMEOUT_S = 600.0
 UNWIND_SECTIONS = (".eh_frame", ".debug_frame")
+SCRATCH_PREFIX = "deepctx-unwind-"  # a child build's folder in the disk cache
 
 
 class TableCache:
@@ -46,6 +49,21 @@ class TableCache:
         self._by_inode: dict[tuple[str, int], str] = {}
         self._building: dict[tuple[str, int], threading.Event] = {}
         self.counters = {"builds": 0, "hits": 0, "disk_hits": 0, "failures": 0, "child_builds": 0}
+        self._remove_stale_scratch()
+
+    def _remove_stale_scratch(self) -> None:
+        """Scratch folders of builds that ended with their daemon (killed mid-build) go; a folder younger
+        than the builder's timeout may belong to a build of another daemon sharing the cache, and stays."""
+        if self.disk_dir is None or not self.disk_dir.is_dir():
+            return
+        now = time.time()
+        for d in self.disk_dir.glob(f"{SCRATCH_PREFIX}*"):
+            try:
+                if d.is_dir() and now - d.stat().st_mtime > CHILD_TIMEOUT_S + 60:
+                    shutil.rmtree(d)
+                    log.info("removed a stale unwind build folder", extra={"path": str(d)})
+            except OSError as e:  # another daemon removed it first, or no permission: leave it
+                log.debug("stale unwind build folder left", extra={"path": str(d), "error": str(e)})
 
     def get(self, path: str, dev: str, inode: int) -> tuple[str, UnwindTable]:
         """(file key, table) for the file at path, which has the given device and inode.
@@ -145,7 +163,7 @@ class TableCache:
         """Builds in `python -m deepctx.daemon.unwind.build_child` into a scratch file (in the disk cache's
         folder when it is usable, so that the result is moved there, not copied), and loads the result."""
         disk = self._disk_path(build_id) if build_id else None
-        with tempfile.TemporaryDirectory(prefix="deepctx-unwind-", dir=self._scratch_parent()) as tmp:
+        with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=self._scratch_parent()) as tmp:
             out = Path(tmp) / "table.npz"
             argv = [sys.executable, "-m", "deepctx.daemon.unwind.build_child", path, str(out)]
             try:

@@ -325,3 +325,24 @@ def test_page_index_search_finds_the_row_a_full_search_finds(shift):
             continue
         want = int(np.searchsorted(t.pcs, x, side="right")) - 1  # past the span: the final CFA_NONE row
         assert _bpf_lookup(t.pcs, pages, x, shift) == (want if x >> shift < len(pages) - 1 else None), x
+
+
+def test_a_restarted_cache_removes_scratch_folders_older_than_a_build(tmp_path):
+    """A daemon killed mid-build leaves its scratch folder in the cache; the next one removes it, but not a
+    folder young enough to be another daemon's build in progress, nor anything else there."""
+    import os
+    import time
+
+    from deepctx.daemon.unwind import cache as cache_mod
+
+    stale, young = tmp_path / f"{cache_mod.SCRATCH_PREFIX}old", tmp_path / f"{cache_mod.SCRATCH_PREFIX}new"
+    for d in (stale, young):
+        d.mkdir()
+        (d / "table.npz").write_bytes(b"half written")
+    other = tmp_path / "0123abcd.v1.npz"
+    other.write_bytes(b"a table")
+    old = time.time() - cache_mod.CHILD_TIMEOUT_S - 120
+    os.utime(stale, (old, old))
+    os.utime(other, (old, old))
+    TableCache(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([young.name, other.name])
