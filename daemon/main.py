@@ -128,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    stop.wait()
+    # Waited for in slices: Python runs a signal's handler in the main thread, and when the kernel hands the
+    # signal to another thread (it did, with this thread asleep) a wait without a timeout never wakes for it.
+    while not stop.wait(0.5):
+        pass
     server.stop()
     if profiler is not None:
         profiler.stop()

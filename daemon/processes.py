@@ -31,7 +31,9 @@ def summarize(pid: int) -> ProcessSummary | None:
     except (procfs.ProcessGone, PermissionError):
         return None
     names = {os.path.basename(m.path) for m in maps if m.path.startswith("/")}
-    gpu = sorted(n for n in names if GPU_LIBRARY.match(n))
+    # loaded, not merely read: deepctxd itself maps the CUDA libraries it reads symbols from (read-only)
+    loaded = {os.path.basename(m.path) for m in maps if m.path.startswith("/") and m.executable}
+    gpu = sorted(n for n in loaded if GPU_LIBRARY.match(n))
     version = ""
     for n in names:
         match = PYTHON_LIBRARY.match(n)

@@ -81,3 +81,23 @@ def test_sigkill_leaves_no_probes_and_a_restart_serves(service_dir, stopped, nat
     with Target([str(native_targets / "cpu_burner"), "30"]) as burner:
         doc = d2.attach_json(burner.pid, "--duration", "1")
     assert doc["stats"]["cpu_samples"] > 0
+
+
+def test_sigterm_delivered_to_another_thread_still_stops_the_daemon(service_dir) -> None:
+    """Python runs signal handlers in the main thread; the kernel may hand a process's SIGTERM to any of its
+    threads (it did, under another daemon's capture), and a main thread asleep without a timeout never woke
+    for it: the daemon kept running. Sent here with tgkill to a thread that is not the main one."""
+    import ctypes
+
+    d = service_dir.start()
+    libc = ctypes.CDLL(None, use_errno=True)
+    # gRPC's timer thread lives as long as the server; any other thread if it has another name
+    others = sorted((Path(f"/proc/{d.proc.pid}/task/{t}/comm").read_text().strip() != "grpc_global_tim", int(t))
+                    for t in os.listdir(f"/proc/{d.proc.pid}/task") if int(t) != d.proc.pid)
+    assert any(libc.syscall(234, d.proc.pid, tid, signal.SIGTERM) == 0 for _, tid in others)  # SYS_tgkill, x86-64
+    try:
+        assert d.proc.wait(timeout=30) == 0
+    except subprocess.TimeoutExpired:
+        d.proc.kill()
+        d.proc.wait()
+        pytest.fail("deepctxd did not stop on a SIGTERM delivered to one of its other threads")
