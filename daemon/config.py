@@ -46,7 +46,7 @@ class Config:
     agent_calls: str = "auto"
     native_unwind: bool = True  # walk native stacks with .eh_frame tables (false: frame pointers only)
     cache_dir: str = "/var/cache/deepctx"  # unwind tables kept by build id
-    # Continuous mode (deepctxd --continuous): every process that maps a CUDA/HIP library is profiled in
+    # Continuous mode (deepctxd --continuous): every process that loads a CUDA/HIP library is profiled in
     # windows kept in the window store.
     continuous: bool = False
     continuous_window_s: float = 10.0

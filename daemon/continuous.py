@@ -22,7 +22,7 @@ log = logging.getLogger("deepctx.continuous")
 
 
 class ContinuousProfiler:
-    """A scan every `continuous_scan_s` picks up processes that map a CUDA/HIP library; each gets a
+    """A scan every `continuous_scan_s` picks up processes that load a CUDA/HIP library; each gets a
     capture of its own (one BPF program, kept until the process exits) that cuts a window every
     `continuous_window_s` into the store."""
 
