@@ -60,9 +60,16 @@ def start_daemon(tmp: Path, *extra: str) -> Daemon:
 
 
 def stop_daemon(d: Daemon) -> int:
+    """SIGTERM, then its exit status. One still running a minute later is killed (a continuous daemon left
+    behind profiles the GPU targets of every later test) and the test fails."""
     if d.proc.poll() is None:
         d.proc.send_signal(signal.SIGTERM)
-    return d.proc.wait(timeout=60)
+    try:
+        return d.proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        d.proc.kill()
+        d.proc.wait()
+        raise AssertionError(f"deepctxd did not stop within 60 s of SIGTERM:\n{d.log.read_text()[-3000:]}") from None
 
 
 class Target:
