@@ -127,7 +127,7 @@ class CpuSampler:
             pass
 
     def take_window(self, bpf: Any) -> None:
-        """Continuous mode, at a window's cut: its counts leave the map (the next window's start there)."""
+        """Continuous mode, at a window's cut: its counts leave the map, where the next window's start."""
         self.counts.take(bpf)
 
     def clear_window(self, bpf: Any) -> None:
