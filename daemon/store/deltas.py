@@ -2,9 +2,9 @@
 
 A continuous capture cuts a window every `continuous_window_s`: the call-path counts restart from zero
 (each family's take_window takes them out of the maps), but the probes' stats counters do not. Those are
-running totals for the whole capture: the BPF stats maps (cpu_stats, gpu_stats, dev_stats, py_stats, native_unwind_stats) and
-the families' own counters (gpu_probe_resumes, gpu_stack_map_clears, python_thread_refreshes,
-device_agent_flushes, the unwind tables' table_* ...). Summed over a capture's windows they overcount
+running totals for the whole capture: the BPF stats maps (cpu_stats, gpu_stats, dev_stats, py_stats,
+native_unwind_stats) and the families' own counters (gpu_probe_resumes, gpu_stack_map_clears,
+python_thread_refreshes, device_agent_flushes, the unwind tables' table_* ...). Summed over a capture's windows they overcount
 (three windows at 10, 25 and 40 calls are 40 calls, not 75). Continuous mode stores each window's stats
 through `WindowDeltas`: running totals become what the window added, so that every stat of a stored window
 adds up across windows (merge.Merger) and across captures, like the window's call-path counts do.
