@@ -1,0 +1,41 @@
+"""probes/compose.page_out_compiler: after a compile, the pages of LLVM's and clang's libraries leave the
+resident set (about 80 MB of deepctxd's), and compiling again still works."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from deepctx.probes import compose
+
+PROGRAM = b"BPF_ARRAY(counts, u64, 4); int probe(void *ctx) { int k = 0; counts.increment(k); return 0; }"
+
+
+def compiler_rss_kb() -> int:
+    """Resident kB of this process's mappings of the compiler's libraries (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+            fields = line.split(maxsplit=5)
+            inside = len(fields) == 6 and bool(compose.COMPILER_FILES.search(fields[5]))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+def test_the_compilers_pages_leave_memory_after_a_compile_and_come_back_for_the_next() -> None:
+    from bcc import BPF
+
+    first = BPF(text=PROGRAM)
+    try:
+        before = compiler_rss_kb()
+        assert before > 10_000  # a compile touches tens of MB of LLVM
+        assert compose.page_out_compiler() > 0
+        after = compiler_rss_kb()
+        assert after < before / 2, (before, after)
+        second = BPF(text=PROGRAM)  # the pages fault back in from the page cache
+        second["counts"][0] = second["counts"].Leaf(7)
+        assert second["counts"][0].value == 7
+        second.cleanup()
+    finally:
+        first.cleanup()
