@@ -270,7 +270,14 @@ def test_device_time_across_window_cuts_adds_up(service_dir, stopped) -> None:
             phase()
             phases += 1
         # the cuts took what was counted up to them; the rest is in the last window
-        wait_for(lambda: counted_ns() >= phases * TOTAL_NS and stored_ns() == counted_ns(), timeout=60,
-                 what="the device time counted, all in the store")
+        try:
+            wait_for(lambda: counted_ns() >= phases * TOTAL_NS and stored_ns() == counted_ns(), timeout=60,
+                     what="the device time counted, all in the store")
+        except AssertionError as e:
+            st = stub.Status(pb.StatusRequest(), timeout=10)
+            mine = [(s.id, s.state, dict(s.stats)) for s in st.sessions if s.pid == t.pid]
+            raise AssertionError(f"{e}: {phases} phases of {TOTAL_NS} ns, counted {counted_ns()}, stored "
+                                 f"{stored_ns()}, totals {dict(st.totals)}; sessions {mine}; log tail "
+                                 f"{d.log.read_text()[-3000:]}") from None
     finally:
         t.stop()
