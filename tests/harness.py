@@ -174,3 +174,14 @@ def line_of(path: Path, marker: str) -> int:
     found = marked_lines(path, marker)
     assert len(found) == 1, f"'# {marker}' ends lines {sorted(found)} of {path}, not one"
     return found.pop()
+
+
+def cuda_runtime() -> str:
+    """The real CUDA runtime library of pip's nvidia-cuda-runtime (the probes fire on it without a GPU)."""
+    import nvidia
+    import pytest
+
+    for base in nvidia.__path__:
+        for lib in sorted(Path(base).glob("cu*/lib/libcudart.so.*")):
+            return str(lib)
+    pytest.skip("pip package nvidia-cuda-runtime is not installed")

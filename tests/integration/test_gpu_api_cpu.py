@@ -11,20 +11,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import StdinTarget, line_of, profile_phase, session_of, start_daemon, stop_daemon, wait_for
+from harness import (
+    StdinTarget,
+    cuda_runtime,
+    line_of,
+    profile_phase,
+    session_of,
+    start_daemon,
+    stop_daemon,
+    wait_for,
+)
 from profile_paths import walk
 
 TARGET = Path(__file__).resolve().parents[1] / "targets" / "gpu" / "runtime_calls.py"
 N_MALLOC, N_LAUNCH, N_SYNC, N_MEMCPY, N_HANDLE = 7, 11, 5, 3, 4
-
-
-def cuda_runtime() -> str:
-    import nvidia
-
-    for base in nvidia.__path__:
-        for lib in sorted(Path(base).glob("cu*/lib/libcudart.so.*")):
-            return str(lib)
-    pytest.skip("pip package nvidia-cuda-runtime is not installed")
 
 
 def hip_runtime() -> str:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness import cuda_runtime
 
 from deepctx.daemon.processes import summarize
 
@@ -22,15 +23,6 @@ else:
 print("ready", flush=True)
 sys.stdin.readline()
 """
-
-
-def cuda_runtime() -> str:
-    import nvidia
-
-    for base in nvidia.__path__:
-        for lib in sorted(Path(base).glob("cu*/lib/libcudart.so.*")):
-            return str(lib)
-    pytest.skip("pip package nvidia-cuda-runtime is not installed")
 
 
 @pytest.mark.parametrize(("how", "gpu"), [("load", True), ("read", False)])

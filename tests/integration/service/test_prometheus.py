@@ -12,20 +12,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from harness import StdinTarget, profile_phase, wait_for
+from harness import StdinTarget, cuda_runtime, profile_phase, wait_for
 from profile_paths import walk
 from service_env import free_port
 
 TARGET = Path(__file__).resolve().parents[2] / "targets" / "gpu" / "runtime_calls.py"
-
-
-def cuda_runtime() -> str:
-    import nvidia
-
-    for base in nvidia.__path__:
-        for lib in sorted(Path(base).glob("cu*/lib/libcudart.so.*")):
-            return str(lib)
-    pytest.skip("pip package nvidia-cuda-runtime is not installed")
 
 
 def query(port: int, promql: str) -> list[dict]:

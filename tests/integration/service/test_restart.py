@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from harness import StdinTarget, Target, session_of, stop_daemon, wait_for
+from harness import StdinTarget, Target, cuda_runtime, session_of, stop_daemon, wait_for
 
 RUNTIME_CALLS = Path(__file__).resolve().parents[2] / "targets" / "gpu" / "runtime_calls.py"
 UPROBE_EVENTS = Path("/sys/kernel/tracing/uprobe_events")
@@ -41,15 +41,6 @@ def held_programs(pid: int) -> set[int]:
 
 def uprobe_lines() -> list[str]:
     return UPROBE_EVENTS.read_text().splitlines() if UPROBE_EVENTS.exists() else []
-
-
-def cuda_runtime() -> str:
-    import nvidia
-
-    for base in nvidia.__path__:
-        for lib in sorted(Path(base).glob("cu*/lib/libcudart.so.*")):
-            return str(lib)
-    pytest.skip("pip package nvidia-cuda-runtime is not installed")
 
 
 @pytest.mark.skipif(not shutil.which("bpftool"), reason="bpftool is not installed")
