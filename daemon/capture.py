@@ -691,10 +691,13 @@ class _DutyCycle:
             self._switched(True, started)
         elif t >= self.on_from + self.on_s and self.on_since is not None:
             started = self.clock()
-            # the agent first (CUPTI costs the process most while on), then the GPU API probes
+            # The GPU API probes' links close in a thread of their own: their grace periods pass while the
+            # agent hands over the records of the attached time and its links close.
+            gpu_off = threading.Thread(target=self.gpu.pause, name="deepctx-gpu-off", daemon=True)
+            gpu_off.start()
             if self.dev is not None and self.target is not None:
-                self.dev.pause(self.bpf, self.target)  # hands over the records of the attached time first
-            self.gpu.pause()
+                self.dev.pause(self.bpf, self.target)
+            gpu_off.join()
             self.probed_s += max(0.0, t + (self.clock() - started) / 2 - self.on_since)
             self.on_since = None
             self._switched(False, started)

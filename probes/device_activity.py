@@ -438,8 +438,8 @@ class DeviceActivity:
         if self._files:  # attached: hand over, then detach (probes attached one by one cannot be)
             if not self.can_pause:
                 return
-            self.flush(bpf, target)
-            self._attacher.close()
+            self.flush(bpf, target, keep_request=True)
+            self._attacher.close()  # the request's links with the others: their closes wait together
         self.paused = True  # an agent that appears now is attached at resume
 
     def resume(self, bpf: Any, target: Target) -> None:
@@ -509,10 +509,11 @@ class DeviceActivity:
     def flush_state(self, bpf: Any) -> DevFlush:
         return bpf["dev_flush"][ct.c_int(0)]
 
-    def flush(self, bpf: Any, target: Target, timeout_s: float = 1.0) -> bool:
+    def flush(self, bpf: Any, target: Target, timeout_s: float = 1.0, keep_request: bool = False) -> bool:
         """Asks the agent to hand over every completed record now and waits until it has (at most
         timeout_s): raises the flush_request semaphore by attaching to its site, waits for a flushed
-        probe that began after the request, then lowers it. False when the agent did not answer."""
+        probe that began after the request, then lowers it (keep_request: the caller closes every link
+        next, this one included). False when the agent did not answer."""
         if self.paused:
             return True  # pause() flushed, and the agent has been idle since
         if self._attacher is None or not self._files:
@@ -530,8 +531,9 @@ class DeviceActivity:
                 time.sleep(0.002)  # waiting on the agent's thread, with a deadline
             return False
         finally:
-            for fd in links:
-                self._attacher.close_link(fd)
+            if not keep_request:
+                for fd in links:
+                    self._attacher.close_link(fd)
 
     # --- reading -------------------------------------------------------------------------------------------
 

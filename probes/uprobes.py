@@ -12,6 +12,8 @@ from __future__ import annotations
 import ctypes as ct
 import os
 import platform
+import threading
+from collections.abc import Iterable
 from typing import Any
 
 BPF_LINK_CREATE = 28
@@ -47,6 +49,23 @@ def link_uprobe_multi(prog_fd: int, path: str, offsets: list[int], retprobe: boo
         err = ct.get_errno()
         raise OSError(err, f"uprobe_multi link on {path}: {os.strerror(err)}")
     return fd
+
+
+def close_links(fds: Iterable[int]) -> None:
+    """Closes BPF links at once. Each uprobe_multi link's release removes its breakpoints and then waits for
+    an RCU grace period (tens of milliseconds; one close after another, a capture's eight to fifteen links
+    took 0.6 to 1.1 s on the GPU host); closes from threads of their own wait for their grace periods
+    together."""
+    fds = list(fds)
+    if len(fds) < 2:
+        for fd in fds:
+            os.close(fd)
+        return
+    threads = [threading.Thread(target=os.close, args=(fd,), name="deepctx-unlink", daemon=True) for fd in fds]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def bcc_attach_uprobe() -> ct._CFuncPtr:  # type: ignore[name-defined]
@@ -120,8 +139,7 @@ class UprobeAttacher:
         self.bpf._add_uprobe_fd(ev, fd)  # bcc closes it in cleanup()
 
     def close(self) -> None:
-        for fd in self.links:
-            os.close(fd)
+        close_links(self.links)
         self.links.clear()
 
     @property

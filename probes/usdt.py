@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from elftools.elf.elffile import ELFFile
 
-from deepctx.probes.uprobes import BPF_TRACE_UPROBE_MULTI, bcc_attach_uprobe, link_uprobe_multi
+from deepctx.probes.uprobes import BPF_TRACE_UPROBE_MULTI, bcc_attach_uprobe, close_links, link_uprobe_multi
 
 NT_STAPSDT = 3
 USDT_MAX_ARGS = 4
@@ -233,6 +233,5 @@ class UsdtAttacher:
             os.close(fd)
 
     def close(self) -> None:
-        for fd in self.links:
-            os.close(fd)
+        close_links(self.links)
         self.links.clear()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from deepctx.daemon.capture import _DutyCycle
 from deepctx.daemon.gpu_tree import scale_buckets
 from deepctx.probes import gpu_apis
@@ -69,19 +71,29 @@ def test_a_window_built_slowly_gets_its_whole_share_after_the_build() -> None:
     assert d.end_window(1.125) == 0.875
 
 
-def test_slow_switches_count_half_and_the_agent_goes_first() -> None:
+def test_slow_switches_count_half_and_detaching_overlaps() -> None:
     """Detaching and attaching uprobes takes time: the probes count as attached from the middle of the one
-    to the middle of the other; the agent (CUPTI) is paused before the GPU API probes, not after them."""
+    to the middle of the other. The GPU API probes are detached in a thread of their own while the agent
+    hands over its records (their links' grace periods pass together)."""
     clock, calls = Clock(), []
     gpu = FakeGpu(clock, 0.4, calls, "gpu")
     dev = FakeGpu(clock, 0.1, calls, "device")
+    threads: dict[str, bool] = {}
+    lock = threading.Lock()  # the two pauses run at once and share the fake clock
+    for fake, name in ((gpu, "gpu"), (dev, "device")):
+        def pause(*_: object, fake: FakeGpu = fake, name: str = name) -> None:
+            with lock:
+                threads[name] = threading.current_thread() is threading.main_thread()
+                FakeGpu.pause(fake)
+        fake.pause = pause  # type: ignore[method-assign]
     d = _DutyCycle(gpu, 0.25, 4.0, dev=dev, bpf=object(), target=object(), clock=clock)  # type: ignore[arg-type]
-    d.update(1.0)  # pause: the agent's 0.1 s, then the GPU probes' 0.4 s
-    assert calls == ["device pause", "gpu pause"]
+    d.update(1.0)  # pause: the agent's 0.1 s and the GPU probes' 0.4 s (the fake clock adds them up)
+    assert sorted(calls) == ["device pause", "gpu pause"]
+    assert threads == {"device": True, "gpu": False}
     assert d.end_window(4.0) == 1.25  # 0 to 1.0 + 0.5 / 2
     d.start_window(0.0)  # resume: 0.5 s in all, attached from 0.25 s
     d.update(2.0)  # pause again: 0.5 s, detached at 2.25 s
-    assert calls[2:] == ["gpu resume", "device resume", "device pause", "gpu pause"]
+    assert calls[2:4] == ["gpu resume", "device resume"] and sorted(calls[4:]) == ["device pause", "gpu pause"]
     assert d.end_window(4.0) == 2.0
 
 

@@ -1,0 +1,105 @@
+"""probes/uprobes.close_links on real uprobe_multi links: every link's probes fire until it is closed and
+never after, and every descriptor is closed, whether the links are closed together or one alone."""
+
+from __future__ import annotations
+
+import ctypes as ct
+import ctypes.util
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from deepctx.probes.uprobes import BPF_TRACE_UPROBE_MULTI, close_links, link_uprobe_multi
+
+SOURCE = """
+BPF_ARRAY(calls, u64, 1);
+int on_call(struct pt_regs *ctx) {
+    int zero = 0;
+    u64 *n = calls.lookup(&zero);
+    if (n)
+        __sync_fetch_and_add(n, 1);
+    return 0;
+}
+"""
+# libc functions that nothing in this process calls but the test (through ctypes)
+FUNCS = ("labs", "ffs", "toascii", "strverscmp", "a64l", "l64a", "rand_r", "strfry")
+
+
+def libc_path() -> str:
+    lib = ct.CDLL(ctypes.util.find_library("c"))
+    info = _DlInfo()
+    dladdr = ct.CDLL(None).dladdr
+    dladdr.argtypes = [ct.c_void_p, ct.POINTER(_DlInfo)]
+    assert dladdr(ct.cast(lib.labs, ct.c_void_p), ct.byref(info)), "dladdr found no libc"
+    return os.path.realpath(info.dli_fname.decode())
+
+
+class _DlInfo(ct.Structure):
+    _fields_ = [("dli_fname", ct.c_char_p), ("dli_fbase", ct.c_void_p), ("dli_sname", ct.c_char_p),
+                ("dli_saddr", ct.c_void_p)]
+
+
+def file_offsets(path: str, names: tuple[str, ...]) -> dict[str, int]:
+    """Each function's file offset (its address less its segment's, plus the segment's offset)."""
+    out: dict[str, int] = {}
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        loads = [s for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
+        for sym in elf.get_section_by_name(".dynsym").iter_symbols():
+            if sym.name in names and sym["st_info"]["type"] == "STT_FUNC" and sym["st_value"]:
+                seg = next(s for s in loads if s["p_vaddr"] <= sym["st_value"] < s["p_vaddr"] + s["p_memsz"])
+                out[sym.name] = sym["st_value"] - seg["p_vaddr"] + seg["p_offset"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def probe() -> Iterator[tuple[Any, int, str, dict[str, int]]]:
+    from bcc import BPF
+
+    path = libc_path()
+    offsets = file_offsets(path, FUNCS)
+    assert sorted(offsets) == sorted(FUNCS), f"{path} lacks some of {FUNCS}"
+    assert len(set(offsets.values())) == len(FUNCS), "two of the functions share an address"
+    bpf = BPF(text=SOURCE)
+    fd = bpf.load_func(b"on_call", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI).fd
+    yield bpf, fd, path, offsets
+    bpf.cleanup()
+
+
+def call_each() -> None:
+    c = ct.CDLL(ctypes.util.find_library("c"))
+    c.l64a.restype = ct.c_char_p
+    c.strfry.restype = ct.c_char_p
+    buf = ct.create_string_buffer(b"abc")
+    seed = ct.c_uint(1)
+    c.labs(-3), c.ffs(8), c.toascii(200), c.strverscmp(b"a1", b"a2"), c.a64l(b"./")
+    c.l64a(64), c.rand_r(ct.byref(seed)), c.strfry(buf)
+
+
+def calls(bpf: Any) -> int:
+    return int(bpf["calls"][ct.c_int(0)].value)
+
+
+@pytest.mark.parametrize("together", [len(FUNCS), 1])
+def test_closed_links_stop_their_probes_and_close_their_descriptors(probe: tuple[Any, int, str, dict[str, int]],
+                                                                    together: int) -> None:
+    bpf, fd, path, offsets = probe
+    links = [link_uprobe_multi(fd, path, [offsets[name]], retprobe=False, pid=os.getpid()) for name in FUNCS]
+    before = calls(bpf)
+    call_each()
+    assert calls(bpf) - before == len(FUNCS)  # one hit per function: each link's probe fires
+    closing, kept = links[:together], links[together:]
+    close_links(closing)
+    for link in closing:
+        with pytest.raises(OSError):
+            os.fstat(link)
+    before = calls(bpf)
+    call_each()
+    assert calls(bpf) - before == len(kept)  # the closed links' probes no longer fire, the kept ones do
+    close_links(kept)
+    before = calls(bpf)
+    call_each()
+    assert calls(bpf) == before
