@@ -253,6 +253,12 @@ class Capture:
         self.target = target
         try:
             return self._run(target, pidfd, progress, cancelled)
+        except (OSError, procfs.ProcessGone) as e:
+            # Gone while its files and memory were being read (before its probes were attached): say so,
+            # rather than report the failed read.
+            if procfs.is_alive(self.pid):
+                raise
+            raise NotFound(f"process {self.pid} exited while deepctx was attaching to it") from e
         finally:
             os.close(pidfd)
 

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 
 import pytest
 
-from deepctx.daemon import capture
-from deepctx.daemon.capture import Capture, CaptureOptions, _release, wait_released
+from deepctx.daemon import capture, procfs
+from deepctx.daemon.capture import Capture, CaptureOptions, CaptureResult, _release, wait_released
+from deepctx.daemon.errors import NotFound
 from deepctx.daemon.symbolize.native import SymbolCache
 from deepctx.probes.family import Target
 
@@ -135,3 +137,33 @@ def test_a_window_whose_build_fails_is_counted_and_the_next_is_cut_as_usual(monk
     assert (calls[2:], stored, c.windows_lost) == (["take", "build", "clear"], [101.0], 1)
     assert capture.stat_warnings({"continuous_windows_lost": 1}) == [
         "1 continuous windows could not be built and are missing (deepctxd's log says why)"]
+
+
+def test_a_target_gone_while_being_prepared_is_not_found_and_a_live_ones_error_stays(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that exits while its files and memory are read (continuous mode picks up short-lived GPU
+    processes) ends its capture as NotFound with a clear message, not as the failed read; the same error
+    from a process still running is not hidden."""
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        cap = Capture(1, child.pid, CaptureOptions(duration_s=600, sample_hz=19), SymbolCache(), threading.Event())
+
+        def still_running(*_: object) -> CaptureResult:
+            raise FileNotFoundError(2, "a map file went away")
+
+        monkeypatch.setattr(cap, "_run", still_running)
+        with pytest.raises(FileNotFoundError):
+            cap.run(lambda _p: None, lambda: False)
+
+        def exits_meanwhile(*_: object) -> CaptureResult:
+            child.kill()
+            child.wait()
+            procfs.ProcessMemory(child.pid)  # the read that fails for real: the process is gone
+            raise AssertionError("read the memory of a process that was reaped")
+
+        monkeypatch.setattr(cap, "_run", exits_meanwhile)
+        with pytest.raises(NotFound, match=f"process {child.pid} exited while deepctx was attaching to it"):
+            cap.run(lambda _p: None, lambda: False)
+    finally:
+        child.kill()
+        child.wait()
