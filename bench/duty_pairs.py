@@ -3,7 +3,8 @@ process: the continuous daemon's duty cycle attaches them for half of each short
 the other half, and every attached stretch is paired with the detached stretches either side of it.
 
     sudo python3 bench/duty_pairs.py [--workloads resnet50,gpt2,launch_bound] [--seconds 120] [--period 2]
-        [--mode sampled|exact] [--pin] [--no-agent] [--out results.json]
+        [--mode sampled|exact] [--pin] [--no-agent] [--keep FOLDER] [--out results.json]
+    python3 bench/duty_pairs.py --reanalyse FOLDER --workloads NAME [--guard 0.15]   (a --keep folder again)
 
 Blocks of several seconds (gpu_overhead.py --alternate) leave the host's drift in the ratio: on the GPU host
 the alone rate of one ResNet-50 process moved 10 to 20% within a minute, against a budget of 1%. Here the
@@ -22,7 +23,9 @@ device activity while attached, less the capture's start and end, not the switch
 
 Reported per workload: the pairs' ratios (an attached stretch's mean step time over the mean of its two
 detached neighbours'), their median, mean and the mean's 95% interval, and the pooled ratio (all attached
-step time per step over all detached).
+step time per step over all detached); the same pairs by the stretches' median step times ("median steps":
+one slow step, a host hiccup, moves a stretch's mean but not its median); and the median seconds an attach
+and a detach took.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class Stretch:
     end: float
     steps: int
     seconds: float  # from the end of the step before its first to the end of its last
+    median_step_s: float = math.nan  # the median of its steps' times: a few slow steps do not move it
 
     @property
     def step_s(self) -> float:
@@ -89,17 +93,25 @@ def stretches(switches: list[Switch], ends: list[float], guard_s: float, min_ste
         first = bisect.bisect_left(ends, start)  # the end of the step before the stretch's first step
         last = bisect.bisect_right(ends, end) - 1
         n = last - first
-        out.append(Stretch(a.attached, start, end, n, ends[last] - ends[first]) if n >= min_steps else None)
+        if n < min_steps:
+            out.append(None)
+            continue
+        median = statistics.median(ends[k + 1] - ends[k] for k in range(first, last))
+        out.append(Stretch(a.attached, start, end, n, ends[last] - ends[first], median))
     return out
 
 
-def pairs(seq: list[Stretch | None]) -> list[float]:
-    """Each attached stretch's mean step time over the mean of its detached neighbours' (both present)."""
+def pairs(seq: list[Stretch | None], median: bool = False) -> list[float]:
+    """Each attached stretch's mean step time over the mean of its detached neighbours' (both present);
+    median: their median step times instead."""
     out = []
     for before, on, after in zip(seq, seq[1:], seq[2:], strict=False):
         if on is None or before is None or after is None or not on.attached or before.attached or after.attached:
             continue
-        out.append(on.step_s / ((before.step_s + after.step_s) / 2))
+        if median:
+            out.append(on.median_step_s / ((before.median_step_s + after.median_step_s) / 2))
+        else:
+            out.append(on.step_s / ((before.step_s + after.step_s) / 2))
     return out
 
 
@@ -114,12 +126,25 @@ def summary(seq: list[Stretch | None]) -> dict:
         out["off_steps_per_s"] = sum(s.steps for s in off) / sum(s.seconds for s in off)
         out["on_steps_per_s"] = sum(s.steps for s in on) / sum(s.seconds for s in on)
         out["steps_per_stretch"] = statistics.median(s.steps for s in on + off)
-    if ratios:
-        out["ratio_median"] = statistics.median(ratios)
-        out["ratio_mean"] = statistics.fmean(ratios)
-        if len(ratios) > 1:
-            half = 1.96 * statistics.stdev(ratios) / math.sqrt(len(ratios))
-            out["ratio_mean_95"] = [out["ratio_mean"] - half, out["ratio_mean"] + half]
+    for prefix, rs in (("ratio", ratios), ("median_step_ratio", pairs(seq, median=True))):
+        if not rs:
+            continue
+        out[f"{prefix}_median"] = statistics.median(rs)
+        out[f"{prefix}_mean"] = statistics.fmean(rs)
+        if len(rs) > 1:
+            half = 1.96 * statistics.stdev(rs) / math.sqrt(len(rs))
+            out[f"{prefix}_mean_95"] = [out[f"{prefix}_mean"] - half, out[f"{prefix}_mean"] + half]
+    return out
+
+
+def switch_times(switches: list[Switch]) -> dict:
+    """The median seconds an attach and a detach took (a detached stretch is what a window's detached
+    share leaves after its detach)."""
+    out = {}
+    for attached, key in ((True, "attach_s_median"), (False, "detach_s_median")):
+        took = [s.ended - s.began for s in switches if s.attached is attached]
+        if took:
+            out[key] = round(statistics.median(took), 4)
     return out
 
 
@@ -149,10 +174,25 @@ def measure(name: str, args: argparse.Namespace, folder: Path) -> dict:
         finish(p)  # the process writes its step times as it exits
         if daemon is not None:
             daemon.stop()
-    ends = [float(x) for x in times.read_text().split()]
-    seq = stretches(read_switches(log.read_text().splitlines(), pid), ends, args.guard)
+    return analyse(name, folder, args, pid)
+
+
+def analyse(name: str, folder: Path, args: argparse.Namespace, pid: int | None = None) -> dict:
+    """The row of one workload from its step times and daemon log in folder (pid None: the process the
+    duty cycle switched most often, as when reading a --keep folder again)."""
+    ends = [float(x) for x in (folder / f"steps-{name}.txt").read_text().split()]
+    lines = (folder / f"daemon-{name}.log").read_text().splitlines()
+    if pid is None:
+        seen: dict[int, int] = {}
+        for line in lines:
+            if SWITCHED in line:
+                rec = json.loads(line)
+                seen[rec["pid"]] = seen.get(rec["pid"], 0) + 1
+        pid = max(seen, key=lambda k: seen[k]) if seen else 0
+    switches = read_switches(lines, pid)
+    seq = stretches(switches, ends, args.guard)
     row = {"workload": name, "mode": args.mode, "agent": args.agent, "period_s": args.period, "guard_s": args.guard,
-           "steps": len(ends)} | summary(seq)
+           "steps": len(ends)} | summary(seq) | switch_times(switches)
     row["ratios"] = [round(r, 4) for r in pairs(seq)]
     return row
 
@@ -173,23 +213,33 @@ def main() -> int:
     ap.add_argument("--deepctxd", default="deepctxd")
     ap.add_argument("--keep", help="a folder for the step times and daemon logs (default: a temporary one)")
     ap.add_argument("--out")
+    ap.add_argument("--reanalyse", metavar="FOLDER",
+                    help="run nothing: pair the step times and daemon logs a --keep folder holds again")
     args = ap.parse_args()
-    exit_on_sigterm()
-    if args.pin:
-        pin_halves()
-    folder = Path(args.keep or tempfile.mkdtemp(prefix="deepctx-duty-"))
-    folder.mkdir(parents=True, exist_ok=True)
     rows = []
-    for name in args.workloads.split(","):
-        rows.append(measure(name, args, folder))
-        print(json.dumps(rows[-1]), flush=True)
+    if args.reanalyse:
+        for name in args.workloads.split(","):
+            rows.append(analyse(name, Path(args.reanalyse), args))
+            print(json.dumps(rows[-1]), flush=True)
+    else:
+        exit_on_sigterm()
+        if args.pin:
+            pin_halves()
+        folder = Path(args.keep or tempfile.mkdtemp(prefix="deepctx-duty-"))
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in args.workloads.split(","):
+            rows.append(measure(name, args, folder))
+            print(json.dumps(rows[-1]), flush=True)
     print(f"\n{'workload':14} {'pairs':>5} {'steps/s off':>11} {'on':>8} {'median':>7} {'mean':>7} "
-          f"{'95% of the mean':>17} {'pooled':>7}")
+          f"{'95% of the mean':>17} {'pooled':>7}   median steps: {'median':>7} {'mean':>7} {'95% of the mean':>17}")
     for r in rows:
         lo, hi = r.get("ratio_mean_95", [math.nan, math.nan])
+        mlo, mhi = r.get("median_step_ratio_mean_95", [math.nan, math.nan])
         print(f"{r['workload']:14} {r['pairs']:5d} {r.get('off_steps_per_s', math.nan):11.2f} "
               f"{r.get('on_steps_per_s', math.nan):8.2f} {r.get('ratio_median', math.nan):7.4f} "
-              f"{r.get('ratio_mean', math.nan):7.4f} {lo:8.4f}-{hi:.4f} {r.get('pooled_ratio', math.nan):7.4f}")
+              f"{r.get('ratio_mean', math.nan):7.4f} {lo:8.4f}-{hi:.4f} {r.get('pooled_ratio', math.nan):7.4f}   "
+              f"{'':14}{r.get('median_step_ratio_median', math.nan):7.4f} "
+              f"{r.get('median_step_ratio_mean', math.nan):7.4f} {mlo:8.4f}-{mhi:.4f}")
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))
     return 0

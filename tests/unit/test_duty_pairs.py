@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -30,6 +31,8 @@ def test_switches_of_the_pid_in_order() -> None:
              json.dumps({"msg": "probes ready", "pid": 7})]
     assert dp.read_switches(lines, 7) == [dp.Switch(True, 1.0, 1.2), dp.Switch(False, 3.0, 3.1)]
 
+    assert dp.switch_times(dp.read_switches(lines, 7)) == {"attach_s_median": 0.2, "detach_s_median": 0.1}
+
 
 def test_attached_stretches_are_paired_with_their_detached_neighbours() -> None:
     """Steps of 10 ms detached and 11 ms attached, switches every second: each pair reads 1.1; the steps
@@ -49,6 +52,15 @@ def test_attached_stretches_are_paired_with_their_detached_neighbours() -> None:
     assert (row["pairs"], row["stretches_on"], row["stretches_off"]) == (3, 3, 4)
     assert row["ratio_median"] == pytest.approx(1.1) and row["pooled_ratio"] == pytest.approx(1.1)
     assert row["ratio_mean_95"] == pytest.approx([1.1, 1.1])
+    assert row["median_step_ratio_median"] == pytest.approx(1.1)
+
+
+def test_one_slow_step_moves_a_stretchs_mean_but_not_its_median() -> None:
+    switches = [dp.Switch(a, t, t) for a, t in [(False, 0.0), (True, 1.0), (False, 2.0), (True, 3.0)]]
+    ends = steps(0.0, 1.0, 0.01) + steps(1.0, 1.49, 0.01) + [1.99] + steps(1.99, 3.0, 0.01)  # one 0.5 s step
+    seq = dp.stretches(switches, ends, guard_s=0.0)
+    assert dp.pairs(seq, median=True) == pytest.approx([1.0])
+    assert dp.pairs(seq)[0] > 1.4
 
 
 def test_a_stretch_with_too_few_steps_breaks_its_pairs() -> None:
@@ -58,3 +70,20 @@ def test_a_stretch_with_too_few_steps_breaks_its_pairs() -> None:
     seq = dp.stretches(switches, steps(0.0, 6.0, 0.01), guard_s=0.0)
     assert seq[2] is None  # 20 ms: fewer than three steps
     assert dp.pairs(seq) == pytest.approx([1.0])  # only the attached stretch from 4 to 5 s has both neighbours
+
+
+def test_a_kept_folder_is_read_again_for_the_process_switched_most(tmp_path: Path) -> None:
+    """--reanalyse: the pid is the one with the most switches in the log (another process the continuous
+    daemon picked up for a moment has fewer)."""
+    switches, ends, t = [], [], 0.0
+    for i in range(5):  # off, on, off, on, off
+        switches.append(log_line(41, i % 2 == 1, t, t))
+        ends += steps(t, t + 1.0, 0.012 if i % 2 else 0.010)
+        t += 1.0
+    switches += [log_line(41, True, t, t), log_line(99, True, 0.5, 0.5)]
+    (tmp_path / "steps-w.txt").write_text("\n".join(f"{e:.6f}" for e in ends))
+    (tmp_path / "daemon-w.log").write_text("\n".join(switches))
+    args = argparse.Namespace(mode="sampled", agent=True, period=2.0, guard=0.0)
+    row = dp.analyse("w", tmp_path, args)
+    assert row["pairs"] == 2 and row["ratio_median"] == pytest.approx(1.2, rel=1e-3)
+    assert row["median_step_ratio_median"] == pytest.approx(1.2, rel=1e-3)
