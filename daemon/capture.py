@@ -404,33 +404,41 @@ class Capture:
                     break
                 if self.stop_requested.is_set():
                     continue  # ends at the top of the loop, after one more look at the live process
-                if duty is not None:  # on time: the refresh and polls below can take most of a second for a
-                    duty.update(time.monotonic() - window_t0)  # PyTorch process, which the probes stayed attached
-                now = time.monotonic()
-                # GPU probes must see libraries loaded after attach (dlopen) quickly: refresh every poll.
-                maps_due = now - last_maps >= (POLL_INTERVAL_S if "gpu" in self.probe_names else 1.0)
-                ahead = self._gpu_stack_ids(bpf) if maps_due and now - last_prewarm >= PREWARM_INTERVAL_S else None
-                self._refresh(target, thread_names, refresh_maps=maps_due)
-                if maps_due:
-                    last_maps = now
-                for fam in self.families:
-                    fam.poll(bpf, target)
-                if ahead is not None:
-                    self._prewarm(bpf, target, *ahead)
-                    last_prewarm = time.monotonic()
-                if duty is not None:
-                    duty.update(time.monotonic() - window_t0)
-                self.samples = self.sampler.samples(bpf)
-                progress(Progress(min(time.monotonic() - t0, opts.duration_s), opts.duration_s, self.samples,
-                                  "capturing"))
-                if opts.window_s and time.monotonic() - window_t0 >= opts.window_s:
-                    cut, cut_unix = time.monotonic(), time.time()
-                    self.gpu_probed_s = duty.end_window(cut - window_t0) if duty else None
-                    self._cut_window(bpf, target, thread_names, cut - window_t0, window_unix)
-                    # the next window began at the cut: what ran while this one was built is in it
-                    window_t0, window_unix = cut, cut_unix
+                try:
+                    if duty is not None:  # on time: the refresh and polls below can take most of a second for a
+                        duty.update(time.monotonic() - window_t0)  # PyTorch process, which the probes stayed attached
+                    now = time.monotonic()
+                    # GPU probes must see libraries loaded after attach (dlopen) quickly: refresh every poll.
+                    maps_due = now - last_maps >= (POLL_INTERVAL_S if "gpu" in self.probe_names else 1.0)
+                    ahead = self._gpu_stack_ids(bpf) if maps_due and now - last_prewarm >= PREWARM_INTERVAL_S else None
+                    self._refresh(target, thread_names, refresh_maps=maps_due)
+                    if maps_due:
+                        last_maps = now
+                    for fam in self.families:
+                        fam.poll(bpf, target)
+                    if ahead is not None:
+                        self._prewarm(bpf, target, *ahead)
+                        last_prewarm = time.monotonic()
                     if duty is not None:
-                        duty.start_window(time.monotonic() - window_t0)
+                        duty.update(time.monotonic() - window_t0)
+                    self.samples = self.sampler.samples(bpf)
+                    progress(Progress(min(time.monotonic() - t0, opts.duration_s), opts.duration_s, self.samples,
+                                      "capturing"))
+                    if opts.window_s and time.monotonic() - window_t0 >= opts.window_s:
+                        cut, cut_unix = time.monotonic(), time.time()
+                        self.gpu_probed_s = duty.end_window(cut - window_t0) if duty else None
+                        self._cut_window(bpf, target, thread_names, cut - window_t0, window_unix)
+                        # the next window began at the cut: what ran while this one was built is in it
+                        window_t0, window_unix = cut, cut_unix
+                        if duty is not None:
+                            duty.start_window(time.monotonic() - window_t0)
+                except (OSError, procfs.ProcessGone):
+                    # The target exited while its probes were switched or its files read (before the
+                    # pidfd said so): the capture ends as target_exited and keeps what it counted.
+                    if procfs.is_alive(target.pid):
+                        raise
+                    ended = "target_exited"
+                    break
             duration = time.monotonic() - (window_t0 if opts.window_s else t0)
             t_end = time.monotonic()
             self.sampler.stop_sampling(bpf)
