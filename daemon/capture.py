@@ -707,11 +707,23 @@ class _DutyCycle:
             started = self.clock()
             # The GPU API probes' links close in a thread of their own: their grace periods pass while the
             # agent hands over the records of the attached time and its links close.
-            gpu_off = threading.Thread(target=self.gpu.pause, name="deepctx-gpu-off", daemon=True)
+            failed: list[BaseException] = []
+
+            def gpu_pause() -> None:
+                try:
+                    self.gpu.pause()
+                except BaseException as e:  # raised in the loop's thread below, as before
+                    failed.append(e)
+
+            gpu_off = threading.Thread(target=gpu_pause, name="deepctx-gpu-off", daemon=True)
             gpu_off.start()
-            if self.dev is not None and self.target is not None:
-                self.dev.pause(self.bpf, self.target)
-            gpu_off.join()
+            try:
+                if self.dev is not None and self.target is not None:
+                    self.dev.pause(self.bpf, self.target)
+            finally:
+                gpu_off.join()
+            if failed:
+                raise failed[0]
             self.probed_s += max(0.0, t + (self.clock() - started) / 2 - self.on_since)
             self.on_since = None
             self._switched(False, started)

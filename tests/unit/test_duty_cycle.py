@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from deepctx.daemon.capture import _DutyCycle
 from deepctx.daemon.gpu_tree import scale_buckets
 from deepctx.probes import gpu_apis
@@ -126,3 +128,16 @@ def test_window_end_keeps_stack_ids_until_the_map_is_half_full() -> None:
     bpf["gpu_stacks"][4] = 4  # more than half of 8
     gpu.clear_window(bpf)
     assert not bpf["gpu_stacks"] and not bpf["gpu_origins"] and gpu.stack_clears == 1
+
+
+def test_a_failed_detach_in_the_gpu_probes_thread_is_raised_to_the_loop() -> None:
+    class Failing(FakeGpu):
+        def pause(self, *_: object) -> None:
+            raise OSError(3, "gone")
+
+    calls: list[str] = []
+    dev = FakeGpu(calls=calls, name="device")
+    d = _DutyCycle(Failing(), 0.25, 4.0, dev=dev, bpf=object(), target=object(), clock=Clock())  # type: ignore[arg-type]
+    with pytest.raises(OSError, match="gone"):
+        d.update(1.0)
+    assert calls == ["device pause"]  # the agent's pause ran all the same
