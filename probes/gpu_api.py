@@ -324,7 +324,8 @@ class GpuApi:
             raise ValueError("no GPU runtime library (libcuda, libcudart, libamdhip64, libnccl, librccl) is loaded")
 
     def attach(self, bpf: Any, target: Target) -> None:
-        self._uprobes = UprobeAttacher(bpf, "on_gpu_api_entry", "on_gpu_api_return")
+        # in the target alone: other processes that map the same libraries do not trap
+        self._uprobes = UprobeAttacher(bpf, "on_gpu_api_entry", "on_gpu_api_return", pid=target.pid)
         bpf["gpu_config"][ct.c_int(0)] = GpuConfig(self.sample_interval_ns)
         self._attach_new(bpf, target)
 

@@ -78,12 +78,18 @@ def bcc_attach_uprobe() -> ct._CFuncPtr:  # type: ignore[name-defined]
 
 
 class UprobeAttacher:
-    """Attaches one BPF entry handler and one return handler at many offsets of library files."""
+    """Attaches one BPF entry handler and one return handler at many offsets of library files, in one process
+    (pid) or, pid 0, in every process that maps them. A probe set on a file is a breakpoint in every process
+    the kernel lets it fire in: with pid 0, each other process that maps the library (the other ranks of a
+    job, other jobs from the same environment) traps on every probed call only for the BPF program to
+    return, and with one capture per process, as continuous mode runs them, each process traps once per
+    capture."""
 
-    def __init__(self, bpf: Any, entry_fn: str, return_fn: str) -> None:
+    def __init__(self, bpf: Any, entry_fn: str, return_fn: str, pid: int = 0) -> None:
         self.bpf = bpf
         self.entry_fn = entry_fn
         self.return_fn = return_fn
+        self.pid = pid
         self.multi: bool | None = None  # decided on first use
         self.links: list[int] = []
         self.probes = 0
@@ -107,9 +113,9 @@ class UprobeAttacher:
             try:
                 entry = self._load(self.entry_fn, BPF_TRACE_UPROBE_MULTI)
                 ret = self._load(self.return_fn, BPF_TRACE_UPROBE_MULTI)
-                self.links.append(link_uprobe_multi(entry, path, offsets, retprobe=False))
+                self.links.append(link_uprobe_multi(entry, path, offsets, retprobe=False, pid=self.pid))
                 if with_return:
-                    self.links.append(link_uprobe_multi(ret, path, offsets, retprobe=True))
+                    self.links.append(link_uprobe_multi(ret, path, offsets, retprobe=True, pid=self.pid))
                 self.multi = True
                 self.probes += (2 if with_return else 1) * len(offsets)
                 return
@@ -132,8 +138,9 @@ class UprobeAttacher:
         from bcc import BPF
 
         fn = self.bpf.load_func((self.return_fn if retprobe else self.entry_fn).encode(), BPF.KPROBE)
-        ev = self.bpf._get_uprobe_evname(b"r" if retprobe else b"p", os.fsencode(path), offset, -1)
-        fd = bcc_attach_uprobe()(fn.fd, 1 if retprobe else 0, ev, os.fsencode(path), offset, -1, 0)
+        pid = self.pid or -1  # perf_event_open's "any process"
+        ev = self.bpf._get_uprobe_evname(b"r" if retprobe else b"p", os.fsencode(path), offset, pid)
+        fd = bcc_attach_uprobe()(fn.fd, 1 if retprobe else 0, ev, os.fsencode(path), offset, pid, 0)
         if fd < 0:
             raise OSError(f"cannot attach a uprobe at {path}+{offset:#x}")
         self.bpf._add_uprobe_fd(ev, fd)  # bcc closes it in cleanup()

@@ -6,13 +6,18 @@ from __future__ import annotations
 import ctypes as ct
 import ctypes.util
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from deepctx.probes.uprobes import BPF_TRACE_UPROBE_MULTI, close_links, link_uprobe_multi
+from deepctx.daemon.procfs import AddressSpace
+from deepctx.probes import gpu_api
+from deepctx.probes.family import Target
+from deepctx.probes.uprobes import BPF_TRACE_UPROBE_MULTI, UprobeAttacher, close_links, link_uprobe_multi
 
 SOURCE = """
 BPF_ARRAY(calls, u64, 1);
@@ -103,3 +108,56 @@ def test_closed_links_stop_their_probes_and_close_their_descriptors(probe: tuple
     before = calls(bpf)
     call_each()
     assert calls(bpf) == before
+
+
+CHILD_CALLS = """
+import ctypes, ctypes.util
+c = ctypes.CDLL(ctypes.util.find_library("c"))
+for _ in range(100):
+    c.labs(-1)
+"""
+
+
+@pytest.mark.parametrize("pid_of", ["this process", "every process"])
+def test_probes_attached_for_one_process_do_not_fire_in_another(probe: tuple[Any, int, str, dict[str, int]],
+                                                                pid_of: str) -> None:
+    """GpuApi attaches its uprobes for its target alone: another process that maps the same library (another
+    rank, another job from the same environment) must not trap on them. With pid 0 it does (the control)."""
+    bpf, _, path, offsets = probe
+    attacher = UprobeAttacher(bpf, "on_call", "on_call", pid=os.getpid() if pid_of == "this process" else 0)
+    attacher.attach(path, [offsets["labs"]], with_return=False)
+    try:
+        assert attacher.multi is True
+        before = calls(bpf)
+        subprocess.run([sys.executable, "-c", CHILD_CALLS], check=True)
+        other = calls(bpf) - before
+        ct.CDLL(ctypes.util.find_library("c")).labs(-1)
+        assert calls(bpf) - before - other == 1  # this process's call fires either way
+        assert other == (0 if pid_of == "this process" else 100)
+    finally:
+        attacher.close()
+
+
+def test_the_gpu_probes_are_attached_for_their_target_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the test above shows for the attacher, for GpuApi: it asks for its target's pid."""
+    seen: list[int] = []
+
+    class Recording(UprobeAttacher):
+        def __init__(self, *args: Any, pid: int = 0, **kw: Any) -> None:
+            seen.append(pid)
+            super().__init__(*args, pid=pid, **kw)
+
+    monkeypatch.setattr(gpu_api, "UprobeAttacher", Recording)
+
+    class Sink:  # every map of the program: what attach() writes goes nowhere
+        def __getitem__(self, name: str) -> Sink:
+            return self
+
+        def __setitem__(self, key: object, value: object) -> None:
+            pass
+
+    api = gpu_api.GpuApi(mode="sampled")
+    bpf = Sink()
+    target = Target(4242, None, AddressSpace([]))  # no GPU library mapped: nothing to attach yet
+    api.attach(bpf, target)
+    assert seen == [4242]
