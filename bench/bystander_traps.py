@@ -13,17 +13,17 @@ no probe, with the probe for every process, and with the probe for this process 
 from __future__ import annotations
 
 import argparse
-import ctypes as ct
-import ctypes.util
 import os
 import random
 import statistics
 import subprocess
 import sys
-
-from elftools.elf.elffile import ELFFile
+from pathlib import Path
 
 from deepctx.probes.uprobes import UprobeAttacher
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from libc_sites import function_offsets, libc_path  # noqa: E402
 
 BYSTANDER = """
 import ctypes, ctypes.util, sys, time
@@ -36,24 +36,6 @@ for _ in range(n):
     labs(-1)
 print((time.perf_counter() - t0) / n * 1e9)
 """
-
-
-def labs_offset() -> tuple[str, int]:
-    class DlInfo(ct.Structure):
-        _fields_ = [("fname", ct.c_char_p), ("fbase", ct.c_void_p), ("sname", ct.c_char_p), ("saddr", ct.c_void_p)]
-
-    libc = ct.CDLL(ctypes.util.find_library("c"))
-    info = DlInfo()
-    dladdr = ct.CDLL(None).dladdr
-    dladdr.argtypes = [ct.c_void_p, ct.POINTER(DlInfo)]
-    dladdr(ct.cast(libc.labs, ct.c_void_p), ct.byref(info))
-    path = os.path.realpath(info.fname.decode())
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        sym = next(s for s in elf.get_section_by_name(".dynsym").iter_symbols() if s.name == "labs")
-        seg = next(s for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"
-                   and s["p_vaddr"] <= sym["st_value"] < s["p_vaddr"] + s["p_memsz"])
-    return path, sym["st_value"] - seg["p_vaddr"] + seg["p_offset"]
 
 
 def bystander_ns(calls: int) -> float:
@@ -69,7 +51,8 @@ def main() -> int:
     from bcc import BPF
 
     bpf = BPF(text=b"int on_call(void *ctx) { return 0; }")
-    path, offset = labs_offset()
+    path = libc_path()
+    offset = function_offsets(path, ("labs",))["labs"]
     ways = {"no probe": None, "probe for every process": 0, "probe for the profiled process": os.getpid()}
     ns: dict[str, list[float]] = {way: [] for way in ways}
     for _ in range(args.rounds):

@@ -15,21 +15,16 @@ import os
 import statistics
 import sys
 import time
-
-from elftools.elf.elffile import ELFFile
+from pathlib import Path
 
 from deepctx.probes.uprobes import BPF_TRACE_UPROBE_MULTI, close_links, link_uprobe_multi
 
-LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from libc_sites import function_offsets, libc_path  # noqa: E402
 
 
-def function_offsets(path: str, limit: int) -> list[int]:
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        text = next(s for s in elf.iter_segments() if s["p_type"] == "PT_LOAD" and s["p_flags"] & 1)
-        out = {s["st_value"] - text["p_vaddr"] + text["p_offset"] for s in elf.get_section_by_name(".dynsym").iter_symbols()
-               if s["st_info"]["type"] == "STT_FUNC" and text["p_vaddr"] <= s["st_value"] < text["p_vaddr"] + text["p_memsz"]}
-    return sorted(out)[:limit]
+def function_offsets_of(path: str, limit: int) -> list[int]:
+    return sorted(set(function_offsets(path).values()))[:limit]
 
 
 def main() -> int:
@@ -37,13 +32,14 @@ def main() -> int:
     ap.add_argument("--links", type=int, default=8)
     ap.add_argument("--offsets", type=int, default=40, help="probed functions per link")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--lib", default=LIBC)
+    ap.add_argument("--lib", default=None, help="default: the libc this process loaded")
     args = ap.parse_args()
     from bcc import BPF
 
     bpf = BPF(text=b"int on_call(void *ctx) { return 0; }")
     fd = bpf.load_func(b"on_call", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI).fd
-    offs = function_offsets(args.lib, args.links * args.offsets)
+    args.lib = args.lib or libc_path()
+    offs = function_offsets_of(args.lib, args.links * args.offsets)
     chunks = [offs[i::args.links] for i in range(args.links)]
     times: dict[str, list[float]] = {"one by one": [], "together": []}
     for _ in range(args.rounds):

@@ -9,10 +9,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from elftools.elf.elffile import ELFFile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from libc_sites import function_offsets, libc_path  # noqa: E402
 
 from deepctx.daemon.procfs import AddressSpace
 from deepctx.probes import gpu_api
@@ -33,39 +36,12 @@ int on_call(struct pt_regs *ctx) {
 FUNCS = ("labs", "ffs", "toascii", "strverscmp", "a64l", "l64a", "rand_r", "strfry")
 
 
-def libc_path() -> str:
-    lib = ct.CDLL(ctypes.util.find_library("c"))
-    info = _DlInfo()
-    dladdr = ct.CDLL(None).dladdr
-    dladdr.argtypes = [ct.c_void_p, ct.POINTER(_DlInfo)]
-    assert dladdr(ct.cast(lib.labs, ct.c_void_p), ct.byref(info)), "dladdr found no libc"
-    return os.path.realpath(info.dli_fname.decode())
-
-
-class _DlInfo(ct.Structure):
-    _fields_ = [("dli_fname", ct.c_char_p), ("dli_fbase", ct.c_void_p), ("dli_sname", ct.c_char_p),
-                ("dli_saddr", ct.c_void_p)]
-
-
-def file_offsets(path: str, names: tuple[str, ...]) -> dict[str, int]:
-    """Each function's file offset (its address less its segment's, plus the segment's offset)."""
-    out: dict[str, int] = {}
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        loads = [s for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
-        for sym in elf.get_section_by_name(".dynsym").iter_symbols():
-            if sym.name in names and sym["st_info"]["type"] == "STT_FUNC" and sym["st_value"]:
-                seg = next(s for s in loads if s["p_vaddr"] <= sym["st_value"] < s["p_vaddr"] + s["p_memsz"])
-                out[sym.name] = sym["st_value"] - seg["p_vaddr"] + seg["p_offset"]
-    return out
-
-
 @pytest.fixture(scope="module")
 def probe() -> Iterator[tuple[Any, int, str, dict[str, int]]]:
     from bcc import BPF
 
     path = libc_path()
-    offsets = file_offsets(path, FUNCS)
+    offsets = function_offsets(path, FUNCS)
     assert sorted(offsets) == sorted(FUNCS), f"{path} lacks some of {FUNCS}"
     assert len(set(offsets.values())) == len(FUNCS), "two of the functions share an address"
     bpf = BPF(text=SOURCE)
