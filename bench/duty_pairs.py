@@ -45,7 +45,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from gpu_overhead import AGENT, Deepctx  # noqa: E402
-from marks import PIN, exit_on_sigterm, finish, pin_halves, pin_process, start_marked  # noqa: E402
+from marks import PIN, exit_on_sigterm, finish, mean_95, pin_halves, pin_process, start_marked  # noqa: E402
 
 SWITCHED = "GPU probes switched"  # daemon/capture.py's log message
 
@@ -130,10 +130,9 @@ def summary(seq: list[Stretch | None]) -> dict:
         if not rs:
             continue
         out[f"{prefix}_median"] = statistics.median(rs)
-        out[f"{prefix}_mean"] = statistics.fmean(rs)
+        out[f"{prefix}_mean"], lo, hi = mean_95(rs)
         if len(rs) > 1:
-            half = 1.96 * statistics.stdev(rs) / math.sqrt(len(rs))
-            out[f"{prefix}_mean_95"] = [out[f"{prefix}_mean"] - half, out[f"{prefix}_mean"] + half]
+            out[f"{prefix}_mean_95"] = [lo, hi]
     return out
 
 

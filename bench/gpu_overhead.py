@@ -54,6 +54,7 @@ from marks import (  # noqa: E402
     blocks,
     exit_on_sigterm,
     finish,
+    mean_95,
     neighbour_ratio,
     pin_halves,
     pin_process,
@@ -73,9 +74,12 @@ STEPS = {"launch_bound": 1500, "launch_backward": 600, "resnet50": 30, "gpt2": 2
 # instead of giving CUPTI its clock through the timestamp callback.
 VARIANTS = ["alone", "deepctx_sampled", "deepctx_exact", "deepctx_exact_nonodes", "deepctx_exact_device",
             "deepctx_exact_device_offset", "deepctx_exact_device_uprobes", "deepctx_sampled_device",
-            "deepctx_sampled_device_offset", "deepctx_exact_device_nopython", "torch_cuda", "torch_stacks"]
+            "deepctx_sampled_device_offset", "deepctx_exact_device_nopython", "deepctx_sampled_device_duty10",
+            "deepctx_exact_device_duty10", "torch_cuda", "torch_stacks"]
 # *_nopython: the capture walks no Python frames (`--python off`): what the Python walker costs per call
-ATTACH_ARGS = {"nopython": ["--python", "off"]}
+# *_duty10: the GPU probes and device activity on for 10% of each 2 s period (`--gpu-duty 0.1`), the
+# counts and GPU times scaled up (time --alternate blocks in whole periods: 2, 4, 6 s)
+ATTACH_ARGS = {"nopython": ["--python", "off"], "duty10": ["--gpu-duty", "0.1"]}
 DAEMON_CONFIGS = {"nonodes": "autograd_nodes = false\n", "uprobes": 'agent_calls = "off"\n'}
 AGENT = HERE.parent / "native" / "build" / "libdeepctx_cupti.so"
 
@@ -218,7 +222,8 @@ STAT_KEYS = {"gpu_api_calls": "gpu_api_calls", "calls_with_path": "gpu_api_calls
              "device_records": "device_records", "device_correlations": "device_correlations",
              "device_calls_reported_by_agent": "device_calls_reported_by_agent", "cpu_samples": "cpu_samples",
              "autograd_nodes_created": "autograd_nodes_created",
-             "gpu_calls_charged_to_node_creator": "gpu_calls_charged_to_node_creator"}
+             "gpu_calls_charged_to_node_creator": "gpu_calls_charged_to_node_creator",
+             "gpu_probe_duty_permille": "gpu_probe_duty_permille"}
 
 
 def doc_stats(doc: dict) -> dict:
@@ -343,7 +348,7 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
 
 
 def alternate_table(rows: list[dict], workloads: list[str]) -> None:
-    print(f"\n{'workload':15} {'variant':32} {'blocks':>6} {'ratio median':>12} {'min':>6} {'max':>6} "
+    print(f"\n{'workload':15} {'variant':32} {'blocks':>6} {'ratio median':>12} {'mean [95%]':>21} {'min':>6} {'max':>6} "
           f"{'on steps/s':>10} {'off steps/s':>11} {'daemon CPU':>10} {'RSS MB':>7} {'ready s':>8} "
           f"{'CPU ratio':>9} {'steal':>6} {'corrected':>9}")
     for name in workloads:
@@ -353,7 +358,9 @@ def alternate_table(rows: list[dict], workloads: list[str]) -> None:
             if not rs:
                 continue
             ratios = [r["ratio"] for r in rs]
-            print(f"{name:15} {v:32} {len(rs):6d} {statistics.median(ratios):12.4f} {min(ratios):6.3f} "
+            mean, lo, hi = mean_95(ratios)
+            print(f"{name:15} {v:32} {len(rs):6d} {statistics.median(ratios):12.4f} "
+                  f"{mean:6.4f} [{lo:5.3f}-{hi:5.3f}] {min(ratios):6.3f} "
                   f"{max(ratios):6.3f} {statistics.fmean(r['steps_per_s'] for r in rs):10.2f} "
                   f"{statistics.fmean(off):11.2f} {100 * statistics.median(r['daemon_cpu_share'] for r in rs):9.1f}% "
                   f"{max(r['daemon_rss_mb'] for r in rs):7.0f} "

@@ -3,8 +3,10 @@ that alternate blocks without and with the profiler in one process."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -128,3 +130,12 @@ def exit_on_sigterm() -> None:
     """SIGTERM (`timeout`, a killed job) ends the bench through its finally blocks, which stop the daemons
     and workloads it started: otherwise they outlive it and load the machine the next command measures on."""
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def mean_95(values: list[float]) -> tuple[float, float, float]:
+    """The mean and its 95% interval (normal approximation; nan bounds for fewer than two values)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, math.nan, math.nan
+    half = 1.96 * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half

@@ -61,9 +61,11 @@ class CaptureOptions:
     handoff_points: tuple = ()  # HandoffPoint, beyond the built-in ones
     autograd_nodes: bool = True  # the built-in forward <-> backward node points (exact mode)
     agent_calls: str = "auto"  # auto | on | off: the CUPTI agent reports launches (see Config.agent_calls)
-    # windowed captures: share of each window the GPU API probes are attached (the rest of the window
-    # they are detached and cost nothing; counts are scaled up to the window)
+    # share of each cycle the GPU API probes and the device activity agent are on (the rest of it they are
+    # detached and cost nothing; counts and GPU times are scaled up to the capture). A windowed capture's
+    # cycle is its window; another's is gpu_duty_period_s
     gpu_duty: float = 1.0
+    gpu_duty_period_s: float = 0.0
 
     @classmethod
     def from_config(cls, cfg: Any, **per_capture: Any) -> CaptureOptions:
@@ -659,51 +661,64 @@ def stat_warnings(stats: dict[str, int]) -> list[str]:
 
 class _DutyCycle:
     """Attaches the GPU API probes (and the device activity agent's, which then stops CUPTI) for the first
-    `share` of each window and detaches them for the rest, and keeps the time they were attached (what
-    the window's counts and device times are scaled by)."""
+    `share` of each cycle and detaches them for the rest, and keeps the time they were attached (what the
+    counts and device times are scaled by). A windowed capture's cycle is its window (cut at window_s,
+    which starts the next); a one-shot capture's cycles follow one another every period_s."""
 
-    def __init__(self, gpu: GpuApi, share: float, window_s: float, dev: DeviceActivity | None = None,
-                 bpf: Any = None, target: Target | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self.gpu, self.on_s, self.window_s = gpu, share * window_s, window_s
+    def __init__(self, gpu: GpuApi, share: float, period_s: float, dev: DeviceActivity | None = None,
+                 bpf: Any = None, target: Target | None = None, clock: Callable[[], float] = time.monotonic,
+                 windowed: bool = True) -> None:
+        self.gpu, self.on_s, self.period_s = gpu, share * period_s, period_s
+        self.windowed = windowed
         self.dev, self.bpf, self.target = dev, bpf, target
         self.clock = clock
         self.probed_s = 0.0
         self.on_since: float | None = 0.0  # attached at the window's start
-        # seconds into the window when its attached share began: a window starts when the last one was cut,
+        # seconds into the window when its first cycle began: a window starts when the last one was cut,
         # and its probes are attached again once that one is built
         self.on_from = 0.0
 
     @classmethod
     def of(cls, capture: Capture, opts: CaptureOptions) -> _DutyCycle | None:
         gpu = next((f for f in capture.families if isinstance(f, GpuApi)), None)
-        if gpu is None or not opts.window_s or opts.gpu_duty >= 1.0:
+        period = opts.window_s or opts.gpu_duty_period_s
+        if gpu is None or not period or opts.gpu_duty >= 1.0:
             return None
         if not gpu.can_pause:  # probes attached one by one (no uprobe_multi): they stay, counts are whole
             if capture.target is not None:
                 capture.target.warnings.append("GPU API probes cannot be detached on this kernel (no uprobe_multi): "
-                                               "they stay attached for the whole window")
+                                               "they stay attached for the whole capture, and its counts are whole")
             return None
         dev = next((f for f in capture.families if isinstance(f, DeviceActivity)), None)
         if dev is not None and dev.trace:
             dev = None  # trace mode: device activity stays on (probes attached one by one: pause() says no)
-        return cls(gpu, opts.gpu_duty, opts.window_s, dev, capture._bpf, capture.target)
+        return cls(gpu, opts.gpu_duty, period, dev, capture._bpf, capture.target, windowed=bool(opts.window_s))
+
+    def _phase(self, t: float) -> float:
+        """Seconds into the current cycle (a window has one: its cut, not a new cycle, attaches them again)."""
+        into = max(0.0, t - self.on_from)
+        return into if self.windowed else into % self.period_s
 
     def next_switch_s(self, t: float) -> float:
-        off_at = self.on_from + self.on_s
-        return max(0.0, off_at - t) if t < off_at else self.window_s - t
+        phase = self._phase(t)
+        if phase < self.on_s:
+            return self.on_s - phase
+        # a window's probes are attached again when it is cut, a one-shot capture's when the next cycle starts
+        return max(0.0, self.period_s - t) if self.windowed else self.period_s - phase
 
     def update(self, t: float) -> None:
         """t: seconds into the window."""
         # Attaching and detaching take time (uprobes on every GPU API function): the probes count as
         # attached from the middle of the one to the middle of the other.
-        if t < self.on_from + self.on_s and self.on_since is None:
+        want = self._phase(t) < self.on_s
+        if want and self.on_since is None:
             started = self.clock()
             self.gpu.resume()
             if self.dev is not None and self.target is not None:
                 self.dev.resume(self.bpf, self.target)
             self.on_since = t + (self.clock() - started) / 2
             self._switched(True, started)
-        elif t >= self.on_from + self.on_s and self.on_since is not None:
+        elif not want and self.on_since is not None:
             started = self.clock()
             # The GPU API probes' links close in a thread of their own: their grace periods pass while the
             # agent hands over the records of the attached time and its links close.

@@ -11,6 +11,9 @@ import tomllib
 
 DEFAULT_SOCKET = "/run/deepctx/deepctxd.sock"
 DEFAULT_CONFIG = "/etc/deepctx/deepctxd.toml"
+# A duty cycle's period: switching the GPU probes on and off takes about 0.1 s each way on a GPU host
+MIN_DUTY_PERIOD_S, MAX_DUTY_PERIOD_S = 0.5, 600.0
+MIN_DUTY_ON_S = 0.1  # the least time on per period a capture may ask for
 
 
 @dataclass
@@ -44,6 +47,8 @@ class Config:
     # mode: one probe per call in its callback, which also times the call, instead of the uprobes' four
     # traps); "off": the uprobes always (docs/device-activity.md).
     agent_calls: str = "auto"
+    # `--gpu-duty` of one capture: the GPU probes and device activity are on for that share of each period
+    gpu_duty_period_s: float = 2.0
     native_unwind: bool = True  # walk native stacks with .eh_frame tables (false: frame pointers only)
     cache_dir: str = "/var/cache/deepctx"  # unwind tables kept by build id
     # Continuous mode (deepctxd --continuous): every process that loads a CUDA/HIP library is profiled in
@@ -151,6 +156,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("python_max_depth must be within [1, 1024]")
     if cfg.continuous_window_s < 1 or cfg.continuous_scan_s <= 0:
         raise ConfigError("continuous_window_s must be at least 1 and continuous_scan_s positive")
+    if not MIN_DUTY_PERIOD_S <= cfg.gpu_duty_period_s <= MAX_DUTY_PERIOD_S:
+        raise ConfigError(f"gpu_duty_period_s must be within [{MIN_DUTY_PERIOD_S:g}, {MAX_DUTY_PERIOD_S:g}] seconds")
     if not 0 < cfg.continuous_gpu_duty <= 1:
         raise ConfigError("continuous_gpu_duty must be within (0, 1]")
     if cfg.continuous_gpu_mode not in ("sampled", "exact"):

@@ -17,7 +17,7 @@ import grpc
 
 from deepctx.daemon import auth, procfs
 from deepctx.daemon.capture import Capture, CaptureOptions, CaptureResult, Progress
-from deepctx.daemon.config import Config
+from deepctx.daemon.config import MAX_DUTY_PERIOD_S, MIN_DUTY_ON_S, MIN_DUTY_PERIOD_S, Config
 from deepctx.daemon.errors import AlreadyProfiled, InvalidArgument, NotFound, RequestError, ResourceExhausted
 from deepctx.daemon.lost import lost_counters
 from deepctx.daemon.metrics import ProcessTotals, observe_capture
@@ -116,6 +116,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
             raise InvalidArgument("a trace needs device activity: drop --no-gpu-activity or --trace")
         if (req.trace or req.gpu_activity == pb.GPU_ACTIVITY_ON) and req.gpu == pb.GPU_OFF:
             raise InvalidArgument("device activity joins the GPU API probes: it cannot run with --no-gpu")
+        duty, period = self._duty(req)
         try:
             info = procfs.process_info(req.pid)
         except procfs.ProcessGone:
@@ -128,7 +129,31 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
             cfg, duration_s=req.duration_s, sample_hz=hz, kernel_stacks=req.kernel_stacks,
             python=_PYTHON_MODES[req.python], native_python=req.native_python, gpu=_GPU_PROBES[req.gpu],
             gpu_mode=_CALL_PATH_MODES[req.mode], gpu_activity=_GPU_ACTIVITY[req.gpu_activity], trace=req.trace,
+            gpu_duty=duty, gpu_duty_period_s=period,
         )
+
+    def _duty(self, req: pb.AttachRequest) -> tuple[float, float]:
+        """The request's GPU duty cycle, checked: (share, period); (1.0, 0.0) for none."""
+        if not math.isfinite(req.gpu_duty) or not 0 <= req.gpu_duty <= 1:
+            raise InvalidArgument(f"GPU duty must be a share within (0, 1], not {req.gpu_duty:g}")
+        if req.gpu_duty in (0, 1):
+            if req.gpu_duty_period_s:
+                raise InvalidArgument("a GPU duty period needs a GPU duty share below 1 (--gpu-duty)")
+            return 1.0, 0.0
+        if req.trace:
+            raise InvalidArgument("a trace records every call and kernel: it cannot run with a GPU duty share "
+                                  "(drop --gpu-duty or --trace)")
+        if req.gpu == pb.GPU_OFF:
+            raise InvalidArgument("a GPU duty share switches the GPU probes: it cannot run with --no-gpu")
+        period = req.gpu_duty_period_s or self.config.gpu_duty_period_s
+        if not math.isfinite(period) or not MIN_DUTY_PERIOD_S <= period <= MAX_DUTY_PERIOD_S:
+            raise InvalidArgument(f"GPU duty period {period:g} s is out of range: use {MIN_DUTY_PERIOD_S:g} "
+                                  f"to {MAX_DUTY_PERIOD_S:g} s")
+        if req.gpu_duty * period < MIN_DUTY_ON_S:
+            raise InvalidArgument(f"a GPU duty share of {req.gpu_duty:g} of {period:g} s keeps the GPU probes on "
+                                  f"{req.gpu_duty * period:.3g} s a period; switching them takes about 0.1 s: "
+                                  f"ask for at least {MIN_DUTY_ON_S:g} s (a larger share or period)")
+        return req.gpu_duty, period
 
     def _register(self, pid: int, opts: CaptureOptions,
                   on_window: Callable[[CaptureResult, float, float], None] | None = None) -> Capture:

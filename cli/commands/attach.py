@@ -50,12 +50,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=["exact", "sampled"],
                    help="GPU calls: the call path of every call (exact), or of a fraction with exact counts "
                         "(sampled, the default; --trace captures in exact mode unless told otherwise)")
+    add_duty_arguments(p)
     p.add_argument("--format", choices=["tree", "json"], default="tree")
     p.add_argument("-o", "--output", help="write the profile here (JSON; gzipped when it ends in .gz) instead of stdout")
     p.add_argument("--min-percent", type=float, default=0.5, help="tree: hide nodes below this share")
     p.add_argument("--depth", type=int, default=64, help="tree: deepest level shown")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(run=run)
+
+
+def add_duty_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu-duty", type=float, default=0.0, metavar="SHARE",
+                   help="keep the GPU probes and device activity (CUPTI) on for this share of each period only, "
+                        "e.g. 0.1, and scale their counts and GPU times up to the capture: a fraction of the "
+                        "cost, at a sample's precision (default: on all the time)")
+    p.add_argument("--gpu-duty-period", type=float, default=0.0, metavar="S",
+                   help="the period of --gpu-duty in seconds (default: the daemon's, 2)")
+
+
+def check_duty(gpu_duty: float, period_s: float) -> None:
+    """Flags the daemon would refuse, refused before it is asked (it checks them all again)."""
+    if not 0 <= gpu_duty <= 1:
+        raise CliError(f"--gpu-duty must be a share between 0 and 1 (e.g. 0.1), not {gpu_duty:g}", 2)
+    if period_s < 0:
+        raise CliError(f"--gpu-duty-period must be a positive number of seconds, not {period_s:g}", 2)
 
 
 def check_rate(sample_hz: int) -> None:
@@ -70,14 +88,15 @@ def call_path_mode(args: argparse.Namespace) -> str:
 
 def attach_request(pid: int, duration_s: float, *, sample_hz: int = 0, kernel_stacks: bool = False,
                    python: str = "auto", native_python: bool = False, gpu: str = "auto", mode: str = "exact",
-                   gpu_activity: str = "auto", trace: bool = False) -> pb.AttachRequest:
+                   gpu_activity: str = "auto", trace: bool = False, gpu_duty: float = 0.0,
+                   gpu_duty_period_s: float = 0.0) -> pb.AttachRequest:
     """The request every capture through the daemon sends (attach, run, analyze PID, report --pid), from
     the flags' values: python in PYTHON_MODES, gpu in GPU_PROBES, mode in CALL_PATH_MODES, gpu_activity in
-    GPU_ACTIVITY. --trace needs device records, so it turns GPU activity on."""
+    GPU_ACTIVITY. --trace needs device records, so it turns GPU activity on. gpu_duty 0: no duty cycle."""
     return pb.AttachRequest(pid=pid, duration_s=duration_s, sample_hz=sample_hz, kernel_stacks=kernel_stacks,
                             python=PYTHON_MODES[python], native_python=native_python, gpu=GPU_PROBES[gpu],
                             mode=CALL_PATH_MODES[mode], gpu_activity=GPU_ACTIVITY["on" if trace else gpu_activity],
-                            trace=trace)
+                            trace=trace, gpu_duty=gpu_duty, gpu_duty_period_s=gpu_duty_period_s)
 
 
 def capture(stub: object, req: pb.AttachRequest, socket: str, show_progress: bool) -> pb.Profile:
@@ -107,10 +126,12 @@ def capture(stub: object, req: pb.AttachRequest, socket: str, show_progress: boo
 
 def run(args: argparse.Namespace) -> int:
     check_rate(args.sample_hz)
+    check_duty(args.gpu_duty, args.gpu_duty_period)
     stub = connect(args.socket_path)
     req = attach_request(args.pid, args.duration, sample_hz=args.sample_hz, kernel_stacks=args.kernel_stacks,
                          python=args.python, native_python=args.native_python, gpu=args.gpu, mode=call_path_mode(args),
-                         gpu_activity=args.gpu_activity, trace=args.trace)
+                         gpu_activity=args.gpu_activity, trace=args.trace, gpu_duty=args.gpu_duty,
+                         gpu_duty_period_s=args.gpu_duty_period)
     profile = capture(stub, req, args.socket_path, show_progress=not args.quiet and sys.stderr.isatty())
     emit(to_doc(profile), args, Console(stderr=True))
     return 0

@@ -27,8 +27,10 @@ from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.commands.attach import (
     CALL_PATH_MODES,
     PYTHON_MODES,
+    add_duty_arguments,
     attach_request,
     call_path_mode,
+    check_duty,
     check_rate,
     emit,
 )
@@ -53,6 +55,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "--trace captures in exact mode unless told otherwise)")
     p.add_argument("--trace", action="store_true",
                    help="record every API call and device record; with -o FILE, write a Chrome/Perfetto trace")
+    add_duty_arguments(p)
     p.add_argument("--format", choices=["tree", "json"], default="tree")
     p.add_argument("-o", "--output", help="write the profile (JSON; Chrome trace with --trace) here")
     p.add_argument("--min-percent", type=float, default=0.5, help="tree: hide nodes below this share")
@@ -137,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
     if not cmd:
         raise CliError("nothing to run: deepctx run [options] -- CMD [ARGS...]", 2)
     check_rate(args.sample_hz)  # before the command starts
+    check_duty(args.gpu_duty, args.gpu_duty_period)
     for var in ("CUDA_INJECTION64_PATH", "ROCP_TOOL_LIBRARIES"):
         if os.environ.get(var):
             raise CliError(f"{var} is already set ({os.environ[var]}): another tool injects into the GPU runtime; "
@@ -198,7 +202,8 @@ def wait_and_profile(proc: subprocess.Popen, ours: socket.socket, stub: Any, arg
                 if err is not None:
                     err.print(f"deepctx: process {pid} initialized CUDA: profiling it")
                 req = attach_request(pid, args.duration or 0.0, sample_hz=args.sample_hz, python=args.python,
-                                     gpu="on", mode=call_path_mode(args), gpu_activity="on", trace=args.trace)
+                                     gpu="on", mode=call_path_mode(args), gpu_activity="on", trace=args.trace,
+                                     gpu_duty=args.gpu_duty, gpu_duty_period_s=args.gpu_duty_period)
                 if not req.duration_s:
                     req.duration_s = max_duration(stub)
                 capture = Capture(stub, req, args.socket_path, lambda ch=channel: reply(ch, GO))

@@ -169,7 +169,7 @@ class StopReply(_message.Message):
     def __init__(self, stopped: _Optional[int] = ...) -> None: ...
 
 class AttachRequest(_message.Message):
-    __slots__ = ("pid", "duration_s", "sample_hz", "kernel_stacks", "python", "native_python", "gpu", "mode", "gpu_activity", "trace")
+    __slots__ = ("pid", "duration_s", "sample_hz", "kernel_stacks", "python", "native_python", "gpu", "mode", "gpu_activity", "trace", "gpu_duty", "gpu_duty_period_s")
     PID_FIELD_NUMBER: _ClassVar[int]
     DURATION_S_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_HZ_FIELD_NUMBER: _ClassVar[int]
@@ -180,6 +180,8 @@ class AttachRequest(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     GPU_ACTIVITY_FIELD_NUMBER: _ClassVar[int]
     TRACE_FIELD_NUMBER: _ClassVar[int]
+    GPU_DUTY_FIELD_NUMBER: _ClassVar[int]
+    GPU_DUTY_PERIOD_S_FIELD_NUMBER: _ClassVar[int]
     pid: int
     duration_s: float
     sample_hz: int
@@ -190,7 +192,9 @@ class AttachRequest(_message.Message):
     mode: CallPathMode
     gpu_activity: GpuActivity
     trace: bool
-    def __init__(self, pid: _Optional[int] = ..., duration_s: _Optional[float] = ..., sample_hz: _Optional[int] = ..., kernel_stacks: _Optional[bool] = ..., python: _Optional[_Union[PythonMode, str]] = ..., native_python: _Optional[bool] = ..., gpu: _Optional[_Union[GpuProbes, str]] = ..., mode: _Optional[_Union[CallPathMode, str]] = ..., gpu_activity: _Optional[_Union[GpuActivity, str]] = ..., trace: _Optional[bool] = ...) -> None: ...
+    gpu_duty: float
+    gpu_duty_period_s: float
+    def __init__(self, pid: _Optional[int] = ..., duration_s: _Optional[float] = ..., sample_hz: _Optional[int] = ..., kernel_stacks: _Optional[bool] = ..., python: _Optional[_Union[PythonMode, str]] = ..., native_python: _Optional[bool] = ..., gpu: _Optional[_Union[GpuProbes, str]] = ..., mode: _Optional[_Union[CallPathMode, str]] = ..., gpu_activity: _Optional[_Union[GpuActivity, str]] = ..., trace: _Optional[bool] = ..., gpu_duty: _Optional[float] = ..., gpu_duty_period_s: _Optional[float] = ...) -> None: ...
 
 class AttachEvent(_message.Message):
     __slots__ = ("progress", "profile")

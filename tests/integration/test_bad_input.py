@@ -58,6 +58,21 @@ def test_sampling_rates_out_of_range(daemon, native_targets: Path, rate: str, me
         assert_refused(daemon, ["attach", str(t.pid), "--duration", "1", "--rate", rate], message, rc)
 
 
+@pytest.mark.parametrize(("flags", "message", "rc"), [
+    (["--gpu-duty", "1.5"], "--gpu-duty must be a share between 0 and 1 (e.g. 0.1), not 1.5", 2),
+    (["--gpu-duty", "0.1", "--gpu-duty-period", "-2"], "--gpu-duty-period must be a positive number of seconds", 2),
+    (["--gpu-duty", "0.01"], "a GPU duty share of 0.01 of 2 s keeps the GPU probes on 0.02 s a period", 1),
+    (["--gpu-duty", "0.5", "--gpu-duty-period", "0.1"], "GPU duty period 0.1 s is out of range: use 0.5 to 600 s", 1),
+    (["--gpu-duty", "0.5", "--gpu-duty-period", "nan"], "GPU duty period nan s is out of range", 1),
+    (["--gpu-duty-period", "4"], "a GPU duty period needs a GPU duty share below 1 (--gpu-duty)", 1),
+    (["--gpu-duty", "0.5", "--trace"], "a trace records every call and kernel: it cannot run with a GPU duty share", 1),
+    (["--gpu-duty", "0.5", "--no-gpu"], "a GPU duty share switches the GPU probes: it cannot run with --no-gpu", 1),
+])
+def test_gpu_duty_out_of_range(daemon, native_targets: Path, flags: list[str], message: str, rc: int) -> None:
+    with Target([str(native_targets / "cpu_burner"), "30"]) as t:
+        assert_refused(daemon, ["attach", str(t.pid), "--duration", "1", *flags], message, rc)
+
+
 def test_kernel_thread(daemon) -> None:
     assert_refused(daemon, ["attach", "2", "--duration", "1"], "is a kernel thread")
 
@@ -132,6 +147,9 @@ def test_raw_api_statuses(daemon) -> None:
         (pb.AttachRequest(pid=unused_pid(), duration_s=1), grpc.StatusCode.NOT_FOUND, "does not exist"),
         (pb.AttachRequest(pid=1, duration_s=math.inf), grpc.StatusCode.INVALID_ARGUMENT, "duration"),
         (pb.AttachRequest(pid=1, duration_s=1, python=99), grpc.StatusCode.INVALID_ARGUMENT, "unknown python mode"),
+        (pb.AttachRequest(pid=1, duration_s=1, gpu_duty=-0.5), grpc.StatusCode.INVALID_ARGUMENT,
+         "GPU duty must be a share within (0, 1], not -0.5"),
+        (pb.AttachRequest(pid=1, duration_s=1, gpu_duty=math.nan), grpc.StatusCode.INVALID_ARGUMENT, "GPU duty must"),
     ]
     for req, code, text in cases:
         with pytest.raises(grpc.RpcError) as e:

@@ -75,3 +75,23 @@ def test_tree_render_in_a_narrow_terminal_keeps_the_numbers() -> None:
     out = io.StringIO()
     render(doc_for_render(), min_percent=0, console=Console(file=out, width=40, color_system=None))
     assert "90.0%" in out.getvalue() and "hot_loop" in out.getvalue()
+
+
+def test_tree_render_says_when_gpu_figures_were_scaled_up() -> None:
+    doc = doc_for_render()
+    out = io.StringIO()
+    render(doc, console=Console(file=out, width=120, color_system=None))
+    assert "scaled up" not in out.getvalue()  # no duty cycle: nothing to say
+    for permille, said in ((100, True), (1000, False)):
+        doc["stats"]["gpu_probe_duty_permille"] = permille
+        out = io.StringIO()
+        render(doc, console=Console(file=out, width=120, color_system=None))
+        assert ("scaled up" in out.getvalue()) is said, out.getvalue()
+    assert "GPU calls and device times: recorded 10.0% of the time, scaled up to the capture" in text_of(doc, 100)
+
+
+def text_of(doc: dict, permille: int) -> str:
+    doc["stats"]["gpu_probe_duty_permille"] = permille
+    out = io.StringIO()
+    render(doc, console=Console(file=out, width=120, color_system=None))
+    return out.getvalue()

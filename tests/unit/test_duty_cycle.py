@@ -1,4 +1,5 @@
-"""Continuous mode's duty cycle for the GPU probes: when they are attached, and how counts scale up."""
+"""The GPU probes' duty cycle (continuous windows, and `--gpu-duty` of one capture): when they are attached,
+and how counts scale up."""
 
 from __future__ import annotations
 
@@ -141,3 +142,39 @@ def test_a_failed_detach_in_the_gpu_probes_thread_is_raised_to_the_loop() -> Non
     with pytest.raises(OSError, match="gone"):
         d.update(1.0)
     assert calls == ["device pause"]  # the agent's pause ran all the same
+
+
+def test_a_one_shot_capture_cycles_every_period() -> None:
+    """`deepctx attach --gpu-duty 0.25 --gpu-duty-period 2`: on for the first 0.5 s of every 2 s period of one
+    capture (no window cut attaches them again: the next period does)."""
+    gpu = FakeGpu()
+    d = _DutyCycle(gpu, 0.25, 2.0, clock=Clock(), windowed=False)  # type: ignore[arg-type]
+    assert d.next_switch_s(0.0) == 0.5 and d.next_switch_s(1.5) == 0.5
+    d.update(0.25)
+    d.update(0.5)  # the share is over
+    d.update(1.9)
+    assert gpu.calls == ["pause"]
+    assert d.next_switch_s(1.9) == pytest.approx(0.1)
+    d.update(2.1)  # the second period
+    assert gpu.calls == ["pause", "resume"]
+    assert d.next_switch_s(2.1) == pytest.approx(0.4)
+    d.update(2.75)
+    d.update(4.25)  # the third period, 0.25 s late: on for what is left of its share
+    assert gpu.calls == ["pause", "resume", "pause", "resume"]
+    d.update(5.0)  # off as late as the loop looks: the time on is what counts
+    d.update(6.9)  # the fourth period's share went by between two looks: missed, not made up
+    assert gpu.calls == ["pause", "resume", "pause", "resume", "pause"]
+    d.update(8.1)
+    assert gpu.calls[-1] == "resume"
+    assert d.end_window(8.3) == pytest.approx(0.5 + 0.65 + 0.75 + 0.2)
+
+
+def test_a_window_is_not_cycled_again_before_its_cut() -> None:
+    """A windowed capture whose cut is late (the loop was busy past the window) does not attach its probes
+    again at the end of the period: the cut does, once it is made."""
+    gpu = FakeGpu()
+    d = _DutyCycle(gpu, 0.25, 4.0, clock=Clock())  # type: ignore[arg-type]
+    d.update(1.5)
+    d.update(4.3)  # past the window's end, not yet cut
+    assert gpu.calls == ["pause"] and d.next_switch_s(4.3) == 0.0
+    assert d.end_window(4.4) == 1.5
