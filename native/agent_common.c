@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "agent_common.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -90,6 +91,17 @@ uint64_t agent_env_u64(const char *name, uint64_t fallback) {
 void agent_set_error(int code, const char *fmt, const char *detail) {
     snprintf(deepctx_agent_error, sizeof(deepctx_agent_error), fmt, detail ? detail : "");
     deepctx_agent_state = code;
+}
+
+int agent_bind(void *h, const struct agent_sym *syms, size_t n, const char *missing_fmt) {
+    for (size_t i = 0; i < n; i++) {
+        *syms[i].slot = dlsym(h, syms[i].name);
+        if (syms[i].required && !*syms[i].slot) {
+            agent_set_error(DEV_AGENT_E_NO_CUPTI, missing_fmt, syms[i].name);
+            return DEV_AGENT_E_NO_CUPTI;
+        }
+    }
+    return DEV_AGENT_OK;
 }
 
 void agent_report_status(int64_t code) {

@@ -96,6 +96,17 @@ int agent_clock_offset(int (*read)(uint64_t *), int64_t *offset);
 uint64_t agent_realtime_ns(void);
 uint64_t agent_env_u64(const char *name, uint64_t fallback);
 void agent_set_error(int code, const char *fmt, const char *detail);
+
+/* One SDK function an agent looks up in the library it opened (AGENT_SYM(table, field, "name", required)). */
+struct agent_sym {
+    void **slot;
+    const char *name;
+    int required;
+};
+#define AGENT_SYM(table, field, sym_name, is_required) {(void **)&(table).field, (sym_name), (is_required)}
+/* Looks up each of syms in the library h: an optional one missing is left NULL; a required one missing
+ * sets the error (missing_fmt names it with %s) and returns DEV_AGENT_E_NO_CUPTI. DEV_AGENT_OK otherwise. */
+int agent_bind(void *h, const struct agent_sym *syms, size_t n, const char *missing_fmt);
 void agent_report_status(int64_t code);
 int agent_watched(void);                 /* is the batch probe attached? (no lock needed) */
 /* Fills in each record's sample (sampled captures), then fires the batch probe. Any thread, no lock. */

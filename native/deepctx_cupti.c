@@ -132,29 +132,22 @@ static int load_cupti(void) {
         agent_set_error(DEV_AGENT_E_NO_CUPTI, "libcupti could not be loaded (set DEEPCTX_CUPTI_LIB): %s", dlerror());
         return DEV_AGENT_E_NO_CUPTI;
     }
-#define SYM(field, name, required)                                                           \
-    do {                                                                                     \
-        *(void **)&cupti.field = dlsym(h, name);                                             \
-        if (required && !cupti.field) {                                                      \
-            agent_set_error(DEV_AGENT_E_NO_CUPTI, "libcupti lacks %s", name);                      \
-            return DEV_AGENT_E_NO_CUPTI;                                                     \
-        }                                                                                    \
-    } while (0)
-    SYM(Subscribe, "cuptiSubscribe", 1);
-    SYM(Unsubscribe, "cuptiUnsubscribe", 1);
-    SYM(EnableCallback, "cuptiEnableCallback", 1);
-    SYM(GetCallbackName, "cuptiGetCallbackName", 1);
-    SYM(ActivityEnable, "cuptiActivityEnable", 1);
-    SYM(ActivityDisable, "cuptiActivityDisable", 1);
-    SYM(ActivityRegisterCallbacks, "cuptiActivityRegisterCallbacks", 1);
-    SYM(ActivityRegisterTimestampCallback, "cuptiActivityRegisterTimestampCallback", 0);
-    SYM(ActivityFlushAll, "cuptiActivityFlushAll", 1);
-    SYM(ActivityGetNextRecord, "cuptiActivityGetNextRecord", 1);
-    SYM(ActivityGetNumDroppedRecords, "cuptiActivityGetNumDroppedRecords", 1);
-    SYM(GetResultString, "cuptiGetResultString", 0);
-    SYM(GetTimestamp, "cuptiGetTimestamp", 0);
-#undef SYM
-    return DEV_AGENT_OK;
+    const struct agent_sym syms[] = {
+        AGENT_SYM(cupti, Subscribe, "cuptiSubscribe", 1),
+        AGENT_SYM(cupti, Unsubscribe, "cuptiUnsubscribe", 1),
+        AGENT_SYM(cupti, EnableCallback, "cuptiEnableCallback", 1),
+        AGENT_SYM(cupti, GetCallbackName, "cuptiGetCallbackName", 1),
+        AGENT_SYM(cupti, ActivityEnable, "cuptiActivityEnable", 1),
+        AGENT_SYM(cupti, ActivityDisable, "cuptiActivityDisable", 1),
+        AGENT_SYM(cupti, ActivityRegisterCallbacks, "cuptiActivityRegisterCallbacks", 1),
+        AGENT_SYM(cupti, ActivityRegisterTimestampCallback, "cuptiActivityRegisterTimestampCallback", 0),
+        AGENT_SYM(cupti, ActivityFlushAll, "cuptiActivityFlushAll", 1),
+        AGENT_SYM(cupti, ActivityGetNextRecord, "cuptiActivityGetNextRecord", 1),
+        AGENT_SYM(cupti, ActivityGetNumDroppedRecords, "cuptiActivityGetNumDroppedRecords", 1),
+        AGENT_SYM(cupti, GetResultString, "cuptiGetResultString", 0),
+        AGENT_SYM(cupti, GetTimestamp, "cuptiGetTimestamp", 0),
+    };
+    return agent_bind(h, syms, sizeof(syms) / sizeof(syms[0]), "libcupti lacks %s");
 }
 
 /* --- the calling thread: correlation ids ----------------------------------------------------- */

@@ -181,38 +181,36 @@ static void *open_sdk(void) {
     return NULL;
 }
 
+static void *sdk_lib;  /* the SDK's library, once found (it may still lack a function) */
+
 static int load_sdk(void) {
     if (sdk.create_context)
         return DEV_AGENT_OK;
-    void *h = open_sdk();
+    void *h = sdk_lib = open_sdk();
     if (!h) {
         agent_set_error(DEV_AGENT_E_NO_CUPTI, "rocprofiler-sdk (librocprofiler-sdk.so.1) is not loaded in the "
                         "process%s (set DEEPCTX_ROCPROFILER_LIB)", NULL);
         return DEV_AGENT_E_NO_CUPTI;
     }
-#define SYM(field, name, required)                                                           \
-    do {                                                                                     \
-        *(void **)&sdk.field = dlsym(h, name);                                               \
-        if (required && !sdk.field) {                                                        \
-            agent_set_error(DEV_AGENT_E_NO_CUPTI, "rocprofiler-sdk lacks %s", name);         \
-            sdk.create_context = NULL;                                                       \
-            return DEV_AGENT_E_NO_CUPTI;                                                     \
-        }                                                                                    \
-    } while (0)
-    SYM(start_context, "rocprofiler_start_context", 1);
-    SYM(stop_context, "rocprofiler_stop_context", 1);
-    SYM(create_buffer, "rocprofiler_create_buffer", 1);
-    SYM(flush_buffer, "rocprofiler_flush_buffer", 1);
-    SYM(configure_buffer_tracing_service, "rocprofiler_configure_buffer_tracing_service", 1);
-    SYM(configure_callback_tracing_service, "rocprofiler_configure_callback_tracing_service", 1);
-    SYM(query_operation_name, "rocprofiler_query_callback_tracing_kind_operation_name", 1);
-    SYM(iterate_operations, "rocprofiler_iterate_callback_tracing_kind_operations", 1);
-    SYM(get_timestamp, "rocprofiler_get_timestamp", 1);
-    SYM(query_available_agents, "rocprofiler_query_available_agents", 0);
-    SYM(get_status_string, "rocprofiler_get_status_string", 0);
-    SYM(force_configure, "rocprofiler_force_configure", 0);
-    SYM(create_context, "rocprofiler_create_context", 1);  /* last: set means loaded */
-#undef SYM
+    const struct agent_sym syms[] = {
+        AGENT_SYM(sdk, start_context, "rocprofiler_start_context", 1),
+        AGENT_SYM(sdk, stop_context, "rocprofiler_stop_context", 1),
+        AGENT_SYM(sdk, create_buffer, "rocprofiler_create_buffer", 1),
+        AGENT_SYM(sdk, flush_buffer, "rocprofiler_flush_buffer", 1),
+        AGENT_SYM(sdk, configure_buffer_tracing_service, "rocprofiler_configure_buffer_tracing_service", 1),
+        AGENT_SYM(sdk, configure_callback_tracing_service, "rocprofiler_configure_callback_tracing_service", 1),
+        AGENT_SYM(sdk, query_operation_name, "rocprofiler_query_callback_tracing_kind_operation_name", 1),
+        AGENT_SYM(sdk, iterate_operations, "rocprofiler_iterate_callback_tracing_kind_operations", 1),
+        AGENT_SYM(sdk, get_timestamp, "rocprofiler_get_timestamp", 1),
+        AGENT_SYM(sdk, query_available_agents, "rocprofiler_query_available_agents", 0),
+        AGENT_SYM(sdk, get_status_string, "rocprofiler_get_status_string", 0),
+        AGENT_SYM(sdk, force_configure, "rocprofiler_force_configure", 0),
+        AGENT_SYM(sdk, create_context, "rocprofiler_create_context", 1),  /* last: set means loaded */
+    };
+    if (agent_bind(h, syms, sizeof(syms) / sizeof(syms[0]), "rocprofiler-sdk lacks %s") != DEV_AGENT_OK) {
+        sdk.create_context = NULL;
+        return DEV_AGENT_E_NO_CUPTI;
+    }
     return DEV_AGENT_OK;
 }
 
@@ -536,6 +534,8 @@ static int attach_init(void) {
     if (agent_initialized)
         return DEV_AGENT_OK;
     int rc = load_sdk();
+    if (rc != DEV_AGENT_OK && sdk_lib)  /* found, and a function missing: load_sdk said which */
+        return rc;
     if (rc != DEV_AGENT_OK) {
         agent_set_error(DEV_AGENT_E_NO_CUDA, "the process has not loaded rocprofiler-sdk (librocprofiler-sdk.so.1)"
                         "%s: start it with ROCP_TOOL_LIBRARIES naming the deepctx agent (`deepctx run`)", NULL);
