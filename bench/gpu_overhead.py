@@ -227,11 +227,12 @@ STAT_KEYS = {"gpu_api_calls": "gpu_api_calls", "calls_with_path": "gpu_api_calls
 
 
 def doc_stats(doc: dict) -> dict:
-    """A bench row's share of a capture's profile: its error, or the counters above."""
+    """A bench row's share of a capture's profile: its error, or those of the counters above it has (absent is
+    not 0: a full capture has no gpu_probe_duty_permille)."""
     if "error" in doc:
         return {"error": doc["error"]}
     st = doc["stats"]
-    return {k: st.get(name, 0) for k, name in STAT_KEYS.items()}
+    return {k: st[name] for k, name in STAT_KEYS.items() if name in st}
 
 
 AGENT_ENV: dict[str, str] = {}  # --agent-env: the agent's settings for every process that carries it
