@@ -3,7 +3,7 @@ process: the continuous daemon's duty cycle attaches them for half of each short
 the other half, and every attached stretch is paired with the detached stretches either side of it.
 
     sudo python3 bench/duty_pairs.py [--workloads resnet50,gpt2,launch_bound] [--seconds 120] [--period 2]
-        [--mode sampled|exact] [--pin] [--no-agent] [--keep FOLDER] [--out results.json]
+        [--duty 0.5] [--mode sampled|exact] [--pin] [--no-agent] [--keep FOLDER] [--out results.json]
     python3 bench/duty_pairs.py --reanalyse FOLDER --workloads NAME [--guard 0.15]   (a --keep folder again)
 
 Blocks of several seconds (gpu_overhead.py --alternate) leave the host's drift in the ratio: on the GPU host
@@ -26,6 +26,11 @@ detached neighbours'), their median, mean and the mean's 95% interval, and the p
 step time per step over all detached); the same pairs by the stretches' median step times ("median steps":
 one slow step, a host hiccup, moves a stretch's mean but not its median); and the median seconds an attach
 and a detach took.
+
+The cycle cost (--duty 0.1 --period 2 is what `deepctx attach --gpu-duty 0.1` runs): each whole cycle, from
+one attach's start to the next's, switches and after-effects included, as its mean step time over the mean
+of its clean steps (those beginning --clean seconds or more after its detach ended). Pairs measure the
+attached share alone; the cycle cost is what a capture on that duty cycle costs the target.
 """
 
 from __future__ import annotations
@@ -136,6 +141,39 @@ def summary(seq: list[Stretch | None]) -> dict:
     return out
 
 
+def cycle_costs(switches: list[Switch], ends: list[float], clean_s: float, min_steps: int = 5) -> list[float]:
+    """What each whole duty cycle cost, switches included (what `--gpu-duty` costs a capture): from one
+    attach's start to the next's, the cycle's mean step time over the mean of its clean steps, those that
+    began clean_s or more after its detach ended. None of a cycle's steps is left out of the first mean, so
+    what attaching, the attached share, detaching and its after-effects cost is in it; the clean steps,
+    from the same cycle, follow the host's drift. Cycles with fewer than min_steps clean steps are skipped."""
+    out = []
+    attaches = [k for k, s in enumerate(switches) if s.attached]
+    for k, nxt in zip(attaches, attaches[1:], strict=False):
+        detach = next((s for s in switches[k + 1:nxt] if not s.attached), None)
+        if detach is None:
+            continue
+        start, end = switches[k].began, switches[nxt].began
+        first = bisect.bisect_right(ends, start)  # the cycle's steps: those ending inside it
+        last = bisect.bisect_right(ends, end) - 1
+        if first < 1 or last <= first:
+            continue
+        clean = [ends[i] - ends[i - 1] for i in range(first, last + 1) if ends[i - 1] >= detach.ended + clean_s]
+        if len(clean) < min_steps:
+            continue
+        cycle_step_s = (ends[last] - ends[first - 1]) / (last - first + 1)
+        out.append(cycle_step_s / statistics.fmean(clean))
+    return out
+
+
+def cycle_summary(costs: list[float]) -> dict:
+    if not costs:
+        return {"cycles": 0}
+    mean, lo, hi = mean_95(costs)
+    return {"cycles": len(costs), "cycle_cost_median": statistics.median(costs), "cycle_cost_mean": mean,
+            "cycle_cost_mean_95": [lo, hi]}
+
+
 def switch_times(switches: list[Switch]) -> dict:
     """The median seconds an attach and a detach took (a detached stretch is what a window's detached
     share leaves after its detach)."""
@@ -153,7 +191,7 @@ def measure(name: str, args: argparse.Namespace, folder: Path) -> dict:
     env = dict(os.environ)
     if args.agent:
         env["CUDA_INJECTION64_PATH"] = str(AGENT)
-    config = (f"continuous_window_s = {args.period}\ncontinuous_gpu_duty = 0.5\ncontinuous_scan_s = 0.2\n"
+    config = (f"continuous_window_s = {args.period}\ncontinuous_gpu_duty = {args.duty}\ncontinuous_scan_s = 0.2\n"
               f'continuous_gpu_mode = "{args.mode}"\nstore_path = "{{tmp}}/windows.db"\n')
     p, pid = start_marked(name, args.python, env, extra=["--step-times", str(times)])
     daemon = None
@@ -191,7 +229,8 @@ def analyse(name: str, folder: Path, args: argparse.Namespace, pid: int | None =
     switches = read_switches(lines, pid)
     seq = stretches(switches, ends, args.guard)
     row = {"workload": name, "mode": args.mode, "agent": args.agent, "period_s": args.period, "guard_s": args.guard,
-           "steps": len(ends)} | summary(seq) | switch_times(switches)
+           "steps": len(ends)} | summary(seq) | switch_times(switches) \
+        | cycle_summary(cycle_costs(switches, ends, args.clean))
     row["ratios"] = [round(r, 4) for r in pairs(seq)]
     return row
 
@@ -201,7 +240,12 @@ def main() -> int:
     ap.add_argument("--workloads", default="resnet50")
     ap.add_argument("--seconds", type=float, default=120.0, help="how long each workload runs while captured")
     ap.add_argument("--period", type=float, default=2.0, help="the daemon's window: attached for its first half")
+    ap.add_argument("--duty", type=float, default=0.5,
+                    help="the share of each window attached (0.1 with --period 2 is `--gpu-duty 0.1`: read the "
+                         "cycle cost; pairs need stretches longer than --guard)")
     ap.add_argument("--guard", type=float, default=0.15, help="seconds after each switch left out of its stretch")
+    ap.add_argument("--clean", type=float, default=0.3,
+                    help="cycle cost: steps that begin this long after a detach ended are the cycle's clean ones")
     ap.add_argument("--warm", type=float, default=5.0, help="seconds the loop runs before the daemon starts")
     ap.add_argument("--no-agent", dest="agent", action="store_false", help="the workloads run without the agent")
     ap.add_argument("--mode", choices=["sampled", "exact"], default="sampled",
@@ -239,6 +283,11 @@ def main() -> int:
               f"{r.get('ratio_mean', math.nan):7.4f} {lo:8.4f}-{hi:.4f} {r.get('pooled_ratio', math.nan):7.4f}   "
               f"{'':14}{r.get('median_step_ratio_median', math.nan):7.4f} "
               f"{r.get('median_step_ratio_mean', math.nan):7.4f} {mlo:8.4f}-{mhi:.4f}")
+    print(f"\n{'workload':14} {'cycles':>6} {'cycle cost median':>17} {'mean':>7} {'95% of the mean':>17}")
+    for r in rows:
+        lo, hi = r.get("cycle_cost_mean_95", [math.nan, math.nan])
+        print(f"{r['workload']:14} {r['cycles']:6d} {r.get('cycle_cost_median', math.nan):17.4f} "
+              f"{r.get('cycle_cost_mean', math.nan):7.4f} {lo:8.4f}-{hi:.4f}")
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))
     return 0

@@ -83,7 +83,33 @@ def test_a_kept_folder_is_read_again_for_the_process_switched_most(tmp_path: Pat
     switches += [log_line(41, True, t, t), log_line(99, True, 0.5, 0.5)]
     (tmp_path / "steps-w.txt").write_text("\n".join(f"{e:.6f}" for e in ends))
     (tmp_path / "daemon-w.log").write_text("\n".join(switches))
-    args = argparse.Namespace(mode="sampled", agent=True, period=2.0, guard=0.0)
+    args = argparse.Namespace(mode="sampled", agent=True, period=2.0, guard=0.0, clean=0.3)
     row = dp.analyse("w", tmp_path, args)
     assert row["pairs"] == 2 and row["ratio_median"] == pytest.approx(1.2, rel=1e-3)
     assert row["median_step_ratio_median"] == pytest.approx(1.2, rel=1e-3)
+
+
+def test_a_cycle_costs_its_attached_share_and_its_switches() -> None:
+    """Cycles of 2.003 s: attached for 0.198 s at 11 ms a step (10 ms clean), then a detach of 0.105 s whose
+    steps take 15 ms, then clean steps: each whole cycle's mean step over its clean steps' mean."""
+    switches, ends, t = [], [0.0], 0.0
+    for _ in range(4):
+        switches += [dp.Switch(True, t, t), dp.Switch(False, t + 0.198, t + 0.303)]
+        ends += steps(t, t + 0.198, 0.011) + steps(t + 0.198, t + 0.303, 0.015) + steps(t + 0.303, t + 2.003, 0.01)
+        t += 2.003
+    switches.append(dp.Switch(True, t, t))
+    ends.append(t + 0.011)
+    costs = dp.cycle_costs(switches, ends, clean_s=0.3)
+    # 18 steps of 11 ms, 7 of 15 ms, 170 of 10 ms: 2.003 s over 195 steps, against 10 ms
+    assert costs == pytest.approx([2.003 / 195 / 0.010] * 4)
+    row = dp.cycle_summary(costs)
+    assert row["cycles"] == 4 and row["cycle_cost_mean"] == pytest.approx(1.0272, abs=1e-4)
+
+
+def test_a_cycle_without_enough_clean_steps_is_skipped() -> None:
+    switches = [dp.Switch(True, 0.0, 0.0), dp.Switch(False, 0.5, 0.6), dp.Switch(True, 1.0, 1.0),
+                dp.Switch(False, 1.1, 1.2), dp.Switch(True, 3.0, 3.0)]
+    ends = [0.0] + steps(0.0, 3.0, 0.01)
+    # the first cycle's clean steps begin at 0.9 s: 10 of them; with clean_s 0.36, four
+    assert dp.cycle_costs(switches, ends, clean_s=0.3) == pytest.approx([1.0, 1.0])
+    assert dp.cycle_costs(switches, ends, clean_s=0.36) == pytest.approx([1.0])
