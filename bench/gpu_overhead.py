@@ -223,7 +223,11 @@ STAT_KEYS = {"gpu_api_calls": "gpu_api_calls", "calls_with_path": "gpu_api_calls
              "device_calls_reported_by_agent": "device_calls_reported_by_agent", "cpu_samples": "cpu_samples",
              "autograd_nodes_created": "autograd_nodes_created",
              "gpu_calls_charged_to_node_creator": "gpu_calls_charged_to_node_creator",
-             "gpu_probe_duty_permille": "gpu_probe_duty_permille"}
+             "gpu_probe_duty_permille": "gpu_probe_duty_permille",
+             "device_time_in_profile_ns": "device_time_in_profile_ns", "device_shares": "device_shares",
+             "device_share_ms_active_to_flush": "device_share_ms_active_to_flush",
+             "device_share_ms_first_record_to_flush": "device_share_ms_first_record_to_flush",
+             "device_share_ms_span": "device_share_ms_span"}
 
 
 def doc_stats(doc: dict) -> dict:
@@ -329,6 +333,11 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
                 th.join()
             row["profile_ready_s"] = attach["done"] - stopped
             row |= doc_stats(attach["doc"])
+            if row.get("device_time_in_profile_ns") and attach["doc"].get("duration_s"):
+                # the profile's GPU time per step (scaled up where --gpu-duty recorded part of the time), to set
+                # against a full capture's: the duty cycle's scaling is right when they agree
+                row["profile_gpu_ms_per_step"] = (row["device_time_in_profile_ns"] / 1e6 / attach["doc"]["duration_s"]
+                                                  / row["steps_per_s"])
             off = timed({"workload": name, "variant": "alone", "mode": "alternate", "block": 2 * i + 2})
             row["ratio"] = neighbour_ratio(prev, row, off)
             if witness is not None:  # how much slower the host's CPUs ran in the on-block, divided out

@@ -14,6 +14,7 @@ from typing import Any
 
 from deepctx.daemon import procfs
 from deepctx.daemon.callpaths import CallPathResolver
+from deepctx.daemon.device_share import DeviceShares
 from deepctx.daemon.device_tree import DeviceView, device_warnings
 from deepctx.daemon.errors import FailedPrecondition, NotFound, PermissionDenied
 from deepctx.daemon.frames import Frame
@@ -202,6 +203,7 @@ class Capture:
         self._last_maps: tuple[Any, str] = (None, "")  # (the space, the maps text last merged into it)
         self.windows_lost = 0  # continuous mode: windows whose build failed (in the log)
         self.gpu_probed_s: float | None = None  # seconds the GPU probes were attached in the window being built
+        self.device_shares: DeviceShares | None = None  # what the agent recorded in its shares of that window
         # What the window's build reuses from the capture loop (see _prewarm): GPU stack id -> frames
         self._native: NativeSymbolizer | None = None
         self._gpu_frames: dict[int, list[Frame]] = {}
@@ -429,6 +431,7 @@ class Capture:
                     if opts.window_s and time.monotonic() - window_t0 >= opts.window_s:
                         cut, cut_unix = time.monotonic(), time.time()
                         self.gpu_probed_s = duty.end_window(cut - window_t0) if duty else None
+                        self.device_shares = duty.take_shares() if duty else None
                         self._cut_window(bpf, target, thread_names, cut - window_t0, window_unix)
                         # the next window began at the cut: what ran while this one was built is in it
                         window_t0, window_unix = cut, cut_unix
@@ -463,6 +466,7 @@ class Capture:
                     fam.poll(bpf, target)  # last chance to name what only the live process can tell
             t_build = time.monotonic()
             self.gpu_probed_s = duty.end_window(duration) if duty else None
+            self.device_shares = duty.take_shares() if duty else None
             with profiled("build"):
                 result = self._build(bpf, target, thread_names, duration, ended)
             built = True
@@ -608,6 +612,8 @@ class Capture:
             buckets = [b for b in gpu.buckets(bpf) if b.pid == target.pid]
             if self.gpu_probed_s is not None:  # probes attached part of the window: counts scaled up to it
                 stats["gpu_probe_duty_permille"] = round(1000 * min(1.0, self.gpu_probed_s / max(duration, 1e-9)))
+                if self.device_shares is not None and self.device_shares.shares:
+                    stats.update(self.device_shares.stats())
                 buckets = scale_buckets(buckets, duration / self.gpu_probed_s if self.gpu_probed_s > 0 else 0.0)
             origins = Origins([h.label for h in gpu.handoffs], gpu.node_types(bpf, target.pid))
             stats.update(add_gpu_buckets(tree, buckets, gpu_paths, namer, lambda api: libs.get(api.library), origins))
@@ -674,6 +680,8 @@ class _DutyCycle:
         self.clock = clock
         self.probed_s = 0.0
         self.on_since: float | None = 0.0  # attached at the window's start
+        self.dev_attached_at: float | None = clock() if dev is not None else None  # the agent's probes, monotonic
+        self.shares = DeviceShares()
         # seconds into the window when its first cycle began: a window starts when the last one was cut,
         # and its probes are attached again once that one is built
         self.on_from = 0.0
@@ -716,6 +724,7 @@ class _DutyCycle:
             self.gpu.resume()
             if self.dev is not None and self.target is not None:
                 self.dev.resume(self.bpf, self.target)
+                self.dev_attached_at = self.clock()
             self.on_since = t + (self.clock() - started) / 2
             self._switched(True, started)
         elif not want and self.on_since is not None:
@@ -739,6 +748,7 @@ class _DutyCycle:
                 gpu_off.join()
             if failed:
                 raise failed[0]
+            self._device_share(started)
             self.probed_s += max(0.0, t + (self.clock() - started) / 2 - self.on_since)
             self.on_since = None
             self._switched(False, started)
@@ -750,9 +760,20 @@ class _DutyCycle:
                                                 "attached": attached, "from_mono": round(started, 6),
                                                 "to_mono": round(self.clock(), 6)})
 
+    def _device_share(self, ended_at: float) -> None:
+        if self.dev is not None and self.dev_attached_at is not None:
+            self.shares.add(self.dev, self.bpf, self.dev_attached_at, ended_at, getattr(self.target, "pid", 0))
+        self.dev_attached_at = None
+
+    def take_shares(self) -> DeviceShares:
+        """What the agent recorded in the window's shares (end_window closed the last one)."""
+        shares, self.shares = self.shares, DeviceShares()
+        return shares
+
     def end_window(self, t: float) -> float:
         """The window's probed seconds (start_window attaches the probes for the next one)."""
         if self.on_since is not None:
+            self._device_share(self.clock())
             self.probed_s += t - self.on_since
         probed, self.probed_s = self.probed_s, 0.0
         self.on_since = None

@@ -24,6 +24,7 @@ BPF_F_TABLE("hash", struct dev_name_key, struct dev_name, dev_names, DEV_NAME_EN
 BPF_PERCPU_ARRAY(dev_stats, __u64, DEV_STAT__COUNT);
 BPF_ARRAY(dev_config, struct dev_config, 1);
 BPF_ARRAY(dev_flush, struct dev_flush, 1);
+BPF_PERCPU_ARRAY(dev_span, struct dev_span, 1);
 BPF_PERCPU_ARRAY(dev_corr_scratch, struct dev_corr, 1);
 BPF_PERCPU_ARRAY(dev_key_scratch, struct dev_key, 1);
 BPF_PERCPU_ARRAY(dev_name_scratch, struct dev_name, 1);
@@ -255,6 +256,14 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
         return;
     }
     int zero = 0;
+    struct dev_span *span = r->kind != DEV_KIND_SYNC ? dev_span.lookup(&zero) : NULL;
+    if (span) {
+        if (!span->first_start_ns || r->start_ns < span->first_start_ns)
+            span->first_start_ns = r->start_ns;
+        if (r->end_ns > span->last_end_ns)
+            span->last_end_ns = r->end_ns;
+        span->records++;
+    }
     struct dev_key *k = dev_key_scratch.lookup(&zero);
     if (!k)
         return;
@@ -407,8 +416,13 @@ int on_dev_status(struct pt_regs *ctx) {
     struct dev_flush *f = dev_flush.lookup(&zero);
     struct usdt_regs u;
     usdt_load(ctx, &u);
-    if (f)
+    if (f) {
         f->status = (__s64)usdt_arg(&u, s, 0);
+        if (f->status == DEV_AGENT_ACTIVE)
+            f->active_ns = bpf_ktime_get_ns();
+        else if (f->status == DEV_AGENT_IDLE)
+            f->idle_ns = bpf_ktime_get_ns();
+    }
     return 0;
 }
 

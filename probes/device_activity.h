@@ -158,6 +158,16 @@ struct dev_flush {
     __u64 dropped;       /* records CUPTI dropped so far (buffers not supplied in time) */
     __u64 flushes;       /* flushed probes seen */
     __s64 status;        /* last status probe: DEV_AGENT_* */
+    __u64 active_ns;     /* bpf_ktime_get_ns() (CLOCK_MONOTONIC) of the last DEV_AGENT_ACTIVE status */
+    __u64 idle_ns;       /* ... and of the last DEV_AGENT_IDLE */
+};
+
+/* The device work the records seen since user space last took it span (per CPU; kernels, copies and sets):
+ * what a duty cycle's attached share recorded, on the records' clock (CLOCK_MONOTONIC). */
+struct dev_span {
+    __u64 first_start_ns;  /* 0: no record yet */
+    __u64 last_end_ns;
+    __u64 records;
 };
 
 /* Agent states and failures (status probe, deepctx_agent_state, deepctx_agent_attach()'s value). */

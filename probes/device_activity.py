@@ -129,7 +129,12 @@ class DevEvent(ct.Structure):
 
 class DevFlush(ct.Structure):
     _fields_ = [("sequence", ct.c_uint64), ("started_ns", ct.c_uint64), ("dropped", ct.c_uint64),
-                ("flushes", ct.c_uint64), ("status", ct.c_int64)]
+                ("flushes", ct.c_uint64), ("status", ct.c_int64), ("active_ns", ct.c_uint64),
+                ("idle_ns", ct.c_uint64)]
+
+
+class DevSpan(ct.Structure):
+    _fields_ = [("first_start_ns", ct.c_uint64), ("last_end_ns", ct.c_uint64), ("records", ct.c_uint64)]
 
 
 class DevConfig(ct.Structure):
@@ -508,6 +513,20 @@ class DeviceActivity:
 
     def flush_state(self, bpf: Any) -> DevFlush:
         return bpf["dev_flush"][ct.c_int(0)]
+
+    def take_span(self, bpf: Any) -> DevSpan:
+        """The span of the device work recorded since the last take (all CPUs), and starts a new one."""
+        table = bpf["dev_span"]
+        out = DevSpan()
+        for cpu in table[ct.c_int(0)]:
+            s = DevSpan.from_buffer_copy(bytes(cpu))
+            if s.records:
+                if not out.first_start_ns or s.first_start_ns < out.first_start_ns:
+                    out.first_start_ns = s.first_start_ns
+                out.last_end_ns = max(out.last_end_ns, s.last_end_ns)
+                out.records += s.records
+        table.clear()  # a per-CPU array's clear() zeroes every CPU's entry
+        return out
 
     def flush(self, bpf: Any, target: Target, timeout_s: float = 1.0, keep_request: bool = False) -> bool:
         """Asks the agent to hand over every completed record now and waits until it has (at most

@@ -4,10 +4,12 @@ and how counts scale up."""
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 
 from deepctx.daemon.capture import _DutyCycle
+from deepctx.daemon.device_share import DeviceShares
 from deepctx.daemon.gpu_tree import scale_buckets
 from deepctx.probes import gpu_apis
 from deepctx.probes.gpu_api import GpuBucket
@@ -38,6 +40,16 @@ class FakeGpu:
         self.calls.append(self.prefix + "resume")
         if self.clock:
             self.clock.now += self.takes
+
+    # as the device family: the agent's last flush and status, and the span of what it recorded
+    flush = SimpleNamespace(started_ns=0, active_ns=0, idle_ns=0)
+    span = SimpleNamespace(first_start_ns=0, last_end_ns=0, records=0)
+
+    def flush_state(self, *_: object) -> SimpleNamespace:
+        return self.flush
+
+    def take_span(self, *_: object) -> SimpleNamespace:
+        return self.span
 
 
 def test_attached_for_the_first_share_of_each_window() -> None:
@@ -178,3 +190,44 @@ def test_a_window_is_not_cycled_again_before_its_cut() -> None:
     d.update(4.3)  # past the window's end, not yet cut
     assert gpu.calls == ["pause"] and d.next_switch_s(4.3) == 0.0
     assert d.end_window(4.4) == 1.5
+
+
+def test_each_share_keeps_what_the_agent_recorded_three_ways() -> None:
+    """Attached at 100.0 s, the agent active from 100.06 s, the share's flush at 100.25 s and the pause from
+    100.26 s; records from 100.09 s (the first's start) to 100.24 s (the last's end)."""
+    ns = 1_000_000_000
+    dev = FakeGpu()
+    dev.flush = SimpleNamespace(started_ns=int(100.25 * ns), active_ns=int(100.06 * ns), idle_ns=int(99.5 * ns))
+    dev.span = SimpleNamespace(first_start_ns=int(100.09 * ns), last_end_ns=int(100.24 * ns), records=40)
+    shares = DeviceShares()
+    shares.add(dev, None, 100.0, 100.26)
+    assert shares.stats() == {"device_share_ms_active_to_flush": 190, "device_share_ms_first_record_to_flush": 160,
+                              "device_share_ms_span": 150, "device_shares": 1, "device_share_records": 40}
+    # the agent went idle as the share ended (it saw the probes go): still active in it
+    dev.flush = SimpleNamespace(started_ns=int(102.25 * ns), active_ns=int(102.06 * ns), idle_ns=int(102.3 * ns))
+    dev.span = SimpleNamespace(first_start_ns=0, last_end_ns=0, records=0)
+    shares.add(dev, None, 102.0, 102.26)
+    # it never became active in the share (idle since before it), no flush in it: nothing recorded
+    dev.flush = SimpleNamespace(started_ns=int(102.25 * ns), active_ns=int(102.06 * ns), idle_ns=int(102.3 * ns))
+    shares.add(dev, None, 104.0, 104.1)
+    assert shares.stats() == {"device_share_ms_active_to_flush": 380, "device_share_ms_first_record_to_flush": 160,
+                              "device_share_ms_span": 150, "device_shares": 3, "device_share_records": 40}
+
+
+def test_the_duty_cycle_measures_a_share_at_each_pause_and_at_the_end() -> None:
+    clock = Clock()
+    gpu, dev = FakeGpu(), FakeGpu()
+    ns = 1_000_000_000
+    dev.flush = SimpleNamespace(started_ns=int(100.9 * ns), active_ns=int(100.1 * ns), idle_ns=0)
+    d = _DutyCycle(gpu, 0.25, 4.0, dev=dev, bpf=object(), target=object(), clock=clock)  # type: ignore[arg-type]
+    clock.now = 101.0
+    d.update(1.0)  # pause: the share from 100.0 (attached) to the flush at 100.9, active from 100.1
+    clock.now = 104.0
+    d.end_window(4.0)
+    first = d.take_shares()
+    assert first.shares == 1 and first.stats()["device_share_ms_active_to_flush"] == 800
+    d.start_window(0.0)  # attached again at 104.0
+    dev.flush = SimpleNamespace(started_ns=int(104.5 * ns), active_ns=int(104.2 * ns), idle_ns=int(101.0 * ns))
+    clock.now = 104.6
+    d.end_window(0.6)  # the capture ends inside the share: its last flush ended it
+    assert d.take_shares().stats()["device_share_ms_active_to_flush"] == 300

@@ -17,6 +17,11 @@ exact by construction of the mocks:
 --no-init: CUDA is never initialized before "go" (no context: injection must refuse).
 --hold-cupti: subscribes to CUPTI first, as another profiler would (the agent must say CUPTI is held).
 --relu-thread: the relus run in a thread of their own (started and joined inside the phase).
+
+    python mock_target.py MOCK_LIB_DIR --steady RATE
+
+--steady: after "ready", cudaLaunchKernel of mock_matmul RATE times a second, paced to absolute deadlines
+(so the rate holds while probes slow each launch), until a line on stdin; then prints "launched <n>".
 """
 
 from __future__ import annotations
@@ -79,6 +84,19 @@ def hip_copies(hip: ctypes.CDLL, host: ctypes.Array) -> None:
 def hip_sets(hip: ctypes.CDLL) -> None:
     for _ in range(N_SET):
         hip.hipMemset(None, 0, ctypes.c_size_t(SET_BYTES))  # LINE_HIP_SET
+
+
+def steady(rt: ctypes.CDLL, stub: int, rate: float) -> int:
+    """Launches at `rate` a second until stdin has a line; how many."""
+    import select
+    import time
+
+    n, step, next_t = 0, 1.0 / rate, time.monotonic()
+    while not select.select([sys.stdin], [], [], max(0.0, next_t - time.monotonic()))[0]:
+        rt.cudaLaunchKernel(ctypes.c_void_p(stub), Dim3(4, 2, 1), Dim3(256, 1, 1), None, ctypes.c_size_t(0), None)
+        n += 1
+        next_t += step
+    return n
 
 
 def attach_agent(path: str) -> str:
@@ -178,6 +196,9 @@ def main() -> None:
     phases = int(sys.argv[sys.argv.index("--phases") + 1]) if "--phases" in sys.argv else 1
     if not auto and not late:
         print(f"ready {os.getpid()}", flush=True)
+    if "--steady" in sys.argv:
+        print(f"launched {steady(rt, stub, float(sys.argv[sys.argv.index('--steady') + 1]))}", flush=True)
+        return
     for _ in range(phases):
         if not auto:
             sys.stdin.readline()

@@ -17,7 +17,8 @@ def test_structs_match_the_header(tmp_path: Path) -> None:
     pairs: dict[str, int] = {}
     for c_name, mirror in (("dev_record", da.DevRecord), ("dev_corr", da.DevCorr), ("dev_corr_slot", da.DevCorrSlot),
                            ("dev_key", da.DevKey), ("dev_val", da.DevVal), ("dev_name_key", da.DevNameKey),
-                           ("dev_event", da.DevEvent), ("dev_flush", da.DevFlush), ("dev_config", da.DevConfig),
+                           ("dev_event", da.DevEvent), ("dev_flush", da.DevFlush), ("dev_span", da.DevSpan),
+                           ("dev_config", da.DevConfig),
                            ("usdt_site", usdt.UsdtSite), ("usdt_site_key", usdt.UsdtSiteKey)):
         pairs |= struct_layout(c_name, mirror)
     assert c_values(tmp_path, [HEADER], list(pairs)) == list(pairs.values())
