@@ -601,8 +601,11 @@ class Capture:
         view = (DeviceView.read(dev, bpf, target.pid, gpu_paths.stack_key if gpu_paths is not None else None)
                 if dev is not None else None)
         if view is not None and self.gpu_probed_s is not None and dev is not None and dev.can_pause:
-            # the agent reported only while attached, as the GPU API probes: scaled up to the window alike
-            view = view.scaled(duration / self.gpu_probed_s if self.gpu_probed_s > 0 else 0.0)
+            # the agent reported for part of each attached share (daemon/device_share.py): scaled up to the
+            # window by how long it recorded, or by the probes' attached time where no share was measured
+            recorded = self.device_shares.recorded_s if self.device_shares and self.device_shares.shares else 0.0
+            on_s = recorded if recorded > 0 else self.gpu_probed_s
+            view = view.scaled(duration / on_s if on_s > 0 else 0.0)
         trace: list[dict[str, Any]] = []
         if gpu is not None and gpu_paths is not None:
             mode = gpu.mode

@@ -1,18 +1,26 @@
-"""What the device-activity agent recorded in each attached share of a duty cycle, measured three ways.
+"""How long the device-activity agent recorded in each attached share of a duty cycle: what device times
+are scaled up by.
 
-The duty cycle scales device times up by the time its probes were attached, from the middle of the attach
-to the middle of the detach. The agent records less than that: it starts CUPTI only when its watcher sees
+The time the probes were attached (from the middle of the attach to the middle of the detach, what the GPU
+API calls are scaled by) is longer than what the agent recorded: it starts CUPTI only when its watcher sees
 the probes (within 100 ms), and the records of kernels still queued on the GPU at the flush that ends the
-share are handed over after the probes are gone. On an H200 (ResNet-50, `--gpu-duty 0.1`) the scaled GPU
-time per step came out a third low. Which interval is right cannot be told without a GPU, so each share's
-candidates are kept as stats, to be compared with a full capture's GPU time there:
+share are handed over after the probes are gone. Scaled by it, an H200's ResNet-50 GPU time per step
+came out a third low (`--gpu-duty 0.1`: 21.7 ms against 32.4 ms from full captures). Each share is measured
+three ways, all kept as stats:
 
-- active to flush: from when the agent said it was active (or the probes were attached, if later) to the
-  flush that ended the share (the last records the probes could see);
-- first record to flush: from the start of the first kernel, copy or set recorded to that flush (on a busy
-  GPU the first kernel launched after the start waits behind the queue: the interval of launches recorded
-  is that much shorter at both ends);
-- span: from the first record's start to the last record's end.
+- first record to flush (what device times are scaled by): from the start of the first kernel, copy or set
+  recorded to the flush that ended the share. The first kernel launched after CUPTI started waits behind
+  the queue as long as those launched before the flush do after it, so this is as long as the launches
+  recorded; on an idle-then-busy GPU it leaves out the wait for the first launch. A share with no record
+  counts active to flush (the GPU had nothing to run: nothing was missed);
+- active to flush: from when the agent said it was active (or the probes were attached, if later) to that
+  flush: the queue too long on a busy GPU;
+- span: from the first record's start to the last record's end: too short on a GPU that idles.
+
+On the mock runtime with a bounded queue and records handed over as their work ends
+(`tests/integration/device/test_device_duty.py`), the first two ways give the capture's true device time and
+the attached time 6% less. Which is right on a GPU is for a GPU run to confirm: `bench/gpu_overhead.py`
+rows carry the three sums and the GPU time per step.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ class DeviceShares:
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("active_to_flush", "first_record_to_flush", "span"), 0.0))
     records: int = 0
+    recorded_s: float = 0.0  # what device times are scaled by: first record to flush, or active to flush
 
     def add(self, dev: _Device, bpf: Any, attached_at: float, ended_at: float, pid: int = 0) -> None:
         """One share: the agent's probes attached at attached_at and were let go from ended_at (CLOCK_MONOTONIC
@@ -65,6 +74,7 @@ class DeviceShares:
                 "span": (span.last_end_ns - span.first_start_ns) * _S if span.records else 0.0}
         self.shares += 1
         self.records += span.records
+        self.recorded_s += cand["first_record_to_flush"] if span.records else cand["active_to_flush"]
         for k, v in cand.items():
             self.seconds[k] += v
         log.debug("device share", extra={"pid": pid, "attached_for_s": round(ended_at - attached_at, 4),
@@ -72,4 +82,5 @@ class DeviceShares:
 
     def stats(self) -> dict[str, int]:
         out = {f"device_share_ms_{k}": round(1000 * v) for k, v in self.seconds.items()}
-        return out | {"device_shares": self.shares, "device_share_records": self.records}
+        return out | {"device_shares": self.shares, "device_share_records": self.records,
+                      "device_recorded_ms": round(1000 * self.recorded_s)}

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,14 +82,34 @@ static const struct kernel *find_kernel(const void *handle) {
     return NULL;
 }
 
+/* MOCK_DEVICE_QUEUE_NS: the most work the device queues; a launch beyond it waits for room, as a real
+ * runtime blocks when its launch queue is full (0, the default: the queue has no bound). */
+static uint64_t queue_bound_ns(void) {
+    static long long bound = -1;
+    if (bound < 0) {
+        const char *s = getenv("MOCK_DEVICE_QUEUE_NS");
+        bound = s ? atoll(s) : 0;
+    }
+    return bound > 0 ? (uint64_t)bound : 0;
+}
+
 /* Places `duration` of work on the simulated device; returns its start. */
 EXPORT uint64_t mock_device_run(uint64_t duration) {
-    uint64_t now = mockcupti_now();
-    pthread_mutex_lock(&lock);
-    uint64_t start = now > device_free_at ? now : device_free_at;
-    device_free_at = start + duration;
-    pthread_mutex_unlock(&lock);
-    return start;
+    uint64_t bound = queue_bound_ns();
+    for (;;) {
+        uint64_t now = mockcupti_now();
+        pthread_mutex_lock(&lock);
+        if (!bound || device_free_at <= now + bound) {
+            uint64_t start = now > device_free_at ? now : device_free_at;
+            device_free_at = start + duration;
+            pthread_mutex_unlock(&lock);
+            return start;
+        }
+        uint64_t wait = device_free_at - now - bound;
+        pthread_mutex_unlock(&lock);
+        struct timespec ts = {(time_t)(wait / 1000000000ull), (long)(wait % 1000000000ull)};
+        nanosleep(&ts, NULL);  /* the queue drains at the device's pace */
+    }
 }
 
 EXPORT uint64_t mock_device_idle_at(void) {

@@ -146,6 +146,8 @@ EXPORT CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext ctx, uint32_t str
     return CUPTI_SUCCESS;
 }
 
+static void *reserve(size_t size);
+
 /* Hands the current buffer to the client (lock held; released around the client's callback). */
 static void deliver(void) {
     if (!buffer || !buffer_completed)
@@ -159,20 +161,77 @@ static void deliver(void) {
     pthread_mutex_lock(&lock);
 }
 
+static uint64_t record_end(const CUpti_Activity *r) {
+    switch (r->kind) {
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return ((const CUpti_ActivityKernel10 *)r)->end;
+    case CUPTI_ACTIVITY_KIND_MEMCPY: return ((const CUpti_ActivityMemcpy6 *)r)->end;
+    case CUPTI_ACTIVITY_KIND_MEMSET: return ((const CUpti_ActivityMemset4 *)r)->end;
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: return ((const CUpti_ActivitySynchronization2 *)r)->end;
+    default: return 0;
+    }
+}
+
+EXPORT uint64_t mockcupti_now(void);
+
+/* MOCK_CUPTI_COMPLETED_ONLY=1: a flush that is not forced hands over only the records of work the device
+ * has finished, as CUPTI does; the rest wait in a new buffer for a later flush (lock held). */
+static void deliver_completed(void) {
+    static int completed_only = -1;
+    if (completed_only < 0) {
+        const char *s = getenv("MOCK_CUPTI_COMPLETED_ONLY");
+        completed_only = s && *s == '1';
+    }
+    if (!completed_only || !buffer) {
+        deliver();
+        return;
+    }
+    uint64_t now = mockcupti_now();
+    uint8_t *pending = malloc(buffer_used ? buffer_used : 1);
+    size_t done = 0, waiting = 0;
+    for (size_t pos = 0; pending && pos < buffer_used;) {
+        const CUpti_Activity *r = (const CUpti_Activity *)(buffer + pos);
+        size_t size = record_size(r);
+        if (!size)
+            break;
+        if (record_end(r) <= now) {
+            memmove(buffer + done, r, size);
+            done += size;
+        } else {
+            memcpy(pending + waiting, r, size);
+            waiting += size;
+        }
+        pos += size;
+    }
+    if (!pending) {
+        deliver();
+        return;
+    }
+    buffer_used = done;
+    if (done)
+        deliver();
+    if (waiting) {
+        void *p = reserve(waiting);  /* a new buffer: the records wait there, in their order */
+        if (p)
+            memcpy(p, pending, waiting);
+    }
+    free(pending);
+}
+
 EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
-    (void)flag;
     pthread_mutex_lock(&lock);
     if (!buffer_completed) {
         pthread_mutex_unlock(&lock);
         return CUPTI_ERROR_INVALID_OPERATION;
     }
-    if (buffer_used)
-        deliver();
+    if (buffer_used) {
+        if (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)
+            deliver();
+        else
+            deliver_completed();
+    }
     pthread_mutex_unlock(&lock);
     return CUPTI_SUCCESS;
 }
-
-EXPORT uint64_t mockcupti_now(void);
 
 /* CUPTI's clock now: the agent measures its offset to CLOCK_MONOTONIC with it. */
 EXPORT CUptiResult cuptiGetTimestamp(uint64_t *timestamp) {

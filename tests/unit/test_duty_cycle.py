@@ -202,7 +202,8 @@ def test_each_share_keeps_what_the_agent_recorded_three_ways() -> None:
     shares = DeviceShares()
     shares.add(dev, None, 100.0, 100.26)
     assert shares.stats() == {"device_share_ms_active_to_flush": 190, "device_share_ms_first_record_to_flush": 160,
-                              "device_share_ms_span": 150, "device_shares": 1, "device_share_records": 40}
+                              "device_share_ms_span": 150, "device_shares": 1, "device_share_records": 40,
+                              "device_recorded_ms": 160}
     # the agent went idle as the share ended (it saw the probes go): still active in it
     dev.flush = SimpleNamespace(started_ns=int(102.25 * ns), active_ns=int(102.06 * ns), idle_ns=int(102.3 * ns))
     dev.span = SimpleNamespace(first_start_ns=0, last_end_ns=0, records=0)
@@ -210,8 +211,10 @@ def test_each_share_keeps_what_the_agent_recorded_three_ways() -> None:
     # it never became active in the share (idle since before it), no flush in it: nothing recorded
     dev.flush = SimpleNamespace(started_ns=int(102.25 * ns), active_ns=int(102.06 * ns), idle_ns=int(102.3 * ns))
     shares.add(dev, None, 104.0, 104.1)
+    # recorded: the first share's first record to flush, the second's active to flush (no record), none
     assert shares.stats() == {"device_share_ms_active_to_flush": 380, "device_share_ms_first_record_to_flush": 160,
-                              "device_share_ms_span": 150, "device_shares": 3, "device_share_records": 40}
+                              "device_share_ms_span": 150, "device_shares": 3, "device_share_records": 40,
+                              "device_recorded_ms": 350}
 
 
 def test_the_duty_cycle_measures_a_share_at_each_pause_and_at_the_end() -> None:

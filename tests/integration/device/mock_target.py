@@ -18,10 +18,11 @@ exact by construction of the mocks:
 --hold-cupti: subscribes to CUPTI first, as another profiler would (the agent must say CUPTI is held).
 --relu-thread: the relus run in a thread of their own (started and joined inside the phase).
 
-    python mock_target.py MOCK_LIB_DIR --steady RATE
+    python mock_target.py MOCK_LIB_DIR --steady RATE [--kernel-ns NS]
 
 --steady: after "ready", cudaLaunchKernel of mock_matmul RATE times a second, paced to absolute deadlines
 (so the rate holds while probes slow each launch), until a line on stdin; then prints "launched <n>".
+--kernel-ns: mock_matmul lasts NS on the device instead of MATMUL_NS (more than 1/RATE keeps it busy).
 """
 
 from __future__ import annotations
@@ -177,7 +178,8 @@ def main() -> None:
     relu_handle = ctypes.create_string_buffer(64)  # a bare handle: no symbol, no name next to it
     relu = ctypes.addressof(relu_handle)
     cu.mockRegisterKernel.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64]
-    cu.mockRegisterKernel(stub, MATMUL_NAME, MATMUL_NS)
+    matmul_ns = int(sys.argv[sys.argv.index("--kernel-ns") + 1]) if "--kernel-ns" in sys.argv else MATMUL_NS
+    cu.mockRegisterKernel(stub, MATMUL_NAME, matmul_ns)
     cu.mockRegisterKernel(relu, RELU_NAME, RELU_NS)
     rt.mockGraphCreate.restype = ctypes.c_void_p
     graph = rt.mockGraphCreate((ctypes.c_void_p * 3)(stub, relu, stub), 3)
