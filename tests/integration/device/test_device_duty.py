@@ -59,19 +59,19 @@ def test_scaled_device_time_matches_the_launch_rate(daemon, built: tuple[Path, P
 
 
 def test_a_busy_device_is_scaled_by_how_long_the_agent_recorded(daemon, built: tuple[Path, Path]) -> None:
-    """A device kept busy (2 ms kernels asked for 1000 times a second, at most 40 ms of work queued, records
+    """A device kept busy (2 ms kernels asked for 1000 times a second, at most 100 ms of work queued, records
     handed over once their work is done, as on a GPU): every second of the capture holds a second of kernels.
     Scaled by the first record's start to each share's flush, the profile's device time is the capture's;
     scaled by the time the probes were attached (the control), it would come out short."""
     doc, _ = duty_capture(daemon, *built, str(RATE), "--kernel-ns", "2000000",
-                          env={"MOCK_DEVICE_QUEUE_NS": "40000000", "MOCK_CUPTI_COMPLETED_ONLY": "1"})
+                          env={"MOCK_DEVICE_QUEUE_NS": "100000000", "MOCK_CUPTI_COMPLETED_ONLY": "1"})
     stats = doc["stats"]
     shown = {k: v for k, v in stats.items() if k.startswith(("device_share", "device_rec", "gpu_probe", "device_time"))}
     capture_ms = 1000 * doc["duration_s"]
     gpu_ms = sum(n["metrics"]["gpu_time_ns"] for _, n in walk(doc) if n["kind"] == "kernel") / 1e6
-    assert abs(gpu_ms - capture_ms) <= 0.03 * capture_ms, (gpu_ms, capture_ms, shown)
+    assert abs(gpu_ms - capture_ms) <= 0.04 * capture_ms, (gpu_ms, capture_ms, shown)
     recorded_ms = stats["device_time_ns"] / 1e6  # as recorded, before scaling
     assert stats["device_recorded_ms"] == stats["device_share_ms_first_record_to_flush"], shown
-    assert abs(recorded_ms - stats["device_recorded_ms"]) <= 0.03 * recorded_ms, shown
+    assert abs(recorded_ms - stats["device_recorded_ms"]) <= 0.04 * recorded_ms, shown
     attached_ms = stats["gpu_probe_duty_permille"] * doc["duration_s"]
-    assert recorded_ms * capture_ms / attached_ms < 0.97 * capture_ms, shown  # the control: short
+    assert recorded_ms * capture_ms / attached_ms < 0.92 * capture_ms, shown  # the control: short
