@@ -19,8 +19,8 @@ three ways, all kept as stats:
 
 On the mock runtime with a bounded queue and records handed over as their work ends
 (`tests/integration/device/test_device_duty.py`), the first way gives the capture's true device time
-(0.996 to 0.998 of it behind a 100 ms queue), the attached time 0.80 to 0.83 of it. Which is right on a GPU is for a GPU run to confirm: `bench/gpu_overhead.py`
-rows carry the three sums and the GPU time per step.
+(0.996 to 0.998 of it behind a 100 ms queue), the attached time 0.80 to 0.83 of it. Which is right on a
+GPU is for a GPU run to confirm: `bench/gpu_overhead.py` rows carry the three sums and the GPU time per step.
 """
 
 from __future__ import annotations
