@@ -239,7 +239,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default="resnet50")
     ap.add_argument("--seconds", type=float, default=120.0, help="how long each workload runs while captured")
-    ap.add_argument("--period", type=float, default=2.0, help="the daemon's window: attached for its first half")
+    ap.add_argument("--period", type=float, default=2.0, help="the daemon's window: attached for its first --duty")
     ap.add_argument("--duty", type=float, default=0.5,
                     help="the share of each window attached (0.1 with --period 2 is `--gpu-duty 0.1`: read the "
                          "cycle cost; pairs need stretches longer than --guard)")

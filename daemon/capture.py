@@ -318,6 +318,8 @@ class Capture:
         # auto and on alike: the CUPTI agent takes them (the rocprofiler-sdk agent's HIP calls keep uprobes)
         agent_calls = not self.opts.trace and self.opts.agent_calls != "off"
         dev = DeviceActivity(trace=self.opts.trace, inject=asked, count_entries=self.opts.count_map_entries)
+        # a duty cycle measures what each attached share recorded (daemon/device_share.py): records widen dev_span
+        dev.spans = self.opts.gpu_duty < 1.0 and not self.opts.trace
         try:
             dev.prepare(target)
         except ValueError as e:
@@ -603,7 +605,7 @@ class Capture:
         if view is not None and self.gpu_probed_s is not None and dev is not None and dev.can_pause:
             # the agent reported for part of each attached share (daemon/device_share.py): scaled up to the
             # window by how long it recorded, or by the probes' attached time where no share was measured
-            recorded = self.device_shares.recorded_s if self.device_shares and self.device_shares.shares else 0.0
+            recorded = self.device_shares.recorded_s if self.device_shares else 0.0
             on_s = recorded if recorded > 0 else self.gpu_probed_s
             view = view.scaled(duration / on_s if on_s > 0 else 0.0)
         trace: list[dict[str, Any]] = []

@@ -256,7 +256,7 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
         return;
     }
     int zero = 0;
-    struct dev_span *span = r->kind != DEV_KIND_SYNC ? dev_span.lookup(&zero) : NULL;
+    struct dev_span *span = cfg && cfg->spans && r->kind != DEV_KIND_SYNC ? dev_span.lookup(&zero) : NULL;
     if (span) {
         if (!span->first_start_ns || r->start_ns < span->first_start_ns)
             span->first_start_ns = r->start_ns;

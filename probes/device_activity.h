@@ -186,6 +186,8 @@ struct dev_config {
     __u32 trace;         /* emit per-call and per-record events */
     __u32 agent_calls;   /* launches and async copies/sets are the agent's alone (no uprobe parks them):
                             a correlation never joins another call of the thread */
+    __u32 spans;         /* a duty cycle runs: records widen dev_span (what each attached share recorded) */
+    __u32 pad;
 };
 
 /* USDT argument locations of one probe site (probes/usdt.py fills them from the file's

@@ -138,7 +138,8 @@ class DevSpan(ct.Structure):
 
 
 class DevConfig(ct.Structure):
-    _fields_ = [("start_ns", ct.c_uint64), ("trace", ct.c_uint32), ("agent_calls", ct.c_uint32)]
+    _fields_ = [("start_ns", ct.c_uint64), ("trace", ct.c_uint32), ("agent_calls", ct.c_uint32),
+                ("spans", ct.c_uint32), ("pad", ct.c_uint32)]
 
 
 @dataclass(slots=True)  # one per map entry: not frozen (a frozen init sets every field via object.__setattr__)
@@ -256,6 +257,7 @@ class DeviceActivity:
         # per call. Trace mode needs every call.
         self.sampling = sampling and not trace
         self.agent_calls = False  # the GPU API probes left launches to the agent (GpuApi.agent_reports_calls)
+        self.spans = False  # a duty cycle measures each attached share: records widen dev_span (take_span)
         self.paused = False  # duty cycle: probes detached, the agent idle
         self.resumes = 0
         self.inject = inject
@@ -343,7 +345,8 @@ class DeviceActivity:
             self._wait_active(bpf)
 
     def write_config(self, bpf: Any) -> None:
-        bpf["dev_config"][ct.c_int(0)] = DevConfig(self.start_ns, int(self.trace), int(self.agent_calls))
+        bpf["dev_config"][ct.c_int(0)] = DevConfig(self.start_ns, int(self.trace), int(self.agent_calls),
+                                                   int(self.spans))
 
     def _wait_active(self, bpf: Any, timeout_s: float = 1.0) -> None:
         """An agent that was idle starts within its watcher's tick (100 ms) of the semaphores rising:

@@ -7,10 +7,10 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
-#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cupti.h>
 

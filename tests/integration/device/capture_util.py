@@ -33,7 +33,7 @@ class Result:
 
 def run_capture(pid: int, work: Callable[[], None], device: DeviceActivity, python: bool = True,
                 before_flush: Callable[[Any], None] | None = None, gpu_mode: str = "exact",
-                agent_calls: bool = False) -> Result:
+                agent_calls: bool = False, after_flush: Callable[[Any], None] | None = None) -> Result:
     """agent_calls: launches and async copies/sets are left to the agent (GpuApi.agent_reports_calls)."""
     info = procfs.process_info(pid)
     target = Target(pid, info, procfs.AddressSpace(procfs.read_maps(pid)))
@@ -60,6 +60,8 @@ def run_capture(pid: int, work: Callable[[], None], device: DeviceActivity, pyth
         if before_flush is not None:
             before_flush(bpf)
         flushed = device.flush(bpf, target)
+        if after_flush is not None:
+            after_flush(bpf)
         for f in families:
             f.poll(bpf, target)
         tree = CallTree(info.command)

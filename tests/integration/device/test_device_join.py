@@ -207,3 +207,27 @@ def test_a_correlation_slot_taken_again_before_its_record_is_counted(built: tupl
     assert s["device_time_ns"] == TOTAL_NS  # every record's time is kept, joined or not
     with pytest.raises(ValueError, match="power of two"):
         DeviceActivity(corr_ids=6)
+
+
+@pytest.mark.parametrize("spans", [False, True])
+def test_records_widen_the_span_only_under_a_duty_cycle(built: tuple[Path, Path], spans: bool) -> None:
+    """dev_span costs a map lookup per record: only captures on a duty cycle (DeviceActivity.spans) pay it.
+    With it, every record but the sync's widens the span; taking it starts a new one."""
+    t = start(built)
+    taken: list = []
+    try:
+        dev = DeviceActivity()
+        dev.spans = spans
+        # read after the flush, as the duty cycle reads it at the end of each attached share
+        run_capture(t.pid, phase(t), dev, python=False, after_flush=lambda bpf: taken.extend(
+            [dev.take_span(bpf), dev.take_span(bpf)]))
+    finally:
+        t.stop()
+    first, again = taken
+    assert (again.records, again.first_start_ns, again.last_end_ns) == (0, 0, 0)
+    if not spans:
+        assert (first.records, first.first_start_ns, first.last_end_ns) == (0, 0, 0)
+        return
+    assert first.records == RECORDS - 1
+    # the phase's device work: at least its kernels, copies and sets back to back
+    assert first.last_end_ns - first.first_start_ns >= TOTAL_NS
