@@ -227,7 +227,7 @@ STAT_KEYS = {"gpu_api_calls": "gpu_api_calls", "calls_with_path": "gpu_api_calls
              "device_time_in_profile_ns": "device_time_in_profile_ns", "device_shares": "device_shares",
              "device_share_ms_active_to_flush": "device_share_ms_active_to_flush",
              "device_share_ms_first_record_to_flush": "device_share_ms_first_record_to_flush",
-             "device_share_ms_span": "device_share_ms_span"}
+             "device_share_ms_span": "device_share_ms_span", "device_recorded_ms": "device_recorded_ms"}
 
 
 def doc_stats(doc: dict) -> dict:
@@ -360,7 +360,7 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
 def alternate_table(rows: list[dict], workloads: list[str]) -> None:
     print(f"\n{'workload':15} {'variant':32} {'blocks':>6} {'ratio median':>12} {'mean [95%]':>21} {'min':>6} {'max':>6} "
           f"{'on steps/s':>10} {'off steps/s':>11} {'daemon CPU':>10} {'RSS MB':>7} {'ready s':>8} "
-          f"{'CPU ratio':>9} {'steal':>6} {'corrected':>9}")
+          f"{'CPU ratio':>9} {'steal':>6} {'GPU ms/step':>11} {'corrected':>9}")
     for name in workloads:
         off = [r["steps_per_s"] for r in rows if r["workload"] == name and r["variant"] == "alone"]
         for v in VARIANTS:
@@ -376,8 +376,15 @@ def alternate_table(rows: list[dict], workloads: list[str]) -> None:
                   f"{max(r['daemon_rss_mb'] for r in rs):7.0f} "
                   f"{statistics.median(r['profile_ready_s'] for r in rs):8.2f} "
                   f"{statistics.median(r['cpu_ratio'] for r in rs):9.3f} "
-                  f"{100 * max(r['steal_share'] for r in rs):5.1f}%"
+                  f"{100 * max(r['steal_share'] for r in rs):5.1f}% {gpu_ms_per_step(rs):>11}"
                   + (f" {statistics.median(r['corrected_ratio'] for r in rs):9.4f}" if "corrected_ratio" in rs[0] else ""))
+
+
+def gpu_ms_per_step(rs: list[dict]) -> str:
+    """The median of the profiles' GPU time per step (a --gpu-duty row's scaled up): a duty cycle's scaling
+    is right when its rows agree with the full captures' ("-": no device activity in the profile)."""
+    ms = [r["profile_gpu_ms_per_step"] for r in rs if "profile_gpu_ms_per_step" in r]
+    return f"{statistics.median(ms):.2f}" if ms else "-"
 
 
 def main() -> int:

@@ -185,7 +185,8 @@ class Capture:
         self.shutdown = shutdown
         self.state = "starting"
         self.started_unix = time.time()
-        self.sampler = CpuSampler(opts.sample_hz, opts.kernel_stacks, opts.stack_map_entries, opts.count_map_entries)
+        self.sampler = CpuSampler(opts.sample_hz, opts.kernel_stacks, opts.stack_map_entries, opts.count_map_entries,
+                                  windows=bool(opts.window_s))
         self.families: list[ProbeFamily] = []
         self.samples = 0
         self.command = ""
@@ -292,7 +293,7 @@ class Capture:
                          sampled_paths_per_s=self.opts.gpu_sampled_paths_per_s,
                          count_entries=self.opts.count_map_entries, stack_entries=self.opts.stack_map_entries,
                          symbol_cache=self.symbols, handoffs=builtin_handoffs(self.opts.autograd_nodes)
-                         + self.opts.handoff_points)
+                         + self.opts.handoff_points, windows=bool(self.opts.window_s))
             try:
                 gpu.prepare(target)
                 families.append(gpu)
@@ -317,7 +318,8 @@ class Capture:
         gpu = next(f for f in families if isinstance(f, GpuApi))
         # auto and on alike: the CUPTI agent takes them (the rocprofiler-sdk agent's HIP calls keep uprobes)
         agent_calls = not self.opts.trace and self.opts.agent_calls != "off"
-        dev = DeviceActivity(trace=self.opts.trace, inject=asked, count_entries=self.opts.count_map_entries)
+        dev = DeviceActivity(trace=self.opts.trace, inject=asked, count_entries=self.opts.count_map_entries,
+                             windows=bool(self.opts.window_s))
         # a duty cycle measures what each attached share recorded (daemon/device_share.py): records widen dev_span
         dev.spans = self.opts.gpu_duty < 1.0 and not self.opts.trace
         try:

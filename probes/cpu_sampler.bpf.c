@@ -1,9 +1,10 @@
 /* CPU sampler: on each cpu-clock perf event of a target process, record the call path and count it.
- * Settings (-D): SAMPLER_KERNEL_STACKS, SAMPLER_STACK_ENTRIES, SAMPLER_COUNT_ENTRIES, SAMPLER_MAX_TARGETS.
+ * Settings (-D): SAMPLER_KERNEL_STACKS, SAMPLER_STACK_ENTRIES, SAMPLER_COUNT_ENTRIES, SAMPLER_COUNT_SPARE, SAMPLER_MAX_TARGETS.
  * Uses the Python walker (python_stack.bpf.h) and the native unwinder (native_unwind.bpf.h) when the
  * session includes them before this file (DEEPCTX_PYTHON, DEEPCTX_NATIVE_UNWIND). */
 #include <uapi/linux/ptrace.h>
 #include "cpu_sampler.h"
+#include "counts_map.bpf.h"
 
 /* struct bpf_perf_event_data (uapi, ABI-stable), declared here because including
  * <uapi/linux/bpf_perf_event.h> adds two seconds to every bcc compilation. */
@@ -15,7 +16,8 @@ struct deepctx_perf_event_data { struct pt_regs regs; __u64 sample_period; __u64
 
 BPF_HASH(targets, __u32, __u8, SAMPLER_MAX_TARGETS);
 BPF_STACK_TRACE(stacks, SAMPLER_STACK_ENTRIES);
-BPF_HASH(counts, struct sample_key, __u64, SAMPLER_COUNT_ENTRIES);
+COUNTS_MAP(counts, struct sample_key, __u64, SAMPLER_COUNT_ENTRIES, SAMPLER_COUNT_SPARE, 0);
+/* preallocated: perf_event programs may use no other hash map before Linux 6.1 */
 BPF_PERCPU_ARRAY(cpu_stats, __u64, CPU_STAT__COUNT);
 
 static __always_inline void cpu_stat_inc(int idx) {
@@ -72,7 +74,8 @@ int on_cpu_sample(struct deepctx_perf_event_data *ctx) {
 #endif
 
     __u64 zero = 0;
-    __u64 *count = counts.lookup_or_try_init(&key, &zero);
+    int slot = 0;
+    __u64 *count = counts_get(counts.lookup(&slot), &key, &zero);
     if (!count) {
         cpu_stat_inc(CPU_STAT_COUNTS_FULL);
         return 0;

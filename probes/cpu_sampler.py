@@ -71,7 +71,7 @@ class CpuSampler:
     name = "cpu"
 
     def __init__(self, sample_hz: int, kernel_stacks: bool = False, stack_entries: int = 16384,
-                 count_entries: int = 65536, max_targets: int = 1024) -> None:
+                 count_entries: int = 65536, max_targets: int = 1024, windows: bool = False) -> None:
         if not MIN_SAMPLE_HZ <= sample_hz <= MAX_SAMPLE_HZ:
             raise ValueError(f"sample rate {sample_hz} Hz is out of range [{MIN_SAMPLE_HZ}, {MAX_SAMPLE_HZ}]")
         self.sample_hz = sample_hz
@@ -81,7 +81,7 @@ class CpuSampler:
         self.max_targets = max_targets
         self.max_depth = max_stack_depth()
         self._attached = False
-        self.counts = CountsMap("counts")
+        self.counts = CountsMap("counts", windows)  # windows: continuous mode cuts them (two generations)
         self.stack_clears = 0
 
     def source(self) -> str:
@@ -91,6 +91,7 @@ class CpuSampler:
         d: dict[str, int | str] = {
             "SAMPLER_STACK_ENTRIES": self.stack_entries,
             "SAMPLER_COUNT_ENTRIES": self.count_entries,
+            "SAMPLER_COUNT_SPARE": self.counts.spare_entries(self.count_entries),
             "SAMPLER_MAX_TARGETS": self.max_targets,
         }
         if self.kernel_stacks:
@@ -103,6 +104,7 @@ class CpuSampler:
     def attach(self, bpf: Any, target: Target) -> None:
         from bcc import PerfSWConfig, PerfType
 
+        self.counts.bind(bpf)
         bpf["targets"][ct.c_uint32(target.pid)] = ct.c_uint8(1)
         if not self._attached:
             bpf.attach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK,

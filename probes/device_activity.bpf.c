@@ -8,10 +8,12 @@
  *   flushed / status:  the agent's last flush and state, for user space (dev_flush);
  *   api_exit probe:    trace mode only, like per-record events (ring buffer dev_events).
  * USDT arguments are decoded from dev_sites (probes/usdt.py), keyed by the site's address.
- * Settings (-D): DEV_CORR_ENTRIES, DEV_CORR_IDS, DEV_COUNT_ENTRIES, DEV_NAME_ENTRIES, DEV_SITE_ENTRIES, DEV_TRACE
+ * Settings (-D): DEV_CORR_ENTRIES, DEV_CORR_IDS, DEV_COUNT_ENTRIES, DEV_COUNT_SPARE, DEV_COUNT_FLAGS,
+ * DEV_NAME_ENTRIES, DEV_SITE_ENTRIES, DEV_TRACE
  * (0/1: compile the trace ring buffer in), DEV_RINGBUF_PAGES. */
 #include <uapi/linux/ptrace.h>
 #include "device_activity.h"
+#include "counts_map.bpf.h"
 
 BPF_HASH(dev_sites, struct usdt_site_key, struct usdt_site, DEV_SITE_ENTRIES);
 /* The join table's two rings (struct dev_corr_slot): calls whose ids get no record (a failed launch, a
@@ -19,7 +21,8 @@ BPF_HASH(dev_sites, struct usdt_site_key, struct usdt_site, DEV_SITE_ENTRIES);
 BPF_ARRAY(dev_corr, struct dev_corr_slot, DEV_CORR_ENTRIES);
 BPF_ARRAY(dev_corr_ids, __u64, DEV_CORR_IDS);
 BPF_ARRAY(dev_corr_next, __u64, 1); /* calls reported so far: the next one's slot */
-BPF_HASH(dev_counts, struct dev_key, struct dev_val, DEV_COUNT_ENTRIES);
+COUNTS_MAP(dev_counts, struct dev_key, struct dev_val, DEV_COUNT_ENTRIES, DEV_COUNT_SPARE,
+           DEV_COUNT_FLAGS);
 BPF_F_TABLE("hash", struct dev_name_key, struct dev_name, dev_names, DEV_NAME_ENTRIES, BPF_F_NO_PREALLOC);
 BPF_PERCPU_ARRAY(dev_stats, __u64, DEV_STAT__COUNT);
 BPF_ARRAY(dev_config, struct dev_config, 1);
@@ -314,7 +317,8 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
         k->flags |= DEV_KEY_F_GRAPH;
     __u64 dt = r->end_ns - r->start_ns;
     struct dev_val zero_val = {};
-    struct dev_val *v = dev_counts.lookup_or_try_init(k, &zero_val);
+    int slot = 0;
+    struct dev_val *v = counts_get(dev_counts.lookup(&slot), k, &zero_val);
     if (v) {
         __sync_fetch_and_add(&v->count, 1);
         __sync_fetch_and_add(&v->time_ns, dt);

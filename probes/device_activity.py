@@ -250,7 +250,7 @@ class DeviceActivity:
                  agent_path: str | None = None, count_entries: int = 65536, corr_entries: int = 262144,
                  corr_ids: int = 1 << 21,
                  name_entries: int = 16384, ringbuf_pages: int = 4096,
-                 injector: Callable[..., Any] | None = None, sampling: bool = False) -> None:
+                 injector: Callable[..., Any] | None = None, sampling: bool = False, windows: bool = False) -> None:
         self.trace = trace
         # The agent announces a sample of the calls (each thread's first after every DEEPCTX_SAMPLE_US),
         # and every record carries the announced call that stands for its own: one trap per sample, not
@@ -264,7 +264,7 @@ class DeviceActivity:
         self.required = required or inject
         self.agent_path = agent_path
         self.count_entries = count_entries
-        self.counts = CountsMap("dev_counts")
+        self.counts = CountsMap("dev_counts", windows)  # windows: continuous mode cuts them
         for name, n in (("corr_entries", corr_entries), ("corr_ids", corr_ids)):
             if n <= 0 or n & (n - 1):
                 raise ValueError(f"{name} must be a power of two (its ring is indexed by masking), not {n}")
@@ -295,6 +295,8 @@ class DeviceActivity:
     def defines(self) -> dict[str, int | str]:
         return {"DEV_CORR_ENTRIES": self.corr_entries, "DEV_CORR_IDS": self.corr_ids,
                 "DEV_COUNT_ENTRIES": self.count_entries,
+                "DEV_COUNT_SPARE": self.counts.spare_entries(self.count_entries),
+                "DEV_COUNT_FLAGS": self.counts.flags(),
                 "DEV_NAME_ENTRIES": self.name_entries, "DEV_SITE_ENTRIES": 256, "DEV_TRACE": int(self.trace),
                 "DEV_RINGBUF_PAGES": self.ringbuf_pages,
                 "GPU_LAST_CALL": 1}  # gpu_api.bpf.c keeps each thread's last entry-only call for the join
@@ -331,6 +333,7 @@ class DeviceActivity:
         raise ValueError("no deepctx CUPTI agent in the process")
 
     def attach(self, bpf: Any, target: Target) -> None:
+        self.counts.bind(bpf)
         self._pid = target.pid
         self._attacher = usdt.UsdtAttacher(bpf)
         self.start_ns = time.monotonic_ns()  # CLOCK_MONOTONIC: bpf_ktime_get_ns()'s clock

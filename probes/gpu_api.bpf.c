@@ -7,12 +7,13 @@
  * (the runtime calling the driver) is not counted twice: its caller is inside a GPU library (gpu_ranges),
  * or it runs deeper on the stack than the outer call's entry. Entry-only APIs (sampled mode) are counted
  * at entry, with no return probe and no time.
- * Settings (-D): GPU_NODE_ENTRIES, GPU_COUNT_ENTRIES, GPU_ADDR_ENTRIES, GPU_NAME_ENTRIES, GPU_INFLIGHT_ENTRIES,
+ * Settings (-D): GPU_NODE_ENTRIES, GPU_COUNT_ENTRIES, GPU_COUNT_SPARE and GPU_COUNT_FLAGS (counts_map.bpf.h), GPU_ADDR_ENTRIES, GPU_NAME_ENTRIES, GPU_INFLIGHT_ENTRIES,
  * GPU_STACK_ENTRIES, GPU_OBJECT_ENTRIES, and GPU_DWARF_STACKS: native stacks by the .eh_frame unwinder
  * (when it is composed in) instead of frame pointers. Off by default: with the Python walker and the
  * unwinder both inlined, this program passes the verifier's 1M-instruction bound no more. */
 #include <uapi/linux/ptrace.h>
 #include "gpu_api.h"
+#include "counts_map.bpf.h"
 
 BPF_HASH(gpu_addrs, struct gpu_addr_key, struct gpu_api_spec, GPU_ADDR_ENTRIES);
 BPF_HASH(gpu_inflight, __u32, struct gpu_inflight, GPU_INFLIGHT_ENTRIES);
@@ -33,7 +34,8 @@ BPF_TABLE("lru_hash", struct gpu_corr_key, struct gpu_key, gpu_adopted, GPU_INFL
 /* Name lookups (GETFUNC, FUNC_ALIAS) in flight: tracked apart from the calls, since the runtime makes
  * them inside a launch when it loads modules lazily. */
 BPF_HASH(gpu_getfunc, __u32, struct gpu_inflight, GPU_INFLIGHT_ENTRIES);
-BPF_HASH(gpu_counts, struct gpu_key, struct gpu_val, GPU_COUNT_ENTRIES);
+COUNTS_MAP(gpu_counts, struct gpu_key, struct gpu_val, GPU_COUNT_ENTRIES, GPU_COUNT_SPARE,
+           GPU_COUNT_FLAGS);
 BPF_HASH(gpu_fn_names, struct gpu_fn_key, struct gpu_fn_name, GPU_NAME_ENTRIES);
 BPF_PERCPU_ARRAY(gpu_stats, __u64, GPU_STAT__COUNT);
 BPF_PERCPU_ARRAY(gpu_scratch, struct gpu_inflight, 1);
@@ -270,7 +272,8 @@ static __always_inline int gpu_called_by_library(struct pt_regs *ctx, __u32 pid)
 
 static __always_inline void gpu_add(struct gpu_key *key, __u64 dt, __u64 bytes) {
     struct gpu_val zero_val = {};
-    struct gpu_val *v = gpu_counts.lookup_or_try_init(key, &zero_val);
+    int slot = 0;
+    struct gpu_val *v = counts_get(gpu_counts.lookup(&slot), key, &zero_val);
     if (v) {
         __sync_fetch_and_add(&v->calls, 1);
         __sync_fetch_and_add(&v->time_ns, dt);

@@ -279,7 +279,7 @@ class GpuApi:
     def __init__(self, mode: str = "exact", required: bool = False, sampled_paths_per_s: int = 2000,
                  count_entries: int = 65536, stack_entries: int = 16384, symbol_cache: Any = None,
                  dwarf_stacks: bool = False, handoffs: tuple[HandoffPoint, ...] = BUILTIN_HANDOFFS,
-                 node_entries: int = 65536) -> None:
+                 node_entries: int = 65536, windows: bool = False) -> None:
         if mode not in ("exact", "sampled"):
             raise ValueError(f"unknown GPU capture mode {mode!r} (exact or sampled)")
         self.mode = mode
@@ -303,7 +303,7 @@ class GpuApi:
         self._full_strings: dict[tuple[int, int], list[str]] = {}
         self.resumes = 0  # duty cycle: times the probes were attached again
         self.stack_clears = 0  # continuous mode: times the stack map was emptied at a window's end
-        self.counts = CountsMap("gpu_counts")
+        self.counts = CountsMap("gpu_counts", windows)  # windows: continuous mode cuts them
         self._live = 1  # the probes are attached: 1, detached: 0, being switched: -1 (see pause)
         # Set before attach when the target's CUPTI agent reports its calls (left_to_agent()); cleared by
         # probe_agents_calls() when the agent turns out not to work.
@@ -315,7 +315,9 @@ class GpuApi:
         return read_source("gpu_api.bpf.c")
 
     def defines(self) -> dict[str, int | str]:
-        return {"GPU_COUNT_ENTRIES": self.count_entries, "GPU_NODE_ENTRIES": self.node_entries, "GPU_ADDR_ENTRIES": 8192, "GPU_NAME_ENTRIES": 65536,
+        return {"GPU_COUNT_ENTRIES": self.count_entries, "GPU_COUNT_SPARE": self.counts.spare_entries(self.count_entries),
+                "GPU_COUNT_FLAGS": self.counts.flags(),
+                "GPU_NODE_ENTRIES": self.node_entries, "GPU_ADDR_ENTRIES": 8192, "GPU_NAME_ENTRIES": 65536,
                 "GPU_OBJECT_ENTRIES": 8192, **({"GPU_DWARF_STACKS": 1} if self.dwarf_stacks else {}),
                 "GPU_INFLIGHT_ENTRIES": 16384, "GPU_STACK_ENTRIES": self.stack_entries}
 
@@ -325,6 +327,7 @@ class GpuApi:
 
     def attach(self, bpf: Any, target: Target) -> None:
         # in the target alone: other processes that map the same libraries do not trap
+        self.counts.bind(bpf)
         self._uprobes = UprobeAttacher(bpf, "on_gpu_api_entry", "on_gpu_api_return", pid=target.pid)
         bpf["gpu_config"][ct.c_int(0)] = GpuConfig(self.sample_interval_ns)
         self._attach_new(bpf, target)

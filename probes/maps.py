@@ -74,26 +74,66 @@ def decoded(table: Any, raw: list[tuple[bytes, bytes]]) -> list[tuple[Any, Any]]
 
 
 class CountsMap:
-    """A BPF map of counts per key, as a profile reads it: whole at a capture's end; at a continuous
-    window's cut, taken (take_raw_items) before the window is built, so that calls made while it is built
-    count in the next window. Clearing the map after the build instead lost every call made meanwhile."""
+    """A BPF map of counts per key in two generations (counts_map.bpf.h: name_0 and name_1, behind a one-slot
+    array of maps, name, that says which one the programs add to), as a profile reads it: whole at a
+    capture's end; at a continuous window's cut, taken before the window is built, so that what the probes
+    count while it is built goes to the next window.
 
-    def __init__(self, name: str) -> None:
+    A take points the programs at the other generation; the kernel returns from that update only once every
+    program that could still be adding to the old one has finished (synchronize_rcu), so the old generation
+    is read and emptied with nothing writing to it. Read and deleted while the programs wrote to it, an add
+    could fall between a program's lookup and its increment, and be lost or land in an entry reused for
+    another key. One-shot captures (windows False) give the second generation one entry: it is never used."""
+
+    def __init__(self, name: str, windows: bool = False) -> None:
         self.name = name
+        self.windows = windows
+        self.generation = 0
+        self.takes = 0
         self._taken: list[tuple[bytes, bytes]] | None = None
 
+    def spare_entries(self, entries: int) -> int:
+        """The second generation's size (the -D the family passes as its *_COUNT_SPARE)."""
+        return entries if self.windows else 1
+
+    def flags(self) -> str:
+        """Both generations' map flags (*_COUNT_FLAGS) for a family whose programs may allocate (uprobes):
+        where windows are cut, entries are allocated as keys appear, not all up front (two preallocated
+        generations of 65,536 GPU calls' or device records' keys lock 25 and 29 MB per process)."""
+        return "BPF_F_NO_PREALLOC" if self.windows else "0"
+
+    def table(self, bpf: Any) -> Any:
+        """The generation the programs add to now."""
+        return bpf[f"{self.name}_{self.generation}"]
+
+    def bind(self, bpf: Any) -> None:
+        """Points the programs at the current generation, once per program (before its probes attach:
+        until then, every add finds no map and counts as a full one)."""
+        slot = bpf[self.name]
+        try:
+            slot[ct.c_int(0)]
+        except KeyError:  # never set (the kernel answers ENOENT for an empty slot)
+            slot[ct.c_int(0)] = ct.c_int(self.table(bpf).get_fd())
+
     def take(self, bpf: Any) -> None:
-        self._taken = take_raw_items(bpf[self.name])
+        if not self.windows:  # no second generation: read and delete under the programs (the old race)
+            self._taken = take_raw_items(self.table(bpf))
+            return
+        old = self.table(bpf)
+        self.generation ^= 1
+        bpf[self.name][ct.c_int(0)] = ct.c_int(self.table(bpf).get_fd())  # returns after synchronize_rcu()
+        self.takes += 1
+        self._taken = take_raw_items(old)  # nothing adds to it any more: read and emptied in one pass
 
     def release(self) -> None:
         """The taken window is built: later reads see the map again."""
         self._taken = None
 
     def raw(self, bpf: Any) -> list[tuple[bytes, bytes]]:
-        return self._taken if self._taken is not None else raw_items(bpf[self.name])
+        return self._taken if self._taken is not None else raw_items(self.table(bpf))
 
     def items(self, bpf: Any) -> list[tuple[Any, Any]]:
-        return decoded(bpf[self.name], self.raw(bpf))
+        return decoded(self.table(bpf), self.raw(bpf))
 
 
 def entry_count(table: Any) -> int:
