@@ -60,20 +60,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def add_duty_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpu-duty", type=float, default=0.0, metavar="SHARE",
+    p.add_argument("--gpu-duty", type=float, default=None, metavar="SHARE",
                    help="keep the GPU probes and device activity (CUPTI) on for this share of each period only, "
                         "e.g. 0.1, and scale their counts and GPU times up to the capture: a fraction of the "
                         "cost, at a sample's precision (default: on all the time)")
-    p.add_argument("--gpu-duty-period", type=float, default=0.0, metavar="S",
+    p.add_argument("--gpu-duty-period", type=float, default=None, metavar="S",
                    help="the period of --gpu-duty in seconds (default: the daemon's, 2)")
 
 
-def check_duty(gpu_duty: float, period_s: float) -> None:
-    """Flags the daemon would refuse, refused before it is asked (it checks them all again)."""
-    if not 0 <= gpu_duty <= 1:
-        raise CliError(f"--gpu-duty must be a share between 0 and 1 (e.g. 0.1), not {gpu_duty:g}", 2)
-    if period_s < 0:
+def check_duty(gpu_duty: float | None, period_s: float | None) -> tuple[float, float]:
+    """Flags the daemon would refuse, refused before it is asked (it checks them all again); the request's
+    values, where 0 stands for "not given" (so a 0 the user typed must not reach it: it would mean a
+    capture with the probes on all the time, the opposite of what was asked)."""
+    if gpu_duty is not None and not 0 < gpu_duty <= 1:
+        raise CliError(f"--gpu-duty must be a share above 0 and at most 1 (e.g. 0.1), not {gpu_duty:g}", 2)
+    if period_s is not None and period_s <= 0:  # nan goes on: the daemon names its range
         raise CliError(f"--gpu-duty-period must be a positive number of seconds, not {period_s:g}", 2)
+    return gpu_duty or 0.0, period_s or 0.0
 
 
 def check_rate(sample_hz: int) -> None:
@@ -126,12 +129,12 @@ def capture(stub: object, req: pb.AttachRequest, socket: str, show_progress: boo
 
 def run(args: argparse.Namespace) -> int:
     check_rate(args.sample_hz)
-    check_duty(args.gpu_duty, args.gpu_duty_period)
+    gpu_duty, gpu_duty_period_s = check_duty(args.gpu_duty, args.gpu_duty_period)
     stub = connect(args.socket_path)
     req = attach_request(args.pid, args.duration, sample_hz=args.sample_hz, kernel_stacks=args.kernel_stacks,
                          python=args.python, native_python=args.native_python, gpu=args.gpu, mode=call_path_mode(args),
-                         gpu_activity=args.gpu_activity, trace=args.trace, gpu_duty=args.gpu_duty,
-                         gpu_duty_period_s=args.gpu_duty_period)
+                         gpu_activity=args.gpu_activity, trace=args.trace, gpu_duty=gpu_duty,
+                         gpu_duty_period_s=gpu_duty_period_s)
     profile = capture(stub, req, args.socket_path, show_progress=not args.quiet and sys.stderr.isatty())
     emit(to_doc(profile), args, Console(stderr=True))
     return 0

@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     if not cmd:
         raise CliError("nothing to run: deepctx run [options] -- CMD [ARGS...]", 2)
     check_rate(args.sample_hz)  # before the command starts
-    check_duty(args.gpu_duty, args.gpu_duty_period)
+    args.gpu_duty, args.gpu_duty_period = check_duty(args.gpu_duty, args.gpu_duty_period)  # as the request has them
     for var in ("CUDA_INJECTION64_PATH", "ROCP_TOOL_LIBRARIES"):
         if os.environ.get(var):
             raise CliError(f"{var} is already set ({os.environ[var]}): another tool injects into the GPU runtime; "

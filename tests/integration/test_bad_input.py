@@ -59,7 +59,10 @@ def test_sampling_rates_out_of_range(daemon, native_targets: Path, rate: str, me
 
 
 @pytest.mark.parametrize(("flags", "message", "rc"), [
-    (["--gpu-duty", "1.5"], "--gpu-duty must be a share between 0 and 1 (e.g. 0.1), not 1.5", 2),
+    (["--gpu-duty", "1.5"], "--gpu-duty must be a share above 0 and at most 1 (e.g. 0.1), not 1.5", 2),
+    (["--gpu-duty", "0"], "--gpu-duty must be a share above 0 and at most 1 (e.g. 0.1), not 0", 2),
+    (["--gpu-duty", "0.5", "--gpu-duty-period", "0"], "--gpu-duty-period must be a positive number of seconds, "
+                                                       "not 0", 2),
     (["--gpu-duty", "0.1", "--gpu-duty-period", "-2"], "--gpu-duty-period must be a positive number of seconds", 2),
     (["--gpu-duty", "0.01"], "a GPU duty share of 0.01 of 2 s keeps the GPU probes on 0.02 s a period", 1),
     (["--gpu-duty", "0.5", "--gpu-duty-period", "0.1"], "GPU duty period 0.1 s is out of range: use 0.5 to 600 s", 1),
