@@ -97,7 +97,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         if req.pid == os.getpid():
             raise InvalidArgument("deepctxd does not profile itself")
         if not math.isfinite(req.duration_s) or req.duration_s <= 0:
-            raise InvalidArgument(f"duration must be more than 0 seconds, not {req.duration_s:g}")
+            raise InvalidArgument(f"duration must be a finite number of seconds above 0, not {req.duration_s:g}")
         if req.duration_s > cfg.max_duration_s:
             raise InvalidArgument(f"duration {req.duration_s:g} s is longer than this daemon allows "
                                   f"({cfg.max_duration_s:g} s, setting max_duration_s)")

@@ -38,10 +38,10 @@ def test_pid_that_does_not_exist(daemon) -> None:
 
 
 @pytest.mark.parametrize(("duration", "message"), [
-    ("0", "duration must be more than 0 seconds, not 0"),
-    ("-3", "duration must be more than 0 seconds, not -3"),
-    ("nan", "duration must be more than 0 seconds, not nan"),
-    ("inf", "duration must be more than 0 seconds, not inf"),
+    ("0", "duration must be a finite number of seconds above 0, not 0"),
+    ("-3", "duration must be a finite number of seconds above 0, not -3"),
+    ("nan", "duration must be a finite number of seconds above 0, not nan"),
+    ("inf", "duration must be a finite number of seconds above 0, not inf"),
     ("1e9", "duration 1e+09 s is longer than this daemon allows (3600 s"),
 ])
 def test_absurd_durations(daemon, native_targets: Path, duration: str, message: str) -> None:
