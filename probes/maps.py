@@ -83,13 +83,12 @@ class CountsMap:
     program that could still be adding to the old one has finished (synchronize_rcu), so the old generation
     is read and emptied with nothing writing to it. Read and deleted while the programs wrote to it, an add
     could fall between a program's lookup and its increment, and be lost or land in an entry reused for
-    another key. One-shot captures (windows False) give the second generation one entry: it is never used."""
+    another key. One-shot captures (windows False) give the second generation one entry, and take nothing."""
 
     def __init__(self, name: str, windows: bool = False) -> None:
         self.name = name
         self.windows = windows
         self.generation = 0
-        self.takes = 0
         self._taken: list[tuple[bytes, bytes]] | None = None
 
     def spare_entries(self, entries: int) -> int:
@@ -109,20 +108,22 @@ class CountsMap:
     def bind(self, bpf: Any) -> None:
         """Points the programs at the current generation, once per program (before its probes attach:
         until then, every add finds no map and counts as a full one)."""
-        slot = bpf[self.name]
         try:
-            slot[ct.c_int(0)]
+            bpf[self.name][ct.c_int(0)]
         except KeyError:  # never set (the kernel answers ENOENT for an empty slot)
-            slot[ct.c_int(0)] = ct.c_int(self.table(bpf).get_fd())
+            self._point(bpf)
+
+    def _point(self, bpf: Any) -> None:
+        """The programs add to the current generation from now on. The kernel returns from this update once
+        every program that may still hold the slot's old generation has finished (synchronize_rcu)."""
+        bpf[self.name][ct.c_int(0)] = ct.c_int(self.table(bpf).get_fd())
 
     def take(self, bpf: Any) -> None:
-        if not self.windows:  # no second generation: read and delete under the programs (the old race)
-            self._taken = take_raw_items(self.table(bpf))
-            return
+        if not self.windows:
+            raise RuntimeError(f"{self.name}: a capture that cuts no windows has no second generation to take into")
         old = self.table(bpf)
         self.generation ^= 1
-        bpf[self.name][ct.c_int(0)] = ct.c_int(self.table(bpf).get_fd())  # returns after synchronize_rcu()
-        self.takes += 1
+        self._point(bpf)
         self._taken = take_raw_items(old)  # nothing adds to it any more: read and emptied in one pass
 
     def release(self) -> None:
