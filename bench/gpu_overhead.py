@@ -75,11 +75,11 @@ STEPS = {"launch_bound": 1500, "launch_backward": 600, "resnet50": 30, "gpt2": 2
 VARIANTS = ["alone", "deepctx_sampled", "deepctx_exact", "deepctx_exact_nonodes", "deepctx_exact_device",
             "deepctx_exact_device_offset", "deepctx_exact_device_uprobes", "deepctx_sampled_device",
             "deepctx_sampled_device_offset", "deepctx_exact_device_nopython", "deepctx_sampled_device_duty10",
-            "deepctx_exact_device_duty10", "torch_cuda", "torch_stacks"]
+            "deepctx_sampled_device_duty25", "deepctx_exact_device_duty10", "torch_cuda", "torch_stacks"]
 # *_nopython: the capture walks no Python frames (`--python off`): what the Python walker costs per call
 # *_duty10: the GPU probes and device activity on for 10% of each 2 s period (`--gpu-duty 0.1`), the
-# counts and GPU times scaled up (time --alternate blocks in whole periods: 2, 4, 6 s)
-ATTACH_ARGS = {"nopython": ["--python", "off"], "duty10": ["--gpu-duty", "0.1"]}
+# counts and GPU times scaled up (time --alternate blocks in whole periods: 2, 4, 6 s); *_duty25: a quarter
+ATTACH_ARGS = {"nopython": ["--python", "off"], "duty10": ["--gpu-duty", "0.1"], "duty25": ["--gpu-duty", "0.25"]}
 DAEMON_CONFIGS = {"nonodes": "autograd_nodes = false\n", "uprobes": 'agent_calls = "off"\n'}
 AGENT = HERE.parent / "native" / "build" / "libdeepctx_cupti.so"
 
@@ -154,7 +154,7 @@ class Deepctx:
                 denv["DEEPCTX_SELF_PROFILE"] = str(log_dir / f"self-{name}.folded")
             if DAEMON_LOG.get("steps"):  # cProfile makes the steps it profiles slower: ready times are off
                 denv["DEEPCTX_PROFILE_STEPS"] = str(log_dir / f"steps-{name}")
-            level_default, stderr = "info", open(log_dir / f"daemon-{name}.log", "a")  # noqa: SIM115 (the daemon's)
+            level_default, stderr = DAEMON_LOG.get("level", "info"), open(log_dir / f"daemon-{name}.log", "a")  # noqa: SIM115
         if log is not None:
             stderr = open(log, "a")  # noqa: SIM115 (the daemon's)
         level = level if log is not None else level_default
@@ -227,7 +227,10 @@ STAT_KEYS = {"gpu_api_calls": "gpu_api_calls", "calls_with_path": "gpu_api_calls
              "device_time_in_profile_ns": "device_time_in_profile_ns", "device_shares": "device_shares",
              "device_share_ms_active_to_flush": "device_share_ms_active_to_flush",
              "device_share_ms_first_record_to_flush": "device_share_ms_first_record_to_flush",
-             "device_share_ms_span": "device_share_ms_span", "device_recorded_ms": "device_recorded_ms"}
+             "device_share_ms_span": "device_share_ms_span", "device_recorded_ms": "device_recorded_ms",
+             "device_share_records": "device_share_records", "device_share_device_ms": "device_share_device_ms",
+             "device_share_stale_records": "device_share_stale_records",
+             "device_share_stale_ms": "device_share_stale_ms"}
 
 
 def doc_stats(doc: dict) -> dict:
@@ -414,6 +417,8 @@ def main() -> int:
     ap.add_argument("--daemon-log", metavar="DIR",
                     help="daemons log at info level to DIR/daemon-NAME.log (and --self-profile to DIR/self-NAME.folded); "
                          "the profiles go to DIR/profile-VARIANT-N.json")
+    ap.add_argument("--daemon-log-level", choices=["debug", "info"], default="info",
+                    help="with --daemon-log: debug adds each duty cycle's switches and attached shares (device_share.py)")
     ap.add_argument("--self-profile", action="store_true",
                     help="with --daemon-log: the daemon samples its own threads' stacks into DIR/self-NAME.folded "
                          "(50 wake-ups a second holding the GIL: its ready times are a little longer)")
@@ -436,6 +441,7 @@ def main() -> int:
         atexit.register(STATS_SYSCTL.write_text, was)
     if args.daemon_log:
         DAEMON_LOG["dir"] = Path(args.daemon_log)
+        DAEMON_LOG["level"] = args.daemon_log_level
         DAEMON_LOG["steps"] = args.profile_steps
         DAEMON_LOG["self"] = args.self_profile
         DAEMON_LOG["dir"].mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,9 @@ class _Span(Protocol):
     first_start_ns: int
     last_end_ns: int
     records: int
+    device_ns: int
+    stale: int
+    stale_ns: int
 
 
 class _Device(Protocol):
@@ -60,6 +63,9 @@ class DeviceShares:
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("active_to_flush", "first_record_to_flush", "span"), 0.0))
     records: int = 0
+    device_ns: int = 0  # the records' own time, of work that started in its share
+    stale: int = 0  # records of work that started before their share (an earlier one's, handed over late)
+    stale_ns: int = 0
     recorded_s: float = 0.0  # what device times are scaled by: first record to flush, or active to flush
 
     def add(self, dev: _Device, bpf: Any, attached_at: float, ended_at: float, pid: int = 0) -> None:
@@ -74,13 +80,24 @@ class DeviceShares:
                 "span": (span.last_end_ns - span.first_start_ns) * _S if span.records else 0.0}
         self.shares += 1
         self.records += span.records
+        self.device_ns += span.device_ns
+        self.stale += span.stale
+        self.stale_ns += span.stale_ns
         self.recorded_s += cand["first_record_to_flush"] if span.records else cand["active_to_flush"]
         for k, v in cand.items():
             self.seconds[k] += v
-        log.debug("device share", extra={"pid": pid, "attached_for_s": round(ended_at - attached_at, 4),
-                                         "records": span.records} | {f"{k}_s": round(v, 4) for k, v in cand.items()})
+        # each share's instants from its attach (s): what a GPU run needs to judge the candidates afresh
+        at = {"active": f.active_ns * _S - attached_at if active else None, "flush": flushed - attached_at,
+              "first_start": span.first_start_ns * _S - attached_at if span.records else None,
+              "last_end": span.last_end_ns * _S - attached_at if span.records else None,
+              "detached": ended_at - attached_at}
+        log.debug("device share", extra={"pid": pid, "records": span.records, "device_ms": round(span.device_ns / 1e6, 3),
+                                         "stale": span.stale, "stale_ms": round(span.stale_ns / 1e6, 3)}
+                  | {f"{k}_s": round(v, 4) for k, v in cand.items()}
+                  | {f"{k}_at_s": round(v, 4) for k, v in at.items() if v is not None})
 
     def stats(self) -> dict[str, int]:
         out = {f"device_share_ms_{k}": round(1000 * v) for k, v in self.seconds.items()}
         return out | {"device_shares": self.shares, "device_share_records": self.records,
-                      "device_recorded_ms": round(1000 * self.recorded_s)}
+                      "device_share_device_ms": round(self.device_ns / 1e6), "device_share_stale_records": self.stale,
+                      "device_share_stale_ms": round(self.stale_ns / 1e6), "device_recorded_ms": round(1000 * self.recorded_s)}

@@ -261,11 +261,18 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
     int zero = 0;
     struct dev_span *span = cfg && cfg->spans && r->kind != DEV_KIND_SYNC ? dev_span.lookup(&zero) : NULL;
     if (span) {
-        if (!span->first_start_ns || r->start_ns < span->first_start_ns)
-            span->first_start_ns = r->start_ns;
-        if (r->end_ns > span->last_end_ns)
-            span->last_end_ns = r->end_ns;
-        span->records++;
+        __u64 took = r->end_ns > r->start_ns ? r->end_ns - r->start_ns : 0;
+        if (r->start_ns < cfg->share_from_ns) {  /* an earlier share's work, handed over late */
+            span->stale++;
+            span->stale_ns += took;
+        } else {
+            if (!span->first_start_ns || r->start_ns < span->first_start_ns)
+                span->first_start_ns = r->start_ns;
+            if (r->end_ns > span->last_end_ns)
+                span->last_end_ns = r->end_ns;
+            span->records++;
+            span->device_ns += took;
+        }
     }
     struct dev_key *k = dev_key_scratch.lookup(&zero);
     if (!k)

@@ -163,11 +163,16 @@ struct dev_flush {
 };
 
 /* The device work the records seen since user space last took it span (per CPU; kernels, copies and sets):
- * what a duty cycle's attached share recorded, on the records' clock (CLOCK_MONOTONIC). */
+ * what a duty cycle's attached share recorded, on the records' clock (CLOCK_MONOTONIC). A record that
+ * started before the share did (dev_config.share_from_ns: work of an earlier share whose record came late)
+ * is counted apart and widens nothing. */
 struct dev_span {
     __u64 first_start_ns;  /* 0: no record yet */
     __u64 last_end_ns;
     __u64 records;
+    __u64 device_ns;       /* the records' own time (end - start), summed */
+    __u64 stale;           /* records that started before the share */
+    __u64 stale_ns;
 };
 
 /* Agent states and failures (status probe, deepctx_agent_state, deepctx_agent_attach()'s value). */
@@ -188,6 +193,7 @@ struct dev_config {
                             a correlation never joins another call of the thread */
     __u32 spans;         /* a duty cycle runs: records widen dev_span (what each attached share recorded) */
     __u32 pad;
+    __u64 share_from_ns; /* when the current share's probes were attached (0: the capture's first share) */
 };
 
 /* USDT argument locations of one probe site (probes/usdt.py fills them from the file's

@@ -134,12 +134,13 @@ class DevFlush(ct.Structure):
 
 
 class DevSpan(ct.Structure):
-    _fields_ = [("first_start_ns", ct.c_uint64), ("last_end_ns", ct.c_uint64), ("records", ct.c_uint64)]
+    _fields_ = [("first_start_ns", ct.c_uint64), ("last_end_ns", ct.c_uint64), ("records", ct.c_uint64),
+                ("device_ns", ct.c_uint64), ("stale", ct.c_uint64), ("stale_ns", ct.c_uint64)]
 
 
 class DevConfig(ct.Structure):
     _fields_ = [("start_ns", ct.c_uint64), ("trace", ct.c_uint32), ("agent_calls", ct.c_uint32),
-                ("spans", ct.c_uint32), ("pad", ct.c_uint32)]
+                ("spans", ct.c_uint32), ("pad", ct.c_uint32), ("share_from_ns", ct.c_uint64)]
 
 
 @dataclass(slots=True)  # one per map entry: not frozen (a frozen init sets every field via object.__setattr__)
@@ -258,6 +259,7 @@ class DeviceActivity:
         self.sampling = sampling and not trace
         self.agent_calls = False  # the GPU API probes left launches to the agent (GpuApi.agent_reports_calls)
         self.spans = False  # a duty cycle measures each attached share: records widen dev_span (take_span)
+        self.share_from_ns = 0  # when the current share began (CLOCK_MONOTONIC): earlier work's records are stale
         self.paused = False  # duty cycle: probes detached, the agent idle
         self.resumes = 0
         self.inject = inject
@@ -349,7 +351,7 @@ class DeviceActivity:
 
     def write_config(self, bpf: Any) -> None:
         bpf["dev_config"][ct.c_int(0)] = DevConfig(self.start_ns, int(self.trace), int(self.agent_calls),
-                                                   int(self.spans))
+                                                   int(self.spans), 0, self.share_from_ns)
 
     def _wait_active(self, bpf: Any, timeout_s: float = 1.0) -> None:
         """An agent that was idle starts within its watcher's tick (100 ms) of the semaphores rising:
@@ -457,6 +459,9 @@ class DeviceActivity:
         if not self.paused:
             return
         self.paused = False
+        if self.spans:  # records of work that started before this share are an earlier share's, come late
+            self.share_from_ns = time.monotonic_ns()
+            self.write_config(bpf)
         for af in self._files.values():
             self._attach_handlers(af)
         self.resumes += 1
@@ -531,6 +536,9 @@ class DeviceActivity:
                     out.first_start_ns = s.first_start_ns
                 out.last_end_ns = max(out.last_end_ns, s.last_end_ns)
                 out.records += s.records
+                out.device_ns += s.device_ns
+            out.stale += s.stale
+            out.stale_ns += s.stale_ns
         table.clear()  # a per-CPU array's clear() zeroes every CPU's entry
         return out
 

@@ -43,7 +43,7 @@ class FakeGpu:
 
     # as the device family: the agent's last flush and status, and the span of what it recorded
     flush = SimpleNamespace(started_ns=0, active_ns=0, idle_ns=0)
-    span = SimpleNamespace(first_start_ns=0, last_end_ns=0, records=0)
+    span = SimpleNamespace(first_start_ns=0, last_end_ns=0, records=0, device_ns=0, stale=0, stale_ns=0)
 
     def flush_state(self, *_: object) -> SimpleNamespace:
         return self.flush
@@ -198,15 +198,17 @@ def test_each_share_keeps_what_the_agent_recorded_three_ways() -> None:
     ns = 1_000_000_000
     dev = FakeGpu()
     dev.flush = SimpleNamespace(started_ns=int(100.25 * ns), active_ns=int(100.06 * ns), idle_ns=int(99.5 * ns))
-    dev.span = SimpleNamespace(first_start_ns=int(100.09 * ns), last_end_ns=int(100.24 * ns), records=40)
+    dev.span = SimpleNamespace(first_start_ns=int(100.09 * ns), last_end_ns=int(100.24 * ns), records=40,
+                               device_ns=120_000_000, stale=2, stale_ns=9_000_000)
     shares = DeviceShares()
     shares.add(dev, None, 100.0, 100.26)
     assert shares.stats() == {"device_share_ms_active_to_flush": 190, "device_share_ms_first_record_to_flush": 160,
                               "device_share_ms_span": 150, "device_shares": 1, "device_share_records": 40,
-                              "device_recorded_ms": 160}
+                              "device_share_device_ms": 120, "device_share_stale_records": 2,
+                              "device_share_stale_ms": 9, "device_recorded_ms": 160}
     # the agent went idle as the share ended (it saw the probes go): still active in it
     dev.flush = SimpleNamespace(started_ns=int(102.25 * ns), active_ns=int(102.06 * ns), idle_ns=int(102.3 * ns))
-    dev.span = SimpleNamespace(first_start_ns=0, last_end_ns=0, records=0)
+    dev.span = SimpleNamespace(first_start_ns=0, last_end_ns=0, records=0, device_ns=0, stale=0, stale_ns=0)
     shares.add(dev, None, 102.0, 102.26)
     # it never became active in the share (idle since before it), no flush in it: nothing recorded
     dev.flush = SimpleNamespace(started_ns=int(102.25 * ns), active_ns=int(102.06 * ns), idle_ns=int(102.3 * ns))
@@ -214,7 +216,8 @@ def test_each_share_keeps_what_the_agent_recorded_three_ways() -> None:
     # recorded: the first share's first record to flush, the second's active to flush (no record), none
     assert shares.stats() == {"device_share_ms_active_to_flush": 380, "device_share_ms_first_record_to_flush": 160,
                               "device_share_ms_span": 150, "device_shares": 3, "device_share_records": 40,
-                              "device_recorded_ms": 350}
+                              "device_share_device_ms": 120, "device_share_stale_records": 2,
+                              "device_share_stale_ms": 9, "device_recorded_ms": 350}
 
 
 def test_the_duty_cycle_measures_a_share_at_each_pause_and_at_the_end() -> None:

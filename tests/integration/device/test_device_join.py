@@ -209,25 +209,33 @@ def test_a_correlation_slot_taken_again_before_its_record_is_counted(built: tupl
         DeviceActivity(corr_ids=6)
 
 
-@pytest.mark.parametrize("spans", [False, True])
-def test_records_widen_the_span_only_under_a_duty_cycle(built: tuple[Path, Path], spans: bool) -> None:
+@pytest.mark.parametrize("spans", ["off", "on", "stale"])
+def test_records_widen_the_span_only_under_a_duty_cycle(built: tuple[Path, Path], spans: str) -> None:
     """dev_span costs a map lookup per record: only captures on a duty cycle (DeviceActivity.spans) pay it.
-    With it, every record but the sync's widens the span; taking it starts a new one."""
+    With it, every record but the sync's widens the span and adds its time; taking it starts a new one.
+    Records of work that started before the share (stale: here, a share said to start far ahead) are counted
+    apart and widen nothing."""
     t = start(built)
     taken: list = []
     try:
         dev = DeviceActivity()
-        dev.spans = spans
+        dev.spans = spans != "off"
+        if spans == "stale":
+            dev.share_from_ns = 1 << 62
         # read after the flush, as the duty cycle reads it at the end of each attached share
         run_capture(t.pid, phase(t), dev, python=False, after_flush=lambda bpf: taken.extend(
             [dev.take_span(bpf), dev.take_span(bpf)]))
     finally:
         t.stop()
     first, again = taken
-    assert (again.records, again.first_start_ns, again.last_end_ns) == (0, 0, 0)
-    if not spans:
-        assert (first.records, first.first_start_ns, first.last_end_ns) == (0, 0, 0)
+    assert (again.records, again.first_start_ns, again.last_end_ns, again.device_ns, again.stale) == (0, 0, 0, 0, 0)
+    if spans == "off":
+        assert (first.records, first.first_start_ns, first.device_ns, first.stale) == (0, 0, 0, 0)
         return
-    assert first.records == RECORDS - 1
+    if spans == "stale":
+        assert (first.records, first.first_start_ns, first.last_end_ns, first.device_ns) == (0, 0, 0, 0)
+        assert (first.stale, first.stale_ns) == (RECORDS - 1, TOTAL_NS)
+        return
+    assert (first.records, first.device_ns, first.stale, first.stale_ns) == (RECORDS - 1, TOTAL_NS, 0, 0)
     # the phase's device work: at least its kernels, copies and sets back to back
     assert first.last_end_ns - first.first_start_ns >= TOTAL_NS
