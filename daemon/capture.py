@@ -774,7 +774,7 @@ class _DutyCycle:
 
     def take_shares(self) -> DeviceShares:
         """What the agent recorded in the window's shares (end_window closed the last one)."""
-        shares, self.shares = self.shares, DeviceShares()
+        shares, self.shares = self.shares, DeviceShares(correlations_seen=self.shares.correlations_seen)
         return shares
 
     def end_window(self, t: float) -> float:

@@ -525,6 +525,11 @@ class DeviceActivity:
     def flush_state(self, bpf: Any) -> DevFlush:
         return bpf["dev_flush"][ct.c_int(0)]
 
+    def correlations(self, bpf: Any) -> int:
+        """Launches the agent announced so far in the capture (its correlation probe: every launch in exact
+        mode, a sample of them in sampled mode)."""
+        return percpu_sum(bpf["dev_stats"], DEV_STAT_CORRELATIONS)
+
     def take_span(self, bpf: Any) -> DevSpan:
         """The span of the device work recorded since the last take (all CPUs), and starts a new one."""
         table = bpf["dev_span"]

@@ -70,7 +70,8 @@ def render(doc: dict[str, Any], metric: str = "cpu_samples", min_percent: float 
         head.append(f" at {doc['sample_hz']} Hz")
     duty = doc.get("stats", {}).get("gpu_probe_duty_permille")
     if duty is not None and duty < 1000:  # a duty cycle: the GPU figures are estimates, say how they were made
-        head.append(f"\nGPU calls and device times: recorded {duty / 10:.1f}% of the time, scaled up to the capture",
+        head.append(f"\nGPU calls and device times: recorded {duty / 10:.1f}% of the time, scaled up to the capture "
+                    "(estimates: the shares between paths hold; totals run low where recording slows the job)",
                     style="dim")
     tree = Tree(head)
     if total == 0:

@@ -51,6 +51,11 @@ class FakeGpu:
     def take_span(self, *_: object) -> SimpleNamespace:
         return self.span
 
+    launches = 0  # announced in the capture so far
+
+    def correlations(self, *_: object) -> int:
+        return self.launches
+
 
 def test_attached_for_the_first_share_of_each_window() -> None:
     gpu = FakeGpu()
@@ -200,24 +205,30 @@ def test_each_share_keeps_what_the_agent_recorded_three_ways() -> None:
     dev.flush = SimpleNamespace(started_ns=int(100.25 * ns), active_ns=int(100.06 * ns), idle_ns=int(99.5 * ns))
     dev.span = SimpleNamespace(first_start_ns=int(100.09 * ns), last_end_ns=int(100.24 * ns), records=40,
                                device_ns=120_000_000, stale=2, stale_ns=9_000_000)
+    dev.launches = 41
     shares = DeviceShares()
     shares.add(dev, None, 100.0, 100.26)
     assert shares.stats() == {"device_share_ms_active_to_flush": 190, "device_share_ms_first_record_to_flush": 160,
                               "device_share_ms_span": 150, "device_shares": 1, "device_share_records": 40,
                               "device_share_device_ms": 120, "device_share_stale_records": 2,
-                              "device_share_stale_ms": 9, "device_recorded_ms": 160}
-    # the agent went idle as the share ended (it saw the probes go): still active in it
+                              "device_share_stale_ms": 9, "device_shares_lost": 0, "device_recorded_ms": 160}
+    # the agent went idle as the share ended (it saw the probes go): still active in it; nothing launched
     dev.flush = SimpleNamespace(started_ns=int(102.25 * ns), active_ns=int(102.06 * ns), idle_ns=int(102.3 * ns))
     dev.span = SimpleNamespace(first_start_ns=0, last_end_ns=0, records=0, device_ns=0, stale=0, stale_ns=0)
     shares.add(dev, None, 102.0, 102.26)
     # it never became active in the share (idle since before it), no flush in it: nothing recorded
     dev.flush = SimpleNamespace(started_ns=int(102.25 * ns), active_ns=int(102.06 * ns), idle_ns=int(102.3 * ns))
     shares.add(dev, None, 104.0, 104.1)
-    # recorded: the first share's first record to flush, the second's active to flush (no record), none
-    assert shares.stats() == {"device_share_ms_active_to_flush": 380, "device_share_ms_first_record_to_flush": 160,
-                              "device_share_ms_span": 150, "device_shares": 3, "device_share_records": 40,
+    # active, 7 launches announced, and no record handed over: lost, not an idle GPU; counts nothing
+    dev.flush = SimpleNamespace(started_ns=int(106.25 * ns), active_ns=int(106.06 * ns), idle_ns=int(102.3 * ns))
+    dev.launches = 48
+    shares.add(dev, None, 106.0, 106.26)
+    # recorded: the first share's first record to flush, the second's active to flush (no record), none, none
+    assert shares.stats() == {"device_share_ms_active_to_flush": 570, "device_share_ms_first_record_to_flush": 160,
+                              "device_share_ms_span": 150, "device_shares": 4, "device_share_records": 40,
                               "device_share_device_ms": 120, "device_share_stale_records": 2,
-                              "device_share_stale_ms": 9, "device_recorded_ms": 350}
+                              "device_share_stale_ms": 9, "device_shares_lost": 1, "device_recorded_ms": 350}
+    assert shares.correlations_seen == 48
 
 
 def test_the_duty_cycle_measures_a_share_at_each_pause_and_at_the_end() -> None:
@@ -225,6 +236,7 @@ def test_the_duty_cycle_measures_a_share_at_each_pause_and_at_the_end() -> None:
     gpu, dev = FakeGpu(), FakeGpu()
     ns = 1_000_000_000
     dev.flush = SimpleNamespace(started_ns=int(100.9 * ns), active_ns=int(100.1 * ns), idle_ns=0)
+    dev.launches = 12  # announced in the first window; none in the second (an idle GPU there)
     d = _DutyCycle(gpu, 0.25, 4.0, dev=dev, bpf=object(), target=object(), clock=clock)  # type: ignore[arg-type]
     clock.now = 101.0
     d.update(1.0)  # pause: the share from 100.0 (attached) to the flush at 100.9, active from 100.1
@@ -232,6 +244,7 @@ def test_the_duty_cycle_measures_a_share_at_each_pause_and_at_the_end() -> None:
     d.end_window(4.0)
     first = d.take_shares()
     assert first.shares == 1 and first.stats()["device_share_ms_active_to_flush"] == 800
+    assert d.shares.correlations_seen == first.correlations_seen == 12  # counted on across windows
     d.start_window(0.0)  # attached again at 104.0
     dev.flush = SimpleNamespace(started_ns=int(104.5 * ns), active_ns=int(104.2 * ns), idle_ns=int(101.0 * ns))
     clock.now = 104.6
