@@ -122,3 +122,7 @@ class DeviceShares:
                       "device_share_device_ms": round(self.device_ns / 1e6), "device_share_stale_records": self.stale,
                       "device_share_stale_ms": round(self.stale_ns / 1e6), "device_shares_lost": self.lost,
                       "device_recorded_ms": round(1000 * self.recorded_s)}
+
+
+# Every stat a window's shares give: the window's own, not running totals (daemon/store/deltas.py)
+STATS = frozenset(DeviceShares().stats())

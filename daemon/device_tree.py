@@ -298,4 +298,8 @@ def device_warnings(stats: dict[str, int]) -> list[str]:
         out.append(f"{lost} device records or correlations were dropped (see the device_* stats)")
     if stats.get("device_trace_events_lost", 0):
         out.append(f"{stats['device_trace_events_lost']} trace events were lost (ring buffer full)")
+    if stats.get("device_shares_lost", 0):
+        out.append(f"{stats['device_shares_lost']} of {stats.get('device_shares', 0)} recorded shares handed over no "
+                   "device record although the process launched GPU work: the device times are scaled up from "
+                   "the others")
     return out

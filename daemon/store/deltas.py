@@ -10,7 +10,7 @@ through `WindowDeltas`: running totals become what the window added, so that eve
 adds up across windows (merge.Merger) and across captures, like the window's call-path counts do.
 
 Not running totals, kept as they are:
-- PER_WINDOW: what capture._build computes from the window's own counts;
+- PER_WINDOW: what capture._build computes from the window's own counts and shares;
 - merge.SHARES: shares of the window (weighted by its length when merged);
 - merge.LEVELS: sizes and states (the largest when merged).
 Every other integer stat is taken for a running total: the probes' stats are counters of the whole capture.
@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from deepctx.daemon.device_share import STATS as DEVICE_SHARE_STATS
 from deepctx.daemon.store.merge import LEVELS, SHARES
 
 # Stats capture._build reads from the window's tree and count maps (taken at every cut): already the
@@ -30,7 +31,7 @@ PER_WINDOW = frozenset({
     "cpu_samples_in_profile", "cpu_stacks_truncated", "gpu_stacks_truncated", "gpu_calls_without_call_path",
     "device_time_in_profile_ns", "device_time_unknown_launch_ns", "device_time_without_call_path_ns",
     "device_sync_records", "native_stacks_unwind_lost", "gpu_stacks_resolved_ahead",
-})
+}) | DEVICE_SHARE_STATS  # what the agent recorded in the window's attached shares (a duty cycle's)
 
 
 def is_running_total(name: str) -> bool:

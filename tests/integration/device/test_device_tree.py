@@ -172,6 +172,9 @@ def test_warnings_name_what_went_missing() -> None:
         "started CUDA/HIP yet, or the agent failed to load)"]
     assert "3 device records had no launch" in device_warnings(
         {"device_records": 5, "device_records_unknown_correlation": 3})[0]
+    assert device_warnings({"device_records": 5, "device_shares": 5, "device_shares_lost": 1}) == [
+        "1 of 5 recorded shares handed over no device record although the process launched GPU work: the device "
+        "times are scaled up from the others"]
 
 
 def ev(type_: int, start: int, end: int, corr: int, **kw: Any) -> TraceEvent:

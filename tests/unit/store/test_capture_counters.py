@@ -108,6 +108,12 @@ def test_window_deltas() -> None:
     assert d({"gpu_api_calls": 6, "python_captures": 3}) == {"gpu_api_calls": 0, "python_captures": 3}
     # the per-window stats are those capture._build computes from the window's own counts
     assert not any(is_running_total(k) for k in PER_WINDOW)
+    # a duty cycle's shares are measured window by window: each window keeps its own
+    assert d({"device_recorded_ms": 2000, "device_shares": 5, "device_share_ms_span": 1900}) \
+        == {"device_recorded_ms": 2000, "device_shares": 5, "device_share_ms_span": 1900}
+    assert d({"device_recorded_ms": 2100, "device_shares": 5, "device_share_ms_span": 1950}) \
+        == {"device_recorded_ms": 2100, "device_shares": 5, "device_share_ms_span": 1950}
+    assert {"device_shares_lost", "device_share_stale_records", "device_share_device_ms"} <= PER_WINDOW
     # states, not counters: a window keeps them as they are
     assert d({"device_probes_attached": 1, "device_agent_awaited": 1}) == {"device_probes_attached": 1,
                                                                           "device_agent_awaited": 1}
