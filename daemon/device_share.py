@@ -26,8 +26,8 @@ On the mock runtime with a bounded queue and records handed over as their work e
 On the H200 (ResNet-50 training, BENCHMARKS.md "--gpu-duty's scaling on the H200"), each share's records
 start within 10 ms of the agent's active status and end at its flush: first record to flush and span agree
 to 0.5%, and no record of an earlier share arrived late (stale: 1 of 250,000). What they scale is the
-job's GPU rate while recorded, which was 10 to 30% below a full capture's (the same kernels, 39 us each,
-fewer of them a second): the scaled totals came out that much low. Shares between call paths and kernels
+job's GPU rate while recorded, which was below a full capture's (the same kernels, 39 us each, fewer of
+them a second): the scaled totals came out 14 to 25% low (the medians of three settings). Shares between call paths and kernels
 are not affected.
 """
 
@@ -85,7 +85,9 @@ class DeviceShares:
         seconds); read after the share's flush, its span taken for the next share."""
         f, span = dev.flush_state(bpf), dev.take_span(bpf)
         seen = dev.correlations(bpf)
-        launched, self.correlations_seen = seen - self.correlations_seen, seen
+        # a count below the last one started again (a new program): all of it is this share's
+        launched = seen - self.correlations_seen if seen >= self.correlations_seen else seen
+        self.correlations_seen = seen
         flushed = f.started_ns * _S if f.started_ns * _S >= attached_at else ended_at
         # active in this share: it said so (and has not said idle since), or went idle only as it ended
         active = f.active_ns > f.idle_ns or f.idle_ns * _S >= ended_at
