@@ -13,8 +13,8 @@ three ways, all kept as stats:
   the queue as long as those launched before the flush do after it, so this is as long as the launches
   recorded; on an idle-then-busy GPU it leaves out the wait for the first launch. A share with no record
   and no launch announced counts active to flush (the GPU had nothing to run: nothing was missed); one
-  with launches but no record lost its records (the flush handed none over: 2 shares of 30 on the H200)
-  and counts nothing, said in the stat device_shares_lost;
+  with launches but no record lost its records (the flush handed none over: one share in each of two H200
+  runs, 50 shares in all) and counts nothing, said in the stat device_shares_lost;
 - active to flush: from when the agent said it was active (or the probes were attached, if later) to that
   flush: the queue too long on a busy GPU;
 - span: from the first record's start to the last record's end: too short on a GPU that idles.
@@ -27,8 +27,8 @@ On the H200 (ResNet-50 training, BENCHMARKS.md "--gpu-duty's scaling on the H200
 start within 10 ms of the agent's active status and end at its flush: first record to flush and span agree
 to 0.5%, and no record of an earlier share arrived late (stale: 1 of 250,000). What they scale is the
 job's GPU rate while recorded, which was below a full capture's (the same kernels, 39 us each, fewer of
-them a second): the scaled totals came out 14 to 25% low (the medians of three settings). Shares between call paths and kernels
-are not affected.
+them a second): the scaled totals came out 14 to 25% low (the medians of three settings). Shares between
+call paths and kernels are not affected.
 """
 
 from __future__ import annotations
@@ -84,10 +84,8 @@ class DeviceShares:
         """One share: the agent's probes attached at attached_at and were let go from ended_at (CLOCK_MONOTONIC
         seconds); read after the share's flush, its span taken for the next share."""
         f, span = dev.flush_state(bpf), dev.take_span(bpf)
-        seen = dev.correlations(bpf)
-        # a count below the last one started again (a new program): all of it is this share's
-        launched = seen - self.correlations_seen if seen >= self.correlations_seen else seen
-        self.correlations_seen = seen
+        seen = dev.correlations(bpf)  # a running total of the capture's program (dev_stats is never cleared)
+        launched, self.correlations_seen = seen - self.correlations_seen, seen
         flushed = f.started_ns * _S if f.started_ns * _S >= attached_at else ended_at
         # active in this share: it said so (and has not said idle since), or went idle only as it ended
         active = f.active_ns > f.idle_ns or f.idle_ns * _S >= ended_at

@@ -251,18 +251,3 @@ def test_the_duty_cycle_measures_a_share_at_each_pause_and_at_the_end() -> None:
     d.end_window(0.6)  # the capture ends inside the share: its last flush ended it
     assert d.take_shares().stats()["device_share_ms_active_to_flush"] == 300
 
-
-def test_a_launch_count_that_started_again_counts_from_zero() -> None:
-    """The capture's announced launches fell below the last share's count (its program was loaded again):
-    the share launched all of the new count, not a negative number."""
-    ns = 1_000_000_000
-    dev = FakeGpu()
-    dev.flush = SimpleNamespace(started_ns=int(100.25 * ns), active_ns=int(100.06 * ns), idle_ns=int(99.5 * ns))
-    shares = DeviceShares(correlations_seen=500)
-    dev.launches = 0  # started again, nothing launched since: an idle GPU, its active time counts
-    shares.add(dev, None, 100.0, 100.26)
-    assert (shares.lost, round(shares.recorded_s, 2), shares.correlations_seen) == (0, 0.19, 0)
-    shares = DeviceShares(correlations_seen=500)
-    dev.launches = 3  # started again with 3 launches and no record: lost
-    shares.add(dev, None, 100.0, 100.26)
-    assert (shares.lost, shares.recorded_s, shares.correlations_seen) == (1, 0.0, 3)

@@ -72,9 +72,8 @@ def test_a_busy_device_is_scaled_by_how_long_the_agent_recorded(daemon, built: t
     assert abs(gpu_ms - capture_ms) <= 0.04 * capture_ms, (gpu_ms, capture_ms, shown)
     recorded_ms = stats["device_time_ns"] / 1e6  # as recorded, before scaling
     # scaled by first record to flush; a share whose work had not finished by its flush holds no record
-    # and counts active to flush instead (CI saw one such: 1796 ms against 1795)
-    first = stats["device_share_ms_first_record_to_flush"]
-    assert first <= stats["device_recorded_ms"] <= first + 0.01 * capture_ms, shown
+    # (CI saw one such) and, with launches announced in it, counts nothing (device_shares_lost)
+    assert stats["device_recorded_ms"] == stats["device_share_ms_first_record_to_flush"], shown
     assert abs(recorded_ms - stats["device_recorded_ms"]) <= 0.04 * recorded_ms, shown
     attached_ms = stats["gpu_probe_duty_permille"] * doc["duration_s"]
     assert recorded_ms * capture_ms / attached_ms < 0.92 * capture_ms, shown  # the control: short
