@@ -230,7 +230,7 @@ STAT_KEYS = {"gpu_api_calls": "gpu_api_calls", "calls_with_path": "gpu_api_calls
              "device_share_ms_span": "device_share_ms_span", "device_recorded_ms": "device_recorded_ms",
              "device_share_records": "device_share_records", "device_share_device_ms": "device_share_device_ms",
              "device_share_stale_records": "device_share_stale_records",
-             "device_share_stale_ms": "device_share_stale_ms"}
+             "device_share_stale_ms": "device_share_stale_ms", "device_shares_lost": "device_shares_lost"}
 
 
 def doc_stats(doc: dict) -> dict:
@@ -299,7 +299,11 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
     (the daemon's Stop RPC, as `deepctx stop` sends it); its "ready" is from the stop to the profile in hand."""
     on_variants = [v for v in variants if v != "alone"]
     env = workload_env(next((v for v in on_variants if "_device" in v), "alone"))
-    p, pid = start_marked(name, args.python, env)
+    log_dir = DAEMON_LOG.get("dir")
+    # with a daemon log: every step's end (monotonic), written as the process exits, to set against the
+    # shares the daemon logs (bench/duty_shares.py)
+    p, pid = start_marked(name, args.python, env,
+                          extra=["--step-times", str(log_dir / f"steps-{name}.txt")] if log_dir is not None else None)
     witness: subprocess.Popen | None = None
     rows: list[dict] = []
 
@@ -332,9 +336,11 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
                     write_mappings(dctx.proc.pid, DAEMON_LOG["dir"] / f"smaps-{name}-{variant}-{2 * i + 1}.txt")
             finally:
                 stopped = time.perf_counter()
+                row["stopped_mono"] = time.monotonic()  # the capture's end; its start is duration_s before
                 dctx.stop_capture(pid)
                 th.join()
             row["profile_ready_s"] = attach["done"] - stopped
+            row["duration_s"] = attach["doc"].get("duration_s")
             row |= doc_stats(attach["doc"])
             if row.get("device_time_in_profile_ns") and attach["doc"].get("duration_s"):
                 # the profile's GPU time per step (scaled up where --gpu-duty recorded part of the time), to set

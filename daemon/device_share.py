@@ -111,6 +111,7 @@ class DeviceShares:
               "last_end": span.last_end_ns * _S - attached_at if span.records else None,
               "detached": ended_at - attached_at}
         log.debug("device share", extra={"pid": pid, "records": span.records, "launched": launched,
+                                         "attached_mono": round(attached_at, 6),
                                          "device_ms": round(span.device_ns / 1e6, 3),
                                          "stale": span.stale, "stale_ms": round(span.stale_ns / 1e6, 3)}
                   | {f"{k}_s": round(v, 4) for k, v in cand.items()}

@@ -1,0 +1,117 @@
+"""NVML's utilization samples of GPU 0 while a bench runs: the device's (percent of each sample period in
+which a kernel ran) and each process's (SM percent), as JSON lines, to judge a busy-time measure that
+recording does not disturb against what `--gpu-duty` captures record (bench/duty_shares.py --nvml).
+
+    python3 bench/nvml_trace.py OUT.jsonl [--poll 0.5] [--device 0]     (runs until SIGTERM or SIGINT)
+
+Lines: {"anchor": {"realtime": s, "mono": s}} at the start and the end (NVML stamps its samples on the
+wall clock in microseconds; the bench's instants are monotonic), {"gpu": [[ts_us, value], ...]} and
+{"proc": [[pid, ts_us, sm, mem], ...]} per poll (the samples newer than the last seen), {"error": text}.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+GPU_UTILIZATION_SAMPLES = 1  # nvmlSamplingType_t
+ERROR_INSUFFICIENT_SIZE = 7  # nvmlReturn_t
+
+
+class Sample(ct.Structure):  # nvmlSample_t: the value is a union of 8 bytes (utilization: unsigned int)
+    _fields_ = [("ts_us", ct.c_ulonglong), ("value", ct.c_ulonglong)]
+
+
+class ProcSample(ct.Structure):  # nvmlProcessUtilizationSample_t
+    _fields_ = [("pid", ct.c_uint), ("ts_us", ct.c_ulonglong), ("sm", ct.c_uint), ("mem", ct.c_uint),
+                ("enc", ct.c_uint), ("dec", ct.c_uint)]
+
+
+class Nvml:
+    def __init__(self, index: int) -> None:
+        self.lib = ct.CDLL("libnvidia-ml.so.1")
+        self._check(self.lib.nvmlInit_v2(), "nvmlInit_v2")
+        self.dev = ct.c_void_p()
+        self._check(self.lib.nvmlDeviceGetHandleByIndex_v2(ct.c_uint(index), ct.byref(self.dev)),
+                    "nvmlDeviceGetHandleByIndex_v2")
+        self.gpu_seen = 0
+        self.proc_seen = 0
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            self.lib.nvmlErrorString.restype = ct.c_char_p
+            raise RuntimeError(f"{what}: {self.lib.nvmlErrorString(rc).decode()} ({rc})")
+
+    def gpu(self) -> list[list[int]]:
+        kind, n = ct.c_int(), ct.c_uint(0)
+        rc = self.lib.nvmlDeviceGetSamples(self.dev, GPU_UTILIZATION_SAMPLES, ct.c_ulonglong(self.gpu_seen),
+                                           ct.byref(kind), ct.byref(n), None)
+        if rc != 0 or not n.value:
+            return []
+        buf = (Sample * n.value)()
+        self._check(self.lib.nvmlDeviceGetSamples(self.dev, GPU_UTILIZATION_SAMPLES, ct.c_ulonglong(self.gpu_seen),
+                                                  ct.byref(kind), ct.byref(n), buf), "nvmlDeviceGetSamples")
+        out = [[s.ts_us, s.value & 0xFFFFFFFF] for s in buf[:n.value] if s.ts_us > self.gpu_seen]
+        if out:
+            self.gpu_seen = max(t for t, _ in out)
+        return out
+
+    def procs(self) -> list[list[int]]:
+        n = ct.c_uint(0)
+        rc = self.lib.nvmlDeviceGetProcessUtilization(self.dev, None, ct.byref(n), ct.c_ulonglong(self.proc_seen))
+        if rc not in (0, ERROR_INSUFFICIENT_SIZE) or not n.value:
+            return []
+        buf = (ProcSample * n.value)()
+        rc = self.lib.nvmlDeviceGetProcessUtilization(self.dev, buf, ct.byref(n), ct.c_ulonglong(self.proc_seen))
+        if rc != 0:
+            return []
+        out = [[s.pid, s.ts_us, s.sm, s.mem] for s in buf[:n.value] if s.ts_us > self.proc_seen]
+        if out:
+            self.proc_seen = max(r[1] for r in out)
+        return out
+
+
+def anchor(f: IO[str]) -> None:
+    f.write(json.dumps({"anchor": {"realtime": time.time(), "mono": time.monotonic()}}) + "\n")
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    if not args or args[0].startswith("-"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    out = Path(args[0])
+    poll = float(args[args.index("--poll") + 1]) if "--poll" in args else 0.5
+    index = int(args[args.index("--device") + 1]) if "--device" in args else 0
+    stop = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    with out.open("w") as f:
+        anchor(f)
+        try:
+            nvml = Nvml(index)
+        except (OSError, RuntimeError) as e:
+            f.write(json.dumps({"error": str(e)}) + "\n")
+            return 1
+        while not stop:
+            for key, rows in (("gpu", nvml.gpu()), ("proc", nvml.procs())):
+                if rows:
+                    f.write(json.dumps({key: rows}) + "\n")
+            f.flush()
+            time.sleep(poll)  # a polling period, not synchronization: NVML keeps a buffer of samples
+        anchor(f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
