@@ -455,7 +455,7 @@ class Capture:
             if dev is not None and ended != "target_exited":  # an exiting agent flushed at exit
                 progress(Progress(min(duration, opts.duration_s), opts.duration_s, self.samples,
                                   "collecting device activity"))
-                if not dev.flush(bpf, target, opts.flush_timeout_s):
+                if not dev.stop(bpf, target, opts.flush_timeout_s):
                     target.warnings.append("the CUPTI agent did not hand over its last records in time: device "
                                            "activity at the end of the window may be missing")
             self.state = "building"
@@ -774,7 +774,8 @@ class _DutyCycle:
 
     def take_shares(self) -> DeviceShares:
         """What the agent recorded in the window's shares (end_window closed the last one)."""
-        shares, self.shares = self.shares, DeviceShares(correlations_seen=self.shares.correlations_seen)
+        shares, self.shares = self.shares, DeviceShares(correlations_seen=self.shares.correlations_seen,
+                                                   unfinished_seen=self.shares.unfinished_seen)
         return shares
 
     def end_window(self, t: float) -> float:

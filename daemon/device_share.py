@@ -3,32 +3,35 @@ are scaled up by.
 
 The time the probes were attached (from the middle of the attach to the middle of the detach, what the GPU
 API calls are scaled by) is longer than what the agent recorded: it starts CUPTI only when its watcher sees
-the probes (within 100 ms), and the records of kernels still queued on the GPU at the flush that ends the
-share are handed over after the probes are gone. Scaled by it, an H200's ResNet-50 GPU time per step
-came out a third low (`--gpu-duty 0.1`: 21.7 ms against 32.4 ms from full captures). Each share is measured
-three ways, all kept as stats:
+the probes (within 100 ms), and kernels still queued on the GPU when it stops run unrecorded. Scaled by it,
+an H200's ResNet-50 GPU time per step came out a third low (`--gpu-duty 0.1`: 21.7 ms against 32.4 ms from
+full captures). A share ends with the agent's stop (DeviceActivity.stop): it stops recording, then hands
+over every record, those of work still running without times (counted, device_records_unfinished_at_stop);
+the flush instant it reports is the stop's. Each share is measured three ways, all kept as stats:
 
 - first record to flush (what device times are scaled by): from the start of the first kernel, copy or set
-  recorded to the flush that ended the share. The first kernel launched after CUPTI started waits behind
-  the queue as long as those launched before the flush do after it, so this is as long as the launches
-  recorded; on an idle-then-busy GPU it leaves out the wait for the first launch. A share with no record
-  and no launch announced counts active to flush (the GPU had nothing to run: nothing was missed); one
-  with launches but no record lost its records (the flush handed none over: one share in each of two H200
-  runs, 50 shares in all) and counts nothing, said in the stat device_shares_lost;
-- active to flush: from when the agent said it was active (or the probes were attached, if later) to that
-  flush: the queue too long on a busy GPU;
+  recorded to the stop. The first kernel launched after CUPTI started waits behind the queue as long as
+  those launched before the stop do after it, so this is as long as the launches recorded; on an
+  idle-then-busy GPU it leaves out the wait for the first launch. A share with no record and no launch
+  announced counts active to flush (the GPU had nothing to run: nothing was missed). One with launches
+  but no record counts nothing: its work had not started by the stop (records unfinished, a share shorter
+  than the queue), or its records never came (none unfinished either: device_shares_lost);
+- active to flush: from when the agent said it was active (or the probes were attached, if later) to the
+  stop: the queue too long on a busy GPU;
 - span: from the first record's start to the last record's end: too short on a GPU that idles.
+
+Until the agent stopped before handing over, a share ended with CUPTI's ordinary flush, which keeps back a
+whole buffer while any record in it is of unfinished work; what it kept went with the probes. On the H200
+(ResNet-50, 20 shares with the workload's step times, bench/duty_shares.py --steps) a share recorded either
+95% of its steps' kernels, or about half, or none: the scaled totals came out 14 to 25% low.
 
 On the mock runtime with a bounded queue and records handed over as their work ends
 (`tests/integration/device/test_device_duty.py`), the first way gives the capture's true device time
 (0.996 to 0.998 of it behind a 100 ms queue), the attached time 0.80 to 0.83 of it.
 
 On the H200 (ResNet-50 training, BENCHMARKS.md "--gpu-duty's scaling on the H200"), each share's records
-start within 10 ms of the agent's active status and end at its flush: first record to flush and span agree
-to 0.5%, and no record of an earlier share arrived late (stale: 1 of 250,000). What they scale is the
-job's GPU rate while recorded, which was below a full capture's (the same kernels, 39 us each, fewer of
-them a second): the scaled totals came out 14 to 25% low (the medians of three settings). Shares between
-call paths and kernels are not affected.
+start within 10 ms of the agent's active status, and no record of an earlier share arrived late (stale: 1
+of 250,000).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class _Flush(Protocol):
     started_ns: int
     active_ns: int
     idle_ns: int
+    unfinished: int
 
 
 class _Span(Protocol):
@@ -76,9 +80,10 @@ class DeviceShares:
     device_ns: int = 0  # the records' own time, of work that started in its share
     stale: int = 0  # records of work that started before their share (an earlier one's, handed over late)
     stale_ns: int = 0
-    lost: int = 0  # shares whose launches' records never came (the flush handed over none): not counted
+    lost: int = 0  # shares whose launches' records never came (none handed over, none unfinished): not counted
     recorded_s: float = 0.0  # what device times are scaled by: first record to flush, or active to flush
     correlations_seen: int = 0  # the capture's announced launches when the last share ended
+    unfinished_seen: int = 0  # the agent's records handed over unfinished, when the last share ended
 
     def add(self, dev: _Device, bpf: Any, attached_at: float, ended_at: float, pid: int = 0) -> None:
         """One share: the agent's probes attached at attached_at and were let go from ended_at (CLOCK_MONOTONIC
@@ -86,6 +91,7 @@ class DeviceShares:
         f, span = dev.flush_state(bpf), dev.take_span(bpf)
         seen = dev.correlations(bpf)  # a running total of the capture's program (dev_stats is never cleared)
         launched, self.correlations_seen = seen - self.correlations_seen, seen
+        unfinished, self.unfinished_seen = max(0, f.unfinished - self.unfinished_seen), f.unfinished
         flushed = f.started_ns * _S if f.started_ns * _S >= attached_at else ended_at
         # active in this share: it said so (and has not said idle since), or went idle only as it ended
         active = f.active_ns > f.idle_ns or f.idle_ns * _S >= ended_at
@@ -99,8 +105,8 @@ class DeviceShares:
         self.stale_ns += span.stale_ns
         if span.records:
             self.recorded_s += cand["first_record_to_flush"]
-        elif launched:  # launches but no record: their records were not handed over in time, not an idle GPU
-            self.lost += 1
+        elif launched:  # launches but no record: not an idle GPU; none ran by the stop, or their records were lost
+            self.lost += not unfinished
         else:
             self.recorded_s += cand["active_to_flush"]
         for k, v in cand.items():
@@ -111,6 +117,7 @@ class DeviceShares:
               "last_end": span.last_end_ns * _S - attached_at if span.records else None,
               "detached": ended_at - attached_at}
         log.debug("device share", extra={"pid": pid, "records": span.records, "launched": launched,
+                                         "unfinished": unfinished,
                                          "attached_mono": round(attached_at, 6),
                                          "device_ms": round(span.device_ns / 1e6, 3),
                                          "stale": span.stale, "stale_ms": round(span.stale_ns / 1e6, 3)}

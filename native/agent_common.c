@@ -22,6 +22,7 @@ SEMAPHORE(flushed);
 SEMAPHORE(status);
 SEMAPHORE(flush_request);
 SEMAPHORE(sampling);
+SEMAPHORE(stop_request);
 
 EXPORT volatile int deepctx_agent_state = 0;
 EXPORT char deepctx_agent_error[256];
@@ -32,6 +33,7 @@ int agent_active;
 size_t agent_buffer_bytes = 4096 * 1024;
 uint64_t agent_flush_period_ns = 200 * 1000000ull;
 uint64_t agent_dropped_records;
+uint64_t agent_unfinished_records;
 uint64_t agent_sample_interval_ns = 500 * 1000ull;
 
 /* Which announced call stands for each call (sampled captures): slot corr % SAMPLE_SLOTS holds
@@ -50,6 +52,12 @@ static __thread uint64_t sample_rng;
 static const struct agent_ops *ops;
 static int exiting;
 static uint64_t flush_sequence;
+/* Stopped on the daemon's stop request while its probes are still there: it stays stopped until they go
+ * (the daemon closes the request's link with the others, in no set order). */
+static int held;
+
+/* Is recording wanted: a watcher is there (the batch probe) and has not asked the agent to stop? */
+static int wanted(void) { return agent_watched() && !held && !WATCHED(stop_request); }
 
 uint64_t agent_monotonic_ns(void) {
     struct timespec ts;
@@ -206,16 +214,20 @@ void agent_read_settings(void) {
     agent_sample_interval_ns = agent_env_u64("DEEPCTX_SAMPLE_US", 500) * 1000ull;
 }
 
-/* Delivers the SDK's buffers (completed records only, or everything when forced), then says so. */
-void agent_flush(int forced) {
-    uint64_t started = agent_monotonic_ns();
+/* Delivers the SDK's buffers (completed records only, or everything when forced), then says so; the
+ * flushed probe's started_ns is `since` (0: now), what the records handed over are complete up to. */
+static void flush_since(int forced, uint64_t since) {
+    uint64_t started = since ? since : agent_monotonic_ns();
     if (ops->flush(forced) != 0)
         return;
     uint64_t seq = ++flush_sequence;
     uint64_t dropped = __atomic_load_n(&agent_dropped_records, __ATOMIC_RELAXED);
+    uint64_t unfinished = __atomic_load_n(&agent_unfinished_records, __ATOMIC_RELAXED);
     if (WATCHED(flushed))
-        STAP_PROBE3(deepctx, flushed, seq, started, dropped);
+        STAP_PROBE4(deepctx, flushed, seq, started, dropped, unfinished);
 }
+
+void agent_flush(int forced) { flush_since(forced, 0); }
 
 int agent_start_activity(void) {
     if (WATCHED(sampling))
@@ -229,11 +241,16 @@ int agent_start_activity(void) {
     return DEV_AGENT_OK;
 }
 
+/* Stops collecting, then hands over every record: CUPTI's flush that is not forced keeps back a whole buffer
+ * while any record in it is of unfinished work, and those records would be lost with the probes. The
+ * flush's instant is the stop's: every record of work that ran before it is handed over (work launched
+ * before it and unfinished has no times: counted in agent_unfinished_records). */
 void agent_stop_activity(void) {
     uint64_t t = agent_monotonic_ns();
+    uint64_t stopped = t;
     ops->stop();
     agent_timed("stop: activity off", &t);
-    agent_flush(1);
+    flush_since(1, stopped);
     agent_timed("stop: forced flush", &t);
     if (ops->release)
         ops->release();
@@ -256,17 +273,29 @@ static void *watcher(void *arg) {
             pthread_mutex_unlock(&agent_lock);
             return NULL;
         }
-        if (w && !agent_active && !failed) {
+        /* The daemon's stop request (its semaphore): stop and hand everything over while the batch probe
+         * is still there to take it; the daemon waits for the idle status, then lets the probes go. */
+        int stop = w && WATCHED(stop_request);
+        if (!w)
+            held = 0;
+        else if (stop)
+            held = 1;
+        int want = w && !held;
+        if (want && !agent_active && !failed) {
             int rc = agent_start_activity();
             if (rc != DEV_AGENT_OK) {
                 failed = 1;
                 agent_report_status(rc);
             }
-        } else if (!w && agent_active) {
+        } else if (!want && agent_active) {
             agent_stop_activity();
+        } else if (stop && !failed) {
+            agent_report_status(DEV_AGENT_IDLE);  /* nothing to hand over: say so, the daemon waits for it */
         } else if (!w && ops->release) {
             ops->release();
         }
+        if (stop)
+            STAP_PROBE(deepctx, stop_request);  /* the note the daemon's request attaches to */
         if (!w)
             failed = 0;
         uint64_t now = agent_monotonic_ns();
@@ -307,7 +336,7 @@ int agent_start_watching(const struct agent_ops *agent_ops) {
     atexit(agent_at_exit);
     agent_initialized = 1;
     deepctx_agent_state = DEV_AGENT_IDLE;
-    if (agent_watched()) {  /* a watcher is already there (`deepctx run`, attach): from the first call */
+    if (wanted()) {  /* a watcher is already there (`deepctx run`, attach): from the first call */
         int rc = agent_start_activity();
         if (rc != DEV_AGENT_OK)
             agent_report_status(rc);
@@ -367,7 +396,7 @@ void agent_notify_and_wait(void) {
 
 void agent_start_if_watched(void) {
     pthread_mutex_lock(&agent_lock);
-    if (agent_initialized && agent_watched() && !agent_active) {
+    if (agent_initialized && wanted() && !agent_active) {
         int r = agent_start_activity();
         if (r != DEV_AGENT_OK)
             agent_report_status(r);

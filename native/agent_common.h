@@ -29,7 +29,8 @@
 
 /* USDT semaphores (agent_common.c): the kernel adds one per attached probe (uprobe ref_ctr_offset). */
 extern unsigned short deepctx_correlation_semaphore, deepctx_api_exit_semaphore, deepctx_batch_semaphore,
-    deepctx_flushed_semaphore, deepctx_status_semaphore, deepctx_flush_request_semaphore, deepctx_sampling_semaphore;
+    deepctx_flushed_semaphore, deepctx_status_semaphore, deepctx_flush_request_semaphore, deepctx_sampling_semaphore,
+    deepctx_stop_request_semaphore;
 #define WATCHED(name) __builtin_expect(__atomic_load_n(&deepctx_##name##_semaphore, __ATOMIC_RELAXED) != 0, 0)
 
 /* Sampled captures (the daemon raised the sampling semaphore): is this call one the correlation probe
@@ -86,7 +87,8 @@ extern int agent_initialized;
 extern int agent_active;
 extern size_t agent_buffer_bytes;        /* DEEPCTX_BUFFER_KB, at least 64 KiB (default 4 MiB) */
 extern uint64_t agent_flush_period_ns;   /* DEEPCTX_FLUSH_MS (default 200 ms) */
-extern uint64_t agent_dropped_records;   /* the SDK's count plus records without timestamps (atomic) */
+extern uint64_t agent_dropped_records;   /* records the SDK dropped (atomic) */
+extern uint64_t agent_unfinished_records;  /* records a forced flush handed over without times (atomic) */
 extern uint64_t agent_sample_interval_ns;  /* DEEPCTX_SAMPLE_US (default 500 us per thread) */
 
 uint64_t agent_monotonic_ns(void);

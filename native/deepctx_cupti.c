@@ -295,7 +295,7 @@ static int convert(const CUpti_Activity *rec, struct dev_record *out) {
         return 0;
     }
     if (!out->start_ns || out->end_ns < out->start_ns) {  /* no timestamps (forced flush mid-kernel) */
-        __atomic_add_fetch(&agent_dropped_records, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&agent_unfinished_records, 1, __ATOMIC_RELAXED);
         return 0;
     }
     out->start_ns = to_monotonic(out->start_ns);

@@ -335,7 +335,7 @@ static int convert(const rp_record_header_t *h, struct dev_record *out) {
         return 0;
     }
     if (!start || end < start) {
-        __atomic_add_fetch(&agent_dropped_records, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&agent_unfinished_records, 1, __ATOMIC_RELAXED);
         return 0;
     }
     out->start_ns = to_monotonic(start);

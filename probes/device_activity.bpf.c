@@ -414,6 +414,7 @@ int on_dev_flushed(struct pt_regs *ctx) {
     f->sequence = usdt_arg(&u, s, 0);
     f->started_ns = usdt_arg(&u, s, 1);
     f->dropped = usdt_arg(&u, s, 2);
+    f->unfinished = s->nargs > 3 ? usdt_arg(&u, s, 3) : 0;  /* agents before the count: three arguments */
     __sync_fetch_and_add(&f->flushes, 1);
     return 0;
 }

@@ -7,7 +7,8 @@
  *       every call, or while the sampling semaphore is raised a sample of them (agent_sample_due())
  *   api_exit(u32 correlation_id)                     at the call's exit (trace mode only)
  *   batch(const struct dev_record *records, u32 n)   per batch of completed activity records
- *   flushed(u64 sequence, u64 started_ns, u64 dropped)  after each flush of CUPTI's buffers
+ *   flushed(u64 sequence, u64 started_ns, u64 dropped, u64 unfinished)  after each flush of CUPTI's
+ *                                                    buffers (a stop's: started_ns is when activity stopped)
  *   status(s32 code)                                 when the agent starts, stops or fails to start
  *   flush_request()                                  after each flush the daemon requested: its
  *                                                    semaphore is the daemon's "flush now" request
@@ -15,6 +16,11 @@
  *   sampling()                                       when reporting starts in a sampled capture: its
  *                                                    semaphore asks the agent to announce a sample of
  *                                                    the calls, not every one
+ *   stop_request()                                   while the daemon asks the agent to stop: its
+ *                                                    semaphore is the request; the agent stops, hands
+ *                                                    over every record (a forced flush) while the batch
+ *                                                    probe is still there, says idle and stays stopped
+ *                                                    until the batch probe goes
  * Every probe is semaphore-guarded: an agent nobody watches does not even build the arguments. */
 #ifndef DEEPCTX_DEVICE_ACTIVITY_H
 #define DEEPCTX_DEVICE_ACTIVITY_H
@@ -160,6 +166,7 @@ struct dev_flush {
     __s64 status;        /* last status probe: DEV_AGENT_* */
     __u64 active_ns;     /* bpf_ktime_get_ns() (CLOCK_MONOTONIC) of the last DEV_AGENT_ACTIVE status */
     __u64 idle_ns;       /* ... and of the last DEV_AGENT_IDLE */
+    __u64 unfinished;    /* records a forced flush handed over without times (work still running at a stop) */
 };
 
 /* The device work the records seen since user space last took it span (per CPU; kernels, copies and sets):

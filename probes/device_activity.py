@@ -130,7 +130,7 @@ class DevEvent(ct.Structure):
 class DevFlush(ct.Structure):
     _fields_ = [("sequence", ct.c_uint64), ("started_ns", ct.c_uint64), ("dropped", ct.c_uint64),
                 ("flushes", ct.c_uint64), ("status", ct.c_int64), ("active_ns", ct.c_uint64),
-                ("idle_ns", ct.c_uint64)]
+                ("idle_ns", ct.c_uint64), ("unfinished", ct.c_uint64)]
 
 
 class DevSpan(ct.Structure):
@@ -205,6 +205,7 @@ class _AgentFile:
     path: str  # a path the daemon can open
     probes: list[usdt.UsdtProbe]
     request: list[usdt.UsdtProbe] = field(default_factory=list)  # flush_request sites
+    stop: list[usdt.UsdtProbe] = field(default_factory=list)  # stop_request sites (none in agents before it)
 
 
 # In attach order: the agent starts reporting when the batch probe is attached (agent_watched()), so it is
@@ -391,6 +392,7 @@ class DeviceActivity:
         f = self.flush_state(bpf)
         out["device_agent_flushes"] = f.flushes
         out["device_records_dropped_by_cupti"] = f.dropped
+        out["device_records_unfinished_at_stop"] = f.unfinished
         out["device_agent_status"] = f.status
         out["device_agent_injected"] = int(self.injected)
         out["device_usdt_sites"] = self._attacher.sites if self._attacher else 0
@@ -419,6 +421,7 @@ class DeviceActivity:
         assert self._attacher is not None
         af = _AgentFile(path, probes)
         af.request = [p for p in probes if p.name == "flush_request"]
+        af.stop = [p for p in probes if p.name == "stop_request"]
         self._files[key] = af
         if attach and not self.paused:
             self._attach_handlers(af)
@@ -444,14 +447,14 @@ class DeviceActivity:
         return self._attacher is not None and self._attacher.multi is True and not self.trace
 
     def pause(self, bpf: Any, target: Target) -> None:
-        """Hands over what the agent holds, then detaches: the semaphores drop and the agent stops its
-        activity and lets CUPTI go (within its watcher's 100 ms), so the target pays nothing until resume."""
+        """Stops the agent, which hands over every record and lets CUPTI go, then detaches, so the target
+        pays nothing until resume."""
         if self.paused or self.trace or self._attacher is None:
             return
         if self._files:  # attached: hand over, then detach (probes attached one by one cannot be)
             if not self.can_pause:
                 return
-            self.flush(bpf, target, keep_request=True)
+            self.stop(bpf, target)
             self._attacher.close()  # the request's links with the others: their closes wait together
         self.paused = True  # an agent that appears now is attached at resume
 
@@ -572,6 +575,34 @@ class DeviceActivity:
             if not keep_request:
                 for fd in links:
                     self._attacher.close_link(fd)
+
+    def stop(self, bpf: Any, target: Target, timeout_s: float = 1.0) -> bool:
+        """Asks the agent to stop recording and hand over every record, and waits until it says it is idle
+        (at most timeout_s); then drains. The end of an attached share or of a capture: CUPTI's ordinary
+        flush keeps back a whole buffer while any record in it is of unfinished work (on an H200 running
+        ResNet-50 that lost half or all of some shares' records), and what it kept went with the probes.
+        The agent's stop flush is forced, made while the batch probe is still there; its flushed probe's
+        started_ns is when activity stopped. The request (the stop_request semaphore) stays raised until
+        the attacher closes every link (pause(), or the capture's end): the agent stays stopped until its
+        batch probe goes. An agent without the request (an older build) is flushed instead. False when
+        the agent did not answer."""
+        if self.paused:
+            return True  # pause() stopped it, and the agent has been idle since
+        if self._attacher is None or not self._files:
+            return False
+        if not all(af.stop for af in self._files.values()):
+            return self.flush(bpf, target, timeout_s, keep_request=True)
+        t0 = time.monotonic_ns()
+        for af in self._files.values():
+            self._attacher.attach("on_dev_request", af.path, target.pid, af.stop)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            f = self.flush_state(bpf)
+            if f.idle_ns >= t0 or f.status < 0:  # idle since the request (all handed over), or never started
+                self.drain(bpf)
+                return True
+            time.sleep(0.002)  # waiting on the agent's thread, with a deadline
+        return False
 
     # --- reading -------------------------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
  * real CUPTI types and record layouts, plus hooks (mockcupti_*) through which the mock CUDA libraries
  * run the agent's callbacks with correlation ids and hand it activity records with known times.
  * One subscriber at a time, like CUPTI. Buffers are delivered on flush or when full, in the calling
- * thread. */
+ * thread (MOCK_CUPTI_COMPLETED_ONLY=1: as CUPTI documents it, below). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -173,48 +173,113 @@ static uint64_t record_end(const CUpti_Activity *r) {
 
 EXPORT uint64_t mockcupti_now(void);
 
-/* MOCK_CUPTI_COMPLETED_ONLY=1: a flush that is not forced hands over only the records of work the device
- * has finished, as CUPTI does; the rest wait in a new buffer for a later flush (lock held). */
-static void deliver_completed(void) {
-    static int completed_only = -1;
-    if (completed_only < 0) {
+static int completed_only(void) {
+    static int on = -1;
+    if (on < 0) {
         const char *s = getenv("MOCK_CUPTI_COMPLETED_ONLY");
-        completed_only = s && *s == '1';
+        on = s && *s == '1';
     }
-    if (!completed_only || !buffer) {
-        deliver();
-        return;
-    }
-    uint64_t now = mockcupti_now();
-    uint8_t *pending = malloc(buffer_used ? buffer_used : 1);
-    size_t done = 0, waiting = 0;
-    for (size_t pos = 0; pending && pos < buffer_used;) {
-        const CUpti_Activity *r = (const CUpti_Activity *)(buffer + pos);
+    return on;
+}
+
+/* MOCK_CUPTI_COMPLETED_ONLY=1, CUPTI's flush as its documentation gives it: a flush that is not forced
+ * hands over only buffers every record of which is of finished work (a buffer holding one record of
+ * unfinished work is kept whole, full or not); a forced one hands over every buffer, the records of
+ * unfinished work without their times. Full buffers wait in `kept` until then. */
+#define KEPT_MAX 64
+static struct kept_buffer {
+    uint8_t *b;
+    size_t size, used;
+} kept[KEPT_MAX];
+static int nkept;
+
+static int all_finished(const uint8_t *b, size_t used, uint64_t now) {
+    for (size_t pos = 0; pos < used;) {
+        const CUpti_Activity *r = (const CUpti_Activity *)(b + pos);
         size_t size = record_size(r);
         if (!size)
             break;
-        if (record_end(r) <= now) {
-            memmove(buffer + done, r, size);
-            done += size;
-        } else {
-            memcpy(pending + waiting, r, size);
-            waiting += size;
+        if (record_end(r) > now)
+            return 0;
+        pos += size;
+    }
+    return 1;
+}
+
+/* A forced flush's view of unfinished work: no end; no start if it has not started either. */
+static void unfinish(uint8_t *b, size_t used, uint64_t now) {
+    for (size_t pos = 0; pos < used;) {
+        CUpti_Activity *r = (CUpti_Activity *)(b + pos);
+        size_t size = record_size(r);
+        if (!size)
+            break;
+        uint64_t *start = NULL, *end = NULL;
+        switch (r->kind) {
+        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+            start = &((CUpti_ActivityKernel10 *)r)->start;
+            end = &((CUpti_ActivityKernel10 *)r)->end;
+            break;
+        case CUPTI_ACTIVITY_KIND_MEMCPY:
+            start = &((CUpti_ActivityMemcpy6 *)r)->start;
+            end = &((CUpti_ActivityMemcpy6 *)r)->end;
+            break;
+        case CUPTI_ACTIVITY_KIND_MEMSET:
+            start = &((CUpti_ActivityMemset4 *)r)->start;
+            end = &((CUpti_ActivityMemset4 *)r)->end;
+            break;
+        case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
+            start = &((CUpti_ActivitySynchronization2 *)r)->start;
+            end = &((CUpti_ActivitySynchronization2 *)r)->end;
+            break;
+        default:
+            break;
+        }
+        if (end && *end > now) {
+            *end = 0;
+            if (*start > now)
+                *start = 0;
         }
         pos += size;
     }
-    if (!pending) {
+}
+
+/* Hands one kept buffer to the client (lock held; released around the callback). */
+static void deliver_kept(struct kept_buffer k) {
+    pthread_mutex_unlock(&lock);
+    buffer_completed(NULL, 0, k.b, k.size, k.used);
+    pthread_mutex_lock(&lock);
+}
+
+/* The current buffer is full: CUPTI keeps it until its work has finished (lock held). */
+static void keep_full(void) {
+    if (nkept == KEPT_MAX) {
         deliver();
         return;
     }
-    buffer_used = done;
-    if (done)
-        deliver();
-    if (waiting) {
-        void *p = reserve(waiting);  /* a new buffer: the records wait there, in their order */
-        if (p)
-            memcpy(p, pending, waiting);
+    kept[nkept++] = (struct kept_buffer){buffer, buffer_size, buffer_used};
+    buffer = NULL;
+    buffer_size = buffer_used = 0;
+}
+
+static void flush_completed_only(int forced) {
+    uint64_t now = mockcupti_now();
+    int left = 0;
+    for (int i = 0; i < nkept; i++) {
+        struct kept_buffer k = kept[i];
+        if (forced)
+            unfinish(k.b, k.used, now);
+        if (forced || all_finished(k.b, k.used, now))
+            deliver_kept(k);
+        else
+            kept[left++] = k;
     }
-    free(pending);
+    nkept = left;
+    if (buffer && buffer_used) {
+        if (forced)
+            unfinish(buffer, buffer_used, now);
+        if (forced || all_finished(buffer, buffer_used, now))
+            deliver();
+    }
 }
 
 EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
@@ -223,12 +288,10 @@ EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
         pthread_mutex_unlock(&lock);
         return CUPTI_ERROR_INVALID_OPERATION;
     }
-    if (buffer_used) {
-        if (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)
-            deliver();
-        else
-            deliver_completed();
-    }
+    if (completed_only())
+        flush_completed_only((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) != 0);
+    else if (buffer_used)
+        deliver();
     pthread_mutex_unlock(&lock);
     return CUPTI_SUCCESS;
 }
@@ -284,8 +347,12 @@ EXPORT void mockcupti_api_exit(int domain, uint32_t cbid, uint32_t corr, const c
 }
 
 static void *reserve(size_t size) {
-    if (buffer && buffer_used + size > buffer_size)
-        deliver();
+    if (buffer && buffer_used + size > buffer_size) {
+        if (completed_only())
+            keep_full();
+        else
+            deliver();
+    }
     if (!buffer) {
         size_t max_records = 0;
         if (!buffer_requested)

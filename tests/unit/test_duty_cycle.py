@@ -42,7 +42,7 @@ class FakeGpu:
             self.clock.now += self.takes
 
     # as the device family: the agent's last flush and status, and the span of what it recorded
-    flush = SimpleNamespace(started_ns=0, active_ns=0, idle_ns=0)
+    flush = SimpleNamespace(unfinished=0, started_ns=0, active_ns=0, idle_ns=0)
     span = SimpleNamespace(first_start_ns=0, last_end_ns=0, records=0, device_ns=0, stale=0, stale_ns=0)
 
     def flush_state(self, *_: object) -> SimpleNamespace:
@@ -202,7 +202,7 @@ def test_each_share_keeps_what_the_agent_recorded_three_ways() -> None:
     100.26 s; records from 100.09 s (the first's start) to 100.24 s (the last's end)."""
     ns = 1_000_000_000
     dev = FakeGpu()
-    dev.flush = SimpleNamespace(started_ns=int(100.25 * ns), active_ns=int(100.06 * ns), idle_ns=int(99.5 * ns))
+    dev.flush = SimpleNamespace(unfinished=0, started_ns=int(100.25 * ns), active_ns=int(100.06 * ns), idle_ns=int(99.5 * ns))
     dev.span = SimpleNamespace(first_start_ns=int(100.09 * ns), last_end_ns=int(100.24 * ns), records=40,
                                device_ns=120_000_000, stale=2, stale_ns=9_000_000)
     dev.launches = 41
@@ -213,29 +213,35 @@ def test_each_share_keeps_what_the_agent_recorded_three_ways() -> None:
                               "device_share_device_ms": 120, "device_share_stale_records": 2,
                               "device_share_stale_ms": 9, "device_shares_lost": 0, "device_recorded_ms": 160}
     # the agent went idle as the share ended (it saw the probes go): still active in it; nothing launched
-    dev.flush = SimpleNamespace(started_ns=int(102.25 * ns), active_ns=int(102.06 * ns), idle_ns=int(102.3 * ns))
+    dev.flush = SimpleNamespace(unfinished=0, started_ns=int(102.25 * ns), active_ns=int(102.06 * ns), idle_ns=int(102.3 * ns))
     dev.span = SimpleNamespace(first_start_ns=0, last_end_ns=0, records=0, device_ns=0, stale=0, stale_ns=0)
     shares.add(dev, None, 102.0, 102.26)
     # it never became active in the share (idle since before it), no flush in it: nothing recorded
-    dev.flush = SimpleNamespace(started_ns=int(102.25 * ns), active_ns=int(102.06 * ns), idle_ns=int(102.3 * ns))
+    dev.flush = SimpleNamespace(unfinished=0, started_ns=int(102.25 * ns), active_ns=int(102.06 * ns), idle_ns=int(102.3 * ns))
     shares.add(dev, None, 104.0, 104.1)
     # active, 7 launches announced, and no record handed over: lost, not an idle GPU; counts nothing
-    dev.flush = SimpleNamespace(started_ns=int(106.25 * ns), active_ns=int(106.06 * ns), idle_ns=int(102.3 * ns))
+    dev.flush = SimpleNamespace(unfinished=0, started_ns=int(106.25 * ns), active_ns=int(106.06 * ns), idle_ns=int(102.3 * ns))
     dev.launches = 48
     shares.add(dev, None, 106.0, 106.26)
-    # recorded: the first share's first record to flush, the second's active to flush (no record), none, none
-    assert shares.stats() == {"device_share_ms_active_to_flush": 570, "device_share_ms_first_record_to_flush": 160,
-                              "device_share_ms_span": 150, "device_shares": 4, "device_share_records": 40,
+    # active, 5 launches, no record, and 3 records handed over unfinished at its stop (none of its work had
+    # run: a share shorter than the GPU's queue): not lost, and counts nothing either
+    dev.flush = SimpleNamespace(unfinished=3, started_ns=int(108.25 * ns), active_ns=int(108.06 * ns),
+                                idle_ns=int(102.3 * ns))
+    dev.launches = 53
+    shares.add(dev, None, 108.0, 108.26)
+    # recorded: the first share's first record to flush, the second's active to flush (no record), none x3
+    assert shares.stats() == {"device_share_ms_active_to_flush": 760, "device_share_ms_first_record_to_flush": 160,
+                              "device_share_ms_span": 150, "device_shares": 5, "device_share_records": 40,
                               "device_share_device_ms": 120, "device_share_stale_records": 2,
                               "device_share_stale_ms": 9, "device_shares_lost": 1, "device_recorded_ms": 350}
-    assert shares.correlations_seen == 48
+    assert shares.correlations_seen == 53 and shares.unfinished_seen == 3
 
 
 def test_the_duty_cycle_measures_a_share_at_each_pause_and_at_the_end() -> None:
     clock = Clock()
     gpu, dev = FakeGpu(), FakeGpu()
     ns = 1_000_000_000
-    dev.flush = SimpleNamespace(started_ns=int(100.9 * ns), active_ns=int(100.1 * ns), idle_ns=0)
+    dev.flush = SimpleNamespace(unfinished=0, started_ns=int(100.9 * ns), active_ns=int(100.1 * ns), idle_ns=0)
     dev.launches = 12  # announced in the first window; none in the second (an idle GPU there)
     d = _DutyCycle(gpu, 0.25, 4.0, dev=dev, bpf=object(), target=object(), clock=clock)  # type: ignore[arg-type]
     clock.now = 101.0
@@ -246,7 +252,7 @@ def test_the_duty_cycle_measures_a_share_at_each_pause_and_at_the_end() -> None:
     assert first.shares == 1 and first.stats()["device_share_ms_active_to_flush"] == 800
     assert d.shares.correlations_seen == first.correlations_seen == 12  # counted on across windows
     d.start_window(0.0)  # attached again at 104.0
-    dev.flush = SimpleNamespace(started_ns=int(104.5 * ns), active_ns=int(104.2 * ns), idle_ns=int(101.0 * ns))
+    dev.flush = SimpleNamespace(unfinished=0, started_ns=int(104.5 * ns), active_ns=int(104.2 * ns), idle_ns=int(101.0 * ns))
     clock.now = 104.6
     d.end_window(0.6)  # the capture ends inside the share: its last flush ended it
     assert d.take_shares().stats()["device_share_ms_active_to_flush"] == 300

@@ -160,11 +160,11 @@ def test_the_agents_probes_are_the_cupti_agents(built_rocprof: tuple[Path, Path]
     agent, _ = built_rocprof
     probes = usdt.read_probes(str(agent), "deepctx")
     assert sorted({p.name for p in probes}) == ["api_exit", "batch", "correlation", "flush_request", "flushed",
-                                                 "sampling", "status"]
+                                                 "sampling", "status", "stop_request"]
     assert all(p.semaphore_offset for p in probes)
     args = {p.name: len(p.args) for p in probes}
-    assert args == {"correlation": 3, "api_exit": 1, "batch": 2, "flushed": 3, "status": 1, "flush_request": 0,
-                    "sampling": 0}
+    assert args == {"correlation": 3, "api_exit": 1, "batch": 2, "flushed": 4, "status": 1, "flush_request": 0,
+                    "sampling": 0, "stop_request": 0}
     # the correlation probe has two sites (every call, or a sample of them): one semaphore
     assert len({p.semaphore_offset for p in probes if p.name == "correlation"}) == 1
 
