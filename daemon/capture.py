@@ -370,7 +370,10 @@ class Capture:
         built = False
         try:
             t_attach = time.monotonic()
-            for fam in self.families:
+            # device activity last: its agent records from its attach, and the capture's duration counts
+            # from after the last attach (on the H200 host the agent started 0.35 to 0.5 s before the
+            # duration did, GPU work recorded outside it); a `deepctx run` target waits for it until then
+            for fam in sorted(self.families, key=lambda f: isinstance(f, DeviceActivity)):
                 fam.attach(bpf, target)
             self._check_agent_reports(bpf, target)
             log.info("probes ready", extra={"session": self.id, "pid": target.pid, "families": self.probe_names,

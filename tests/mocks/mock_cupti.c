@@ -161,14 +161,29 @@ static void deliver(void) {
     pthread_mutex_lock(&lock);
 }
 
-static uint64_t record_end(const CUpti_Activity *r) {
+/* Where a record keeps its start and end (NULL for kinds the mock does not write). */
+static void record_times(CUpti_Activity *r, uint64_t **start, uint64_t **end) {
+    *start = *end = NULL;
     switch (r->kind) {
-    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return ((const CUpti_ActivityKernel10 *)r)->end;
-    case CUPTI_ACTIVITY_KIND_MEMCPY: return ((const CUpti_ActivityMemcpy6 *)r)->end;
-    case CUPTI_ACTIVITY_KIND_MEMSET: return ((const CUpti_ActivityMemset4 *)r)->end;
-    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: return ((const CUpti_ActivitySynchronization2 *)r)->end;
-    default: return 0;
+#define TIMES(kind, type)                       \
+    case kind:                                  \
+        *start = &((type *)r)->start;           \
+        *end = &((type *)r)->end;               \
+        break;
+    TIMES(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUpti_ActivityKernel10)
+    TIMES(CUPTI_ACTIVITY_KIND_MEMCPY, CUpti_ActivityMemcpy6)
+    TIMES(CUPTI_ACTIVITY_KIND_MEMSET, CUpti_ActivityMemset4)
+    TIMES(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, CUpti_ActivitySynchronization2)
+#undef TIMES
+    default:
+        break;
     }
+}
+
+static uint64_t record_end(CUpti_Activity *r) {
+    uint64_t *start, *end;
+    record_times(r, &start, &end);
+    return end ? *end : 0;
 }
 
 EXPORT uint64_t mockcupti_now(void);
@@ -193,9 +208,9 @@ static struct kept_buffer {
 } kept[KEPT_MAX];
 static int nkept;
 
-static int all_finished(const uint8_t *b, size_t used, uint64_t now) {
+static int all_finished(uint8_t *b, size_t used, uint64_t now) {
     for (size_t pos = 0; pos < used;) {
-        const CUpti_Activity *r = (const CUpti_Activity *)(b + pos);
+        CUpti_Activity *r = (CUpti_Activity *)(b + pos);
         size_t size = record_size(r);
         if (!size)
             break;
@@ -213,27 +228,8 @@ static void unfinish(uint8_t *b, size_t used, uint64_t now) {
         size_t size = record_size(r);
         if (!size)
             break;
-        uint64_t *start = NULL, *end = NULL;
-        switch (r->kind) {
-        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-            start = &((CUpti_ActivityKernel10 *)r)->start;
-            end = &((CUpti_ActivityKernel10 *)r)->end;
-            break;
-        case CUPTI_ACTIVITY_KIND_MEMCPY:
-            start = &((CUpti_ActivityMemcpy6 *)r)->start;
-            end = &((CUpti_ActivityMemcpy6 *)r)->end;
-            break;
-        case CUPTI_ACTIVITY_KIND_MEMSET:
-            start = &((CUpti_ActivityMemset4 *)r)->start;
-            end = &((CUpti_ActivityMemset4 *)r)->end;
-            break;
-        case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
-            start = &((CUpti_ActivitySynchronization2 *)r)->start;
-            end = &((CUpti_ActivitySynchronization2 *)r)->end;
-            break;
-        default:
-            break;
-        }
+        uint64_t *start, *end;
+        record_times(r, &start, &end);
         if (end && *end > now) {
             *end = 0;
             if (*start > now)

@@ -98,9 +98,8 @@ def test_a_whole_capture_of_a_busy_device_keeps_its_records_to_the_end(daemon, b
     shown = {k: v for k, v in stats.items() if k.startswith(("device_rec", "device_agent", "device_time"))}
     capture_ms = 1000 * doc["duration_s"]
     gpu_ms = sum(n["metrics"]["gpu_time_ns"] for _, n in walk(doc) if n["kind"] == "kernel") / 1e6
-    # less the queue the attach found; the records run from the agent's start as its probes attach, the
-    # duration from when every probe is attached (about 0.15 s later here): `deepctx run` keeps every
-    # record from the first call
-    assert capture_ms - 400 <= gpu_ms <= capture_ms + 400, (gpu_ms, capture_ms, shown)
+    # less the 100 ms queue the attach found (three runs: 73 to 89 ms short); the agent's probes attach
+    # last, just before the duration starts, and its stop comes just after the duration ends
+    assert capture_ms - 150 <= gpu_ms <= capture_ms + 100, (gpu_ms, capture_ms, shown)
     assert 0 < stats["device_records_unfinished_at_stop"] <= 55, shown  # the queue at the end
     assert stats["device_records_dropped_by_cupti"] == 0, shown
