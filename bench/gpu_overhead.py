@@ -230,7 +230,8 @@ STAT_KEYS = {"gpu_api_calls": "gpu_api_calls", "calls_with_path": "gpu_api_calls
              "device_share_ms_span": "device_share_ms_span", "device_recorded_ms": "device_recorded_ms",
              "device_share_records": "device_share_records", "device_share_device_ms": "device_share_device_ms",
              "device_share_stale_records": "device_share_stale_records",
-             "device_share_stale_ms": "device_share_stale_ms", "device_shares_lost": "device_shares_lost"}
+             "device_share_stale_ms": "device_share_stale_ms", "device_shares_lost": "device_shares_lost",
+             "device_records_unfinished_at_stop": "device_records_unfinished_at_stop"}
 
 
 def doc_stats(doc: dict) -> dict:
