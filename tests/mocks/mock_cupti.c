@@ -180,12 +180,6 @@ static void record_times(CUpti_Activity *r, uint64_t **start, uint64_t **end) {
     }
 }
 
-static uint64_t record_end(CUpti_Activity *r) {
-    uint64_t *start, *end;
-    record_times(r, &start, &end);
-    return end ? *end : 0;
-}
-
 EXPORT uint64_t mockcupti_now(void);
 
 static int completed_only(void) {
@@ -208,21 +202,10 @@ static struct kept_buffer {
 } kept[KEPT_MAX];
 static int nkept;
 
-static int all_finished(uint8_t *b, size_t used, uint64_t now) {
-    for (size_t pos = 0; pos < used;) {
-        CUpti_Activity *r = (CUpti_Activity *)(b + pos);
-        size_t size = record_size(r);
-        if (!size)
-            break;
-        if (record_end(r) > now)
-            return 0;
-        pos += size;
-    }
-    return 1;
-}
-
-/* A forced flush's view of unfinished work: no end; no start if it has not started either. */
-static void unfinish(uint8_t *b, size_t used, uint64_t now) {
+/* How many records in a buffer are of work unfinished by `now`; strip: take their times away as a forced
+ * flush hands them over (no end; no start either if not started). */
+static size_t unfinished(uint8_t *b, size_t used, uint64_t now, int strip) {
+    size_t n = 0;
     for (size_t pos = 0; pos < used;) {
         CUpti_Activity *r = (CUpti_Activity *)(b + pos);
         size_t size = record_size(r);
@@ -231,12 +214,16 @@ static void unfinish(uint8_t *b, size_t used, uint64_t now) {
         uint64_t *start, *end;
         record_times(r, &start, &end);
         if (end && *end > now) {
-            *end = 0;
-            if (*start > now)
-                *start = 0;
+            n++;
+            if (strip) {
+                *end = 0;
+                if (*start > now)
+                    *start = 0;
+            }
         }
         pos += size;
     }
+    return n;
 }
 
 /* Hands one kept buffer to the client (lock held; released around the callback). */
@@ -262,18 +249,14 @@ static void flush_completed_only(int forced) {
     int left = 0;
     for (int i = 0; i < nkept; i++) {
         struct kept_buffer k = kept[i];
-        if (forced)
-            unfinish(k.b, k.used, now);
-        if (forced || all_finished(k.b, k.used, now))
+        if (!unfinished(k.b, k.used, now, forced) || forced)
             deliver_kept(k);
         else
             kept[left++] = k;
     }
     nkept = left;
     if (buffer && buffer_used) {
-        if (forced)
-            unfinish(buffer, buffer_used, now);
-        if (forced || all_finished(buffer, buffer_used, now))
+        if (!unfinished(buffer, buffer_used, now, forced) || forced)
             deliver();
     }
 }
