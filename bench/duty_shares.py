@@ -21,6 +21,7 @@ by NVML's busy time over the capture against over the shares, and NVML's busy ti
 
 from __future__ import annotations
 
+import argparse
 import bisect
 import json
 import sys
@@ -162,20 +163,20 @@ def report(rows: list[dict], caps: list[list[dict]], steps: Steps | None = None,
 
 
 def main() -> int:
-    args = sys.argv[1:]
-    opts = {k: args[args.index(k) + 1] for k in ("--steps", "--nvml") if k in args and args.index(k) + 1 < len(args)}
-    pos = [a for i, a in enumerate(args) if not a.startswith("--") and (i == 0 or args[i - 1] not in opts)]
-    if len(pos) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    rows = [json.loads(line) for line in Path(pos[0]).read_text().splitlines() if line.startswith("{")]
-    steps = Steps([float(x) for x in Path(opts["--steps"]).read_text().split()]) if "--steps" in opts else None
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("overhead", type=Path, help="gpu_overhead.py's output")
+    ap.add_argument("daemon_log", type=Path, help="the daemon's log at debug level")
+    ap.add_argument("--steps", type=Path, help="the workload's step ends (gpu_overhead.py's DIR/steps-NAME.txt)")
+    ap.add_argument("--nvml", type=Path, help="bench/nvml_trace.py's samples")
+    args = ap.parse_args()
+    rows = [json.loads(line) for line in args.overhead.read_text().splitlines() if line.startswith("{")]
+    steps = Steps([float(x) for x in args.steps.read_text().split()]) if args.steps else None
     busy = None
-    if "--nvml" in opts:
-        busy = Busy([json.loads(line) for line in Path(opts["--nvml"]).read_text().splitlines() if line.strip()])
+    if args.nvml:
+        busy = Busy([json.loads(line) for line in args.nvml.read_text().splitlines() if line.strip()])
         for e in busy.errors:
             print(f"NVML: {e}")
-    report(rows, captures(Path(pos[1])), steps, busy)
+    report(rows, captures(args.daemon_log), steps, busy)
     return 0
 
 

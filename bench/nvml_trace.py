@@ -11,6 +11,7 @@ wall clock in microseconds; the bench's instants are monotonic), {"gpu": [[ts_us
 
 from __future__ import annotations
 
+import argparse
 import ctypes as ct
 import json
 import signal
@@ -81,13 +82,12 @@ def anchor(f: IO[str]) -> None:
 
 
 def main() -> int:
-    args = sys.argv[1:]
-    if not args or args[0].startswith("-"):
-        print(__doc__, file=sys.stderr)
-        return 2
-    out = Path(args[0])
-    poll = float(args[args.index("--poll") + 1]) if "--poll" in args else 0.5
-    index = int(args[args.index("--device") + 1]) if "--device" in args else 0
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--poll", type=float, default=0.5, help="seconds between reads of NVML's sample buffer")
+    ap.add_argument("--device", type=int, default=0)
+    args = ap.parse_args()
+    out, poll, index = args.out, args.poll, args.device
     stop = False
 
     def on_signal(signum: int, frame: object) -> None:

@@ -93,7 +93,7 @@ class DeviceShares:
         f, span = dev.flush_state(bpf), dev.take_span(bpf)
         seen = dev.correlations(bpf)  # a running total of the capture's program (dev_stats is never cleared)
         launched, self.correlations_seen = seen - self.correlations_seen, seen
-        unfinished, self.unfinished_seen = max(0, f.unfinished - self.unfinished_seen), f.unfinished
+        unfinished, self.unfinished_seen = f.unfinished - self.unfinished_seen, f.unfinished  # the agent's running count
         flushed = f.started_ns * _S if f.started_ns * _S >= attached_at else ended_at
         # active in this share: it said so (and has not said idle since), or went idle only as it ended
         active = f.active_ns > f.idle_ns or f.idle_ns * _S >= ended_at

@@ -276,10 +276,7 @@ static void *watcher(void *arg) {
         /* The daemon's stop request (its semaphore): stop and hand everything over while the batch probe
          * is still there to take it; the daemon waits for the idle status, then lets the probes go. */
         int stop = w && WATCHED(stop_request);
-        if (!w)
-            held = 0;
-        else if (stop)
-            held = 1;
+        held = w && (held || stop);
         int want = w && !held;
         if (want && !agent_active && !failed) {
             int rc = agent_start_activity();

@@ -555,26 +555,7 @@ class DeviceActivity:
         timeout_s): raises the flush_request semaphore by attaching to its site, waits for a flushed
         probe that began after the request, then lowers it (keep_request: the caller closes every link
         next, this one included). False when the agent did not answer."""
-        if self.paused:
-            return True  # pause() flushed, and the agent has been idle since
-        if self._attacher is None or not self._files:
-            return False
-        t0 = time.monotonic_ns()
-        links: list[int] = []
-        try:
-            for af in self._files.values():
-                links += self._attacher.attach("on_dev_request", af.path, target.pid, af.request)
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                if self.flush_state(bpf).started_ns >= t0:
-                    self.drain(bpf)
-                    return True
-                time.sleep(0.002)  # waiting on the agent's thread, with a deadline
-            return False
-        finally:
-            if not keep_request:
-                for fd in links:
-                    self._attacher.close_link(fd)
+        return self._request(bpf, target, lambda af: af.request, lambda f, t0: f.started_ns >= t0, timeout_s, keep_request)
 
     def stop(self, bpf: Any, target: Target, timeout_s: float = 1.0) -> bool:
         """Asks the agent to stop recording and hand over every record, and waits until it says it is idle
@@ -586,23 +567,37 @@ class DeviceActivity:
         the attacher closes every link (pause(), or the capture's end): the agent stays stopped until its
         batch probe goes. An agent without the request (an older build) is flushed instead. False when
         the agent did not answer."""
+        if self._files and not all(af.stop for af in self._files.values()):
+            return self.flush(bpf, target, timeout_s, keep_request=True)
+        # idle since the request (all handed over), or never started (a failed agent says no more)
+        return self._request(bpf, target, lambda af: af.stop, lambda f, t0: f.idle_ns >= t0 or f.status < 0,
+                             timeout_s, keep_request=True)
+
+    def _request(self, bpf: Any, target: Target, sites: Callable[[_AgentFile], list[usdt.UsdtProbe]],
+                 answered: Callable[[DevFlush, int], bool], timeout_s: float, keep_request: bool) -> bool:
+        """Raises a request semaphore (each agent file's flush or stop request) by attaching to its sites,
+        waits (at most timeout_s) until dev_flush says the agent answered a request made at t0, drains;
+        lowers it again unless keep_request (the caller closes every link next, this one included)."""
         if self.paused:
-            return True  # pause() stopped it, and the agent has been idle since
+            return True  # pause() stopped the agent, and it has been idle since
         if self._attacher is None or not self._files:
             return False
-        if not all(af.stop for af in self._files.values()):
-            return self.flush(bpf, target, timeout_s, keep_request=True)
         t0 = time.monotonic_ns()
-        for af in self._files.values():
-            self._attacher.attach("on_dev_request", af.path, target.pid, af.stop)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            f = self.flush_state(bpf)
-            if f.idle_ns >= t0 or f.status < 0:  # idle since the request (all handed over), or never started
-                self.drain(bpf)
-                return True
-            time.sleep(0.002)  # waiting on the agent's thread, with a deadline
-        return False
+        links: list[int] = []
+        try:
+            for af in self._files.values():
+                links += self._attacher.attach("on_dev_request", af.path, target.pid, sites(af))
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                if answered(self.flush_state(bpf), t0):
+                    self.drain(bpf)
+                    return True
+                time.sleep(0.002)  # waiting on the agent's thread, with a deadline
+            return False
+        finally:
+            if not keep_request:
+                for fd in links:
+                    self._attacher.close_link(fd)
 
     # --- reading -------------------------------------------------------------------------------------------
 
