@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deepctx.daemon import procfs
+from deepctx.daemon.busy_meter import BusyFits
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.device_share import DeviceShares
 from deepctx.daemon.device_tree import DeviceView, device_warnings
+from deepctx.daemon.duty_cycle import DutyCycle, duty_scales
 from deepctx.daemon.errors import FailedPrecondition, NotFound, PermissionDenied
 from deepctx.daemon.frames import Frame
 from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basenames, scale_buckets
@@ -205,6 +207,8 @@ class Capture:
         self.windows_lost = 0  # continuous mode: windows whose build failed (in the log)
         self.gpu_probed_s: float | None = None  # seconds the GPU probes were attached in the window being built
         self.device_shares: DeviceShares | None = None  # what the agent recorded in its shares of that window
+        # that window's GPU busy rates attached and detached (daemon/busy_meter.py), or None and why not
+        self.gpu_busy: BusyFits | None = None
         # What the window's build reuses from the capture loop (see _prewarm): GPU stack id -> frames
         self._native: NativeSymbolizer | None = None
         self._gpu_frames: dict[int, list[Frame]] = {}
@@ -368,6 +372,7 @@ class Capture:
         self.clock_offset_ns = clock_offset_ns()  # trace events: BPF's clock -> Unix time
         thread_names: dict[int, str] = {}
         built = False
+        duty: DutyCycle | None = None
         try:
             t_attach = time.monotonic()
             # device activity last: its agent records from its attach, and the capture's duration counts
@@ -380,7 +385,10 @@ class Capture:
                                             "compile_s": round(t_attach - t_compile, 3),
                                             "attach_s": round(time.monotonic() - t_attach, 3)})
             self.state = "capturing"
+            duty = DutyCycle.of(self, opts)  # opens NVML, before the clock starts
             t0 = time.monotonic()
+            if duty is not None:
+                duty.window_at = t0
             ended = "duration"
             poller = select.poll()
             poller.register(pidfd, select.POLLIN)
@@ -390,7 +398,6 @@ class Capture:
             poller.register(wake_r, select.POLLIN)
             last_maps = last_prewarm = 0.0
             window_t0, window_unix = t0, time.time()
-            duty = _DutyCycle.of(self, opts)
             while True:
                 elapsed = time.monotonic() - t0
                 if elapsed >= opts.duration_s:
@@ -439,6 +446,7 @@ class Capture:
                         cut, cut_unix = time.monotonic(), time.time()
                         self.gpu_probed_s = duty.end_window(cut - window_t0) if duty else None
                         self.device_shares = duty.take_shares() if duty else None
+                        self.gpu_busy = duty.take_busy() if duty else None
                         self._cut_window(bpf, target, thread_names, cut - window_t0, window_unix)
                         # the next window began at the cut: what ran while this one was built is in it
                         window_t0, window_unix = cut, cut_unix
@@ -474,6 +482,7 @@ class Capture:
             t_build = time.monotonic()
             self.gpu_probed_s = duty.end_window(duration) if duty else None
             self.device_shares = duty.take_shares() if duty else None
+            self.gpu_busy = duty.take_busy() if duty else None
             with profiled("build"):
                 result = self._build(bpf, target, thread_names, duration, ended)
             built = True
@@ -484,6 +493,8 @@ class Capture:
                                              "build_s": round(time.monotonic() - t_build, 3)})
             return result
         finally:
+            if duty is not None:
+                duty.close()
             with self._wake_lock:
                 if self._wake is not None:
                     os.close(self._wake)
@@ -607,12 +618,13 @@ class Capture:
         # the device buckets carry the GPU probes' stack ids: merged where they resolve alike as they are read
         view = (DeviceView.read(dev, bpf, target.pid, gpu_paths.stack_key if gpu_paths is not None else None)
                 if dev is not None else None)
-        if view is not None and self.gpu_probed_s is not None and dev is not None and dev.can_pause:
-            # the agent reported for part of each attached share (daemon/device_share.py): scaled up to the
-            # window by how long it recorded, or by the probes' attached time where no share was measured
-            recorded = self.device_shares.recorded_s if self.device_shares else 0.0
-            on_s = recorded if recorded > 0 else self.gpu_probed_s
-            view = view.scaled(duration / on_s if on_s > 0 else 0.0)
+        scales = None
+        if self.gpu_probed_s is not None:  # probes attached part of the window: scaled up to it
+            scales = duty_scales(duration, self.gpu_probed_s,
+                                 self.device_shares.recorded_s if self.device_shares else 0.0, self.gpu_busy)
+            stats.update(scales.stats())
+        if view is not None and scales is not None and dev is not None and dev.can_pause:
+            view = view.scaled(scales.device)
         trace: list[dict[str, Any]] = []
         if gpu is not None and gpu_paths is not None:
             mode = gpu.mode
@@ -624,7 +636,7 @@ class Capture:
                 stats["gpu_probe_duty_permille"] = round(1000 * min(1.0, self.gpu_probed_s / max(duration, 1e-9)))
                 if self.device_shares is not None and self.device_shares.shares:
                     stats.update(self.device_shares.stats())
-                buckets = scale_buckets(buckets, duration / self.gpu_probed_s if self.gpu_probed_s > 0 else 0.0)
+                buckets = scale_buckets(buckets, scales.calls if scales is not None else 1.0)
             origins = Origins([h.label for h in gpu.handoffs], gpu.node_types(bpf, target.pid))
             stats.update(add_gpu_buckets(tree, buckets, gpu_paths, namer, lambda api: libs.get(api.library), origins))
             if view is not None:
@@ -641,6 +653,8 @@ class Capture:
         if self.continuous:
             stats["continuous_windows_lost"] = self.windows_lost
         warnings = list(target.warnings)
+        if scales is not None and scales.warning:
+            warnings.append(scales.warning)
         if ended == "target_exited":
             warnings.append(f"process {target.pid} exited after {duration:.2f} s of the requested "
                             f"{self.opts.duration_s:g} s; the profile holds what was captured until then")
@@ -673,127 +687,6 @@ def stat_warnings(stats: dict[str, int]) -> list[str]:
         out.append(f"{stats['continuous_windows_lost']} continuous windows could not be built and are missing "
                    "(deepctxd's log says why)")
     return out + device_warnings(stats)  # nothing without the device family's stats
-
-
-class _DutyCycle:
-    """Attaches the GPU API probes (and the device activity agent's, which then stops CUPTI) for the first
-    `share` of each cycle and detaches them for the rest, and keeps the time they were attached (what the
-    counts and device times are scaled by). A windowed capture's cycle is its window (cut at window_s,
-    which starts the next); a one-shot capture's cycles follow one another every period_s."""
-
-    def __init__(self, gpu: GpuApi, share: float, period_s: float, dev: DeviceActivity | None = None,
-                 bpf: Any = None, target: Target | None = None, clock: Callable[[], float] = time.monotonic,
-                 windowed: bool = True) -> None:
-        self.gpu, self.on_s, self.period_s = gpu, share * period_s, period_s
-        self.windowed = windowed
-        self.dev, self.bpf, self.target = dev, bpf, target
-        self.clock = clock
-        self.probed_s = 0.0
-        self.on_since: float | None = 0.0  # attached at the window's start
-        self.dev_attached_at: float | None = clock() if dev is not None else None  # the agent's probes, monotonic
-        self.shares = DeviceShares()
-        # seconds into the window when its first cycle began: a window starts when the last one was cut,
-        # and its probes are attached again once that one is built
-        self.on_from = 0.0
-
-    @classmethod
-    def of(cls, capture: Capture, opts: CaptureOptions) -> _DutyCycle | None:
-        gpu = next((f for f in capture.families if isinstance(f, GpuApi)), None)
-        period = opts.window_s or opts.gpu_duty_period_s
-        if gpu is None or not period or opts.gpu_duty >= 1.0:
-            return None
-        if not gpu.can_pause:  # probes attached one by one (no uprobe_multi): they stay, counts are whole
-            if capture.target is not None:
-                capture.target.warnings.append("GPU API probes cannot be detached on this kernel (no uprobe_multi): "
-                                               "they stay attached for the whole capture, and its counts are whole")
-            return None
-        dev = next((f for f in capture.families if isinstance(f, DeviceActivity)), None)
-        if dev is not None and dev.trace:
-            dev = None  # trace mode: device activity stays on (probes attached one by one: pause() says no)
-        return cls(gpu, opts.gpu_duty, period, dev, capture._bpf, capture.target, windowed=bool(opts.window_s))
-
-    def _phase(self, t: float) -> float:
-        """Seconds into the current cycle (a window has one: its cut, not a new cycle, attaches them again)."""
-        into = max(0.0, t - self.on_from)
-        return into if self.windowed else into % self.period_s
-
-    def next_switch_s(self, t: float) -> float:
-        phase = self._phase(t)
-        if phase < self.on_s:
-            return self.on_s - phase
-        # a window's probes are attached again when it is cut, a one-shot capture's when the next cycle starts
-        return max(0.0, self.period_s - t) if self.windowed else self.period_s - phase
-
-    def update(self, t: float) -> None:
-        """t: seconds into the window."""
-        # Attaching and detaching take time (uprobes on every GPU API function): the probes count as
-        # attached from the middle of the one to the middle of the other.
-        want = self._phase(t) < self.on_s
-        if want and self.on_since is None:
-            started = self.clock()
-            self.gpu.resume()
-            if self.dev is not None and self.target is not None:
-                self.dev.resume(self.bpf, self.target)
-                self.dev_attached_at = self.clock()
-            self.on_since = t + (self.clock() - started) / 2
-            self._switched(True, started)
-        elif not want and self.on_since is not None:
-            started = self.clock()
-            # The GPU API probes' links close in a thread of their own: their grace periods pass while the
-            # agent hands over the records of the attached time and its links close.
-            failed: list[BaseException] = []
-
-            def gpu_pause() -> None:
-                try:
-                    self.gpu.pause()
-                except BaseException as e:  # raised in the loop's thread below, as before
-                    failed.append(e)
-
-            gpu_off = threading.Thread(target=gpu_pause, name="deepctx-gpu-off", daemon=True)
-            gpu_off.start()
-            try:
-                if self.dev is not None and self.target is not None:
-                    self.dev.pause(self.bpf, self.target)
-            finally:
-                gpu_off.join()
-            if failed:
-                raise failed[0]
-            self._device_share(started)
-            self.probed_s += max(0.0, t + (self.clock() - started) / 2 - self.on_since)
-            self.on_since = None
-            self._switched(False, started)
-
-    def _switched(self, attached: bool, started: float) -> None:
-        """When the switch began and ended, on the monotonic clock (bench/duty_pairs.py pairs the target's
-        steps with the attached and detached stretches by them)."""
-        log.debug("GPU probes switched", extra={"pid": getattr(self.target, "pid", 0),
-                                                "attached": attached, "from_mono": round(started, 6),
-                                                "to_mono": round(self.clock(), 6)})
-
-    def _device_share(self, ended_at: float) -> None:
-        if self.dev is not None and self.dev_attached_at is not None:
-            self.shares.add(self.dev, self.bpf, self.dev_attached_at, ended_at, getattr(self.target, "pid", 0))
-        self.dev_attached_at = None
-
-    def take_shares(self) -> DeviceShares:
-        """What the agent recorded in the window's shares (end_window closed the last one)."""
-        shares, self.shares = self.shares, DeviceShares(correlations_seen=self.shares.correlations_seen,
-                                                   unfinished_seen=self.shares.unfinished_seen)
-        return shares
-
-    def end_window(self, t: float) -> float:
-        """The window's probed seconds (start_window attaches the probes for the next one)."""
-        if self.on_since is not None:
-            self._device_share(self.clock())
-            self.probed_s += t - self.on_since
-        probed, self.probed_s = self.probed_s, 0.0
-        self.on_since = None
-        return probed
-
-    def start_window(self, t: float) -> None:
-        """t seconds into a new window (the time its predecessor took to build): its share starts now."""
-        self.on_from = t
-        self.update(t)
 
 
 def _unwinder_reader(bpf: Any, unwinder: Any) -> Callable[[int], tuple[list[int], bool]]:

@@ -86,6 +86,7 @@ class DeviceShares:
     recorded_s: float = 0.0  # what device times are scaled by: first record to flush, or active to flush
     correlations_seen: int = 0  # the capture's announced launches when the last share ended
     unfinished_seen: int = 0  # the agent's records handed over unfinished, when the last share ended
+    intervals: list[tuple[float, float]] = field(default_factory=list)  # what recorded_s sums (monotonic s)
 
     def add(self, dev: _Device, bpf: Any, attached_at: float, ended_at: float, pid: int = 0) -> None:
         """One share: the agent's probes attached at attached_at and were let go from ended_at (CLOCK_MONOTONIC
@@ -107,10 +108,12 @@ class DeviceShares:
         self.stale_ns += span.stale_ns
         if span.records:
             self.recorded_s += cand["first_record_to_flush"]
+            self.intervals.append((span.first_start_ns * _S, flushed))
         elif launched:  # launches but no record: not an idle GPU; none ran by the stop, or their records were lost
             self.lost += not unfinished
-        else:
+        elif cand["active_to_flush"] > 0:
             self.recorded_s += cand["active_to_flush"]
+            self.intervals.append((flushed - cand["active_to_flush"], flushed))
         for k, v in cand.items():
             self.seconds[k] += v
         # each share's instants from its attach (s): what a GPU run needs to judge the candidates afresh

@@ -1,9 +1,5 @@
-"""NVIDIA's management library (libnvidia-ml.so.1, through ctypes): which GPUs a process computes on, who
-else does, and how busy they were between two instants (GPM, Hopper and later).
-
-A duty cycle records device activity in short shares and scales what it recorded up to the capture. The job
-runs slower while recorded (the probes and CUPTI cost each launch), so scaling by time alone comes out low
-by that slowdown. The GPU's own busy time is not disturbed by recording: daemon/busy_meter.py scales by it.
+"""NVIDIA's management library (libnvidia-ml.so.1, through ctypes): the GPUs, which processes compute on
+each, and their MIG mode (daemon/busy_meter.py reads their utilization samples).
 
 DEEPCTX_NVML_LIB names another library (the tests' mock); the default is the driver's.
 """
@@ -18,11 +14,7 @@ LIBRARY = "libnvidia-ml.so.1"
 SUCCESS = 0
 ERROR_NOT_SUPPORTED = 3
 ERROR_INSUFFICIENT_SIZE = 7
-GPM_METRIC_GRAPHICS_UTIL = 1  # "percentage of time any compute/graphics app was active on the GPU"
-GPM_METRICS_GET_VERSION = 1
-GPM_SUPPORT_VERSION = 1
 _UUID_LEN = 96  # NVML_DEVICE_UUID_V2_BUFFER_SIZE
-_METRIC_SLOTS = 210  # NVML_GPM_METRIC_MAX of current headers (98 in older ones); only numMetrics are read
 
 
 class NvmlError(Exception):
@@ -36,24 +28,6 @@ class NvmlError(Exception):
 class _ProcessInfo(ct.Structure):  # nvmlProcessInfo_t (the _v3 calls' layout)
     _fields_ = [("pid", ct.c_uint), ("usedGpuMemory", ct.c_ulonglong), ("gpuInstanceId", ct.c_uint),
                 ("computeInstanceId", ct.c_uint)]
-
-
-class _GpmSupport(ct.Structure):  # nvmlGpmSupport_t
-    _fields_ = [("version", ct.c_uint), ("isSupportedDevice", ct.c_uint)]
-
-
-class _MetricInfo(ct.Structure):
-    _fields_ = [("shortName", ct.c_char_p), ("longName", ct.c_char_p), ("unit", ct.c_char_p)]
-
-
-class _GpmMetric(ct.Structure):  # nvmlGpmMetric_t
-    _fields_ = [("metricId", ct.c_uint), ("nvmlReturn", ct.c_int), ("value", ct.c_double),
-                ("metricInfo", _MetricInfo)]
-
-
-class _GpmMetricsGet(ct.Structure):  # nvmlGpmMetricsGet_t
-    _fields_ = [("version", ct.c_uint), ("numMetrics", ct.c_uint), ("sample1", ct.c_void_p),
-                ("sample2", ct.c_void_p), ("metrics", _GpmMetric * _METRIC_SLOTS)]
 
 
 class Nvml:
@@ -126,40 +100,3 @@ class Device:
             return False
         self.nvml._check(rc, "nvmlDeviceGetMigMode")
         return bool(cur.value)
-
-    def gpm_supported(self) -> bool:
-        s = _GpmSupport(version=GPM_SUPPORT_VERSION)
-        rc = self.nvml.lib.nvmlGpmQueryDeviceSupport(self.handle, ct.byref(s))
-        if rc == ERROR_NOT_SUPPORTED:
-            return False
-        self.nvml._check(rc, "nvmlGpmQueryDeviceSupport")
-        return bool(s.isSupportedDevice)
-
-
-class GpmSample:
-    """One GPM sample of a device (the library's buffer, freed by close())."""
-
-    def __init__(self, dev: Device) -> None:
-        self.dev = dev
-        self.ptr = ct.c_void_p()
-        dev.nvml._check(dev.nvml.lib.nvmlGpmSampleAlloc(ct.byref(self.ptr)), "nvmlGpmSampleAlloc")
-        try:
-            dev.nvml._check(dev.nvml.lib.nvmlGpmSampleGet(dev.handle, self.ptr), "nvmlGpmSampleGet")
-        except NvmlError:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        if self.ptr:
-            self.dev.nvml.lib.nvmlGpmSampleFree(self.ptr)
-            self.ptr = ct.c_void_p()
-
-
-def graphics_util(a: GpmSample, b: GpmSample) -> float:
-    """The share of the time between two samples of one device that it ran work (0 to 1)."""
-    req = _GpmMetricsGet(version=GPM_METRICS_GET_VERSION, numMetrics=1, sample1=a.ptr, sample2=b.ptr)
-    req.metrics[0].metricId = GPM_METRIC_GRAPHICS_UTIL
-    nvml = a.dev.nvml
-    nvml._check(nvml.lib.nvmlGpmMetricsGet(ct.byref(req)), "nvmlGpmMetricsGet")
-    nvml._check(req.metrics[0].nvmlReturn, "nvmlGpmMetricsGet(GRAPHICS_UTIL)")
-    return min(1.0, max(0.0, req.metrics[0].value / 100.0))

@@ -47,12 +47,14 @@ class Daemon:
         return self.proc.poll() is None and self.cli("status", "--format", "json").returncode == 0
 
 
-def start_daemon(tmp: Path, *extra: str) -> Daemon:
+def start_daemon(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Daemon:
+    """extra: deepctxd's arguments; env: added to its environment."""
     sock = str(tmp / "deepctxd.sock")
     log = tmp / "deepctxd.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([*DEEPCTXD, "--foreground", "--socket", sock, "--log-format", "json",
-                                 *extra], stdout=out, stderr=subprocess.STDOUT)
+                                 *extra], stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, **env} if env else None)
     d = Daemon(proc, sock, log)
     r = d.cli("status", "--wait", "60")
     assert r.returncode == 0, f"deepctxd did not come up: {r.stderr}\n{log.read_text()}"

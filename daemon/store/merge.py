@@ -67,7 +67,9 @@ def _finish(root: dict[str, Any], metrics: list[str]) -> None:
 # Window stats that do not add up across windows: shares (weighted by window length) and levels (sizes and
 # states: the max). Every other stat adds up: continuous mode stores a window's running totals as what the
 # window added to them (store/deltas.py), so windows of one capture add up to its latest totals.
-SHARES = frozenset({"gpu_probe_duty_permille"})
+SHARES = frozenset({"gpu_probe_duty_permille", "gpu_busy_scaled_permille", "device_time_scale_permille",
+                    "gpu_call_scale_permille", "gpu_busy_attached_permille", "gpu_busy_detached_permille",
+                    "gpu_busy_recording_permille", "device_busy_scaled_permille"})
 LEVELS = frozenset({"device_agent_status", "cpu_stack_map_entries", "gpu_sample_interval_ns", "gpu_uprobes",
                     "gpu_probes_attached", "gpu_libraries_attached", "device_agent_injected", "device_usdt_sites",
                     "device_probes_attached", "device_agent_awaited", "table_rules"})

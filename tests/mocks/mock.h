@@ -18,4 +18,15 @@ uint64_t mock_device_run(uint64_t duration);
 uint64_t mock_device_idle_at(void);
 int mock_run_kernel(const void *handle, uint32_t corr, uint32_t stream, uint64_t graph_node);
 
+/* The simulated device's state, shared through MOCK_GPU_DIR/<pid> with the mock NVML: the work it ran by a
+ * time t on its clock (mockcupti_now: CLOCK_MONOTONIC + clock_offset_ns) at or after the last launch is
+ * committed_ns - max(0, free_at_ns - t), since the work still queued runs back to back. seq is odd while a
+ * write is in progress. */
+struct mock_gpu_state {
+    uint64_t seq;
+    uint64_t committed_ns;
+    uint64_t free_at_ns;
+    int64_t clock_offset_ns;
+};
+
 #endif

@@ -2,15 +2,19 @@
  * names and calls its InitializeInjection, as the real driver does. Kernels are registered with their
  * name and a duration (mockRegisterKernel); a launch runs the CUPTI callbacks of the mock CUPTI with a
  * correlation id and queues an activity record on a simulated device that runs one thing at a time:
- * start = max(now, when the device is free), end = start + duration. */
+ * start = max(now, when the device is free), end = start + duration. With MOCK_GPU_DIR set, the device's
+ * state is shared in MOCK_GPU_DIR/<pid> (struct mock_gpu_state, mock.h) for the mock NVML (mock_nvml.c). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cupti.h>
 
@@ -93,6 +97,47 @@ static uint64_t queue_bound_ns(void) {
     return bound > 0 ? (uint64_t)bound : 0;
 }
 
+static struct mock_gpu_state *shared_state(void) {
+    static struct mock_gpu_state *state;
+    static int tried;
+    if (tried)
+        return state;
+    tried = 1;
+    const char *dir = getenv("MOCK_GPU_DIR");
+    if (!dir || !*dir)
+        return NULL;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%d", dir, (int)getpid());
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 || ftruncate(fd, sizeof(*state)) != 0) {
+        fprintf(stderr, "mock libcuda: cannot share the device's state in %s\n", path);
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    void *p = mmap(NULL, sizeof(*state), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    state = p == MAP_FAILED ? NULL : p;
+    return state;
+}
+
+/* Under the lock: the work committed so far and when the device is free, seqlock-published. */
+static void publish(uint64_t committed, uint64_t free_at) {
+    struct mock_gpu_state *s = shared_state();
+    if (!s)
+        return;
+    __atomic_add_fetch(&s->seq, 1, __ATOMIC_ACQ_REL);
+    __atomic_store_n(&s->committed_ns, committed, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->free_at_ns, free_at, __ATOMIC_RELAXED);
+    struct timespec mono;
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    __atomic_store_n(&s->clock_offset_ns, (int64_t)mockcupti_now() -
+                     (int64_t)((uint64_t)mono.tv_sec * 1000000000ull + (uint64_t)mono.tv_nsec), __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->seq, 1, __ATOMIC_ACQ_REL);
+}
+
+static uint64_t committed_ns;  /* all the work ever placed on the device */
+
 /* Places `duration` of work on the simulated device; returns its start. */
 EXPORT uint64_t mock_device_run(uint64_t duration) {
     uint64_t bound = queue_bound_ns();
@@ -102,6 +147,8 @@ EXPORT uint64_t mock_device_run(uint64_t duration) {
         if (!bound || device_free_at <= now + bound) {
             uint64_t start = now > device_free_at ? now : device_free_at;
             device_free_at = start + duration;
+            committed_ns += duration;
+            publish(committed_ns, device_free_at);
             pthread_mutex_unlock(&lock);
             return start;
         }

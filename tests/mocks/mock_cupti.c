@@ -347,8 +347,25 @@ static void *reserve(size_t size) {
     return p;
 }
 
+/* MOCK_RECORDING_SPIN_NS: what recording a kernel costs its launch while kernel activity is enabled (the
+ * launching thread spins this long), so that a job runs slower while recorded, as a real one does. */
+static void recording_spin(void) {
+    static long long spin_ns = -1;
+    if (spin_ns < 0) {
+        const char *s = getenv("MOCK_RECORDING_SPIN_NS");
+        spin_ns = s ? atoll(s) : 0;
+    }
+    if (spin_ns <= 0)
+        return;
+    uint64_t until = mockcupti_now() + (uint64_t)spin_ns;
+    while (mockcupti_now() < until)
+        ;
+}
+
 EXPORT void mockcupti_kernel(uint32_t corr, const char *name, uint64_t start, uint64_t end, uint32_t stream,
                              uint64_t graph_node, const uint32_t *shape) {
+    if (kinds[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL])
+        recording_spin();
     pthread_mutex_lock(&lock);
     if (kinds[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL]) {
         CUpti_ActivityKernel10 *k = reserve(sizeof(*k));

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from deepctx.daemon.capture import _DutyCycle
 from deepctx.daemon.device_share import DeviceShares
+from deepctx.daemon.duty_cycle import DutyCycle
 from deepctx.daemon.gpu_tree import scale_buckets
 from deepctx.probes import gpu_apis
 from deepctx.probes.gpu_api import GpuBucket
@@ -59,7 +59,7 @@ class FakeGpu:
 
 def test_attached_for_the_first_share_of_each_window() -> None:
     gpu = FakeGpu()
-    d = _DutyCycle(gpu, 0.25, 4.0, clock=Clock())  # type: ignore[arg-type]
+    d = DutyCycle(gpu, 0.25, 4.0, clock=Clock())  # type: ignore[arg-type]
     assert d.next_switch_s(0.0) == 1.0 and d.next_switch_s(0.4) == 0.6 and d.next_switch_s(1.5) == 2.5
     d.update(0.5)  # still in the attached share
     d.update(1.25)  # past it: detached
@@ -75,7 +75,7 @@ def test_a_window_built_slowly_gets_its_whole_share_after_the_build() -> None:
     """A window starts at its predecessor's cut; its probes are attached once that one is built (0.6 s
     here), for the whole share from then on, even when the build took longer than the share."""
     gpu = FakeGpu()
-    d = _DutyCycle(gpu, 0.25, 4.0, clock=Clock())  # type: ignore[arg-type]
+    d = DutyCycle(gpu, 0.25, 4.0, clock=Clock())  # type: ignore[arg-type]
     d.update(1.0)
     assert d.end_window(4.0) == 1.0
     d.start_window(1.5)  # built for longer than the 1 s share
@@ -106,7 +106,7 @@ def test_slow_switches_count_half_and_detaching_overlaps() -> None:
                 threads[name] = threading.current_thread() is threading.main_thread()
                 FakeGpu.pause(fake)
         fake.pause = pause  # type: ignore[method-assign]
-    d = _DutyCycle(gpu, 0.25, 4.0, dev=dev, bpf=object(), target=object(), clock=clock)  # type: ignore[arg-type]
+    d = DutyCycle(gpu, 0.25, 4.0, dev=dev, bpf=object(), target=object(), clock=clock)  # type: ignore[arg-type]
     d.update(1.0)  # pause: the agent's 0.1 s and the GPU probes' 0.4 s (the fake clock adds them up)
     assert sorted(calls) == ["device pause", "gpu pause"]
     assert threads == {"device": True, "gpu": False}
@@ -155,7 +155,7 @@ def test_a_failed_detach_in_the_gpu_probes_thread_is_raised_to_the_loop() -> Non
 
     calls: list[str] = []
     dev = FakeGpu(calls=calls, name="device")
-    d = _DutyCycle(Failing(), 0.25, 4.0, dev=dev, bpf=object(), target=object(), clock=Clock())  # type: ignore[arg-type]
+    d = DutyCycle(Failing(), 0.25, 4.0, dev=dev, bpf=object(), target=object(), clock=Clock())  # type: ignore[arg-type]
     with pytest.raises(OSError, match="gone"):
         d.update(1.0)
     assert calls == ["device pause"]  # the agent's pause ran all the same
@@ -165,7 +165,7 @@ def test_a_one_shot_capture_cycles_every_period() -> None:
     """`deepctx attach --gpu-duty 0.25 --gpu-duty-period 2`: on for the first 0.5 s of every 2 s period of one
     capture (no window cut attaches them again: the next period does)."""
     gpu = FakeGpu()
-    d = _DutyCycle(gpu, 0.25, 2.0, clock=Clock(), windowed=False)  # type: ignore[arg-type]
+    d = DutyCycle(gpu, 0.25, 2.0, clock=Clock(), windowed=False)  # type: ignore[arg-type]
     assert d.next_switch_s(0.0) == 0.5 and d.next_switch_s(1.5) == 0.5
     d.update(0.25)
     d.update(0.5)  # the share is over
@@ -190,7 +190,7 @@ def test_a_window_is_not_cycled_again_before_its_cut() -> None:
     """A windowed capture whose cut is late (the loop was busy past the window) does not attach its probes
     again at the end of the period: the cut does, once it is made."""
     gpu = FakeGpu()
-    d = _DutyCycle(gpu, 0.25, 4.0, clock=Clock())  # type: ignore[arg-type]
+    d = DutyCycle(gpu, 0.25, 4.0, clock=Clock())  # type: ignore[arg-type]
     d.update(1.5)
     d.update(4.3)  # past the window's end, not yet cut
     assert gpu.calls == ["pause"] and d.next_switch_s(4.3) == 0.0
@@ -243,7 +243,7 @@ def test_the_duty_cycle_measures_a_share_at_each_pause_and_at_the_end() -> None:
     ns = 1_000_000_000
     dev.flush = SimpleNamespace(unfinished=0, started_ns=int(100.9 * ns), active_ns=int(100.1 * ns), idle_ns=0)
     dev.launches = 12  # announced in the first window; none in the second (an idle GPU there)
-    d = _DutyCycle(gpu, 0.25, 4.0, dev=dev, bpf=object(), target=object(), clock=clock)  # type: ignore[arg-type]
+    d = DutyCycle(gpu, 0.25, 4.0, dev=dev, bpf=object(), target=object(), clock=clock)  # type: ignore[arg-type]
     clock.now = 101.0
     d.update(1.0)  # pause: the share from 100.0 (attached) to the flush at 100.9, active from 100.1
     clock.now = 104.0
