@@ -83,17 +83,17 @@ def fit_rates(periods: list[Period], window: tuple[float, float], attached: list
     """Least-squares busy rates while attached and detached over one window; None without enough samples
     attached and detached to tell them apart."""
     w0, w1 = window
-    rows: list[tuple[float, float, float]] = []  # (time attached, time detached, busy seconds) per sample
+    attached = [(max(s, w0), min(e, w1)) for s, e in attached if min(e, w1) > max(s, w0)]
+    # every sample that overlaps the window, whole: its time before or after the window is detached
+    rows: list[tuple[float, float, float, float]] = []  # (time attached, detached, busy s, time in the window)
     for a, b, u in periods:
-        a, b = max(a, w0), min(b, w1)
-        if b <= a:
+        inside = min(b, w1) - max(a, w0)
+        if inside <= 0:
             continue
         t_in = sum(max(0.0, min(b, e) - max(a, s)) for s, e in attached)
-        rows.append((t_in, (b - a) - t_in, u * (b - a)))
+        rows.append((t_in, (b - a) - t_in, u * (b - a), inside))
     if not rows:
         return None
-    covered = sum(r[0] + r[1] for r in rows)
-    busy_s = sum(r[2] for r in rows) * (w1 - w0) / covered  # a gap between samples counted at their rate
     sii = sum(r[0] * r[0] for r in rows)
     soo = sum(r[1] * r[1] for r in rows)
     sio = sum(r[0] * r[1] for r in rows)
@@ -103,9 +103,17 @@ def fit_rates(periods: list[Period], window: tuple[float, float], attached: list
         return None
     siy = sum(r[0] * r[2] for r in rows)
     soy = sum(r[1] * r[2] for r in rows)
-    r_in = (siy * soo - soy * sio) / det
-    r_out = (soy * sii - siy * sio) / det
-    return BusyFit(busy_s, max(0.0, r_in), max(0.0, r_out), len(rows), attached_s)
+    r_in = max(0.0, (siy * soo - soy * sio) / det)
+    r_out = max(0.0, (soy * sii - siy * sio) / det)
+    # the window's busy time: a sample cut by its edge gives the part the rates put inside it
+    busy_s = covered = 0.0
+    for t_in, t_out, y, inside in rows:
+        whole = r_in * t_in + r_out * t_out
+        part = r_in * t_in + r_out * (inside - t_in)
+        busy_s += y * (part / whole if whole > 0 else inside / (t_in + t_out))
+        covered += inside
+    busy_s *= (w1 - w0) / covered  # a gap between samples counted at their rate
+    return BusyFit(busy_s, r_in, r_out, len(rows), attached_s)
 
 
 class _DeviceSamples:

@@ -63,8 +63,9 @@ def duty_scales(duration: float, probed_s: float, recorded_s: float, busy: BusyF
             return 0.0
         return fit.busy_s / (fit.attached_rate * seen_s) if fit is not None else duration / seen_s
 
-    return DutyScales(scale(busy.recording if recorded_s > 0 else None, recorded), scale(busy.attached, probed_s),
-                      busy if recorded_s > 0 else BusyFits(busy.attached, None, busy.why))
+    if recorded_s <= 0:  # no share measured: the attached stretches stand in for the recorded ones
+        busy = BusyFits(busy.attached, busy.attached, busy.why)
+    return DutyScales(scale(busy.recording, recorded), scale(busy.attached, probed_s), busy)
 
 
 class DutyCycle:
