@@ -31,9 +31,10 @@ On the mock runtime with a bounded queue and records handed over as their work e
 
 On the H200 (ResNet-50 training, BENCHMARKS.md "--gpu-duty on the H200: shares lost records at their
 end"), with the stop every share recorded the job's GPU time per step (30 shares: 30.9 ms median, 29.6 to
-31.9; NVML's busy time 31.6). What the scaled totals still miss is the job's own slowdown while recorded
-(the time outside the shares ran faster): 3 to 9% sampled, 18% exact. No record of an earlier share
-arrived late (stale: 1 of 250,000).
+31.9; NVML's busy time 31.6). What scaling by this time misses is the job's own slowdown while recorded
+(the time outside the shares ran faster): 2 to 9% sampled, 18 to 24% exact; daemon/busy_meter.py scales
+by the GPU's busy time instead where NVML can tell it. No record of an earlier share arrived late (stale:
+1 of 250,000).
 """
 
 from __future__ import annotations
