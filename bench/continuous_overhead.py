@@ -62,9 +62,10 @@ STEPS = {"launch_bound": 12000, "launch_backward": 4000, "resnet50": 300, "gpt2"
 
 
 class ContinuousDaemon(Deepctx):
-    def __init__(self, cli: list[str], daemon: list[str], gpu_duty: float | None = None) -> None:
+    def __init__(self, cli: list[str], daemon: list[str], gpu_duty: float | None = None, **kw: object) -> None:
+        """kw: Deepctx's (the log file and its level)."""
         duty = f"continuous_gpu_duty = {gpu_duty}\n" if gpu_duty is not None else ""  # None: the default
-        super().__init__(cli, daemon + ["--continuous"], 'store_path = "{tmp}/windows.db"\n' + duty)
+        super().__init__(cli, daemon + ["--continuous"], 'store_path = "{tmp}/windows.db"\n' + duty, **kw)
 
     def windows(self) -> int:
         st = json.loads(self.run("status", "--format", "json").stdout)

@@ -35,6 +35,7 @@ _UTILIZATION_SAMPLES = 1  # nvmlSamplingType_t NVML_GPU_UTILIZATION_SAMPLES
 _KEEP_S = 30.0  # samples older than this behind the newest are dropped (a window is 10 s)
 MIN_ATTACHED_S = 0.1  # at least this much sampled time attached, or the fit is not trusted
 MIN_BUSY_RATE = 0.02  # a GPU busier than this while attached, or there is nothing to scale by
+FIND_EVERY_S = 1.0  # how often a process's GPUs are looked for until NVML lists it on one
 
 
 class _Sample(ct.Structure):  # nvmlSample_t: the value is a union of 8 bytes (utilization: an unsigned int)
@@ -159,32 +160,45 @@ class _DeviceSamples:
 class BusyMeter:
     """NVML's utilization samples of the GPUs one process computes on (see the module's doc)."""
 
-    def __init__(self, nvml: Nvml, devices: list[Device], pid: int) -> None:
+    def __init__(self, nvml: Nvml, pid: int, devices: list[Device] | None = None) -> None:
         self.nvml, self.pid = nvml, pid
-        self.devices = [_DeviceSamples(d) for d in devices]
+        self.devices = [_DeviceSamples(d) for d in devices or []]
+        self.looked_at = -FIND_EVERY_S
 
     @classmethod
     def open(cls, pid: int) -> tuple[BusyMeter | None, str]:
-        """A meter for process pid's GPUs, or None and why it cannot be used."""
+        """A meter for process pid's GPUs (None when NVML cannot be used at all), and why its utilization
+        cannot be used now ('' when it can). A meter is kept with a reason: each window checks again (a
+        process found before it computes gets its GPUs later; another process may leave the GPU)."""
         try:
             nvml = Nvml()
         except NvmlError as e:
             return None, f"NVML is not available ({e})"
+        meter = cls(nvml, pid)
         try:
-            devices = [d for d in nvml.devices() if pid in d.compute_pids()]
-            meter = cls(nvml, devices, pid)
-            why = meter.check() if devices else f"NVML lists no GPU that process {pid} computes on"
+            why = meter.check()
+            meter.poll()
         except NvmlError as e:
             nvml.close()
             return None, f"NVML failed: {e}"
-        if why:
-            nvml.close()
-            return None, why
-        meter.poll()
-        return meter, ""
+        return meter, why
+
+    def _find(self) -> None:
+        """The GPUs whose compute processes include this one, looked for at most every FIND_EVERY_S until
+        found (a capture can start before its process has a CUDA context)."""
+        if self.devices or time.monotonic() - self.looked_at < FIND_EVERY_S:
+            return
+        self.looked_at = time.monotonic()
+        try:
+            self.devices = [_DeviceSamples(d) for d in self.nvml.devices() if self.pid in d.compute_pids()]
+        except NvmlError as e:  # a failed look is not the capture's failure: check() says there is no GPU
+            log.debug("NVML: no GPUs listed", extra={"pid": self.pid, "error": str(e)})
 
     def check(self) -> str:
         """Why the devices' utilization is not this process's alone ('' when it is)."""
+        self._find()
+        if not self.devices:
+            return f"NVML lists no GPU that process {self.pid} computes on"
         for d in self.devices:
             if d.dev.mig_enabled():
                 return f"GPU {d.dev.index} is in MIG mode (NVML's utilization is the whole GPU's)"
@@ -195,12 +209,15 @@ class BusyMeter:
         return ""
 
     def poll(self) -> None:
+        self._find()
         for d in self.devices:
             d.poll()
 
     def next_boundary(self, t: float) -> float | None:
         """The first sample boundary at or after t (monotonic s), predicted from the newest sample and the
         sampling period; None before NVML has sampled enough."""
+        if not self.devices:
+            return None
         d = self.devices[0]  # one GPU's phase: the others' are their own, and most jobs use one
         period = d.period_s()
         if d.last is None or not period:

@@ -68,11 +68,14 @@ def render(doc: dict[str, Any], metric: str = "cpu_samples", min_percent: float 
     head.append(f"  pid {doc['pid']}, {total} {unit} of {metric} in {doc['duration_s']:.1f} s")
     if doc.get("sample_hz"):
         head.append(f" at {doc['sample_hz']} Hz")
-    duty = doc.get("stats", {}).get("gpu_probe_duty_permille")
+    stats = doc.get("stats", {})
+    duty = stats.get("gpu_probe_duty_permille")
     if duty is not None and duty < 1000:  # a duty cycle: the GPU figures are estimates, say how they were made
+        by_busy = stats.get("gpu_busy_scaled_permille", 0) >= 1000  # daemon/busy_meter.py
         head.append(f"\nGPU calls and device times: recorded {duty / 10:.1f}% of the time, scaled up to the capture "
-                    "(estimates: the shares between paths hold; totals run low where recording slows the job)",
-                    style="dim")
+                    + ("by the GPU's busy time (estimates: the shares between paths hold)" if by_busy else
+                       "by time (estimates: the shares between paths hold; totals run low where recording slows "
+                       "the job)"), style="dim")
     tree = Tree(head)
     if total == 0:
         tree.add(Text("no samples: the process used no CPU while it was profiled", style="dim"))

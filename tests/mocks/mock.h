@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 uint64_t mockcupti_now(void);
+void mockcupti_spin_env(const char *name, long long *cache);
 uint32_t mockcupti_api_enter(int domain, uint32_t cbid, const char *fn, const char *symbol);
 void mockcupti_api_exit(int domain, uint32_t cbid, uint32_t corr, const char *fn);
 void mockcupti_kernel(uint32_t corr, const char *name, uint64_t start, uint64_t end, uint32_t stream,

@@ -182,20 +182,7 @@ EXPORT int mock_run_kernel(const void *handle, uint32_t corr, uint32_t stream, u
 
 /* MOCK_LAUNCH_SPIN_NS: each launch keeps the CPU this long between its enter and exit callbacks, a
  * known lower bound for the API time measured around it. */
-static void launch_spin(void) {
-    static long long spin_ns = -1;
-    if (spin_ns < 0) {
-        const char *s = getenv("MOCK_LAUNCH_SPIN_NS");
-        spin_ns = s ? atoll(s) : 0;
-    }
-    if (spin_ns <= 0)
-        return;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    do {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-    } while ((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec) < spin_ns);
-}
+static long long launch_spin_ns = -1;
 
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                unsigned bz, unsigned smem, CUstream stream, void **params, void **extra) {
@@ -205,7 +192,7 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
                                         "cuLaunchKernel", NULL);
     const uint32_t shape[7] = {gx, gy, gz, bx, by, bz, smem};
     launch_shape = shape;
-    launch_spin();
+    mockcupti_spin_env("MOCK_LAUNCH_SPIN_NS", &launch_spin_ns);
     int rc = mock_run_kernel(f, corr, (uint32_t)(uintptr_t)stream, 0);
     launch_shape = NULL;
     mockcupti_api_exit(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, corr, "cuLaunchKernel");

@@ -347,25 +347,30 @@ static void *reserve(size_t size) {
     return p;
 }
 
+/* Keeps the calling thread busy for the nanoseconds the environment variable `name` says (read once into
+ * *cache, which starts at -1): the mock libraries' stand-in for CPU work. */
+EXPORT void mockcupti_spin_env(const char *name, long long *cache) {
+    if (*cache < 0) {
+        const char *s = getenv(name);
+        *cache = s ? atoll(s) : 0;
+    }
+    if (*cache <= 0)
+        return;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec) < *cache);
+}
+
 /* MOCK_RECORDING_SPIN_NS: what recording a kernel costs its launch while kernel activity is enabled (the
  * launching thread spins this long), so that a job runs slower while recorded, as a real one does. */
-static void recording_spin(void) {
-    static long long spin_ns = -1;
-    if (spin_ns < 0) {
-        const char *s = getenv("MOCK_RECORDING_SPIN_NS");
-        spin_ns = s ? atoll(s) : 0;
-    }
-    if (spin_ns <= 0)
-        return;
-    uint64_t until = mockcupti_now() + (uint64_t)spin_ns;
-    while (mockcupti_now() < until)
-        ;
-}
+static long long recording_spin_ns = -1;
 
 EXPORT void mockcupti_kernel(uint32_t corr, const char *name, uint64_t start, uint64_t end, uint32_t stream,
                              uint64_t graph_node, const uint32_t *shape) {
     if (kinds[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL])
-        recording_spin();
+        mockcupti_spin_env("MOCK_RECORDING_SPIN_NS", &recording_spin_ns);
     pthread_mutex_lock(&lock);
     if (kinds[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL]) {
         CUpti_ActivityKernel10 *k = reserve(sizeof(*k));

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from deepctx.daemon.busy_meter import BusyFit, BusyFits, BusyMeter, fit_rates
+from deepctx.daemon.busy_meter import FIND_EVERY_S, BusyFit, BusyFits, BusyMeter, fit_rates
 from deepctx.daemon.duty_cycle import ATTACH_LEAD_S, DutyCycle, duty_scales
 
 
@@ -170,7 +170,7 @@ class FakeDevice:
 
 
 def meter_of(*devices: FakeDevice) -> BusyMeter:
-    return BusyMeter(None, list(devices), 42)  # type: ignore[arg-type]
+    return BusyMeter(None, 42, list(devices))  # type: ignore[arg-type]
 
 
 def test_another_process_or_mig_keeps_the_utilization_from_being_used() -> None:
@@ -188,3 +188,23 @@ def test_without_nvml_the_meter_says_why(monkeypatch: pytest.MonkeyPatch) -> Non
     meter, why = BusyMeter.open(42)
     assert meter is None
     assert why.startswith("NVML is not available (load: cannot load /nonexistent/libnvidia-ml.so.1")
+
+
+class FakeNvml:
+    def __init__(self, devices: list[FakeDevice]) -> None:
+        self._devices = devices
+
+    def devices(self) -> list[FakeDevice]:
+        return self._devices
+
+
+def test_a_process_found_before_it_computes_gets_its_gpus_later() -> None:
+    """Continuous mode captures a process once it loads CUDA, maybe before it has a context on a GPU."""
+    dev = FakeDevice(0, set())
+    meter = BusyMeter(FakeNvml([dev]), 42)  # type: ignore[arg-type]
+    assert meter.check() == "NVML lists no GPU that process 42 computes on"
+    dev.pids = {42}
+    assert meter.check() == "NVML lists no GPU that process 42 computes on"  # looked for at most every second
+    meter.looked_at -= FIND_EVERY_S
+    assert meter.check() == ""
+    assert [d.dev for d in meter.devices] == [dev]

@@ -87,8 +87,11 @@ def test_tree_render_says_when_gpu_figures_were_scaled_up() -> None:
         out = io.StringIO()
         render(doc, console=Console(file=out, width=120, color_system=None))
         assert ("scaled up" in out.getvalue()) is said, out.getvalue()
-    assert "GPU calls and device times: recorded 10.0% of the time, scaled up to the capture (estimates: the shares " \
-        "between paths hold; totals run low where recording slows the job)" in " ".join(text_of(doc, 100).split())
+    assert "GPU calls and device times: recorded 10.0% of the time, scaled up to the capture by time (estimates: the " \
+        "shares between paths hold; totals run low where recording slows the job)" in " ".join(text_of(doc, 100).split())
+    doc["stats"]["gpu_busy_scaled_permille"] = 1000  # scaled by NVML's busy time
+    assert "GPU calls and device times: recorded 10.0% of the time, scaled up to the capture by the GPU's busy " \
+        "time (estimates: the shares between paths hold)" in " ".join(text_of(doc, 100).split())
 
 
 def text_of(doc: dict, permille: int) -> str:
