@@ -109,7 +109,8 @@ class DeviceShares:
         self.stale_ns += span.stale_ns
         if span.records:
             self.recorded_s += cand["first_record_to_flush"]
-            self.intervals.append((span.first_start_ns * _S, flushed))
+            if cand["first_record_to_flush"] > 0:  # not all of it queued past the stop
+                self.intervals.append((span.first_start_ns * _S, flushed))
         elif launched:  # launches but no record: not an idle GPU; none ran by the stop, or their records were lost
             self.lost += not unfinished
         elif cand["active_to_flush"] > 0:
