@@ -620,8 +620,9 @@ class Capture:
                 if dev is not None else None)
         scales = None
         if self.gpu_probed_s is not None:  # probes attached part of the window: scaled up to it
-            scales = duty_scales(duration, self.gpu_probed_s,
-                                 self.device_shares.recorded_s if self.device_shares else 0.0, self.gpu_busy)
+            shares = self.device_shares
+            scales = duty_scales(duration, self.gpu_probed_s, shares.recorded_s if shares else 0.0, self.gpu_busy,
+                                 shares.records if shares is not None and dev is not None and dev.can_pause else None)
             stats.update(scales.stats())
         if view is not None and scales is not None and dev is not None and dev.can_pause:
             view = view.scaled(scales.device)
@@ -653,8 +654,8 @@ class Capture:
         if self.continuous:
             stats["continuous_windows_lost"] = self.windows_lost
         warnings = list(target.warnings)
-        if scales is not None and scales.warning:
-            warnings.append(scales.warning)
+        if scales is not None:
+            warnings += scales.warnings
         if ended == "target_exited":
             warnings.append(f"process {target.pid} exited after {duration:.2f} s of the requested "
                             f"{self.opts.duration_s:g} s; the profile holds what was captured until then")

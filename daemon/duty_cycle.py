@@ -35,26 +35,38 @@ class DutyScales:
     device: float
     calls: float
     busy: BusyFits  # the fits each scale came from (None in it: that one is by time)
+    duration: float = 0.0
+    unrecorded_busy_s: float = 0.0  # the GPU's busy time in a window whose shares recorded no device work
 
     def stats(self) -> dict[str, int]:
-        return {"gpu_busy_scaled_permille": 1000 * (self.busy.attached is not None),
-                "device_busy_scaled_permille": 1000 * (self.busy.recording is not None),
-                "device_time_scale_permille": round(1000 * self.device),
-                "gpu_call_scale_permille": round(1000 * self.calls)} | self.busy.stats()
+        out = {"gpu_busy_scaled_permille": 1000 * (self.busy.attached is not None),
+               "device_busy_scaled_permille": 1000 * (self.busy.recording is not None),
+               "device_time_scale_permille": round(1000 * self.device),
+               "gpu_call_scale_permille": round(1000 * self.calls)} | self.busy.stats()
+        return out | ({"device_windows_unrecorded": 1} if self.unrecorded_busy_s else {})
 
     @property
-    def warning(self) -> str:
-        if not self.busy.why:
-            return ""
-        return (f"GPU times and call counts are scaled up from the duty cycle's shares by time, not by the GPU's "
-                f"busy time: {self.busy.why}. A job that runs slower while recorded comes out low by as much")
+    def warnings(self) -> list[str]:
+        out = []
+        if self.busy.why:
+            out.append(f"GPU times and call counts are scaled up from the duty cycle's shares by time, not by the "
+                       f"GPU's busy time: {self.busy.why}. A job that runs slower while recorded comes out low by "
+                       "as much")
+        if self.unrecorded_busy_s:
+            out.append(f"the GPU was busy {self.unrecorded_busy_s:.1f} s of this {self.duration:.1f} s window, but the "
+                       "CUPTI agent recorded no device work in its shares (it was not recording yet): the window "
+                       "holds no device times")
+        return out
 
 
-def duty_scales(duration: float, probed_s: float, recorded_s: float, busy: BusyFits | None) -> DutyScales:
+def duty_scales(duration: float, probed_s: float, recorded_s: float, busy: BusyFits | None,
+                records: int | None = None) -> DutyScales:
     """The scales of a window duration s long whose probes were attached probed_s and whose agent recorded
-    recorded_s (daemon/device_share.py; 0: no share measured, the attached time stands in). By the GPU's
-    busy time where it was fitted (the work the shares saw is the busy rate while they saw it times how
-    long they saw it), by time otherwise."""
+    recorded_s (daemon/device_share.py; 0: no share measured, the attached time stands in) and `records`
+    records of device work (None: no device activity). By the GPU's busy time where it was fitted (the
+    work the shares saw is the busy rate while they saw it times how long they saw it), by time otherwise.
+    A GPU busy for 5% of the window or more while its shares recorded nothing is said (continuous mode finds
+    processes before their agent records)."""
     busy = busy or BusyFits()
     recorded = recorded_s if recorded_s > 0 else probed_s
 
@@ -63,9 +75,11 @@ def duty_scales(duration: float, probed_s: float, recorded_s: float, busy: BusyF
             return 0.0
         return fit.busy_s / (fit.attached_rate * seen_s) if fit is not None else duration / seen_s
 
+    fit = busy.attached or busy.recording
+    unrecorded = fit.busy_s if records == 0 and fit is not None and fit.busy_s >= 0.05 * duration else 0.0
     if recorded_s <= 0:  # no share measured: the attached stretches stand in for the recorded ones
         busy = BusyFits(busy.attached, busy.attached, busy.why)
-    return DutyScales(scale(busy.recording, recorded), scale(busy.attached, probed_s), busy)
+    return DutyScales(scale(busy.recording, recorded), scale(busy.attached, probed_s), busy, duration, unrecorded)
 
 
 class DutyCycle:

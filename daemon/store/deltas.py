@@ -31,7 +31,7 @@ PER_WINDOW = frozenset({
     "cpu_samples_in_profile", "cpu_stacks_truncated", "gpu_stacks_truncated", "gpu_calls_without_call_path",
     "device_time_in_profile_ns", "device_time_unknown_launch_ns", "device_time_without_call_path_ns",
     "device_sync_records", "native_stacks_unwind_lost", "gpu_stacks_resolved_ahead",
-    "gpu_busy_ms", "gpu_busy_samples",  # the window's NVML samples (daemon/busy_meter.py)
+    "gpu_busy_ms", "gpu_busy_samples", "device_windows_unrecorded",  # the window's NVML samples (busy_meter.py)
 }) | DEVICE_SHARE_STATS  # what the agent recorded in the window's attached shares (a duty cycle's)
 
 

@@ -50,7 +50,7 @@ def test_scales_by_busy_time_where_fitted_by_time_elsewhere() -> None:
     # the work the shares saw: 0.4 busy s/s over 1 s recorded (device) and 0.5 over 1.2 s attached (calls)
     assert s.device == pytest.approx(8.0 / 0.4)
     assert s.calls == pytest.approx(8.0 / (0.5 * 1.2))
-    assert s.warning == ""
+    assert s.warnings == []
     assert s.stats() == {"gpu_busy_scaled_permille": 1000, "device_busy_scaled_permille": 1000,
                          "device_time_scale_permille": 20000, "gpu_call_scale_permille": 13333,
                          "gpu_busy_ms": 8000, "gpu_busy_samples": 50, "gpu_busy_attached_permille": 500,
@@ -58,12 +58,25 @@ def test_scales_by_busy_time_where_fitted_by_time_elsewhere() -> None:
     by_time = duty_scales(10.0, 1.2, 1.0, BusyFits(why="GPU 0 is in MIG mode"))
     assert (by_time.device, by_time.calls) == (pytest.approx(10.0), pytest.approx(10.0 / 1.2))
     assert by_time.stats()["gpu_busy_scaled_permille"] == 0 and "gpu_busy_ms" not in by_time.stats()
-    assert "by time, not by the GPU's busy time: GPU 0 is in MIG mode." in by_time.warning
+    assert len(by_time.warnings) == 1 and "by time, not by the GPU's busy time: GPU 0 is in MIG mode." in \
+        by_time.warnings[0]
     # no share measured: device times scale as the calls do (the attached stretches stand in)
     s = duty_scales(10.0, 1.2, 0.0, BusyFits(attached=fit, recording=BusyFit(8.0, 0.4, 0.9, 50, 0.9)))
     assert s.device == s.calls == pytest.approx(8.0 / 0.6)
     assert s.stats()["gpu_busy_recording_permille"] == 500
     assert duty_scales(10.0, 0.0, 0.0, None).calls == 0.0
+
+
+def test_a_busy_gpu_whose_shares_recorded_nothing_is_said() -> None:
+    fit = BusyFit(busy_s=8.4, attached_rate=0.8, detached_rate=0.85, samples=50, attached_s=0.2)
+    s = duty_scales(10.0, 0.2, 0.0, BusyFits(attached=fit), records=0)
+    assert s.stats()["device_windows_unrecorded"] == 1
+    assert s.warnings == ["the GPU was busy 8.4 s of this 10.0 s window, but the CUPTI agent recorded no device "
+                          "work in its shares (it was not recording yet): the window holds no device times"]
+    assert duty_scales(10.0, 0.2, 0.1, BusyFits(attached=fit), records=40).warnings == []  # recorded
+    assert duty_scales(10.0, 0.2, 0.0, BusyFits(attached=fit), records=None).warnings == []  # no device family
+    idle = BusyFit(busy_s=0.3, attached_rate=0.03, detached_rate=0.03, samples=50, attached_s=0.2)
+    assert duty_scales(10.0, 0.2, 0.0, BusyFits(attached=idle), records=0).warnings == []  # 3% busy: nothing missed
 
 
 class FakeMeter:
