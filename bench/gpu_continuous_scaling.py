@@ -7,8 +7,9 @@ with a full capture's.
     sudo python3 bench/gpu_continuous_scaling.py OUT_DIR [--seconds 45] [--duty 0.02] [--python python3]
 
 Writes OUT_DIR/daemon.log (debug: each window's "GPU busy fit"), OUT_DIR/steps.txt (every step's end,
-monotonic), OUT_DIR/profile.json (the merged windows) and prints: the windows, their busy fits, and the GPU
-ms per step by busy time (the profile) and by time (the raw records x window time / time recorded).
+monotonic), OUT_DIR/profile.json (the merged windows) and prints each window (its share's records, the GPU
+ms per step its share gives scaled by busy time and by time, its busy fit) and the merged profile's GPU ms
+per step.
 """
 
 from __future__ import annotations
@@ -40,6 +41,32 @@ def stored_profile(daemon: ContinuousDaemon, pid: int) -> dict:
     return json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else {}
 
 
+def windows(log: Path, steps: Steps, pid: int) -> list[dict]:
+    """Prints each window of process pid from the daemon's debug log (its share, then its busy fit); its fits."""
+    fits, share = [], None
+    for line in log.read_text().splitlines():  # each window's share (one a window), then its fit
+        if '"device share"' in line or '"GPU busy fit"' in line:
+            d = json.loads(line)
+            if d.get("pid") != pid:
+                continue
+            if d["msg"] == "device share":
+                share = d
+                continue
+            fits.append(d)
+            w0, w1 = d["window_mono"]
+            n = steps.between(w0, w1)
+            rec, dev = (share or {}).get("first_record_to_flush_s", 0.0), (share or {}).get("device_ms", 0.0)
+            rate = d.get("gpu_busy_recording_permille")
+            by_busy = f"{dev * d['gpu_busy_ms'] / (rate * rec) / n:.2f}" if rate and rec and n else "-"
+            by_time = f"{dev * (w1 - w0) / rec / n:.2f}" if rec and n else "-"
+            print(f"window {w0:10.3f} to {w1:10.3f} ({w1 - w0:5.2f} s, {n:6.1f} steps): share "
+                  f"{(share or {}).get('records', 0)} records in {rec:.3f} s; GPU ms/step by busy time {by_busy}, "
+                  f"by time {by_time}; { {k: v for k, v in d.items() if k.startswith('gpu_busy')} } "
+                  f"{d.get('why') or ''}")
+            share = None
+    return fits
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path)
@@ -65,13 +92,8 @@ def main() -> int:
     finally:
         daemon.stop()
     (args.out / "profile.json").write_text(json.dumps(doc))
-    fits = [json.loads(line) for line in log.read_text().splitlines() if '"GPU busy fit"' in line]
-    fits = [f for f in fits if f.get("pid") == pid]
     steps = Steps([float(x) for x in steps_file.read_text().split()])
-    for f in fits:
-        w0, w1 = f["window_mono"]
-        print(f"window {w0:10.3f} to {w1:10.3f} ({w1 - w0:5.2f} s, {steps.between(w0, w1):6.1f} steps): "
-              f"{ {k: v for k, v in f.items() if k.startswith('gpu_busy')} } {f.get('why') or ''}")
+    fits = windows(log, steps, pid)
     stats = doc.get("stats") or {}
     if not fits or not stats:
         print("no windows stored")
