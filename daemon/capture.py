@@ -622,7 +622,7 @@ class Capture:
         if self.gpu_probed_s is not None:  # probes attached part of the window: scaled up to it
             shares = self.device_shares
             scales = duty_scales(duration, self.gpu_probed_s, shares.recorded_s if shares else 0.0, self.gpu_busy,
-                                 shares.records if shares is not None and dev is not None and dev.can_pause else None)
+                                 shares.records if shares is not None and dev is not None else None)
             stats.update(scales.stats())
         if view is not None and scales is not None and dev is not None and dev.can_pause:
             view = view.scaled(scales.device)
