@@ -144,3 +144,61 @@ def test_a_shared_gpu_is_scaled_by_time_and_the_profile_says_why(nvml_daemon: Da
     gpu_ms = sum(n["metrics"]["gpu_time_ns"] for _, n in walk(doc) if n["kind"] == "kernel") / 1e6
     expected = 1000 * doc["duration_s"] * KERNEL_NS / 1e6
     assert abs(gpu_ms - expected) <= 0.06 * expected, (gpu_ms, expected, stats)
+
+
+def gpu_time_ms(doc: dict) -> float:
+    return sum(n["metrics"].get("gpu_time_ns", 0) for _, n in walk(doc) if n["kind"] == "kernel") / 1e6
+
+
+def test_continuous_windows_are_scaled_by_the_gpus_busy_time(built: tuple[Path, Path], gpu_dir: Path,
+                                                             tmp_path: Path) -> None:
+    """A continuous daemon (3 s windows, the probes and the agent on for 0.3 s of each) over the
+    slowed-while-recorded target: the windows stored between two looks at the store hold the device's work
+    between their ends (the first window, which began as the mock NVML began to sample, is left out)."""
+    config = tmp_path / "deepctxd.toml"
+    config.write_text(f'store_path = "{tmp_path / "windows.db"}"\ncache_dir = "{tmp_path / "cache"}"\n'
+                      "continuous_window_s = 3.0\ncontinuous_scan_s = 0.2\ncontinuous_gpu_duty = 0.1\n")
+    d = start_daemon(tmp_path, "--continuous", "--config", str(config), "--log-level", "debug", env={
+        "DEEPCTX_NVML_LIB": str(MOCKS / "libnvidia-ml.so.1"), "MOCK_GPU_DIR": str(gpu_dir),
+        "MOCK_NVML_PERIOD_MS": str(PERIOD_MS)})
+    t = start_target(*built, gpu_dir, "1000000", MOCK_LAUNCH_SPIN_NS="200000", MOCK_RECORDING_SPIN_NS="300000")
+    busy = BusyLog(gpu_dir / str(t.pid))
+    busy.start()
+
+    def windows() -> int:
+        return int(json.loads(d.cli("status", "--format", "json").stdout)["totals"]["continuous_windows"])
+
+    def stored() -> dict:
+        r = d.cli("profile", "--pid", str(t.pid), "--since", "1h", "--format", "json")
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    try:
+        wait_for(lambda: windows() >= 2, timeout=60, what="two windows stored")
+        a = stored()
+        n = windows()
+        wait_for(lambda: windows() >= n + 3, timeout=60, what="three more windows stored")
+        b = stored()
+        busy.done.set()
+        busy.join()
+    finally:
+        t.send("stop")
+        t.stop()
+        assert stop_daemon(d) == 0, d.log.read_text()[-4000:]
+    end_a, end_b = (x["started_unix"] + x["duration_s"] for x in (a, b))
+    truth_ms = busy.between(end_a, end_b)
+    sa, sb = a["stats"], b["stats"]
+    shown = {k: (sa.get(k), sb.get(k)) for k in sb if k.startswith(("gpu_busy", "device_rec", "device_time", "device_busy"))}
+    # every whole window after the first was fitted (the first began as the mock NVML began to sample; the
+    # last, cut short by the target's exit, came after the second look)
+    fits = [json.loads(line) for line in d.log.read_text().splitlines() if '"GPU busy fit"' in line]
+    whole = [f for f in fits if f["window_mono"][1] - f["window_mono"][0] > 2.9]
+    assert len(whole) >= 5 and all(len(f["attached_mono"]) == 1 for f in whole), fits  # one share a window
+    assert [f["why"] for f in whole[1:]] == [""] * (len(whole) - 1), fits
+    assert all(f["gpu_busy_recording_permille"] < 0.6 * f["gpu_busy_detached_permille"] for f in whole[1:]), fits
+    gpu_ms = gpu_time_ms(b) - gpu_time_ms(a)
+    assert abs(gpu_ms - truth_ms) <= 0.08 * truth_ms, (gpu_ms, truth_ms, shown)
+    # the control: the same windows scaled by the time their agent recorded
+    by_time_ms = ((sb["device_time_ns"] - sa["device_time_ns"]) / 1e6 * 1000 * (end_b - end_a)
+                  / (sb["device_recorded_ms"] - sa["device_recorded_ms"]))
+    assert by_time_ms < 0.8 * truth_ms, (by_time_ms, truth_ms, shown)
