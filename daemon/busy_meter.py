@@ -3,11 +3,14 @@ NVML's utilization samples: what `--gpu-duty` scales device times and GPU API ca
 
 Recording slows the job (uprobes on each GPU API call, CUPTI's callbacks and records), so the attached
 shares see less work per second than the rest of the window. Scaled by time, the totals came out low by that
-slowdown: on an H200 (ResNet-50 training) 4 to 12% sampled and 18 to 27% exact (BENCHMARKS.md). The GPU's
+slowdown: on an H200 (ResNet-50 training) 2 to 9% sampled and 18 to 24% exact (BENCHMARKS.md). The GPU's
 busy time is measured by the driver whether or not anything records, so the work the shares saw is the
 busy rate inside them times their recorded time, and the window's work is its busy time:
 
     scale = busy seconds of the window / (busy rate while attached x seconds recorded)
+
+(device times: the rate over the agent's recorded stretches; call counts: over the probes' attached ones).
+So scaled, the H200's captures came within 1.5% sampled and 1% low to 6% high exact.
 
 NVML's samples each give the percent of one sampling period (200 ms on an H200) in which a kernel ran, as
 long as a share. Each sample's busy seconds are modelled as r_in x (its time attached) + r_out x (its time
