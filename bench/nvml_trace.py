@@ -20,12 +20,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-GPU_UTILIZATION_SAMPLES = 1  # nvmlSamplingType_t
-ERROR_INSUFFICIENT_SIZE = 7  # nvmlReturn_t
-
-
-class Sample(ct.Structure):  # nvmlSample_t: the value is a union of 8 bytes (utilization: unsigned int)
-    _fields_ = [("ts_us", ct.c_ulonglong), ("value", ct.c_ulonglong)]
+from deepctx.daemon.nvml import ERROR_INSUFFICIENT_SIZE, Nvml, NvmlError
 
 
 class ProcSample(ct.Structure):  # nvmlProcessUtilizationSample_t
@@ -33,42 +28,27 @@ class ProcSample(ct.Structure):  # nvmlProcessUtilizationSample_t
                 ("enc", ct.c_uint), ("dec", ct.c_uint)]
 
 
-class Nvml:
+class Trace:
+    """One GPU's samples newer than the last read (daemon/nvml.py's binding; the per-process ones here)."""
+
     def __init__(self, index: int) -> None:
-        self.lib = ct.CDLL("libnvidia-ml.so.1")
-        self._check(self.lib.nvmlInit_v2(), "nvmlInit_v2")
-        self.dev = ct.c_void_p()
-        self._check(self.lib.nvmlDeviceGetHandleByIndex_v2(ct.c_uint(index), ct.byref(self.dev)),
-                    "nvmlDeviceGetHandleByIndex_v2")
+        self.dev = Nvml().devices()[index]
         self.gpu_seen = 0
         self.proc_seen = 0
 
-    def _check(self, rc: int, what: str) -> None:
-        if rc != 0:
-            self.lib.nvmlErrorString.restype = ct.c_char_p
-            raise RuntimeError(f"{what}: {self.lib.nvmlErrorString(rc).decode()} ({rc})")
-
     def gpu(self) -> list[list[int]]:
-        kind, n = ct.c_int(), ct.c_uint(0)
-        rc = self.lib.nvmlDeviceGetSamples(self.dev, GPU_UTILIZATION_SAMPLES, ct.c_ulonglong(self.gpu_seen),
-                                           ct.byref(kind), ct.byref(n), None)
-        if rc != 0 or not n.value:
-            return []
-        buf = (Sample * n.value)()
-        self._check(self.lib.nvmlDeviceGetSamples(self.dev, GPU_UTILIZATION_SAMPLES, ct.c_ulonglong(self.gpu_seen),
-                                                  ct.byref(kind), ct.byref(n), buf), "nvmlDeviceGetSamples")
-        out = [[s.ts_us, s.value & 0xFFFFFFFF] for s in buf[:n.value] if s.ts_us > self.gpu_seen]
+        out = [[t, v] for t, v in self.dev.utilization_samples(self.gpu_seen)]
         if out:
-            self.gpu_seen = max(t for t, _ in out)
+            self.gpu_seen = out[-1][0]
         return out
 
     def procs(self) -> list[list[int]]:
-        n = ct.c_uint(0)
-        rc = self.lib.nvmlDeviceGetProcessUtilization(self.dev, None, ct.byref(n), ct.c_ulonglong(self.proc_seen))
+        lib, n = self.dev.nvml.lib, ct.c_uint(0)
+        rc = lib.nvmlDeviceGetProcessUtilization(self.dev.handle, None, ct.byref(n), ct.c_ulonglong(self.proc_seen))
         if rc not in (0, ERROR_INSUFFICIENT_SIZE) or not n.value:
             return []
         buf = (ProcSample * n.value)()
-        rc = self.lib.nvmlDeviceGetProcessUtilization(self.dev, buf, ct.byref(n), ct.c_ulonglong(self.proc_seen))
+        rc = lib.nvmlDeviceGetProcessUtilization(self.dev.handle, buf, ct.byref(n), ct.c_ulonglong(self.proc_seen))
         if rc != 0:
             return []
         out = [[s.pid, s.ts_us, s.sm, s.mem] for s in buf[:n.value] if s.ts_us > self.proc_seen]
@@ -99,8 +79,8 @@ def main() -> int:
     with out.open("w") as f:
         anchor(f)
         try:
-            nvml = Nvml(index)
-        except (OSError, RuntimeError) as e:
+            nvml = Trace(index)
+        except (NvmlError, IndexError) as e:
             f.write(json.dumps({"error": str(e)}) + "\n")
             return 1
         while not stop:

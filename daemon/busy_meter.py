@@ -24,7 +24,6 @@ on each GPU it uses and no GPU is in MIG mode. Elsewhere the scaling stays by ti
 from __future__ import annotations
 
 import bisect
-import ctypes as ct
 import logging
 import statistics
 import time
@@ -34,15 +33,10 @@ from deepctx.daemon.nvml import Device, Nvml, NvmlError
 
 log = logging.getLogger("deepctx.capture")
 
-_UTILIZATION_SAMPLES = 1  # nvmlSamplingType_t NVML_GPU_UTILIZATION_SAMPLES
 _KEEP_S = 30.0  # samples older than this behind the newest are dropped (a window is 10 s)
 MIN_ATTACHED_S = 0.1  # at least this much sampled time attached, or the fit is not trusted
 MIN_BUSY_RATE = 0.02  # a GPU busier than this while attached, or there is nothing to scale by
 FIND_EVERY_S = 1.0  # how often a process's GPUs are looked for until NVML lists it on one
-
-
-class _Sample(ct.Structure):  # nvmlSample_t: the value is a union of 8 bytes (utilization: an unsigned int)
-    _fields_ = [("ts_us", ct.c_ulonglong), ("value", ct.c_ulonglong)]
 
 
 Period = tuple[float, float, float]  # (from, to) on CLOCK_MONOTONIC s, and the share of it the GPU was busy
@@ -130,23 +124,11 @@ class _DeviceSamples:
         self.periods: list[Period] = []
 
     def poll(self) -> None:
-        lib = self.dev.nvml.lib
-        kind, n = ct.c_int(), ct.c_uint(0)
-        rc = lib.nvmlDeviceGetSamples(self.dev.handle, _UTILIZATION_SAMPLES, ct.c_ulonglong(self.seen_us),
-                                      ct.byref(kind), ct.byref(n), None)
-        if rc != 0 or not n.value:  # NVML_ERROR_NOT_FOUND: nothing new since seen_us
-            return
-        buf = (_Sample * n.value)()
-        rc = lib.nvmlDeviceGetSamples(self.dev.handle, _UTILIZATION_SAMPLES, ct.c_ulonglong(self.seen_us),
-                                      ct.byref(kind), ct.byref(n), buf)
-        if rc != 0:
-            return
+        samples = self.dev.utilization_samples(self.seen_us)
         offset = time.time() - time.monotonic()  # NVML stamps its samples on the wall clock (us)
-        for s in sorted(buf[:n.value], key=lambda s: s.ts_us):
-            if s.ts_us <= self.seen_us:
-                continue
-            self.seen_us = s.ts_us
-            t, u = s.ts_us / 1e6 - offset, min(100, s.value & 0xFFFFFFFF) / 100
+        for ts_us, pct in samples:
+            self.seen_us = ts_us
+            t, u = ts_us / 1e6 - offset, min(100, pct) / 100
             if self.last is not None and t > self.last[0]:
                 self.periods.append((self.last[0], t, u))  # a sample is the busy share since the one before
             self.last = (t, u)

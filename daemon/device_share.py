@@ -84,10 +84,15 @@ class DeviceShares:
     stale: int = 0  # records of work that started before their share (an earlier one's, handed over late)
     stale_ns: int = 0
     lost: int = 0  # shares whose launches' records never came (none handed over, none unfinished): not counted
-    recorded_s: float = 0.0  # what device times are scaled by: first record to flush, or active to flush
     correlations_seen: int = 0  # the capture's announced launches when the last share ended
     unfinished_seen: int = 0  # the agent's records handed over unfinished, when the last share ended
-    intervals: list[tuple[float, float]] = field(default_factory=list)  # what recorded_s sums (monotonic s)
+    # what the agent recorded in each share (monotonic s): first record to flush, or active to flush
+    intervals: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def recorded_s(self) -> float:
+        """What device times are scaled by: the recorded stretches' length."""
+        return sum(b - a for a, b in self.intervals)
 
     def add(self, dev: _Device, bpf: Any, attached_at: float, ended_at: float, pid: int = 0) -> None:
         """One share: the agent's probes attached at attached_at and were let go from ended_at (CLOCK_MONOTONIC
@@ -108,13 +113,11 @@ class DeviceShares:
         self.stale += span.stale
         self.stale_ns += span.stale_ns
         if span.records:
-            self.recorded_s += cand["first_record_to_flush"]
             if cand["first_record_to_flush"] > 0:  # not all of it queued past the stop
                 self.intervals.append((span.first_start_ns * _S, flushed))
         elif launched:  # launches but no record: not an idle GPU; none ran by the stop, or their records were lost
             self.lost += not unfinished
         elif cand["active_to_flush"] > 0:
-            self.recorded_s += cand["active_to_flush"]
             self.intervals.append((flushed - cand["active_to_flush"], flushed))
         for k, v in cand.items():
             self.seconds[k] += v

@@ -1,5 +1,5 @@
 """NVIDIA's management library (libnvidia-ml.so.1, through ctypes): the GPUs, which processes compute on
-each, and their MIG mode (daemon/busy_meter.py reads their utilization samples).
+each, their MIG mode and their utilization samples (daemon/busy_meter.py, bench/nvml_trace.py).
 
 DEEPCTX_NVML_LIB names another library (the tests' mock); the default is the driver's.
 """
@@ -14,7 +14,7 @@ LIBRARY = "libnvidia-ml.so.1"
 SUCCESS = 0
 ERROR_NOT_SUPPORTED = 3
 ERROR_INSUFFICIENT_SIZE = 7
-_UUID_LEN = 96  # NVML_DEVICE_UUID_V2_BUFFER_SIZE
+_UTILIZATION_SAMPLES = 1  # nvmlSamplingType_t NVML_GPU_UTILIZATION_SAMPLES
 
 
 class NvmlError(Exception):
@@ -23,6 +23,10 @@ class NvmlError(Exception):
     def __init__(self, what: str, code: int, message: str) -> None:
         super().__init__(f"{what}: {message} (NVML {code})")
         self.code = code
+
+
+class _Sample(ct.Structure):  # nvmlSample_t: the value is a union of 8 bytes (utilization: an unsigned int)
+    _fields_ = [("ts_us", ct.c_ulonglong), ("value", ct.c_ulonglong)]
 
 
 class _ProcessInfo(ct.Structure):  # nvmlProcessInfo_t (the _v3 calls' layout)
@@ -70,11 +74,6 @@ class Device:
     index: int
     handle: ct.c_void_p
 
-    def uuid(self) -> str:
-        buf = ct.create_string_buffer(_UUID_LEN)
-        self.nvml._check(self.nvml.lib.nvmlDeviceGetUUID(self.handle, buf, ct.c_uint(_UUID_LEN)), "nvmlDeviceGetUUID")
-        return buf.value.decode()
-
     def compute_pids(self) -> set[int]:
         """The processes with a compute context on this GPU (host pids)."""
         lib = self.nvml.lib
@@ -92,6 +91,22 @@ class Device:
                 return {p.pid for p in buf[:n.value]}
         self.nvml._check(rc, "nvmlDeviceGetComputeRunningProcesses_v3")
         return set()
+
+    def utilization_samples(self, since_us: int) -> list[tuple[int, int]]:
+        """The GPU's utilization samples newer than since_us, oldest first: (wall-clock us, percent of the
+        sampling period since the sample before in which a kernel ran). [] when there is none or NVML
+        cannot say."""
+        lib, kind, n = self.nvml.lib, ct.c_int(), ct.c_uint(0)
+        rc = lib.nvmlDeviceGetSamples(self.handle, _UTILIZATION_SAMPLES, ct.c_ulonglong(since_us), ct.byref(kind),
+                                      ct.byref(n), None)
+        if rc != SUCCESS or not n.value:  # NVML_ERROR_NOT_FOUND: nothing new
+            return []
+        buf = (_Sample * n.value)()
+        rc = lib.nvmlDeviceGetSamples(self.handle, _UTILIZATION_SAMPLES, ct.c_ulonglong(since_us), ct.byref(kind),
+                                      ct.byref(n), buf)
+        if rc != SUCCESS:
+            return []
+        return sorted((s.ts_us, s.value & 0xFFFFFFFF) for s in buf[:n.value] if s.ts_us > since_us)
 
     def mig_enabled(self) -> bool:
         cur, pending = ct.c_uint(0), ct.c_uint(0)

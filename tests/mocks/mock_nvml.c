@@ -161,12 +161,6 @@ EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **h) {
     return OK;
 }
 
-EXPORT int nvmlDeviceGetUUID(void *h, char *buf, unsigned len) {
-    (void)h;
-    snprintf(buf, len, "GPU-mock-0");
-    return OK;
-}
-
 EXPORT int nvmlDeviceGetMigMode(void *h, unsigned *cur, unsigned *pending) {
     (void)h;
     const char *m = getenv("MOCK_NVML_MIG");
