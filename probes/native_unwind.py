@@ -180,6 +180,12 @@ class _ProcState:
             target.warnings.append(text)
 
 
+def _warn_refused(state: _ProcState, target: Target, key: str, table: UnwindTable) -> None:
+    """A file over a cap (daemon/file_limits.py) is unwound with frame pointers; the profile says why."""
+    if table.warning:
+        state.warn(target, f"refused:{key}", f"native stacks: {table.warning}")
+
+
 class NativeUnwinder:
     """Probe family "native_unwind" (see probes/family.py)."""
 
@@ -244,6 +250,7 @@ class NativeUnwinder:
                 continue
             state.tables[fk] = got
             self._files.setdefault(got[0], got[1])
+            _warn_refused(state, target, *got)
 
     def attach(self, bpf: Any, target: Target) -> None:
         self.defines()
@@ -273,6 +280,7 @@ class NativeUnwinder:
                 del state.pending[fk]
                 try:
                     state.tables[fk] = fut.result()
+                    _warn_refused(state, target, *state.tables[fk])
                 except OSError:
                     state.files_failed += 1
                     state.tables[fk] = ("", _NO_TABLE)

@@ -1,11 +1,12 @@
 """Builds one file's unwind table in a process of its own and writes it where the daemon reads it.
 
-    python -m deepctx.daemon.unwind.build_child ELF_PATH OUT_PATH
+    python -m deepctx.daemon.unwind.build_child ELF_PATH OUT_PATH [MAX_DECOMPRESSED_BYTES MAX_UNWIND_ROWS]
 
 Interpreting a large .eh_frame makes millions of short-lived Python objects (libtorch: 8.7 million rows);
 built inside deepctxd, the allocator kept about four times the finished table's size after it was freed.
 In a child process that memory goes back with the process. Exit status 0: written; 3: the file has no
-table (message on stderr); anything else: the build failed."""
+table (message on stderr); 4: the file is over a cap (file_limits.py; message on stderr); anything else:
+the build failed."""
 
 from __future__ import annotations
 
@@ -13,19 +14,27 @@ import sys
 from pathlib import Path
 
 NO_TABLE = 3
+OVER_CAP = 4
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m deepctx.daemon.unwind.build_child ELF_PATH OUT_PATH", file=sys.stderr)
+    if len(argv) not in (2, 4) or not all(a.isdigit() for a in argv[2:]):
+        print("usage: python -m deepctx.daemon.unwind.build_child ELF_PATH OUT_PATH "
+              "[MAX_DECOMPRESSED_BYTES MAX_UNWIND_ROWS]", file=sys.stderr)
         return 2
+    from deepctx.daemon.file_limits import OverCap, configure
     from deepctx.daemon.unwind.cfi import CfiError
     from deepctx.daemon.unwind.disk import save_table
     from deepctx.daemon.unwind.elf import ElfError
     from deepctx.daemon.unwind.table import build_table
 
+    if len(argv) == 4:
+        configure(int(argv[2]), int(argv[3]))
     try:
         table = build_table(argv[0])
+    except OverCap as e:
+        print(e, file=sys.stderr)
+        return OVER_CAP
     except (ElfError, CfiError, ValueError) as e:
         print(e, file=sys.stderr)
         return NO_TABLE

@@ -1,8 +1,11 @@
 """One unwind table per file, however many processes map it.
 
-Files are identified by GNU build id when they have one (the same library inside two containers is
-one table), else by (device, inode). Tables with a build id can also be kept on disk, so a daemon
-restart does not parse libtorch again. Files with large unwind sections are built in a child process
+Files are identified by what their table is built from: a hash of the machine, the build id and the
+stored bytes of .eh_frame and .debug_frame (the same library inside two containers is one table; a
+crafted file that copies another's build id is not). Files without those sections are identified by
+(device, inode). Tables can also be kept on disk (a root-only folder), so a daemon restart does not
+parse libtorch again. Sections over max_decompressed_bytes and tables over max_unwind_rows are refused
+(daemon/file_limits.py): the file gets an empty table with a warning for the profile. Files with large unwind sections (decompressed) are built in a child process
 (daemon/unwind/build_child.py): the allocator would otherwise keep the build's garbage; several
 files are built at once by get_many. A table with a copy on disk is held only while a capture uses it
 (the walker's maps hold its rows once placed): the next capture reads it from disk again.
@@ -13,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -22,8 +26,9 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from deepctx.daemon.file_limits import LIMITS, OverCap, check_size
 from deepctx.daemon.unwind.arch import X86_64
-from deepctx.daemon.unwind.build_child import NO_TABLE
+from deepctx.daemon.unwind.build_child import NO_TABLE, OVER_CAP
 from deepctx.daemon.unwind.cfi import CfiError
 from deepctx.daemon.unwind.disk import DISK_FORMAT, load_table, save_table
 from deepctx.daemon.unwind.elf import ElfError, ElfFile
@@ -40,7 +45,7 @@ SCRATCH_PREFIX = "deepctx-unwind-"  # a child build's folder in the disk cache
 class TableCache:
     def __init__(self, disk_dir: str | Path | None = None, child_min_bytes: int = CHILD_MIN_BYTES,
                  workers: int = 4) -> None:
-        self.disk_dir = Path(disk_dir) if disk_dir is not None else None
+        self.disk_dir = _private_dir(Path(disk_dir)) if disk_dir is not None else None
         self.child_min_bytes = child_min_bytes
         self.workers = max(1, workers)
         self._lock = threading.Lock()
@@ -48,7 +53,8 @@ class TableCache:
         self._on_disk: weakref.WeakValueDictionary[str, UnwindTable] = weakref.WeakValueDictionary()
         self._by_inode: dict[tuple[str, int], str] = {}
         self._building: dict[tuple[str, int], threading.Event] = {}
-        self.counters = {"builds": 0, "hits": 0, "disk_hits": 0, "failures": 0, "child_builds": 0}
+        self.counters = {"builds": 0, "hits": 0, "disk_hits": 0, "failures": 0, "child_builds": 0,
+                         "over_cap": 0}
         self._remove_stale_scratch()
 
     def _remove_stale_scratch(self) -> None:
@@ -88,7 +94,7 @@ class TableCache:
             with self._lock:
                 held = self._cached(key)  # the same build id under another inode
                 table = held if held is not None else table
-                if table.build_id and (p := self._disk_path(table.build_id)) is not None and p.exists():
+                if (p := self._disk_path(key)) is not None and p.exists():
                     self._on_disk[key] = table
                 else:
                     self._by_key[key] = table
@@ -113,25 +119,38 @@ class TableCache:
             return list(pool.map(one, files))
 
     def _resolve(self, path: str, dev: str, inode: int) -> tuple[str, UnwindTable]:
+        over: str | None = None
+        digest: str | None = None
         try:
             with ElfFile(path) as f:
                 build_id = f.build_id()
-                unwind_bytes = sum(f.sections[s].size for s in UNWIND_SECTIONS if s in f.sections)
+                unwind_bytes = 0
+                try:  # before anything is hashed, copied or inflated
+                    for name in UNWIND_SECTIONS:
+                        s = f.sections.get(name)
+                        size = f.data_size(name)
+                        check_size(max(size, s.size if s is not None else 0), f"{path}: section {name}")
+                        unwind_bytes += size
+                except OverCap as e:
+                    over = str(e)
+                digest = f.digest(UNWIND_SECTIONS)
         except ElfError:
             build_id, unwind_bytes = None, 0
-        key = f"b:{build_id}" if build_id else f"i:{dev}:{inode}"
+        key = f"c:{digest}" if digest else f"i:{dev}:{inode}"
         with self._lock:
             table = self._cached(key)
             if table is not None:
                 self.counters["hits"] += 1
                 return key, table
-        table = self._load(build_id) if build_id else None
+        if over is not None:
+            return key, self._refused(path, build_id, over)
+        table = self._load(key, build_id)
         if table is not None:
             self._count("disk_hits")
         elif unwind_bytes >= self.child_min_bytes:
-            table = self._build_in_child(path, build_id)
+            table = self._build_in_child(path, key, build_id)
         else:
-            table = self._build(path, build_id)
+            table = self._build(path, key, build_id)
         return key, table
 
     def _cached(self, key: str) -> UnwindTable | None:
@@ -142,14 +161,15 @@ class TableCache:
         with self._lock:
             self.counters[name] += 1
 
-    def _build(self, path: str, build_id: str | None) -> UnwindTable:
+    def _build(self, path: str, key: str, build_id: str | None) -> UnwindTable:
         try:
             table = build_table(path)
+        except OverCap as e:
+            return self._refused(path, build_id, str(e))
         except (ElfError, CfiError, ValueError) as e:
             return self._no_table(path, build_id, str(e))
         self._count("builds")
-        if build_id:
-            self._save(build_id, table)
+        self._save(key, table)
         return table
 
     def _no_table(self, path: str, build_id: str | None, why: str, level: int = logging.INFO) -> UnwindTable:
@@ -159,13 +179,21 @@ class TableCache:
         self._count("failures")
         return empty_table(X86_64.name, build_id)
 
-    def _build_in_child(self, path: str, build_id: str | None) -> UnwindTable:
+    def _refused(self, path: str, build_id: str | None, why: str) -> UnwindTable:
+        """A file over a cap: an empty table whose warning goes into the profiles of its targets. Logged
+        once per file (the empty table is cached like any other)."""
+        log.warning("unwind table refused: %s", why)
+        self._count("over_cap")
+        return empty_table(X86_64.name, build_id, warning=why)
+
+    def _build_in_child(self, path: str, key: str, build_id: str | None) -> UnwindTable:
         """Builds in `python -m deepctx.daemon.unwind.build_child` into a scratch file (in the disk cache's
         folder when it is usable, so that the result is moved there, not copied), and loads the result."""
-        disk = self._disk_path(build_id) if build_id else None
+        disk = self._disk_path(key)
         with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=self._scratch_parent()) as tmp:
             out = Path(tmp) / "table.npz"
-            argv = [sys.executable, "-m", "deepctx.daemon.unwind.build_child", path, str(out)]
+            argv = [sys.executable, "-m", "deepctx.daemon.unwind.build_child", path, str(out),
+                    str(LIMITS.max_decompressed_bytes), str(LIMITS.max_unwind_rows)]
             try:
                 child = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
                                        stdin=subprocess.DEVNULL)
@@ -173,7 +201,9 @@ class TableCache:
                 return self._no_table(path, build_id, f"its build ran past {CHILD_TIMEOUT_S:.0f} s", logging.WARNING)
             except OSError as e:  # no interpreter to start: build here instead
                 log.warning("cannot start the unwind table builder (%s): building %s in the daemon", e, path)
-                return self._build(path, build_id)
+                return self._build(path, key, build_id)
+            if child.returncode == OVER_CAP:
+                return self._refused(path, build_id, child.stderr.strip())
             if child.returncode == NO_TABLE:
                 return self._no_table(path, build_id, child.stderr.strip())
             if child.returncode != 0:
@@ -183,11 +213,11 @@ class TableCache:
                 table = load_table(out, build_id)
             except (OSError, KeyError, ValueError) as e:
                 return self._no_table(path, build_id, f"the table builder's output is unreadable: {e}", logging.WARNING)
-            if disk is not None:  # (only with a build id)
+            if disk is not None:
                 try:
                     os.replace(out, disk)
                 except OSError:  # another file system, or no cache folder: write it there (or warn)
-                    self._save(build_id, table)
+                    self._save(key, table)
         self._count("builds")
         self._count("child_builds")
         return table
@@ -197,18 +227,19 @@ class TableCache:
         if self.disk_dir is None:
             return None
         try:
-            self.disk_dir.mkdir(parents=True, exist_ok=True)
+            self.disk_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError:
             return None
         return str(self.disk_dir) if os.access(self.disk_dir, os.W_OK) else None
 
-    def _disk_path(self, build_id: str) -> Path | None:
-        if self.disk_dir is None:
+    def _disk_path(self, key: str) -> Path | None:
+        """Where a table is kept on disk: only tables keyed by content (c:<hash>) are."""
+        if self.disk_dir is None or not key.startswith("c:"):
             return None
-        return self.disk_dir / f"{build_id}.v{DISK_FORMAT}.npz"
+        return self.disk_dir / f"{key[2:]}.v{DISK_FORMAT}.npz"
 
-    def _load(self, build_id: str) -> UnwindTable | None:
-        p = self._disk_path(build_id)
+    def _load(self, key: str, build_id: str | None) -> UnwindTable | None:
+        p = self._disk_path(key)
         if p is None or not p.exists():
             return None
         try:
@@ -219,8 +250,8 @@ class TableCache:
         table.stats["from_disk"] = 1.0
         return table
 
-    def _save(self, build_id: str, table: UnwindTable) -> None:
-        p = self._disk_path(build_id)
+    def _save(self, key: str, table: UnwindTable) -> None:
+        p = self._disk_path(key)
         if p is None:
             return
         try:
@@ -235,3 +266,22 @@ class TableCache:
     @property
     def memory(self) -> int:
         return sum(t.memory for t in [*self._by_key.values(), *self._on_disk.values()])
+
+
+def _private_dir(path: Path) -> Path | None:
+    """The disk cache's folder, made root's own (0700); None (no disk cache) when it is a link or someone
+    else's: tables read from it go into every user's captures. A path that is not a folder is kept (writes
+    there fail and are warned about)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path  # made 0700 when first written (save_table, _scratch_parent)
+    except OSError as e:
+        log.warning("no disk cache for unwind tables: %s: %s", path, e.strerror)
+        return None
+    if stat.S_ISLNK(st.st_mode) or (stat.S_ISDIR(st.st_mode) and st.st_uid != os.geteuid()):
+        log.warning("no disk cache for unwind tables: %s is a link or not deepctxd's own folder", path)
+        return None
+    if stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(path, 0o700)
+    return path

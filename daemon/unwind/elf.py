@@ -6,10 +6,12 @@ and we touch only headers and one or two sections.
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import struct
-import zlib
 from dataclasses import dataclass
+
+from deepctx.daemon.file_limits import OverCap, check_size, inflate
 
 EM_X86_64 = 62
 EM_AARCH64 = 183
@@ -20,6 +22,7 @@ _PF_X = 1
 _SHT_NOBITS = 8
 _SHF_COMPRESSED = 0x800
 _ELFCOMPRESS_ZLIB = 1
+_CHDR_SIZE = 24  # Elf64_Chdr
 _NT_GNU_BUILD_ID = 3
 
 
@@ -87,19 +90,52 @@ class ElfFile:
             self.sections.setdefault(name, Section(name, typ, flags, addr, offset, size))
 
     def section_data(self, name: str) -> bytes | None:
-        """The section's contents (decompressed), or None if absent or without file data."""
+        """The section's contents (decompressed), or None if absent or without file data. Raises OverCap
+        for a section over max_decompressed_bytes (checked before anything is read or inflated)."""
         s = self.sections.get(name)
         if s is None or s.type == _SHT_NOBITS:
             return None
+        what = f"{self.path}: section {name}"
+        declared = self.data_size(name)
+        check_size(declared, what)
         data = self._map[s.offset : s.offset + s.size]
         if s.flags & _SHF_COMPRESSED:
-            ch_type, _, ch_size, _ = struct.unpack_from("<IIQQ", data, 0)
+            ch_type = struct.unpack_from("<I", data, 0)[0]
             if ch_type != _ELFCOMPRESS_ZLIB:
                 return None  # zstd: not in the standard library
-            data = zlib.decompress(data[24:])
-            if len(data) != ch_size:
-                raise ElfError(f"{self.path}: {name}: bad compressed size")
+            try:
+                return inflate(data[_CHDR_SIZE:], declared, what)
+            except OverCap:
+                raise
+            except ValueError as e:
+                raise ElfError(str(e)) from None
         return data
+
+    def data_size(self, name: str) -> int:
+        """Bytes of the section's contents once decompressed (from its header: nothing is inflated);
+        0 when absent or without file data."""
+        s = self.sections.get(name)
+        if s is None or s.type == _SHT_NOBITS:
+            return 0
+        if not s.flags & _SHF_COMPRESSED:
+            return s.size
+        if s.size < _CHDR_SIZE or s.offset + _CHDR_SIZE > len(self._map):
+            raise ElfError(f"{self.path}: {name}: truncated compression header")
+        return int(struct.unpack_from("<Q", self._map, s.offset + 8)[0])
+
+    def digest(self, names: tuple[str, ...]) -> str | None:
+        """A hash of what a table is built from: machine, build id, and each named section's header
+        fields and stored bytes (compressed or not); None when none of them is present."""
+        present = [self.sections[n] for n in names if n in self.sections]
+        if not present:
+            return None
+        h = hashlib.blake2b(digest_size=20)
+        h.update(struct.pack("<H", self.machine) + (self.build_id() or "").encode() + b"\0")
+        for s in present:
+            h.update(s.name.encode() + b"\0" + struct.pack("<IQQQ", s.type, s.flags, s.addr, s.size))
+            if s.type != _SHT_NOBITS:
+                h.update(self._map[s.offset : s.offset + s.size])
+        return h.hexdigest()
 
     def build_id(self) -> str | None:
         """The GNU build id as hex, from the first note that carries one."""

@@ -83,12 +83,13 @@ class TableSpace:
         if n == 0:
             self._placed[key] = NO_ROWS
             return None
-        pages = page_index(table.pcs, self._next_row, self.page_shift)
-        if self._next_row + n > self.max_rows or self._next_page + len(pages) > self.max_pages:
+        # room first: the page index of a table spanning 4 GiB would be millions of entries
+        if self._next_row + n > self.max_rows or self._next_page + table.pages(self.page_shift) > self.max_pages:
             self._placed[key] = NO_ROWS
             self.counters["files_dropped"] += 1
             self.counters["rows_dropped"] += n
             return None
+        pages = page_index(table.pcs, self._next_row, self.page_shift)
         new_rules: list[tuple[int, Info]] = []
         remap = np.empty(len(table.rules), np.uint64)
         for local, rule in enumerate(table.rules):

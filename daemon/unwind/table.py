@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from deepctx.daemon.file_limits import LIMITS, OverCap
 from deepctx.daemon.unwind import interp
 from deepctx.daemon.unwind.arch import (
     INFO_NONE,
@@ -37,6 +38,7 @@ class UnwindTable:
     rules: list[Info]  # rules[0] is INFO_NONE
     build_id: str | None = None
     stats: dict[str, float] = field(default_factory=dict)
+    warning: str | None = None  # why a file got no table though it has CFI (a cap): shown in the profile
 
     def __len__(self) -> int:
         return len(self.pcs)
@@ -64,15 +66,19 @@ class UnwindTable:
         return INFO_NONE if i < 0 else self.rules[int(self.infos[i])]
 
 
-def empty_table(arch: str, build_id: str | None = None) -> UnwindTable:
-    return UnwindTable(arch, 0, np.zeros(0, np.uint32), np.zeros(0, np.uint32), [INFO_NONE], build_id)
+def empty_table(arch: str, build_id: str | None = None, warning: str | None = None) -> UnwindTable:
+    return UnwindTable(arch, 0, np.zeros(0, np.uint32), np.zeros(0, np.uint32), [INFO_NONE], build_id,
+                       warning=warning)
 
 
 class _Builder:
     """Interprets FDEs into flat row lists, sharing work between FDEs with identical instructions."""
 
-    def __init__(self, arch: Arch) -> None:
+    def __init__(self, arch: Arch, max_rows: int | None = None, path: str = "") -> None:
         self.arch = arch
+        # rows before merging: they bound the builder's arrays too
+        self.max_rows = LIMITS.max_unwind_rows if max_rows is None else max_rows
+        self.path = path
         self.rule_index: dict[Info, int] = {INFO_NONE: 0}
         self.state_index: dict[interp.State, int] = {}
         # Most FDEs repeat another's instructions (78% of libtorch_cpu's 345k): interpret each text once.
@@ -138,6 +144,9 @@ class _Builder:
             self.counts.append(len(hit[0]))
             self.rel.extend(hit[0])
             self.idx.extend(hit[1])
+            if len(self.idx) > self.max_rows:
+                raise OverCap(f"{self.path}: its unwind table has more than {self.max_rows} rows "
+                              f"(max_unwind_rows): refused")
 
     def ranges(self) -> tuple[np.ndarray, np.ndarray]:
         begins = np.frombuffer(self.begins, np.uint64)
@@ -196,8 +205,8 @@ def _overlaps(ranges: tuple[np.ndarray, np.ndarray], begin: int, end: int) -> bo
     return i >= 0 and int(ends[i]) > begin
 
 
-def build_table(path: str) -> UnwindTable:
-    """Builds the table of an ELF file (raises ElfError / CfiError / OSError)."""
+def build_table(path: str, max_rows: int | None = None) -> UnwindTable:
+    """Builds the table of an ELF file (raises ElfError / CfiError / OSError, OverCap over a cap)."""
     t0 = time.perf_counter()
     with ElfFile(path) as f:
         arch = arch_for_machine(f.machine)
@@ -205,7 +214,7 @@ def build_table(path: str) -> UnwindTable:
         eh = f.section_data(".eh_frame")
         eh_addr = f.sections[".eh_frame"].addr if eh is not None else 0
         debug = f.section_data(".debug_frame")
-    b = _Builder(arch)
+    b = _Builder(arch, max_rows, path)
     if eh:
         b.add_section(0, eh, eh_addr, True, None)
     if debug:

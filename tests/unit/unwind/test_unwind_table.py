@@ -227,10 +227,10 @@ def test_cache_parses_each_file_once_and_keeps_tables_on_disk(unwind_targets, tm
     cache = TableCache(tmp_path)
     k1, t1 = cache.get(lib, dev, st.st_ino)
     k2, t2 = cache.get(lib, dev, st.st_ino)
-    assert k1 == k2 and t1 is t2 and k1.startswith("b:") and cache.counters["builds"] == 1
+    assert k1 == k2 and t1 is t2 and k1.startswith("c:") and cache.counters["builds"] == 1
     fresh = TableCache(tmp_path)  # a restarted daemon
     k3, t3 = fresh.get(lib, "00:00", 1)
-    assert k3 == k1 and fresh.counters == {"builds": 0, "hits": 0, "disk_hits": 1, "failures": 0, "child_builds": 0}
+    assert k3 == k1 and fresh.counters == {"builds": 0, "hits": 0, "disk_hits": 1, "failures": 0, "child_builds": 0, "over_cap": 0}
     assert t3.base == t1.base and np.array_equal(t3.pcs, t1.pcs) and np.array_equal(t3.infos, t1.infos)
     assert t3.rules == t1.rules
 
@@ -247,9 +247,9 @@ def test_a_large_file_is_built_in_a_child_process_into_the_same_table(unwind_tar
     lib = str(unwind_targets / "libunwlib.so")
     cache = TableCache(tmp_path if on_disk else None, child_min_bytes=0)
     key, table = cache.get(lib, "00:02", 7)
-    assert cache.counters == {"builds": 1, "hits": 0, "disk_hits": 0, "failures": 0, "child_builds": 1}
+    assert cache.counters == {"builds": 1, "hits": 0, "disk_hits": 0, "failures": 0, "child_builds": 1, "over_cap": 0}
     assert len(table) > 0 and _same_table(table, build_table(lib))
-    assert [p.name for p in tmp_path.iterdir()] == ([f"{key[2:]}.v1.npz"] if on_disk else [])
+    assert [p.name for p in tmp_path.iterdir()] == ([f"{key[2:]}.v2.npz"] if on_disk else [])
     in_daemon = TableCache(child_min_bytes=1 << 40)
     in_daemon.get(lib, "00:02", 7)
     assert in_daemon.counters["child_builds"] == 0 and in_daemon.counters["builds"] == 1
@@ -271,7 +271,7 @@ def test_a_file_the_child_finds_no_table_in_gets_an_empty_table(tmp_path):
     cache = TableCache(child_min_bytes=0)
     key, table = cache.get(str(junk), "00:01", 43)
     assert key == "i:00:01:43" and len(table) == 0
-    assert cache.counters == {"builds": 0, "hits": 0, "disk_hits": 0, "failures": 1, "child_builds": 0}
+    assert cache.counters == {"builds": 0, "hits": 0, "disk_hits": 0, "failures": 1, "child_builds": 0, "over_cap": 0}
 
 
 def test_get_many_builds_a_file_once_however_many_ask_at_once(unwind_targets):
