@@ -220,7 +220,8 @@ class AgentUnusable(ValueError):
 
 def is_agent(path: str) -> bool:
     """The CUPTI agent or the rocprofiler-sdk agent (native/): the same probes, the same records."""
-    return os.path.basename(path.removesuffix(" (deleted)")).startswith(("libdeepctx_cupti", "libdeepctx_rocprof"))
+    name = os.path.basename(path.removesuffix(" (deleted)")).removeprefix("memfd:")  # injected: from a memfd
+    return name.startswith(("libdeepctx_cupti", "libdeepctx_rocprof"))
 
 
 def agent_mappings(mappings: list[Mapping]) -> list[Mapping]:
@@ -289,6 +290,7 @@ class DeviceActivity:
         # The agent the process's environment names and that it has not loaded yet (prepare): the probes
         # attach when it appears (poll), as for an agent loaded by dlopen.
         self.expected_agent: str | None = None
+        self._sealed: Any = None  # the injected agent's sealed memfd (inject.memfd.SealedAgent) while attached
 
     # --- ProbeFamily ------------------------------------------------------------------------------
 
@@ -370,6 +372,9 @@ class DeviceActivity:
     def detach(self, bpf: Any, target: Target) -> None:
         if self._attacher is not None:
             self._attacher.close()  # semaphores drop: the agent goes idle and lets CUPTI go
+        if self._sealed is not None:  # no attach through its path after this: the family is done
+            self._sealed.close()
+            self._sealed = None
         table = bpf["dev_sites"]
         for addr in self._sites:
             try:
@@ -498,29 +503,43 @@ class DeviceActivity:
 
     def _inject(self, bpf: Any, target: Target) -> None:
         """Loads the agent: its probes are attached to the file first (for this pid), so the kernel
-        raises the semaphores as the agent is mapped and the agent starts watched."""
+        raises the semaphores as the agent is mapped and the agent starts watched. The file is the
+        daemon's own sealed memfd (inject/memfd.py), attached through its descriptor's path: it stays
+        open while the family may attach again (duty-cycle resume) and is closed at detach."""
         from deepctx.daemon.inject.agent import inject_agent
+        from deepctx.daemon.process_handle import ProcessHandle
 
         assert self.agent_path is not None
         injector = self.injector or inject_agent
+        handle = getattr(target, "handle", None)
+        own = handle is None  # a target without a handle: bind the process now, for the injection
+        keys: list[tuple[str, int]] = []
 
-        def loaded(path_in_target: str, host_path: str) -> None:
+        def loaded(host_path: str) -> None:
             maps = read_maps(target.pid)
             target.space = type(target.space)(maps)
-            ms = [m for m in maps if m.file_backed and m.path == path_in_target]
             st = os.stat(host_path)
-            af = self._files.get((_dev_string(st.st_dev), st.st_ino))
-            if af is None:  # the file injected is a copy (container): attach to it now
-                af = self._attach_file(host_path, usdt.read_probes(host_path, PROVIDER),
-                                       (_dev_string(st.st_dev), st.st_ino))
-            self._register_sites(bpf, target.pid, af, ms)
+            key = (_dev_string(st.st_dev), st.st_ino)
+            ms = [m for m in maps if m.file_key == key]  # by inode: the name is the target's choice
+            self._register_sites(bpf, target.pid, self._files[key], ms)
             self._mapped.update((m.start, m.dev, m.inode) for m in ms if m.executable)
 
         def before(host_path: str) -> None:
             st = os.stat(host_path)
-            self._attach_file(host_path, usdt.read_probes(host_path, PROVIDER), (_dev_string(st.st_dev), st.st_ino))
+            keys.append((_dev_string(st.st_dev), st.st_ino))
+            self._attach_file(host_path, usdt.read_probes(host_path, PROVIDER), keys[-1])
 
-        injector(target.pid, self.agent_path, before_load=before, after_load=loaded)
+        try:
+            if own:
+                handle = ProcessHandle.open(target.pid)
+            self._sealed = injector(handle, self.agent_path, before_load=before, after_load=loaded)
+        except BaseException:
+            for key in keys:  # its path names a closed descriptor: never attach through it again
+                self._files.pop(key, None)
+            raise
+        finally:
+            if own and handle is not None:
+                handle.close()
         self.injected = True
 
     # --- the window's end ------------------------------------------------------------------------------

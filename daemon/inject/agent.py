@@ -1,24 +1,26 @@
 """Loading the CUPTI agent into a running process (`deepctx attach PID --gpu-activity`).
 
-A thread of the target is borrowed through ptrace (remote.py) to call dlopen on the agent, then the
-agent's deepctx_agent_attach(), which checks for a CUDA context and subscribes to CUPTI in a thread of
-its own (the borrowed thread may hold locks CUDA needs) and reports the outcome. Refusals come before
-anything is written into the target where they can: ptrace not permitted, CUDA not loaded. Every path
-puts the borrowed thread back as it was."""
+A thread of the target is borrowed through ptrace (remote.py) to create a memfd, which the daemon fills
+with the agent and seals (memfd.py), and to dlopen it through /proc/self/fd; then to call the agent's
+deepctx_agent_attach(), which checks for a CUDA context and subscribes to CUPTI in a thread of its own
+(the borrowed thread may hold locks CUDA needs) and reports the outcome. Nothing is written into the
+target's filesystem, and the process is bound by its pidfd (ProcessHandle) from the check to the seize.
+Refusals come before anything is done to the target where they can: ptrace not permitted, CUDA not
+loaded. Every path puts the borrowed thread back as it was."""
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import os
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from deepctx.daemon import procfs
 from deepctx.daemon.errors import FailedPrecondition
-from deepctx.daemon.inject import ptrace
-from deepctx.daemon.inject.remote import RemoteError, RemoteThread, as_int32
+from deepctx.daemon.inject import memfd, ptrace
+from deepctx.daemon.inject.remote import NotTheProcess, RemoteError, RemoteThread, as_int32
+from deepctx.daemon.process_handle import ProcessHandle
 from deepctx.daemon.symbolize.elf import ElfSymbols
 
 AGENT_NAME = "libdeepctx_cupti.so"
@@ -127,30 +129,41 @@ def _symbol_address(pid: int, maps: list[procfs.Mapping], match: Callable[[str],
     for m in maps:
         if not (m.file_backed and m.executable and match(os.path.basename(m.path))):
             continue
-        elf = ElfSymbols(procfs.open_mapped_file(pid, m))
-        found = elf.addresses_of(names)
-        same = [mm for mm in maps if mm.inode == m.inode and mm.dev == m.dev]
-        out = {}
-        for name, vaddr in found.items():
-            for seg in elf.segments:
-                if seg.vaddr <= vaddr < seg.vaddr + seg.filesz:
-                    off = vaddr - seg.vaddr + seg.offset
-                    for mm in same:
-                        if mm.offset <= off < mm.offset + (mm.end - mm.start):
-                            out[name] = mm.start + off - mm.offset
+        out = _addresses_in([mm for mm in maps if mm.inode == m.inode and mm.dev == m.dev],
+                            procfs.open_mapped_file(pid, m), names)
         if out:
             return out
     return {}
 
 
+def _addresses_in(same: list[procfs.Mapping], file: str, names: set[str]) -> dict[str, int]:
+    """Run-time addresses of functions `names` of `file`, mapped as the mappings `same`."""
+    elf = ElfSymbols(file)
+    out = {}
+    for name, vaddr in elf.addresses_of(names).items():
+        for seg in elf.segments:
+            if seg.vaddr <= vaddr < seg.vaddr + seg.filesz:
+                off = vaddr - seg.vaddr + seg.offset
+                for mm in same:
+                    if mm.offset <= off < mm.offset + (mm.end - mm.start):
+                        out[name] = mm.start + off - mm.offset
+    return out
+
+
 def _data_address(pid: int, maps: list[procfs.Mapping], path_in_target: str, name: str) -> int | None:
-    """Run-time address of a data symbol (deepctx_agent_state, deepctx_agent_error) of the agent."""
+    """Run-time address of a data symbol (deepctx_agent_state, deepctx_agent_error) of the agent mapped
+    as path_in_target."""
+    ms = [m for m in maps if m.file_backed and m.path == path_in_target]
+    return _data_address_in(ms, procfs.open_mapped_file(pid, ms[0]), name) if ms else None
+
+
+def _data_address_in(ms: list[procfs.Mapping], file: str, name: str) -> int | None:
+    """Run-time address of data symbol `name` of `file`, mapped as the mappings ms."""
     from elftools.elf.elffile import ELFFile
 
-    ms = [m for m in maps if m.file_backed and m.path == path_in_target]
     if not ms:
         return None
-    with open(procfs.open_mapped_file(pid, ms[0]), "rb") as f:
+    with open(file, "rb") as f:
         elf = ELFFile(f)
         sym = None
         for sec_name in (".dynsym", ".symtab"):
@@ -185,73 +198,123 @@ def choose_thread(pid: int) -> int:
     return min(candidates) if candidates else pid
 
 
-def _path_in_target(pid: int, agent: str) -> tuple[str, str]:
-    """(path the target opens, the same file from here). A process in another mount namespace
-    (container) gets a copy in its /tmp, named by content."""
-    root = f"/proc/{pid}/root"
-    if os.stat(root).st_ino == os.stat("/").st_ino and os.stat(root).st_dev == os.stat("/").st_dev:
-        return agent, agent
-    digest = hashlib.sha256(Path(agent).read_bytes()).hexdigest()[:16]
-    inside = f"/tmp/deepctx-{digest}-{AGENT_NAME}"
-    host = root + inside
-    if not os.path.exists(host):
-        shutil.copyfile(agent, host + ".part")
-        os.chmod(host + ".part", 0o755)
-        os.rename(host + ".part", host)
-    return inside, host
+def _libc_functions(pid: int, maps: list[procfs.Mapping]) -> dict[str, int]:
+    """The target's dlopen (or __libc_dlopen_mode), dlerror, memfd_create (or syscall) and close."""
+    libc = _symbol_address(pid, maps, lambda b: b.startswith("libc.so") or b.startswith("libc-"),
+                           {"dlopen", "dlerror", "__libc_dlopen_mode", "memfd_create", "syscall", "close"})
+    if "dlopen" not in libc:  # glibc before 2.34: dlopen lives in libdl, when loaded
+        libc.update(_symbol_address(pid, maps, lambda b: b.startswith("libdl.so"), {"dlopen", "dlerror"}))
+    if "dlopen" not in libc and "__libc_dlopen_mode" not in libc:
+        raise FailedPrecondition(f"cannot find dlopen in process {pid} (not a glibc process?)")
+    if "close" not in libc or ("memfd_create" not in libc and "syscall" not in libc):
+        raise FailedPrecondition(f"cannot find memfd_create in process {pid} (not a glibc process?)")
+    return libc
 
 
-def inject_agent(pid: int, agent: str, before_load: Callable[[str], None] | None = None,
-                 after_load: Callable[[str, str], None] | None = None, wait_s: float = 30.0) -> None:
-    """Loads `agent` into pid and starts it. before_load(host_path) runs before dlopen (attach the
-    probes), after_load(path_in_target, host_path) right after it (register the probe sites).
-    Raises FailedPrecondition with a sentence for the user; the target keeps running in every case."""
+def _memfd_in_target(rt: RemoteThread, libc: dict[str, int]) -> int:
+    """A new memfd named after the agent, created by the target: its descriptor number there."""
+    name = rt.push_string(AGENT_NAME)  # /proc/PID/maps shows /memfd:libdeepctx_cupti.so (deleted)
+    flags = memfd.MFD_CLOEXEC | memfd.MFD_ALLOW_SEALING
+    if "memfd_create" in libc:  # glibc 2.27+
+        tfd = as_int32(rt.call(libc["memfd_create"], name, flags))
+    else:
+        tfd = as_int32(rt.call(libc["syscall"], memfd.SYS_MEMFD_CREATE, name, flags))
+    if tfd < 0:
+        raise FailedPrecondition(f"process {rt.pid} could not create a memory file for the CUPTI agent "
+                                 f"(memfd_create failed: a seccomp filter or an old kernel?)")
+    return tfd
+
+
+def _seal_agent(handle: ProcessHandle, tfd: int, data: bytes) -> memfd.SealedAgent:
+    """The daemon's own sealed duplicate of the target's memfd tfd, holding exactly data."""
+    try:
+        fd = memfd.pidfd_getfd(handle.pidfd, tfd)
+    except OSError as e:
+        raise FailedPrecondition(f"the CUPTI agent could not be handed to process {handle.pid}: {e.strerror}") from e
+    try:
+        return memfd.fill_and_seal(fd, data)
+    except memfd.Refused as e:
+        os.close(fd)
+        raise FailedPrecondition(f"the CUPTI agent was not loaded into process {handle.pid}: {e}") from e
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def inject_agent(handle: ProcessHandle, agent: str, before_load: Callable[[str], None] | None = None,
+                 after_load: Callable[[str], None] | None = None, wait_s: float = 30.0) -> memfd.SealedAgent:
+    """Loads `agent` into the process of `handle` and starts it; returns the daemon's own sealed
+    descriptor of the file loaded (the caller closes it when its probes are gone). The target creates a
+    memfd, the daemon fills and seals it (memfd.py), the target dlopens /proc/self/fd/N: nothing is
+    written into the target's filesystem and no path it controls is followed. before_load(host_path)
+    runs before dlopen (attach the probes), after_load(host_path) right after it (register the probe
+    sites); host_path is the daemon's descriptor's path, the target's mappings of it are found by its
+    (dev, inode). Raises FailedPrecondition with a sentence for the user; the target keeps running in
+    every case."""
+    pid = handle.pid
     try:
         check_injectable(pid)
     except ValueError as e:
         raise FailedPrecondition(str(e)) from e
     except procfs.ProcessGone as e:
         raise FailedPrecondition(f"process {pid} exited") from e
-    path, host = _path_in_target(pid, agent)
-    if before_load:
-        before_load(host)
-    maps = procfs.read_maps(pid)
-    libc = _symbol_address(pid, maps, lambda b: b.startswith("libc.so") or b.startswith("libc-"),
-                           {"dlopen", "dlerror", "__libc_dlopen_mode"})
-    if "dlopen" not in libc:  # glibc before 2.34: dlopen lives in libdl, when loaded
-        libc.update(_symbol_address(pid, maps, lambda b: b.startswith("libdl.so"), {"dlopen", "dlerror"}))
-    if "dlopen" not in libc and "__libc_dlopen_mode" not in libc:
-        raise FailedPrecondition(f"cannot find dlopen in process {pid} (not a glibc process?)")
+    data = Path(agent).read_bytes()
     tid = choose_thread(pid)
+    sealed: memfd.SealedAgent | None = None
     try:
-        with RemoteThread(pid, tid) as rt:
-            where = rt.push_string(path)
-            if "dlopen" in libc:
-                handle = rt.call(libc["dlopen"], where, RTLD_NOW | RTLD_GLOBAL)
-            else:
-                handle = rt.call(libc["__libc_dlopen_mode"], where, RTLD_NOW | RTLD_GLOBAL | RTLD_DLOPEN)
-            if handle == 0:
-                msg = rt.read_cstring(rt.call(libc["dlerror"])) if "dlerror" in libc else "unknown error"
-                raise FailedPrecondition(f"the target could not load the CUPTI agent: {msg}")
+        with RemoteThread(pid, tid, handle=handle) as rt:  # pid and tid bound to handle from here on
+            libc = _libc_functions(pid, procfs.read_maps(pid))
+            tfd = _memfd_in_target(rt, libc)
+            try:
+                sealed = _seal_agent(handle, tfd, data)
+                if before_load:
+                    before_load(sealed.path)
+                where = rt.push_string(f"/proc/self/fd/{tfd}")
+                if "dlopen" in libc:
+                    loaded = rt.call(libc["dlopen"], where, RTLD_NOW | RTLD_GLOBAL)
+                else:
+                    loaded = rt.call(libc["__libc_dlopen_mode"], where, RTLD_NOW | RTLD_GLOBAL | RTLD_DLOPEN)
+                if loaded == 0:
+                    msg = rt.read_cstring(rt.call(libc["dlerror"])) if "dlerror" in libc else "unknown error"
+                    raise FailedPrecondition(f"the target could not load the CUPTI agent: {msg}")
+            finally:  # the mapping keeps the file; the descriptor would only leak into the target
+                with contextlib.suppress(RemoteError, ptrace.PtraceError):  # (gone with a thread lost)
+                    rt.call(libc["close"], tfd)
             maps = procfs.read_maps(pid)
             if after_load:
-                after_load(path, host)
-            attach = _symbol_address(pid, maps, lambda b: b == os.path.basename(path), {"deepctx_agent_attach"})
+                after_load(sealed.path)
+            ms = _agent_maps(maps, sealed)
+            attach = _addresses_in(ms, sealed.path, {"deepctx_agent_attach"}) if ms else {}
             if "deepctx_agent_attach" not in attach:
-                raise FailedPrecondition(f"{path} is not deepctx's CUPTI agent (no deepctx_agent_attach)")
+                raise FailedPrecondition(f"process {pid} did not map the CUPTI agent it was given "
+                                         f"(or it has no deepctx_agent_attach)")
             rc = as_int32(rt.call(attach["deepctx_agent_attach"]))
-    except ptrace.PtraceError as e:
-        reason = _ptrace_refusal(pid) or f"ptrace is not permitted on process {pid}: {os.strerror(e.errno or 1)}"
-        raise FailedPrecondition(reason) from e
-    except RemoteError as e:
-        raise FailedPrecondition(f"loading the CUPTI agent failed: {e}") from e
-    maps = procfs.read_maps(pid)
-    if rc == DEV_AGENT_E_PENDING:  # the agent's own thread is still starting: follow its state
-        rc = _wait_state(pid, maps, path, wait_s)
-    if rc < 0:
-        detail = _read_agent_string(pid, maps, path, "deepctx_agent_error")
-        msg = _MESSAGES.get(rc, f"the agent failed to start (code {rc})")
-        raise FailedPrecondition(f"{msg}" + (f" ({detail})" if detail else ""))
+        ms = _agent_maps(procfs.read_maps(pid), sealed)
+        if rc == DEV_AGENT_E_PENDING:  # the agent's own thread is still starting: follow its state
+            rc = _wait_state(handle, ms, sealed.path, wait_s)
+        if rc < 0:
+            detail = _read_agent_string(handle, ms, sealed.path, "deepctx_agent_error")
+            msg = _MESSAGES.get(rc, f"the agent failed to start (code {rc})")
+            raise FailedPrecondition(f"{msg}" + (f" ({detail})" if detail else ""))
+        return sealed
+    except BaseException as e:
+        if sealed is not None:
+            sealed.close()
+        if isinstance(e, procfs.ProcessGone):
+            raise FailedPrecondition(f"process {pid} exited") from e
+        if isinstance(e, NotTheProcess):
+            raise FailedPrecondition(f"process {pid} is not the process checked ({e}): nothing was loaded") from e
+        if isinstance(e, ptrace.PtraceError):
+            reason = _ptrace_refusal(pid) or f"ptrace is not permitted on process {pid}: {os.strerror(e.errno or 1)}"
+            raise FailedPrecondition(reason) from e
+        if isinstance(e, RemoteError):
+            raise FailedPrecondition(f"loading the CUPTI agent failed: {e}") from e
+        raise
+
+
+def _agent_maps(maps: list[procfs.Mapping], sealed: memfd.SealedAgent) -> list[procfs.Mapping]:
+    """The target's mappings of the sealed agent file, by (dev, inode): not by a name it could choose."""
+    return [m for m in maps if m.inode == sealed.st_ino and m.dev == sealed.maps_dev]
 
 
 def agent_state(pid: int, maps: list[procfs.Mapping], path: str) -> int | None:
@@ -267,26 +330,28 @@ def agent_state(pid: int, maps: list[procfs.Mapping], path: str) -> int | None:
         return None
 
 
-def _wait_state(pid: int, maps: list[procfs.Mapping], path: str, wait_s: float) -> int:
-    addr = _data_address(pid, maps, path, "deepctx_agent_state")
+def _wait_state(handle: ProcessHandle, ms: list[procfs.Mapping], file: str, wait_s: float) -> int:
+    addr = _data_address_in(ms, file, "deepctx_agent_state")
     if addr is None:
         return DEV_AGENT_E_PENDING
     deadline = time.monotonic() + wait_s
-    with procfs.ProcessMemory(pid) as mem:
+    with procfs.ProcessMemory(handle.pid) as mem:
+        handle.ensure()  # the memory opened by number is the bound process's
         while time.monotonic() < deadline:
             state = int.from_bytes(mem.read(addr, 4), "little", signed=True)
             if state != 0:
                 return state if state < 0 else 0
             time.sleep(0.01)  # the agent's thread reports through this variable, with a deadline
-    raise FailedPrecondition(f"the CUPTI agent did not start within {wait_s:g} s in process {pid}")
+    raise FailedPrecondition(f"the CUPTI agent did not start within {wait_s:g} s in process {handle.pid}")
 
 
-def _read_agent_string(pid: int, maps: list[procfs.Mapping], path: str, name: str) -> str:
-    addr = _data_address(pid, maps, path, name)
+def _read_agent_string(handle: ProcessHandle, ms: list[procfs.Mapping], file: str, name: str) -> str:
+    addr = _data_address_in(ms, file, name)
     if addr is None:
         return ""
     try:
-        with procfs.ProcessMemory(pid) as mem:
+        with procfs.ProcessMemory(handle.pid) as mem:
+            handle.ensure()
             return mem.read_cstring(addr, 256).decode(errors="replace")
     except (procfs.ProcessGone, MemoryError):
         return ""

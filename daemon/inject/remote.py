@@ -15,6 +15,7 @@ import signal
 import time
 
 from deepctx.daemon.inject import ptrace
+from deepctx.daemon.process_handle import ProcessHandle
 
 RETURN_ADDRESS = 0
 RED_ZONE = 128
@@ -29,6 +30,10 @@ class TargetExited(RemoteError):
     pass
 
 
+class NotTheProcess(RemoteError):
+    """The thread seized is not (or no longer) a thread of the bound process: its number was reused."""
+
+
 def _stopped(status: int) -> tuple[bool, int, int]:
     """(stopped?, signal, ptrace event) of a wait status."""
     if os.WIFSTOPPED(status):
@@ -40,7 +45,10 @@ class RemoteThread:
     """One thread of a process, borrowed for function calls. Use as a context manager: leaving it puts
     the thread back as it was, whatever happened."""
 
-    def __init__(self, pid: int, tid: int, timeout_s: float = 60.0) -> None:
+    def __init__(self, pid: int, tid: int, timeout_s: float = 60.0, handle: ProcessHandle | None = None) -> None:
+        """handle: the process pid must still be; checked right before the seize (its start time) and
+        right after it (tid is one of its threads): a seized thread cannot be reaped and its number
+        reused while we hold it, so every later access by number reaches that process."""
         self.pid = pid
         self.tid = tid
         self.timeout_s = timeout_s
@@ -50,11 +58,16 @@ class RemoteThread:
         # what release() puts back: None until saved (a failure in between restores only what was saved)
         self.saved: ptrace.UserRegs | None = None
         self.xstate: bytes | None = None
+        if handle is not None:
+            handle.ensure()  # ProcessGone: pid names another process now (or none)
         ptrace.seize(tid)
         self._held = True
         try:
             ptrace.interrupt(tid)
-            self._wait_for_stop()
+            self._wait_for_stop()  # a seized thread is detached only from a stop: stop it even if foreign
+            if handle is not None and not handle.owns_thread(tid):
+                raise NotTheProcess(f"thread {tid} is not a thread of process {pid} (it exited and its number "
+                                    f"was reused)")
             saved = self.saved = ptrace.get_regs(tid)
             self.xstate = ptrace.get_xstate(tid)
             self._mem = os.open(f"/proc/{pid}/mem", os.O_RDWR)

@@ -58,7 +58,8 @@ def module_name(m: Mapping | None) -> str:
         return "[unknown]"
     if not m.path:
         return "[anon]"
-    return os.path.basename(m.path.removesuffix(" (deleted)"))
+    # an injected agent is mapped from a memfd: "/memfd:libdeepctx_cupti.so (deleted)"
+    return os.path.basename(m.path.removesuffix(" (deleted)")).removeprefix("memfd:")
 
 
 class NativeSymbolizer:

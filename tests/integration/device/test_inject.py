@@ -17,6 +17,7 @@ from deepctx.daemon import procfs
 from deepctx.daemon.errors import FailedPrecondition
 from deepctx.daemon.inject import ptrace
 from deepctx.daemon.inject.agent import check_injectable, inject_agent
+from deepctx.daemon.process_handle import ProcessHandle
 from deepctx.probes.device_activity import DEV_AGENT_IDLE, DeviceActivity, agent_mappings
 
 sys.path.insert(0, str(TARGET.parent))
@@ -36,6 +37,11 @@ def finishes_normally(t: StdinTarget) -> None:
     assert t.proc.stdin is not None
     t.proc.stdin.close()
     assert t.proc.wait(timeout=30) == 0
+
+
+def inject(pid: int, agent: Path) -> None:
+    with ProcessHandle.open(pid) as h:
+        inject_agent(h, str(agent)).close()
 
 
 def agent_state(pid: int) -> int:
@@ -87,7 +93,7 @@ def test_refuses_without_a_cuda_context(built: tuple[Path, Path]) -> None:
     t = start(lib, "--no-init")  # libcuda loaded, cuInit never called
     try:
         with pytest.raises(FailedPrecondition, match="no CUDA context yet"):
-            inject_agent(t.pid, str(agent))
+            inject(t.pid, agent)
         finishes_normally(t)
     finally:
         t.stop()
@@ -98,7 +104,7 @@ def test_refuses_when_another_profiler_holds_cupti(built: tuple[Path, Path]) -> 
     t = start(lib, "--hold-cupti")
     try:
         with pytest.raises(FailedPrecondition, match="CUPTI is held by another profiler"):
-            inject_agent(t.pid, str(agent))
+            inject(t.pid, agent)
         finishes_normally(t)
     finally:
         t.stop()
@@ -114,7 +120,7 @@ def test_refuses_when_ptrace_is_not_permitted(built: tuple[Path, Path]) -> None:
             with pytest.raises(ValueError, match="ptrace is not permitted.*already traced"):
                 check_injectable(t.pid)
             with pytest.raises(FailedPrecondition, match="ptrace is not permitted"):
-                inject_agent(t.pid, str(agent))
+                inject(t.pid, agent)
         finally:
             ptrace.interrupt(t.pid)
             ptrace.wait(t.pid)
