@@ -23,6 +23,10 @@ class Config:
     socket_mode: int = 0o666
     max_connections: int = 256  # open client connections at once
     max_connections_per_user: int = 16  # ... per user outside root and the `deepctx` group
+    # RPCs in progress at once (streams held open included): per user but root, and for all of them
+    # together; root is never counted and always finds a free worker (daemon/rpc_limits.py)
+    max_rpcs_per_user: int = 8
+    max_user_rpcs: int = 32
     log_level: str = "info"
     log_format: str = "json"  # "json" (one object per line) or "text"
     log_file: str = "/var/log/deepctx/deepctxd.log"  # used when deepctxd detaches (no --foreground)
@@ -50,7 +54,11 @@ class Config:
     # `--gpu-duty` of one capture: the GPU probes and device activity are on for that share of each period
     gpu_duty_period_s: float = 2.0
     native_unwind: bool = True  # walk native stacks with .eh_frame tables (false: frame pointers only)
-    cache_dir: str = "/var/cache/deepctx"  # unwind tables kept by build id
+    cache_dir: str = "/var/cache/deepctx"  # unwind tables kept by a hash of the CFI they are built from
+    # caps on a target's files (daemon/file_limits.py): one section's bytes once decompressed, one file's
+    # unwind table rows; a file over either is unwound with frame pointers, and the profile says why
+    max_decompressed_bytes: int = 256 << 20
+    max_unwind_rows: int = 1 << 24
     # Continuous mode (deepctxd --continuous): every process that loads a CUDA/HIP library is profiled in
     # windows kept in the window store.
     continuous: bool = False
@@ -172,6 +180,10 @@ def _validate_service(cfg: Config) -> None:
         raise ConfigError(f"socket_mode must be a file mode within [0, 0o777], not {cfg.socket_mode:#o}")
     if cfg.max_connections < 1 or cfg.max_connections_per_user < 1:
         raise ConfigError("max_connections and max_connections_per_user must be at least 1")
+    if not 1 <= cfg.max_rpcs_per_user <= cfg.max_user_rpcs:
+        raise ConfigError("max_rpcs_per_user must be at least 1 and at most max_user_rpcs")
+    if cfg.max_decompressed_bytes < 1 << 20 or cfg.max_unwind_rows < 1 << 16:
+        raise ConfigError("max_decompressed_bytes must be at least 1 MiB and max_unwind_rows at least 65536")
     if cfg.store_max_mb < 1:
         raise ConfigError("store_max_mb must be at least 1")
     if cfg.store_max_age_s <= 0:

@@ -14,6 +14,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from deepctx.daemon.capture import wait_released
 from deepctx.daemon.config import Config
+from deepctx.daemon.file_limits import configure as configure_file_limits
+from deepctx.daemon.rpc_limits import RpcLimits
 from deepctx.daemon.service import ProfilerService
 from deepctx.daemon.service_parts import ServiceParts
 from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
@@ -22,6 +24,14 @@ log = logging.getLogger("deepctx.server")
 
 SERVICE_NAME = "deepctx.v1.Profiler"
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # profiles of 100k+ nodes
+ROOT_WORKERS = 8  # root's RPCs besides its captures' streams: status, stop, ps, queries at once
+STREAMS_PER_CONNECTION = 100  # HTTP/2 streams one connection may open at once (more wait in the client)
+
+
+def worker_count(config: Config) -> int:
+    """The RPC pool: every user's slots (rpc_limits.py) plus root's captures and ROOT_WORKERS, so no mix of
+    users' RPCs, streams held open included, leaves root without a free worker."""
+    return config.max_user_rpcs + config.max_sessions + ROOT_WORKERS
 
 
 class SocketInUse(RuntimeError):
@@ -46,23 +56,28 @@ def _prepare_socket(path: str) -> None:
 class DaemonServer:
     def __init__(self, config: Config) -> None:
         self.config = config
+        configure_file_limits(config.max_decompressed_bytes, config.max_unwind_rows)
         self.shutdown = threading.Event()
         self.service = ProfilerService(config, self.shutdown)
         self.continuous: Any = None
         # The relay owns the public socket (owner, mode, caller credentials); gRPC listens privately.
         self.parts = ServiceParts(config, self.service.store, self.service.process_totals,
                                   lambda: self.service.totals, self.service.active_captures)
+        self.rpc_limits = RpcLimits(config.max_rpcs_per_user, config.max_user_rpcs)
+        self.parts.guard.limits = self.rpc_limits
         self.health = health.HealthServicer()
         self._server: grpc.Server | None = None
 
     def start(self) -> None:
         _prepare_socket(self.config.socket)
         address = self.parts.prepare()
+        # No maximum_concurrent_rpcs: it counts root's RPCs with everyone's, so a user could fill it. Users
+        # are held to their slots by the RPC guard instead, and an RPC past the pool waits for a worker.
         server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=self.config.max_sessions + 8, thread_name_prefix="rpc"),
+            futures.ThreadPoolExecutor(max_workers=worker_count(self.config), thread_name_prefix="rpc"),
             options=[("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.max_receive_message_length", 4 * 1024 * 1024)],
-            maximum_concurrent_rpcs=self.config.max_sessions + 8,
+                     ("grpc.max_receive_message_length", 4 * 1024 * 1024),
+                     ("grpc.max_concurrent_streams", STREAMS_PER_CONNECTION)],
             interceptors=self.parts.interceptors,
         )
         pb_grpc.add_ProfilerServicer_to_server(self.service, server)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from elftools.elf.elffile import ELFFile
 
+from deepctx.daemon.file_limits import OverCap, section_data
 from deepctx.probes.uprobes import BPF_TRACE_UPROBE_MULTI, bcc_attach_uprobe, close_links, link_uprobe_multi
 
 NT_STAPSDT = 3
@@ -122,7 +123,10 @@ def read_probes(path: str, provider: str | None = None) -> list[UsdtProbe]:
         base_addr = base_sec["sh_addr"] if base_sec is not None else None
         segments = [(s["p_offset"], s["p_vaddr"], s["p_filesz"]) for s in elf.iter_segments()
                     if s["p_type"] == "PT_LOAD"]
-        data = note.data()
+        try:  # the note of a file a target maps: capped like every section read from one
+            data = section_data(note, f"{path}: section .note.stapsdt")
+        except OverCap as e:
+            raise UsdtError(str(e)) from None
     word, fmt = (8, "<QQQ") if is64 else (4, "<III")
     out: list[UsdtProbe] = []
     pos = 0

@@ -8,6 +8,7 @@ from typing import BinaryIO
 
 from elftools.elf.elffile import ELFFile
 
+from deepctx.daemon.file_limits import section_data
 from deepctx.daemon.procfs import Mapping
 
 
@@ -70,8 +71,12 @@ class ElfImage:
         return None
 
     def section_data(self, name: str) -> bytes | None:
+        """The section's contents; raises OverCap (a ValueError) over max_decompressed_bytes: the file is
+        a target's, and may be a zlib bomb."""
         sec = self._elf.get_section_by_name(name)
-        return sec.data() if sec is not None and sec["sh_type"] != "SHT_NOBITS" else None
+        if sec is None or sec["sh_type"] == "SHT_NOBITS":
+            return None
+        return section_data(sec, f"{self.path}: section {name}")
 
     def load_bias(self, mappings: list[Mapping]) -> int | None:
         """What to add to a virtual address to get its address in the process, from the mappings of
