@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from deepctx.cli.client import CliError
+from deepctx.cli.escape import literal
 from deepctx.cli.formats import json_file
 from deepctx.cli.formats.findings import FindingsText
 from deepctx.cli.output import write_output
@@ -81,6 +82,6 @@ def run(args: argparse.Namespace) -> int:
             Console(stderr=True).print(f"findings written to {args.output}")
         return 0
     console = Console(highlight=False, no_color=bool(os.environ.get("NO_COLOR")))
-    console.print(f"{doc.get('command') or '?'}  pid {doc.get('pid')}", style="bold", overflow="fold")
+    console.print(literal(f"{doc.get('command') or '?'}  pid {doc.get('pid')}", style="bold"), overflow="fold")
     FindingsText().render(doc, console)
     return 0

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from deepctx.cli.client import CliError, connect, rpc_error
+from deepctx.cli.escape import printable
 from deepctx.cli.formats import json_file, tree
 from deepctx.cli.output import write_output
 from deepctx.daemon.profile_doc import to_doc
@@ -144,7 +145,7 @@ def emit(doc: dict, args: argparse.Namespace, err: Console) -> None:
     """Warnings on stderr; the trace (Chrome JSON) or the profile (JSON) to -o; the tree to stdout.
     Shared by `attach` and `run`."""
     for w in doc["warnings"]:
-        err.print(f"[yellow]warning:[/] {escape(w)}")  # the daemon's text: "[unknown]" is not markup
+        err.print(f"[yellow]warning:[/] {escape(printable(w))}")  # may quote the target: escaped, not markup
     if args.trace and args.output:
         from deepctx.cli.formats.chrome import ChromeTrace
         from deepctx.cli.formats.exporter import ExportOptions

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from deepctx.cli.client import connect, rpc_error
+from deepctx.cli.escape import literal
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 
@@ -36,8 +37,9 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(col, overflow="ellipsis", no_wrap=True)
     for r in rows:
         mark = " *" if r["profiled"] else ""
-        table.add_row(f"{r['pid']}{mark}", r["user"], r["python"] or "-", ", ".join(r["gpu_libraries"]) or "-",
-                      r["command"])
+        # every text cell as literal Text: escaped, never parsed as markup (the target chose its argv)
+        table.add_row(f"{r['pid']}{mark}", literal(r["user"]), literal(r["python"] or "-"),
+                      literal(", ".join(r["gpu_libraries"]) or "-"), literal(r["command"]))
     Console().print(table)
     if not rows:
         print("no Python or GPU processes found (deepctx ps --all lists every process)")

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from deepctx.cli.client import CliError, connect, rpc_error
+from deepctx.cli.escape import literal
 from deepctx.daemon.lost import lost_counters
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
@@ -75,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(col)
     now = time.time()
     for s in st.sessions:
-        table.add_row(str(s.id), str(s.pid), s.state, f"{s.sample_hz} Hz", ",".join(s.probes),
+        table.add_row(str(s.id), str(s.pid), literal(s.state), f"{s.sample_hz} Hz", literal(",".join(s.probes)),
                       f"{now - s.started_unix:.0f}/{s.duration_s:g} s", str(s.stats.get("cpu_samples", 0)),
-                      lost_text(s.stats), s.command)
+                      lost_text(s.stats), literal(s.command))
     con.print(table)
     for s in st.sessions:
         lost = lost_counters(s.stats)
@@ -85,5 +86,7 @@ def run(args: argparse.Namespace) -> int:
             con.print(f"session {s.id} (pid {s.pid}) lost: " + ", ".join(f"{k} {v}" for k, v in lost.items()),
                       highlight=False, markup=False, soft_wrap=True)
         for w in s.warnings:
-            con.print(f"[yellow]session {s.id} (pid {s.pid}):[/] {w}")
+            line = literal(f"session {s.id} (pid {s.pid}): ", style="yellow")
+            line.append_text(literal(w))  # warnings quote the target: escaped, not markup
+            con.print(line)
     return 0

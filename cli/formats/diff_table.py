@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from deepctx.cli.escape import printable
 from deepctx.cli.formats.terminal import frame_text, is_ascii
 from deepctx.cli.formats.units import fmt, fmt_signed
 from deepctx.cli.views.diff import DiffNode, kernel_changes, kernel_metric, path_changes
@@ -35,9 +36,9 @@ class DiffTables:
                console: Console) -> None:
         ascii_only = is_ascii(console)
         arrow = "->" if ascii_only else "→"
-        console.print(Text(f"before: {before.get('command')} (pid {before.get('pid')}, "
+        console.print(Text(f"before: {printable(str(before.get('command')))} (pid {before.get('pid')}, "
                            f"{before.get('duration_s', 0):.2f} s)", style="bold"), overflow="fold")
-        console.print(Text(f"after:  {after.get('command')} (pid {after.get('pid')}, "
+        console.print(Text(f"after:  {printable(str(after.get('command')))} (pid {after.get('pid')}, "
                            f"{after.get('duration_s', 0):.2f} s)", style="bold"), overflow="fold")
         totals = Text("totals: ", style="dim")
         for m in root.after_total:

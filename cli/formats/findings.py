@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from deepctx.cli.escape import printable_doc
 from deepctx.cli.formats.units import fmt
 
 
@@ -54,8 +55,9 @@ class FindingsText:
     """`deepctx analyze` (full) and the findings section of `deepctx report` (brief)."""
 
     def render(self, doc: dict[str, Any], console: Console, brief: bool = False) -> None:
-        findings = doc.get("findings") or []
-        analysis = doc.get("analysis") or {}
+        # findings quote function and file names of the target: escaped before they reach the terminal
+        findings = printable_doc(doc.get("findings") or [])
+        analysis = printable_doc(doc.get("analysis") or {})
         head = Text("findings", style="bold")
         if analysis.get("time_ns"):
             head.append(f"  (speedups relative to {fmt('api_time_ns', analysis['time_ns'])}: "

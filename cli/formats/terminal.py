@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from deepctx.cli.escape import printable
 from deepctx.cli.formats.tree import KIND_STYLE
 from deepctx.cli.formats.units import fmt, percent
 from deepctx.cli.views.model import METRIC_TITLES, Frame, ViewNode
@@ -86,6 +87,9 @@ def frame_text(frame: Frame, tid: int | None = None, extra: dict[str, Any] | Non
     """The frame in its kind's colour; kind tags in brackets so it reads the same without colour. With a
     width, a tagged frame's name too long for it is cut first (with an ellipsis), so that its kind tag and
     launch geometry stay visible (python and native frames are cut at the end as before)."""
+    # names, files and modules come from the target: escaped before they reach the terminal
+    frame = frame._replace(name=printable(frame.name), file=frame.file and printable(frame.file),
+                           module=frame.module and printable(frame.module), kind=printable(frame.kind))
     text = Text()
     style = KIND_STYLE.get(frame.kind, "")
     if frame.kind == "thread":
@@ -140,7 +144,7 @@ def is_ascii(console: Console) -> bool:
 def header(console: Console, doc: dict[str, Any], root: ViewNode, view: str, opts: ViewOptions) -> None:
     ascii_only = is_ascii(console)
     head = Text()
-    head.append(doc.get("command") or "?", style="bold")
+    head.append(printable(doc.get("command") or "?"), style="bold")
     head.append(f"  pid {doc.get('pid')}, {doc.get('duration_s', 0):.2f} s")
     if doc.get("mode"):
         head.append(f", GPU calls {doc['mode']}")

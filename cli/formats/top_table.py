@@ -13,6 +13,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from deepctx.cli.escape import printable_doc
 from deepctx.cli.formats.units import fmt
 
 TopData = dict[str, Any]
@@ -34,6 +35,7 @@ def _ago(seconds: float) -> str:
 
 
 def renderable(data: TopData, title: str = "deepctx top", show_host: bool = False) -> RenderableType:
+    data = printable_doc(data)  # commands, kernel, function and file names come from targets
     span = _span(data)
     head = Text()
     head.append(title, style="bold")
@@ -50,19 +52,19 @@ def renderable(data: TopData, title: str = "deepctx top", show_host: bool = Fals
         procs.add_column(c, justify="right" if c not in ("HOST", "COMMAND", "CONTAINER") else "left",
                          no_wrap=c != "COMMAND")
     for p in data["processes"]:
-        row = [str(p["pid"]), fmt("gpu_time_ns", _v(p, "gpu_time_ns")),
+        row: list[str | Text] = [str(p["pid"]), fmt("gpu_time_ns", _v(p, "gpu_time_ns")),
                f"{_v(p, 'launches') / span:.1f}" if _v(p, "launches") else "",
                fmt("sync_wait_ns", _v(p, "sync_wait_ns")), fmt("bytes", _v(p, "copy_bytes")),
-               str(_v(p, "cpu_samples") or ""), _short(p["container"]), p["command"]]
+               str(_v(p, "cpu_samples") or ""), Text(_short(p["container"])), Text(p["command"])]
         if show_host:
-            row.insert(0, p["host"])
+            row.insert(0, Text(p["host"]))
         procs.add_row(*row)
     kernels = Table(box=None, title=f"kernels (by {data['kernel_sort']})", title_justify="left", title_style="bold")
     for c in ("CALLS", "GPU TIME", "API TIME", "PROCS", "KERNEL"):
         kernels.add_column(c, justify="left" if c == "KERNEL" else "right", no_wrap=c != "KERNEL")
     for k in data["kernels"]:
         kernels.add_row(str(_v(k, "calls")), fmt("gpu_time_ns", _v(k, "gpu_time_ns")),
-                        fmt("api_time_ns", _v(k, "api_time_ns")), str(k["processes"]), k["name"])
+                        fmt("api_time_ns", _v(k, "api_time_ns")), str(k["processes"]), Text(k["name"]))
     lines = Table(box=None, title="Python lines (costs under each line's innermost frame)", title_justify="left",
                   title_style="bold")
     for c in ("GPU TIME", "CPU SAMPLES", "CALLS", "SYNC WAIT", "LINE"):
@@ -70,7 +72,7 @@ def renderable(data: TopData, title: str = "deepctx top", show_host: bool = Fals
     for ln in data["lines"]:
         lines.add_row(fmt("gpu_time_ns", _v(ln, "gpu_time_ns")), str(_v(ln, "cpu_samples") or ""),
                       str(_v(ln, "calls") or ""), fmt("sync_wait_ns", _v(ln, "sync_wait_ns")),
-                      f"{ln['function']}  {ln['file']}:{ln['line']}")
+                      Text(f"{ln['function']}  {ln['file']}:{ln['line']}"))
     parts: list[RenderableType] = [head, procs]
     if data["kernels"]:
         parts.append(kernels)

@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
+from deepctx.cli.escape import printable
+
 KIND_STYLE = {
     "thread": "bold magenta",
     "python": "green",
@@ -38,19 +40,19 @@ def inclusive_values(root: dict[str, Any], metric: str) -> dict[int, int]:
 
 
 def frame_label(node: dict[str, Any]) -> Text:
-    kind = node["kind"]
+    kind = printable(node["kind"])
     text = Text()
     if kind == "thread":
-        text.append(f"[thread] {node['name']}", style=KIND_STYLE[kind])
+        text.append(f"[thread] {printable(node['name'])}", style=KIND_STYLE[kind])
         if node.get("tid") is not None:
             text.append(f" ({node['tid']})", style="dim")
         return text
-    text.append(node["name"], style=KIND_STYLE.get(kind, ""))
+    text.append(printable(node["name"]), style=KIND_STYLE.get(kind, ""))
     if node.get("file"):
-        where = node["file"] + (f":{node['line']}" if node.get("line") else "")
+        where = printable(node["file"]) + (f":{node['line']}" if node.get("line") else "")
         text.append(f"  {where}", style="dim")
     elif node.get("module") and kind == "native":
-        text.append(f"  {node['module']}", style="dim")
+        text.append(f"  {printable(node['module'])}", style="dim")
     if kind not in ("python", "native"):
         text.append(f"  [{kind}]", style="dim")
     return text
@@ -64,7 +66,7 @@ def render(doc: dict[str, Any], metric: str = "cpu_samples", min_percent: float 
     total = incl[id(root)]
     unit = METRIC_UNITS.get(metric, "")
     head = Text()
-    head.append(f"{doc['command']}", style="bold")
+    head.append(printable(f"{doc['command']}"), style="bold")
     head.append(f"  pid {doc['pid']}, {total} {unit} of {metric} in {doc['duration_s']:.1f} s")
     if doc.get("sample_hz"):
         head.append(f" at {doc['sample_hz']} Hz")
