@@ -4,6 +4,7 @@ default; docs/metrics.md lists every series)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -24,6 +25,17 @@ from deepctx.proto.v1 import deepctx_pb2 as pb
 MAX_PROCESSES = 512  # per-process series kept; the least recently seen go first (counted)
 MAX_LABEL_CHARS = 200
 LABELS = ("pid", "command", "container")
+# C0, DEL and C1 controls: a label is printed by whatever reads /metrics
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+
+
+def command_label(command: str, full: bool = False) -> str:
+    """The command label: the executable's name (argv[0]'s last part), not the command line, whose
+    arguments may hold tokens that anyone who reaches /metrics would read; the whole line with full
+    (setting metrics_command_lines). Controls escaped either way."""
+    first = command.split(" ", 1)[0]
+    text = command if full or first.startswith("[") else os.path.basename(first)
+    return text[:MAX_LABEL_CHARS].translate(_CONTROLS)
 
 
 @dataclass
@@ -40,17 +52,18 @@ class ProcessEntry:
 
 
 class ProcessTotals:
-    """Counters per (pid, command, container), added to by every window and finished capture."""
+    """Counters per (pid, command label, container), added to by every window and finished capture."""
 
-    def __init__(self, max_processes: int = MAX_PROCESSES) -> None:
+    def __init__(self, max_processes: int = MAX_PROCESSES, full_command: bool = False) -> None:
         self.max_processes = max_processes
+        self.full_command = full_command  # label with whole command lines (metrics_command_lines)
         self.dropped = 0
         self.lost: dict[str, int] = {}  # the observed profiles' lost / dropped counters, summed
         self._lock = threading.Lock()
         self._entries: OrderedDict[tuple[str, str, str], ProcessEntry] = OrderedDict()
 
     def observe(self, pid: int, command: str, container: str, summary: Summary, duration_s: float) -> None:
-        key = (str(pid), command[:MAX_LABEL_CHARS], container[:MAX_LABEL_CHARS])
+        key = (str(pid), command_label(command, self.full_command), container[:MAX_LABEL_CHARS])
         t = summary.totals
         with self._lock:
             e = self._entries.pop(key, None) or ProcessEntry()

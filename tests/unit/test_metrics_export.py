@@ -11,6 +11,7 @@ from deepctx.daemon.metrics import (
     DaemonSnapshot,
     MetricsServer,
     ProcessTotals,
+    command_label,
     summary_of_message,
     window_listener,
 )
@@ -39,7 +40,7 @@ def test_windows_and_daemon_counters_are_served() -> None:
         m = scrape(server.port)
     finally:
         server.stop()
-    labels = tuple(sorted({"pid": "604", "command": sp.fixture("h200_torch_ops")["command"],
+    labels = tuple(sorted({"pid": "604", "command": command_label(sp.fixture("h200_torch_ops")["command"]),
                            "container": sp.CONTAINERS["h200_torch_ops"]}.items()))
     assert m[("deepctx_process_gpu_launches_total", labels)] == 3 * 1091
     assert m[("deepctx_process_gpu_launches_per_second", labels)] == 1091 / 60
@@ -69,3 +70,15 @@ def test_process_series_are_bounded() -> None:
     for pid in (1, 2, 3):
         procs.observe(pid, "cmd", "/", s, 1.0)
     assert [k[0] for k, _ in procs.snapshot()] == ["2", "3"] and procs.dropped == 1
+
+
+def test_command_label_is_the_executable_not_the_command_line() -> None:
+    procs = ProcessTotals()
+    s = summarize(sp.fixture("h200_triton_kernel"))
+    procs.observe(7, "/usr/bin/python3 train.py --token=hunter2", "", s, 1.0)
+    procs.observe(8, "evil\x1b]0;t\x07 --x", "", s, 1.0)
+    assert [k for k, _ in procs.snapshot()] == [("7", "python3", ""), ("8", "evil\\x1b]0;t\\x07", "")]
+    full = ProcessTotals(full_command=True)
+    full.observe(7, "/usr/bin/python3 train.py --token=hunter2", "", s, 1.0)
+    assert [k for k, _ in full.snapshot()] == [("7", "/usr/bin/python3 train.py --token=hunter2", "")]
+    assert command_label("[kworker/0:1]") == "[kworker/0:1]"

@@ -16,6 +16,8 @@ from harness import StdinTarget, cuda_runtime, profile_phase, wait_for
 from profile_paths import walk
 from service_env import free_port
 
+from deepctx.daemon.metrics import command_label
+
 TARGET = Path(__file__).resolve().parents[2] / "targets" / "gpu" / "runtime_calls.py"
 
 
@@ -49,7 +51,7 @@ def test_prometheus_scrapes_the_series(service_dir, stopped) -> None:
         got = wait_for(lambda: query(prom_port, f"deepctx_process_gpu_launches_total{{{sel}}}"), 60,
                        "Prometheus to have scraped the launches series")
         assert float(got[0]["value"][1]) == launches
-        assert got[0]["metric"]["command"] == doc["command"]
+        assert got[0]["metric"]["command"] == command_label(doc["command"])
         got = query(prom_port, f"deepctx_process_copy_bytes_total{{{sel}}}")
         assert float(got[0]["value"][1]) == copied
         got = query(prom_port, f"deepctx_process_cpu_samples_total{{{sel}}}")
