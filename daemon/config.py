@@ -77,6 +77,9 @@ class Config:
     store_max_age_s: float = 7 * 24 * 3600.0  # windows older than this go
     # Prometheus /metrics listener, "HOST:PORT" (e.g. "127.0.0.1:9464"); "" = off (docs/metrics.md).
     metrics_address: str = ""
+    # /metrics labels each process with its executable's name; true: with its whole command line, whose
+    # arguments (tokens included) everyone who reaches the endpoint then reads
+    metrics_command_lines: bool = False
     # Fleet export of every stored window (docs/fleet.md); "" = off.
     clickhouse_url: str = ""  # ClickHouse's HTTP interface, e.g. "http://clickhouse:8123"
     clickhouse_database: str = "deepctx"
