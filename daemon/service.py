@@ -86,7 +86,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
                                        "requests_rejected": 0, "samples": 0, "samples_lost": 0, "events_lost": 0,
                                        "continuous_windows": 0}
         self.store = open_store(config)  # windows of continuous mode; None when store_path is ""
-        self.process_totals = ProcessTotals()  # per-process counters for /metrics
+        self.process_totals = ProcessTotals(full_command=config.metrics_command_lines)  # counters for /metrics
 
     # --- validation -----------------------------------------------------------------------------
 
