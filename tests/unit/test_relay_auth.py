@@ -20,15 +20,17 @@ from deepctx.daemon import auth
 from deepctx.daemon.auth import Caller, PeerRegistry
 from deepctx.daemon.relay import Relay
 from deepctx.daemon.rpc_guard import RpcGuard
+from deepctx.daemon.rpc_limits import OverLimit, RpcLimits
 
 WHOAMI = "/test.Who/Am"
 
 
 class Served:
-    def __init__(self, tmp: Path, max_connections: int = 64) -> None:
-        self.registry = PeerRegistry()
+    def __init__(self, tmp: Path, max_connections: int = 64, registry: PeerRegistry | None = None,
+                 limits: RpcLimits | None = None) -> None:
+        self.registry = registry if registry is not None else PeerRegistry()  # (an empty one is falsy)
         self.relay = Relay(str(tmp / "d.sock"), 0o666, self.registry, max_connections=max_connections)
-        self.guard = RpcGuard(self.registry)
+        self.guard = RpcGuard(self.registry, limits)
         self.server = grpc.server(futures.ThreadPoolExecutor(4), interceptors=[self.guard])
 
         def whoami(raw: bytes, context: grpc.ServicerContext) -> bytes:
@@ -119,7 +121,8 @@ def test_stale_private_directory_is_replaced_and_a_foreign_one_refused(tmp_path:
 
 def test_refusal_rules_on_real_processes() -> None:
     me = Caller(os.getpid(), 4242, 4242, frozenset())
-    assert "belongs to another user" in (auth.refusal(me, os.getpid()) or "")
+    # the kernel lets a thread read its own process: the daemon refuses itself by name
+    assert auth.refusal(me, os.getpid()) == "deepctxd does not profile itself"
     # the owner rules, on a process of an unprivileged user (root starts one; others use their own)
     import subprocess
 
@@ -137,3 +140,54 @@ def test_refusal_rules_on_real_processes() -> None:
     with pytest.raises(auth.NotFound):
         auth.refusal(me, 2**22 + 4321)
     assert Caller(1, 0, 0, frozenset()).privileged
+
+
+def test_rpc_limits_per_user_and_for_all_users_root_never_counted() -> None:
+    limits = RpcLimits(per_user=2, users_total=3)
+    a = [limits.acquire(1000), limits.acquire(1000)]
+    with pytest.raises(OverLimit, match=r"uid 1000: at most 2 at once per user \(max_rpcs_per_user\)"):
+        limits.acquire(1000)
+    b = limits.acquire(1001)
+    with pytest.raises(OverLimit, match=r"at most 3 at once \(max_user_rpcs\)"):
+        limits.acquire(1002)
+    roots = [limits.acquire(0) for _ in range(100)]  # root: always, and never counted
+    assert limits.total == 3 and limits.held(0) == 0 and limits.refused == 2
+    a[0].release()
+    a[0].release()  # idempotent: the handler's end and the RPC's end both release
+    assert limits.held(1000) == 1 and limits.total == 2
+    limits.acquire(1002)
+    for slot in [a[1], b, *roots]:
+        slot.release()
+    assert limits.total == 1
+
+
+class _AllAsUser(PeerRegistry):
+    """Every connection's caller seen as uid 4242 (the test runs as root, whom the limits never count)."""
+
+    def lookup(self, peer: str) -> Caller | None:
+        c = super().lookup(peer)
+        return None if c is None else Caller(c.pid, 4242, c.gid, c.groups)
+
+
+def test_streams_held_open_count_against_the_user_until_they_end(tmp_path: Path) -> None:
+    s = Served(tmp_path, registry=_AllAsUser(), limits=RpcLimits(per_user=2, users_total=8))
+    try:
+        with grpc.insecure_channel(f"unix:{s.relay.public_path}") as ch:
+            stub = health_pb2_grpc.HealthStub(ch)
+            held = [stub.Watch(health_pb2.HealthCheckRequest()) for _ in range(2)]
+            for w in held:
+                assert next(w).status == health_pb2.HealthCheckResponse.SERVING
+            over = stub.Watch(health_pb2.HealthCheckRequest())
+            with pytest.raises(grpc.RpcError) as e:
+                next(over)
+            assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "uid 4242: at most 2 at once per user (max_rpcs_per_user)" in e.value.details()
+            held[0].cancel()  # a cancelled stream gives its slot back
+            wait_for(lambda: s.guard.limits is not None and s.guard.limits.held(4242) == 1, 10, "slot released")
+            again = stub.Watch(health_pb2.HealthCheckRequest())
+            assert next(again).status == health_pb2.HealthCheckResponse.SERVING
+            again.cancel()
+            held[1].cancel()
+        wait_for(lambda: s.guard.limits is not None and s.guard.limits.total == 0, 10, "every slot released")
+    finally:
+        s.stop()
