@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass
 
-from deepctx.daemon import procfs
+from deepctx.daemon import access, procfs
 
 GPU_LIBRARY = re.compile(r"^(libcuda\.so|libcudart\.so|libamdhip64\.so|libnccl\.so|librccl\.so|libhsa-runtime64\.so)")
 PYTHON_LIBRARY = re.compile(r"^libpython(\d+\.\d+)t?\.so")
@@ -51,15 +52,41 @@ def summarize(pid: int) -> ProcessSummary | None:
     return ProcessSummary(pid, info.user, info.command, version, gpu)
 
 
-def list_processes(include_all: bool = False) -> list[ProcessSummary]:
-    out = []
+def list_processes(include_all: bool = False, caller: access.Identity | None = None) -> list[ProcessSummary]:
+    """Python and GPU processes (every user-space process with include_all). With a caller, only what /proc
+    would show that caller (see shown_to); None: everything (the daemon itself, privileged callers)."""
     me = os.getpid()
-    for pid in procfs.all_pids():
-        if pid == me:
+    found = [s for s in (summarize(pid) for pid in procfs.all_pids() if pid != me) if s is not None]
+    if caller is not None:
+        found = shown_to(caller, found)
+    # filtered after the caller's view: a process whose maps the caller may not read is not a "Python or GPU
+    # process" to them (that it is one was learnt from its maps)
+    return [s for s in found if include_all or s.python_version or s.gpu_libraries]
+
+
+def shown_to(caller: access.Identity, summaries: list[ProcessSummary]) -> list[ProcessSummary]:
+    """What /proc shows the caller, the kernel asked as the caller: processes hidden from it (hidepid) are
+    left out; for those whose maps it may not read, nothing learnt from maps or memory (Python version, GPU
+    libraries) is kept. The command line stays: /proc/PID/cmdline of a visible process is readable by all."""
+    vis = access.visibility(caller, [s.pid for s in summaries])
+    # hidepid=noaccess lists /proc/PID but keeps its files closed: no command line to show, so no entry
+    no_maps = [s.pid for s in summaries if vis.get(s.pid) and vis[s.pid].visible and not vis[s.pid].maps]
+    readable = access.as_caller(caller, lambda: {pid for pid in no_maps if _opens(f"/proc/{pid}/cmdline")})
+    out = []
+    for s in summaries:
+        v = vis.get(s.pid)
+        if v is None or not v.visible:
             continue
-        s = summarize(pid)
-        if s is None:
-            continue
-        if include_all or s.python_version or s.gpu_libraries:
+        if v.maps:
             out.append(s)
+        elif s.pid in readable:
+            out.append(dataclasses.replace(s, python_version="", gpu_libraries=[]))
     return out
+
+
+def _opens(path: str) -> bool:
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        return True
+    except OSError:
+        return False
