@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from deepctx.daemon import auth, procfs
+from deepctx.daemon import access, auth, procfs
 from deepctx.daemon.capture import Capture, CaptureOptions, CaptureResult, Progress
 from deepctx.daemon.config import MAX_DUTY_PERIOD_S, MIN_DUTY_ON_S, MIN_DUTY_PERIOD_S, Config
 from deepctx.daemon.errors import AlreadyProfiled, InvalidArgument, NotFound, RequestError, ResourceExhausted
@@ -68,6 +68,16 @@ def _cache_dir(base: str, name: str) -> str | None:
         log.warning("no disk cache", extra={"path": path, "error": str(e)})
         return None
     return path
+
+
+def _sessions_shown(caller: auth.Caller, sessions: list[Capture]) -> list[Capture]:
+    """The sessions a caller sees in Status: all for root and the `deepctx` group; for anyone else those of
+    processes whose maps the kernel lets it read (their command lines, probes and warnings come from the
+    target's memory and maps); the others are only counted."""
+    if caller.privileged:
+        return sessions
+    vis = access.visibility(caller, {s.pid for s in sessions})
+    return [s for s in sessions if vis[s.pid].maps]
 
 
 class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
@@ -275,7 +285,15 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
             reply.totals.update(self.store.stats().counters)
         with self._lock:
             sessions = list(self._sessions.values())
-        for s in sessions:
+        try:
+            shown = _sessions_shown(auth.caller_of(context), sessions)
+        except RequestError as e:
+            context.abort(e.code, e.message)
+        except access.AccessCheckFailed as e:
+            context.abort(grpc.StatusCode.INTERNAL, f"could not check what the caller may see: {e}")
+        if len(shown) < len(sessions):
+            reply.totals["sessions_of_others"] = len(sessions) - len(shown)
+        for s in shown:
             entry = reply.sessions.add(id=s.id, pid=s.pid, command=s.command, started_unix=s.started_unix,
                                        duration_s=s.opts.duration_s, sample_hz=s.opts.sample_hz,
                                        probes=s.probe_names, state=s.state, warnings=s.warnings)
@@ -306,7 +324,14 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         with self._lock:
             profiled = {s.pid for s in self._sessions.values()}
         reply = pb.ListProcessesReply()
-        for p in list_processes(include_all=request.all):
+        try:
+            caller = auth.caller_of(context)
+            found = list_processes(include_all=request.all, caller=None if caller.privileged else caller)
+        except RequestError as e:
+            context.abort(e.code, e.message)
+        except access.AccessCheckFailed as e:
+            context.abort(grpc.StatusCode.INTERNAL, f"could not check what the caller may see: {e}")
+        for p in found:
             reply.processes.add(pid=p.pid, user=p.user, command=p.command, python_version=p.python_version,
                                 gpu_libraries=p.gpu_libraries, profiled=p.pid in profiled)
         return reply
