@@ -5,11 +5,11 @@ SO_PEERGROUPS of each connection on the public socket and registers them under t
 private connection it opens for it, which is what gRPC reports as `context.peer()`. A request whose
 peer is not registered is refused.
 
-The rule mirrors what the kernel would let the caller do with ptrace itself: root and members of the
-`deepctx` group may profile any process; anyone else only processes whose real, effective, saved and
-filesystem uids and gids are all the caller's and that are dumpable (no setuid/setgid programs). Loading
-the CUPTI agent writes into the target, so for those callers it also needs Yama's ptrace_scope 0 (where
-the caller could attach a debugger to that process too).
+Root and members of the `deepctx` group may profile any process (policy). Anyone else may profile what
+the kernel lets them read: the kernel itself is asked, as the caller, whether the memory of every thread
+of the process opens (daemon/access.py); reading and writing it (the CUPTI agent) take the same check. The
+decision is bound to the process (a pidfd opened first, see grant()) and re-checked while the capture
+runs (daemon/capture_guard.py). A thread id is refused for everyone: it is not a process.
 """
 
 from __future__ import annotations
@@ -24,7 +24,11 @@ from typing import Any
 
 import grpc
 
+from deepctx.daemon import access, credentials
+from deepctx.daemon.capture_guard import CredentialGuard
 from deepctx.daemon.errors import InvalidArgument, NotFound, PermissionDenied, RequestError
+from deepctx.daemon.process_handle import ProcessHandle
+from deepctx.daemon.procfs import ProcessGone
 
 GROUP = "deepctx"
 SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux 4.13+; the constant is missing from older Pythons
@@ -107,36 +111,33 @@ def caller_of(context: Any, registry: PeerRegistry = PEERS) -> Caller:
     return caller
 
 
-def _ids(status: str, field: str) -> list[int]:
-    for line in status.splitlines():
-        if line.startswith(field + ":"):
-            return [int(x) for x in line.split()[1:]]
-    return []
-
-
-def refusal(caller: Caller, pid: int, inject: bool = False) -> str | None:
-    """Why caller may not profile pid (None: it may). Raises NotFound for a process that is gone."""
-    if caller.privileged:
-        return None
+def _explain(caller: Caller, pid: int) -> str | None:
+    """Why the kernel refused the caller access to pid's memory, in words (None: no reason found here).
+    Only an explanation: the decision is the kernel's (access.memory_refusal)."""
+    advice = _advice()
     try:
-        with open(f"/proc/{pid}/status") as f:
-            status = f.read()
-        # /proc/<pid> belongs to root while the process is not dumpable (setuid, setgid, prctl).
-        st = os.stat(f"/proc/{pid}")
-    except FileNotFoundError:
-        raise NotFound(f"process {pid} does not exist") from None
-    except OSError as e:
-        return f"cannot read process {pid}: {e.strerror}"
-    uids, gids = _ids(status, "Uid"), _ids(status, "Gid")
-    if not uids or any(u != caller.uid for u in uids) or st.st_uid != caller.uid:
-        return (f"process {pid} belongs to another user: profiling it needs root or the `{GROUP}` group "
-                f"(caller {caller.describe()})")
-    if any(g != caller.gid for g in gids) or st.st_gid != caller.gid:
-        return (f"process {pid} runs with other group ids than the caller (setgid?): profiling it needs root "
-                f"or the `{GROUP}` group")
-    if inject and _yama_scope() != 0:
-        return (f"loading the GPU activity agent into process {pid} needs root or the `{GROUP}` group here "
-                f"(kernel.yama.ptrace_scope is not 0)")
+        threads = credentials.threads(pid)
+    except ProcessGone:
+        return None
+    leader = threads[0]
+    if any(u != caller.uid for u in leader.uids):
+        return f"process {pid} belongs to another user: {advice} (caller {caller.describe()})"
+    if any(g != caller.gid for g in leader.gids):
+        return f"process {pid} runs with other group ids than the caller (setgid?): {advice}"
+    for t in threads[1:]:
+        if any(u != caller.uid for u in t.uids) or any(g != caller.gid for g in t.gids):
+            return (f"thread {t.tid} of process {pid} runs with other user or group ids (uids "
+                    f"{'/'.join(map(str, t.uids))}) than the caller: {advice}")
+    for t in threads:
+        if t.cap_prm:
+            who = f"process {pid}" if t.tid == pid else f"thread {t.tid} of process {pid}"
+            return f"{who} holds capabilities the caller lacks (CapPrm {t.cap_prm:#x}): {advice}"
+    if not all(t.dumpable for t in threads):
+        return (f"process {pid} is not dumpable (a setuid or setgid program, or prctl(PR_SET_DUMPABLE, 0)): "
+                f"{advice}")
+    scope = _yama_scope()
+    if scope:
+        return f"the kernel does not let the caller read process {pid} (kernel.yama.ptrace_scope is {scope}): {advice}"
     return None
 
 
@@ -145,21 +146,92 @@ def _yama_scope() -> int:
         with open("/proc/sys/kernel/yama/ptrace_scope") as f:
             return int(f.read().strip())
     except (OSError, ValueError):
-        return 0  # no Yama: classic ptrace rules, which the uid and gid checks above mirror
+        return 0  # no Yama
 
 
-def authorize(context: Any, pid: int, inject: bool = False, registry: PeerRegistry = PEERS) -> Caller:
-    """The caller, when it may profile pid (and load the agent into it, with inject); raises
-    Unauthenticated, PermissionDenied, NotFound or InvalidArgument otherwise."""
-    caller = caller_of(context, registry)
-    if caller.privileged:
-        return caller
+def check_process(pid: int) -> None:
+    """pid names a live process (not one of its threads); raises InvalidArgument or NotFound."""
     if pid <= 0:
         raise InvalidArgument(f"pid must be a positive process id, not {pid}")
-    why = refusal(caller, pid, inject)
+    try:
+        tgid = credentials.tgid_of(pid)
+    except ProcessGone:
+        raise NotFound(f"process {pid} does not exist") from None
+    if tgid != pid:
+        raise InvalidArgument(f"{pid} is a thread of process {tgid}: attach to {tgid}")
+
+
+def refusal(caller: Caller, pid: int) -> str | None:
+    """Why caller may not profile pid (None: it may). Raises NotFound for a process that is gone.
+
+    Root and the `deepctx` group may profile any process (policy). Anyone else may profile a process only
+    when the kernel lets the caller read the memory of every one of its threads (PTRACE_MODE_ATTACH: uids
+    and gids of each thread, dumpability, capabilities, Yama, security modules), asked as the caller
+    (access.memory_refusal). Loading the agent writes that same memory: the same check covers it."""
+    if caller.privileged:
+        return None
+    try:
+        if credentials.tgid_of(pid) == os.getpid():
+            return "deepctxd does not profile itself"
+        why = access.memory_refusal(caller, pid)
+    except ProcessGone:
+        why = ""
+    except access.AccessCheckFailed as e:  # nothing decided: refused
+        return f"deepctxd could not check access to process {pid} as the caller: {e}"
+    if why is None:
+        return None
+    if not os.path.exists(f"/proc/{pid}"):
+        raise NotFound(f"process {pid} does not exist")
+    return _explain(caller, pid) or f"{why}: {_advice()}"
+
+
+def _advice() -> str:
+    return f"profiling it needs root or the `{GROUP}` group"
+
+
+def authorize(context: Any, pid: int, registry: PeerRegistry = PEERS) -> Caller:
+    """The caller, when it may profile pid; raises Unauthenticated, PermissionDenied, NotFound or
+    InvalidArgument otherwise (a thread id too, whoever asks)."""
+    caller = caller_of(context, registry)
+    check_process(pid)
+    why = refusal(caller, pid)
     if why:
         raise PermissionDenied(why)
     return caller
+
+
+@dataclass
+class Grant:
+    """An authorized capture's process, bound: its handle (pidfd, start time) and, for a caller outside
+    root and the `deepctx` group, the guard that re-checks it while the capture runs."""
+
+    caller: Caller
+    handle: ProcessHandle
+    guard: CredentialGuard | None
+
+
+def grant(context: Any, pid: int, registry: PeerRegistry = PEERS) -> Grant:
+    """authorize(), bound to the process: the pidfd is opened first, the decision is made about the process
+    it names (handle.ensure() after the reads), and the guard's baseline is read before the kernel's answer."""
+    caller = caller_of(context, registry)
+    check_process(pid)
+    try:
+        handle = ProcessHandle.open(pid)
+    except ProcessGone:
+        raise NotFound(f"process {pid} does not exist") from None
+    try:
+        guard = None if caller.privileged else CredentialGuard(caller, pid)
+        why = refusal(caller, pid)
+        if why:
+            raise PermissionDenied(why)
+        handle.ensure()
+    except ProcessGone:
+        handle.close()
+        raise NotFound(f"process {pid} exited while deepctx was checking it") from None
+    except BaseException:
+        handle.close()
+        raise
+    return Grant(caller, handle, guard)
 
 
 def visible_uid(caller: Caller) -> int | None:

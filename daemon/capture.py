@@ -15,6 +15,7 @@ from typing import Any
 from deepctx.daemon import procfs
 from deepctx.daemon.busy_meter import BusyFits
 from deepctx.daemon.callpaths import CallPathResolver
+from deepctx.daemon.capture_guard import CredentialGuard
 from deepctx.daemon.device_share import DeviceShares
 from deepctx.daemon.device_tree import DeviceView, device_warnings
 from deepctx.daemon.duty_cycle import DutyCycle, duty_scales
@@ -23,6 +24,7 @@ from deepctx.daemon.frames import Frame
 from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basenames, scale_buckets
 from deepctx.daemon.inject.agent import agent_state
 from deepctx.daemon.origins import Origins
+from deepctx.daemon.process_handle import ProcessHandle
 from deepctx.daemon.self_profile import profiled
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.trace import build_trace, clock_offset_ns
@@ -41,6 +43,11 @@ PREWARM_INTERVAL_S = 1.0
 PREWARM_BUDGET_S = 0.15
 RELEASE_WAIT_S = 5.0  # how long a built capture's probes wait for its profile's delivery before detaching
 BUSY_POLL_INTERVAL_S = 0.05  # while a family says it is busy (e.g. new Python stacks to name before an exit)
+
+
+class CredentialsChanged(PermissionDenied):
+    """The target changed its credentials (or the caller lost access) during the capture: it ends, and
+    returns nothing to the caller."""
 
 
 @dataclass
@@ -178,7 +185,8 @@ class Capture:
 
     def __init__(self, session_id: int, pid: int, opts: CaptureOptions, symbols: SymbolCache,
                  shutdown: threading.Event, unwind_tables: Any = None,
-                 on_window: Callable[[CaptureResult, float, float], None] | None = None) -> None:
+                 on_window: Callable[[CaptureResult, float, float], None] | None = None, *,
+                 handle: ProcessHandle | None = None, guard: CredentialGuard | None = None, uid: int = 0) -> None:
         self.id = session_id
         self.pid = pid
         self.opts = opts
@@ -201,6 +209,9 @@ class Capture:
         self._wake: int | None = None  # a pipe's write end the capture loop polls: request_stop() wakes it
         self._wake_lock = threading.Lock()
         self.on_window = on_window  # continuous mode: gets every window's profile with its start and end
+        self.handle = handle  # the process bound when it was authorized (else bound in run()); closed by run()
+        self.guard = guard  # for a caller outside root and `deepctx`: re-checks the target (capture_guard.py)
+        self.uid = uid  # whose capture it is (the caller's, or the process owner's in continuous mode): quotas
         self.continuous = on_window is not None
         self.target: Target | None = None
         self._last_maps: tuple[Any, str] = (None, "")  # (the space, the maps text last merged into it)
@@ -248,9 +259,24 @@ class Capture:
 
     def run(self, progress: Callable[[Progress], None], cancelled: Callable[[], bool]) -> CaptureResult:
         try:
+            return self._run_bound(progress, cancelled)
+        except CredentialsChanged:
+            raise
+        except Exception:
+            # whatever ended the capture, a target that changed its credentials is said as such
+            self._check_guard(force=True)
+            raise
+        finally:
+            if self.handle is not None:
+                self.handle.close()
+
+    def _run_bound(self, progress: Callable[[Progress], None], cancelled: Callable[[], bool]) -> CaptureResult:
+        try:
+            if self.handle is None:
+                self.handle = ProcessHandle.open(self.pid)
             info = procfs.process_info(self.pid)
             space = procfs.AddressSpace(procfs.read_maps(self.pid))
-            pidfd = os.pidfd_open(self.pid)
+            self.handle.ensure()  # what was read is the bound process's
         except (procfs.ProcessGone, ProcessLookupError) as e:
             raise NotFound(f"process {self.pid} does not exist (it may have exited)") from e
         except PermissionError as e:  # another PID namespace's init, a process the kernel hides from us
@@ -258,18 +284,25 @@ class Capture:
                                    "it may belong to another user namespace or be protected by a security "
                                    "module") from e
         self.command = info.command
-        target = Target(self.pid, info, space)
+        target = Target(self.pid, info, space, handle=self.handle)
         self.target = target
         try:
-            return self._run(target, pidfd, progress, cancelled)
+            return self._run(target, self.handle.pidfd, progress, cancelled)
         except (OSError, procfs.ProcessGone) as e:
             # Gone while its files and memory were being read (before its probes were attached): say so,
             # rather than report the failed read.
             if procfs.is_alive(self.pid):
                 raise
             raise NotFound(f"process {self.pid} exited while deepctx was attaching to it") from e
-        finally:
-            os.close(pidfd)
+
+    def _check_guard(self, force: bool = False) -> None:
+        """Raises CredentialsChanged when the guard says the capture must end with nothing returned."""
+        if self.guard is None or not (force or self.guard.due()):
+            return
+        why = self.guard.check()
+        if why is not None:
+            log.warning("capture ended: target changed", extra={"session": self.id, "pid": self.pid, "reason": why})
+            raise CredentialsChanged(why)
 
     def _choose_families(self, target: Target) -> None:
         families: list[ProbeFamily] = []
@@ -422,6 +455,7 @@ class Capture:
                     break
                 if self.stop_requested.is_set():
                     continue  # ends at the top of the loop, after one more look at the live process
+                self._check_guard()
                 try:
                     if duty is not None:  # on time: the refresh and polls below can take most of a second for a
                         duty.update(time.monotonic() - window_t0)  # PyTorch process, which the probes stayed attached
@@ -479,6 +513,7 @@ class Capture:
                 self._refresh(target, thread_names, refresh_maps=True)
                 for fam in self.families:
                     fam.poll(bpf, target)  # last chance to name what only the live process can tell
+            self._check_guard(force=True)  # sampling has stopped: nothing later comes into the maps
             t_build = time.monotonic()
             self.gpu_probed_s = duty.end_window(duration) if duty else None
             self.device_shares = duty.take_shares() if duty else None

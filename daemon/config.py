@@ -33,7 +33,10 @@ class Config:
     default_sample_hz: int = 99
     max_sample_hz: int = 10_000
     max_duration_s: float = 3600.0
-    max_sessions: int = 16
+    max_sessions: int = 16  # captures at once (root's own attach requests are served beyond it)
+    # captures of one uid at once (its attach requests and the continuous captures of its processes); root's
+    # are not counted
+    max_sessions_per_user: int = 4
     stack_map_entries: int = 16384
     count_map_entries: int = 65536
     symbol_cache_files: int = 512
@@ -157,8 +160,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError(f"default_sample_hz must be within [1, max_sample_hz={cfg.max_sample_hz}]")
     if cfg.max_duration_s <= 0:
         raise ConfigError("max_duration_s must be positive")
-    if cfg.max_sessions < 1:
-        raise ConfigError("max_sessions must be at least 1")
+    if cfg.max_sessions < 1 or cfg.max_sessions_per_user < 1:
+        raise ConfigError("max_sessions and max_sessions_per_user must be at least 1")
     if cfg.gpu_sampled_paths_per_s < 1:
         raise ConfigError("gpu_sampled_paths_per_s must be at least 1")
     for p in cfg.handoff_points:

@@ -15,6 +15,11 @@ from dataclasses import dataclass, field
 from deepctx.daemon.procfs import ProcessGone
 
 
+def start_time(pid: int) -> int:
+    """When pid started; raises ProcessGone. (pid, start time) names one process for good."""
+    return _start_time(pid)
+
+
 def _start_time(pid: int) -> int:
     """Clock ticks since boot at which pid started (field 22 of /proc/PID/stat)."""
     try:

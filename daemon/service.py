@@ -17,10 +17,12 @@ import grpc
 
 from deepctx.daemon import access, auth, procfs
 from deepctx.daemon.capture import Capture, CaptureOptions, CaptureResult, Progress
+from deepctx.daemon.capture_guard import CredentialGuard
 from deepctx.daemon.config import MAX_DUTY_PERIOD_S, MIN_DUTY_ON_S, MIN_DUTY_PERIOD_S, Config
 from deepctx.daemon.errors import AlreadyProfiled, InvalidArgument, NotFound, RequestError, ResourceExhausted
 from deepctx.daemon.lost import lost_counters
 from deepctx.daemon.metrics import ProcessTotals, observe_capture
+from deepctx.daemon.process_handle import ProcessHandle
 from deepctx.daemon.processes import list_processes
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.self_profile import profiled
@@ -165,8 +167,29 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
                                   f"ask for at least {MIN_DUTY_ON_S:g} s (a larger share or period)")
         return req.gpu_duty, period
 
+    def quota_refusal(self, uid: int, continuous: bool) -> str | None:
+        """Why one more capture for uid may not start now (None: it may). Root's interactive captures are
+        always served, beyond max_sessions, so that no user (nor continuous mode) locks root out; every
+        other capture counts against max_sessions, and against max_sessions_per_user for its uid (the
+        caller's, or the owner's of a continuously profiled process), interactive and continuous alike."""
+        with self._lock:
+            return self._quota_refusal(uid, continuous)
+
+    def _quota_refusal(self, uid: int, continuous: bool) -> str | None:
+        if uid == 0 and not continuous:
+            return None
+        if len(self._sessions) >= self.config.max_sessions:
+            return (f"{len(self._sessions)} captures are running, the most this daemon runs at once "
+                    f"(setting max_sessions)")
+        mine = sum(1 for s in self._sessions.values() if s.uid == uid)
+        if uid != 0 and mine >= self.config.max_sessions_per_user:
+            return (f"uid {uid} already has {mine} captures running, the most one user may have at once "
+                    f"(setting max_sessions_per_user)")
+        return None
+
     def _register(self, pid: int, opts: CaptureOptions,
-                  on_window: Callable[[CaptureResult, float, float], None] | None = None) -> Capture:
+                  on_window: Callable[[CaptureResult, float, float], None] | None = None, *,
+                  uid: int = 0, handle: ProcessHandle | None = None, guard: CredentialGuard | None = None) -> Capture:
         with self._lock:
             for s in self._sessions.values():
                 # a continuous capture does not keep a user's attach away (each has its own program)
@@ -174,25 +197,34 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
                     left = max(0.0, s.started_unix + s.opts.duration_s - time.time())
                     raise AlreadyProfiled(f"process {pid} is already being profiled (session {s.id}, "
                                           f"about {left:.0f} s left); wait for it to finish or cancel it")
-            if len(self._sessions) >= self.config.max_sessions:
-                raise ResourceExhausted(f"{len(self._sessions)} captures are running, the most this daemon runs "
-                                        f"at once (setting max_sessions)")
-            cap = Capture(next(self._ids), pid, opts, self.symbols, self.shutdown, self.unwind_tables, on_window)
+            why = self._quota_refusal(uid, on_window is not None)
+            if why:
+                raise ResourceExhausted(why)
+            cap = Capture(next(self._ids), pid, opts, self.symbols, self.shutdown, self.unwind_tables, on_window,
+                          handle=handle, guard=guard, uid=uid)
             self._sessions[cap.id] = cap
             self.totals["captures_started"] += 1
             return cap
 
     def run_continuous(self, pid: int, opts: CaptureOptions,
-                       on_window: Callable[[CaptureResult, float, float], None]) -> None:
+                       on_window: Callable[[CaptureResult, float, float], None], *, uid: int,
+                       handle: ProcessHandle | None = None) -> None:
         """Continuous mode: profiles pid in windows until it exits or the daemon stops (in the caller's
-        thread); every window, the last included, goes to on_window."""
-        cap = self._register(pid, opts, on_window)
+        thread); every window, the last included, goes to on_window. uid: the process's owner, whose quota
+        it counts against. Raises RequestError (logged by the caller, once) when it is refused or cannot
+        start; handle is closed either way."""
+        try:
+            cap = self._register(pid, opts, on_window, uid=uid, handle=handle)
+        except BaseException:
+            if handle is not None:
+                handle.close()
+            raise
         try:
             result = cap.run(lambda _p: None, lambda: False)
             on_window(result, result.started_unix, result.started_unix + result.duration_s)
             self.totals["captures_completed"] += 1
-        except RequestError as e:
-            log.info("continuous capture not started", extra={"pid": pid, "reason": e.message})
+        except RequestError:
+            raise
         except Exception:
             self.totals["captures_failed"] += 1
             log.exception("continuous capture failed", extra={"pid": pid})
@@ -204,11 +236,16 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
     # --- RPCs ---------------------------------------------------------------------------------------
 
     def Attach(self, request: pb.AttachRequest, context: grpc.ServicerContext) -> Iterator[pb.AttachEvent]:
+        granted: auth.Grant | None = None
         try:
-            auth.authorize(context, request.pid, inject=request.gpu_activity == pb.GPU_ACTIVITY_ON)
+            # bound first (pidfd), then checked: see auth.grant; the capture closes the handle
+            granted = auth.grant(context, request.pid)
             opts = self._options(request)
-            cap = self._register(request.pid, opts)
+            cap = self._register(request.pid, opts, uid=granted.caller.uid, handle=granted.handle,
+                                 guard=granted.guard)
         except RequestError as e:
+            if granted is not None:
+                granted.handle.close()
             self.totals["requests_rejected"] += 1
             log.info("attach rejected", extra={"pid": request.pid, "reason": e.message})
             context.abort(e.code, e.message)
@@ -304,11 +341,13 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         if request.pid <= 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"pid must be a positive process id, not {request.pid}")
         try:
-            auth.authorize(context, request.pid)
+            caller = auth.authorize(context, request.pid)
         except RequestError as e:
             context.abort(e.code, e.message)
         with self._lock:
-            caps = [s for s in self._sessions.values() if s.pid == request.pid]
+            # outside root and `deepctx`, a caller stops its own captures only (not root's of its process)
+            caps = [s for s in self._sessions.values() if s.pid == request.pid
+                    and (caller.privileged or (s.uid == caller.uid and not s.continuous))]
         if not caps:
             context.abort(grpc.StatusCode.NOT_FOUND, f"no capture of process {request.pid} is running")
         for cap in caps:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from deepctx.daemon.process_handle import ProcessHandle
     from deepctx.daemon.procfs import AddressSpace, ProcessInfo
 
 PROBES_DIR = Path(__file__).resolve().parent
@@ -34,6 +35,9 @@ class Target:
     warnings: list[str] = field(default_factory=list)  # shown to the user in the profile
     # Per-family state, keyed by family name (e.g. the Python family's interpreter description).
     state: dict[str, Any] = field(default_factory=dict)
+    # The process bound by pidfd when the capture was authorized: whoever acts on it by pid number later
+    # (the agent's injection) checks with handle.ensure() right before, against pid reuse.
+    handle: ProcessHandle | None = None
 
 
 class ProbeFamily(Protocol):

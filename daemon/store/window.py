@@ -56,11 +56,33 @@ def container_of(pid: int) -> str:
 
 
 def owner_of(pid: int) -> int:
-    """The real uid of a live process; -1 when it is gone."""
+    """Whose windows of a live process are: its real uid when the kernel would let that user (with the
+    process's real gid) read the memory of every one of its threads; else 0, root's (seen by root and the
+    `deepctx` group only: a setuid program, a non-dumpable process, one holding capabilities or a thread of
+    other ids). -1 when it is gone."""
+    from deepctx.daemon import access, credentials
+    from deepctx.daemon.procfs import ProcessGone
+
     try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
+        uid, gid = credentials.real_ids(pid)
+    except ProcessGone:
         return -1
+    if uid <= 0:
+        return uid
+    try:
+        readable = access.memory_refusal(_Ids(uid, gid), pid) is None
+    except access.AccessCheckFailed:
+        readable = False
+    if not os.path.exists(f"/proc/{pid}"):
+        return -1
+    return uid if readable else 0
+
+
+@dataclass(frozen=True)
+class _Ids:
+    uid: int
+    gid: int
+    groups: frozenset[int] = frozenset()
 
 
 def window_for(doc: dict[str, Any], start_unix: float, end_unix: float, container: str | None = None,
