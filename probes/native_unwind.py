@@ -180,10 +180,10 @@ class _ProcState:
             target.warnings.append(text)
 
 
-def _warn_refused(state: _ProcState, target: Target, key: str, table: UnwindTable) -> None:
+def _warn_refused(state: _ProcState, target: Target, path: str, key: str, table: UnwindTable) -> None:
     """A file over a cap (daemon/file_limits.py) is unwound with frame pointers; the profile says why."""
     if table.warning:
-        state.warn(target, f"refused:{key}", f"native stacks: {table.warning}")
+        state.warn(target, f"refused:{key}", f"native stacks: {path}: {table.warning}")
 
 
 class NativeUnwinder:
@@ -195,7 +195,8 @@ class NativeUnwinder:
         self.config = config or UnwindConfig()
         if self.config.max_mappings & (self.config.max_mappings - 1):
             raise ValueError("max_mappings must be a power of two")
-        self.cache = cache or TableCache(self.config.cache_dir)
+        # not `or`: an empty cache is falsy (len 0), and the daemon's shared one starts empty
+        self.cache = cache if cache is not None else TableCache(self.config.cache_dir)
         self._files: dict[str, UnwindTable | _PlacedTable] = {}  # file key -> table, over all prepared targets
         self._frozen: dict[str, int | str] | None = None
         self._space: TableSpace | None = None
@@ -250,7 +251,7 @@ class NativeUnwinder:
                 continue
             state.tables[fk] = got
             self._files.setdefault(got[0], got[1])
-            _warn_refused(state, target, *got)
+            _warn_refused(state, target, m.path, *got)
 
     def attach(self, bpf: Any, target: Target) -> None:
         self.defines()
@@ -275,12 +276,13 @@ class NativeUnwinder:
             if self._builder is None:
                 self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="unwind-tables")
             state.pending[m.file_key] = self._builder.submit(self.cache.get, path, *m.file_key)
+        names = {m.file_key: m.path for m in _code_mappings(target.space)}
         for fk, fut in list(state.pending.items()):
             if fut.done():
                 del state.pending[fk]
                 try:
                     state.tables[fk] = fut.result()
-                    _warn_refused(state, target, *state.tables[fk])
+                    _warn_refused(state, target, names.get(fk, "?"), *state.tables[fk])
                 except OSError:
                     state.files_failed += 1
                     state.tables[fk] = ("", _NO_TABLE)

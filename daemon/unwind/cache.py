@@ -133,7 +133,7 @@ class TableCache:
                         unwind_bytes += size
                 except OverCap as e:
                     over = str(e)
-                digest = f.digest(UNWIND_SECTIONS)
+                digest = f.digest(UNWIND_SECTIONS) if over is None else None  # (hashes the raw bytes)
         except ElfError:
             build_id, unwind_bytes = None, 0
         key = f"c:{digest}" if digest else f"i:{dev}:{inode}"
@@ -184,7 +184,8 @@ class TableCache:
         once per file (the empty table is cached like any other)."""
         log.warning("unwind table refused: %s", why)
         self._count("over_cap")
-        return empty_table(X86_64.name, build_id, warning=why)
+        # the warning names no path: the table is shared by every process mapping the file, under its names
+        return empty_table(X86_64.name, build_id, warning=why.removeprefix(f"{path}: "))
 
     def _build_in_child(self, path: str, key: str, build_id: str | None) -> UnwindTable:
         """Builds in `python -m deepctx.daemon.unwind.build_child` into a scratch file (in the disk cache's

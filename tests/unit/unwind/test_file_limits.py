@@ -99,7 +99,7 @@ def test_a_compressed_debug_frame_over_the_cap_is_refused_with_a_warning(tmp_pat
             cache = TableCache(child_min_bytes=child_min)
             _, table = cache.get(str(lib), "00:01", 5)
             assert len(table) == 0 and cache.counters["over_cap"] == 1 and cache.counters["builds"] == 0
-            assert table.warning == (f"{lib}: section .debug_frame is {64 << 20} bytes once decompressed, over "
+            assert table.warning == (f"section .debug_frame is {64 << 20} bytes once decompressed, over "
                                      f"the cap of {16 << 20} bytes (max_decompressed_bytes): refused")
     finally:
         file_limits.configure(cap, file_limits.LIMITS.max_unwind_rows)
