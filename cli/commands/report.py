@@ -13,7 +13,7 @@ from deepctx.cli.formats.findings import FindingsText
 from deepctx.cli.formats.flat_table import FlatTable
 from deepctx.cli.formats.terminal import ViewOptions
 from deepctx.cli.formats.tree_table import TreeTable
-from deepctx.cli.output import write_output
+from deepctx.cli.output import PRIVATE_MODE, write_output
 from deepctx.cli.views.bottomup import bottom_up
 from deepctx.cli.views.document import DocumentError, load
 from deepctx.cli.views.focus import focus_tree
@@ -46,9 +46,32 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="colour frames by kind (auto: when stdout is a terminal and NO_COLOR is unset)")
     p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report here instead")
     p.add_argument("--no-sources", action="store_true", help="HTML: do not embed the Python source files")
+    p.add_argument("--mode", type=file_mode, default=PRIVATE_MODE, metavar="OCTAL",
+                   help="HTML: the report file's mode (default 0600: it holds the process's names and sources)")
     p.add_argument("--no-findings", action="store_true",
                    help="leave out the analyzer's findings (run when the profile has none yet)")
     p.set_defaults(run=run)
+
+
+def file_mode(text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an octal file mode such as 0644") from None
+    if not 0 <= mode <= 0o777:
+        raise argparse.ArgumentTypeError(f"{text} is not a file mode within 0000 and 0777")
+    return mode
+
+
+def owner_of(pid: int) -> int | None:
+    """The uid a process runs as, for the report's sources: a non-zero one of its real, effective, saved and
+    fs uids where any is (a process that is root only in part is read for as its user); None if gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            uids = next((line.split()[1:] for line in f if line.startswith("Uid:")), [])
+    except OSError:
+        return None
+    return next((int(u) for u in uids if u != "0"), 0) if uids else None
 
 
 def console_for(args: argparse.Namespace) -> Console:
@@ -112,13 +135,15 @@ def with_findings(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    owner = owner_of(args.pid) if args.pid is not None else None  # read before the capture; a saved profile: unknown
     doc = document(args)
     if not args.no_findings:
         with_findings(doc)
     if args.html:
         from deepctx.cli.formats.html import HtmlReport
 
-        write_output(args.html, HtmlReport(embed_sources=not args.no_sources).render(doc))
+        write_output(args.html, HtmlReport(embed_sources=not args.no_sources).render(doc, owner_uid=owner),
+                     mode=args.mode)
         if args.html != "-":
             Console(stderr=True).print(f"report written to {args.html}")
         return 0

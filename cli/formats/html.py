@@ -33,9 +33,10 @@ class HtmlReport:
     def __init__(self, embed_sources: bool = True) -> None:
         self.embed_sources = embed_sources
 
-    def render(self, doc: dict[str, Any], metric: str | None = None) -> str:
+    def render(self, doc: dict[str, Any], metric: str | None = None, owner_uid: int | None = None) -> str:
+        """owner_uid: the profiled process's owner, where known (whose rights root's sources are read with)."""
         root = from_doc(doc)
-        sources = read_sources(root) if self.embed_sources else {}
+        sources = read_sources(root, owner_uid) if self.embed_sources else {}
         return self._page(profile_payload(doc, root, pick_metric(root, metric), sources))
 
     def render_diff(self, before: dict[str, Any], after: dict[str, Any], metric: str | None = None) -> str:

@@ -5,9 +5,13 @@ Compact on purpose: a 100k-node profile is a few MB of JSON the page parses in w
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+import re
+import stat
+from collections.abc import Callable
 from typing import Any
 
+from deepctx.cli.read_as import NOBODY, read_as
 from deepctx.cli.views.diff import DiffNode, kernel_changes, kernel_metric, path_changes
 from deepctx.cli.views.model import METRIC_TITLES, METRIC_UNITS, Frame, ViewNode, gc_paused
 
@@ -36,6 +40,8 @@ class _Columns:
         return i
 
     def add(self, frame: Frame, parent: int, tid: int | None) -> int:
+        if frame.kind not in KINDS:  # the page puts kinds in class attributes: nothing but [a-z0-9_-]
+            frame = frame._replace(kind=re.sub(r"[^a-z0-9_-]", "_", frame.kind.lower())[:32])
         if frame.kind not in self.kinds:
             self.kinds.append(frame.kind)
         c = self.cols
@@ -114,19 +120,54 @@ def diff_payload(before: dict[str, Any], after: dict[str, Any], root: DiffNode, 
             "changes": {"kernel_metric": km, "path_metric": default_metric, "kernels": kernels, "paths": paths}}
 
 
-def read_sources(root: ViewNode) -> dict[str, str]:
-    """The text of every readable Python file that a Python frame names, read now (at report time)."""
+def read_sources(root: ViewNode, owner_uid: int | None = None) -> dict[str, str]:
+    """The text of the Python files that Python frames name, read now (at report time), where it is safe to:
+    see source_text. owner_uid: the profiled process's owner, where known."""
     names = sorted({n.frame.file for n in root.walk() if n.frame.kind == "python" and n.frame.file})
     out: dict[str, str] = {}
     budget = MAX_SOURCES_BYTES
     for name in names:
-        p = Path(name)
-        try:
-            if not p.is_file() or p.stat().st_size > min(MAX_SOURCE_BYTES, budget):
-                continue
-            text = p.read_bytes().decode("utf-8", errors="replace")
-        except OSError:
-            continue
-        out[name] = text
-        budget -= len(text)
+        text = source_text(name, min(MAX_SOURCE_BYTES, budget), owner_uid)
+        if text is not None:
+            out[name] = text
+            budget -= len(text)
     return out
+
+
+def source_text(name: str, limit: int, owner_uid: int | None = None) -> str | None:
+    """The file a profiled frame names (the target chose that name), or None. Only a regular file (opened
+    without blocking and checked on the descriptor: never a FIFO, device or socket) of at most limit bytes.
+    Root's CLI reads for the profiled process's owner: with that owner's fs ids (nobody's when not known),
+    so every directory on the way is checked as for them, and only a file readable by all or owned by
+    owner_uid and readable by its owner (root's supplementary groups stay with the thread). Anyone else
+    reads with their own rights."""
+    if os.geteuid() != 0:
+        return _regular_text(name, limit, lambda st: True)
+
+    def owner_may(st: os.stat_result) -> bool:
+        return bool(st.st_mode & stat.S_IROTH) or (owner_uid is not None and st.st_uid == owner_uid
+                                                   and bool(st.st_mode & stat.S_IRUSR))
+
+    uid = owner_uid if owner_uid is not None else NOBODY
+    try:
+        return read_as(uid, NOBODY if uid != 0 else 0, lambda: _regular_text(name, limit, owner_may))
+    except PermissionError:
+        return None
+
+
+def _regular_text(name: str, limit: int, allowed: Callable[[os.stat_result], bool]) -> str | None:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit or not allowed(st):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None if len(data) > limit else data.decode("utf-8", errors="replace")
