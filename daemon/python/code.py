@@ -13,6 +13,7 @@ from deepctx.daemon.python.discovery import Interpreter
 from deepctx.daemon.python.linetable import Range, addr_to_line, line_ranges
 from deepctx.daemon.python.objects import read_bytes, read_unicode
 from deepctx.daemon.python.qualname import qualnames
+from deepctx.daemon.target_files import read_target_file
 
 CODE_UNIT = 2  # bytes per instruction code unit (_Py_CODEUNIT)
 
@@ -86,9 +87,10 @@ class CodeReader:
             return name
         if filename not in self._sources:
             base = f"/proc/{self.interp.pid}/root" if os.path.isabs(filename) else f"/proc/{self.interp.pid}/cwd"
+            # the target names the file: read as its owner could, only a regular file, capped
+            data = read_target_file(self.interp.pid, os.path.join(base, filename.lstrip("/")))
             try:
-                with open(os.path.join(base, filename.lstrip("/")), "rb") as f:
-                    self._sources[filename] = qualnames(f.read().decode("utf-8", errors="replace"))
-            except (OSError, SyntaxError, ValueError, RecursionError):
+                self._sources[filename] = qualnames(data.decode("utf-8", errors="replace")) if data else {}
+            except (SyntaxError, ValueError, RecursionError):
                 self._sources[filename] = {}
         return self._sources[filename].get((name, firstlineno), name)

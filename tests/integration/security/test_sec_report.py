@@ -89,3 +89,21 @@ def test_root_reports_on_a_users_process_without_roots_files(daemon, user, tmp_p
         assert stat.S_IMODE(out.stat().st_mode) == 0o644
     finally:
         subprocess.run(["rm", "-rf", str(files)], check=False)
+
+
+def test_the_daemon_reads_a_targets_source_as_its_owner(user) -> None:
+    """3.10 targets' qualified names come from the file co_filename names (daemon/python/code.py): read with
+    the target owner's rights, a root-only file named by a user's process stays unread."""
+    from deepctx.daemon.target_files import read_target_file
+
+    folder = Path(tempfile.mkdtemp(prefix="deepctx-src-", dir="/tmp"))
+    os.chmod(folder, 0o755)
+    secret = folder / "secret.py"
+    secret.write_text("def f():\n    pass\n")
+    secret.chmod(0o600)
+    with Target([*as_user(user), sys.executable, "-c", "import os; print('ready', os.getpid(), flush=True); "
+                 "import sys; sys.stdin.readline()"], stdin=subprocess.PIPE) as t:
+        assert read_target_file(t.pid, f"/proc/{t.pid}/root{secret}") is None
+        secret.chmod(0o644)
+        assert read_target_file(t.pid, f"/proc/{t.pid}/root{secret}") == secret.read_bytes()
+    subprocess.run(["rm", "-rf", str(folder)], check=False)

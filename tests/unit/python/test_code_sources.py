@@ -1,0 +1,43 @@
+"""3.10 targets: the qualified name comes from the source file the code object names, which the target
+chooses: a FIFO must not block the daemon, a device must not be read, only a regular file is parsed."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+from deepctx.daemon.python.code import CodeReader
+from deepctx.daemon.target_files import read_regular, read_target_file
+
+
+def qualname_within(path: str, name: str, line: int, timeout: float = 10.0) -> str | None:
+    reader = CodeReader(None, SimpleNamespace(pid=os.getpid()))  # type: ignore[arg-type]
+    out: list[str] = []
+    t = threading.Thread(target=lambda: out.append(reader._source_qualname(path, name, line)), daemon=True)
+    t.start()
+    t.join(timeout)
+    return out[0] if out else None  # None: still blocked
+
+
+def test_a_fifo_named_as_source_does_not_block(tmp_path: Path) -> None:
+    fifo = tmp_path / "mod.py"
+    os.mkfifo(fifo)
+    assert qualname_within(str(fifo), "f", 1) == "f"
+
+
+def test_a_regular_source_gives_the_qualified_name(tmp_path: Path) -> None:
+    src = tmp_path / "mod.py"
+    src.write_text("class C:\n    def f(self):\n        pass\n")
+    assert qualname_within(str(src), "f", 2) == "C.f"
+
+
+def test_only_regular_files_within_the_cap_are_read(tmp_path: Path) -> None:
+    big = tmp_path / "big.py"
+    big.write_bytes(b"#" * 101)
+    assert read_regular("/dev/zero", 100) is None
+    assert read_regular(str(big), 100) is None
+    assert read_regular(str(big), 101) == b"#" * 101
+    assert read_regular(str(tmp_path), 100) is None  # a folder
+    assert read_target_file(os.getpid(), f"/proc/{os.getpid()}/root{big}") == b"#" * 101
