@@ -26,8 +26,9 @@ kver=$(uname -r)
 # libamdhip64-5: Debian's real AMD HIP runtime, whose entry points the CPU-only GPU tests probe
 # chromium, golang-go (go tool pprof), fonts-dejavu-core: the HTML report and export tests' real consumers
 # clickhouse-server, prometheus, bpftool: the service tests' real fleet store, scraper and BPF inspector
+# strace: the security test that checks every system call of deepctxd against the unit's SystemCallFilter
 packages=(python3-bpfcc python3-venv python3-dev gcc g++ make libc6-dev binutils systemtap-sdt-dev libamdhip64-5
-          chromium golang-go fonts-dejavu-core clickhouse-server prometheus bpftool)
+          chromium golang-go fonts-dejavu-core clickhouse-server prometheus bpftool strace)
 apt_ready=0
 apt_update() {
   [ $apt_ready -eq 1 ] && return 0
