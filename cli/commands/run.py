@@ -14,7 +14,9 @@ import argparse
 import array
 import os
 import selectors
+import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -34,6 +36,7 @@ from deepctx.cli.commands.attach import (
     check_rate,
     emit,
 )
+from deepctx.cli.escape import literal
 from deepctx.daemon.profile_doc import to_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
@@ -78,21 +81,67 @@ def agent_env(flag: str | None) -> dict[str, str]:
         raise CliError(str(e), 2) from None
 
 
-def receive_pid(sock: socket.socket) -> tuple[int, socket.socket] | None:
-    """One agent's message: its pid and its end of a private socket pair. None at end of stream."""
+UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def receive_pid(sock: socket.socket) -> tuple[int, socket.socket, int | None] | None:
+    """One agent's message: the pid it names, its end of a private socket pair, and the sender's pid as the
+    kernel tells it (SO_PASSCRED on sock; None without). None at end of stream."""
     fds = array.array("i")
     try:
-        data, anc, _, _ = sock.recvmsg(64, socket.CMSG_SPACE(fds.itemsize))
+        data, anc, _, _ = sock.recvmsg(64, socket.CMSG_SPACE(fds.itemsize * 4) + socket.CMSG_SPACE(UCRED.size))
     except ConnectionResetError:
         return None
     if not data:
         return None
+    sender = None
     for level, kind, payload in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+        elif level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= UCRED.size:
+            sender = UCRED.unpack(payload[:UCRED.size])[0]
+    for extra in fds[1:]:
+        os.close(extra)
     if not fds:
         return None
-    return int.from_bytes(data[:4], "little", signed=True), socket.socket(fileno=fds[0])
+    return int.from_bytes(data[:4], "little", signed=True), socket.socket(fileno=fds[0]), sender
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("PPid:")), None)
+    except (OSError, ValueError):
+        return None
+
+
+def refusal(pid: int, sender: int | None, command_pid: int) -> str | None:
+    """Why a pid sent over DEEPCTX_NOTIFY_FD is not profiled (None: it is). Every process of the command
+    can write there, so it names only itself (the kernel's sender pid) and must descend from the command:
+    the pid is bound with a pidfd first, its parents walked, and the pidfd checked again after, so a pid
+    reused meanwhile by another process does not pass."""
+    if sender is not None and sender != pid:
+        return f"process {sender} sent pid {pid}, not its own"
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return f"process {pid} does not exist"
+    try:
+        p: int | None = pid
+        for _ in range(4096):  # a chain of parents is finite; the bound keeps a racing one from looping
+            if p is None or p <= 1 or p == command_pid:
+                break
+            p = parent_of(p)
+        if p != command_pid:
+            return f"process {pid} is not a process of the command"
+        signal.pidfd_send_signal(pidfd, 0)  # still the process walked (not exited, so its pid not reused)
+    except ProcessLookupError:
+        return f"process {pid} has exited"
+    except PermissionError:
+        pass  # alive, of another user (a setuid program of the command): the walk above stands
+    finally:
+        os.close(pidfd)
+    return None
 
 
 def reply(channel: socket.socket, what: bytes) -> None:
@@ -150,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     show = not args.quiet
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # the kernel names each sender (see refusal)
     env = dict(os.environ, **agents, DEEPCTX_NOTIFY_FD=str(theirs.fileno()), DEEPCTX_AGENT_WAIT_MS=str(AGENT_WAIT_MS))
     try:
         proc = subprocess.Popen(cmd, env=env, pass_fds=(theirs.fileno(),))
@@ -195,9 +245,16 @@ def wait_and_profile(proc: subprocess.Popen, ours: socket.socket, stub: Any, arg
                 if got is None:
                     sel.unregister(ours)
                     continue
-                pid, channel = got
+                pid, channel, sender = got
                 if capture is not None:
                     reply(channel, SKIP)
+                    continue
+                why = refusal(pid, sender, proc.pid)
+                if why:
+                    reply(channel, SKIP)
+                    (err or Console(stderr=True)).print(literal(  # shown with --quiet too
+                        f"deepctx: warning: {why}: ignored (only the command's own processes are profiled)",
+                        style="yellow"), soft_wrap=True)
                     continue
                 if err is not None:
                     err.print(f"deepctx: process {pid} initialized CUDA: profiling it")
