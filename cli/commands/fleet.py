@@ -1,12 +1,18 @@
 """deepctx fleet top | profile: the same views as `deepctx top` and `deepctx profile`, for every host
 that exports its windows to ClickHouse (docs/fleet.md). Queries ClickHouse directly; no daemon needed.
 
-ClickHouse is found through --clickhouse URL, else $DEEPCTX_CLICKHOUSE, else clickhouse_url in
-/etc/deepctx/deepctxd.toml."""
+ClickHouse is found through --clickhouse URL, else $DEEPCTX_CLICKHOUSE, else (for root and the `deepctx`
+group only) clickhouse_url in /etc/deepctx/deepctxd.toml.
+
+The fleet tables hold every user's windows, and ClickHouse, not this command, decides who reads them. The
+daemon's URL (and any credentials in it) is the daemon's, which exports every user's windows: it is used
+for those who may see every process anyway (root, the `deepctx` group). Anyone else brings a ClickHouse
+account of their own, whose grants or row policies (on the `uid` column) say what it reads."""
 
 from __future__ import annotations
 
 import argparse
+import grp
 import json
 import os
 import sys
@@ -27,6 +33,7 @@ from deepctx.daemon.store.sqlite import kernel_rank_metric, rank_metric
 from deepctx.daemon.store.summary import KERNEL_METRICS, METRICS
 
 DAEMON_CONFIG = "/etc/deepctx/deepctxd.toml"
+GROUP = "deepctx"  # as daemon/auth.py GROUP (the CLI does not import the daemon's auth)
 PROCESS_METRICS = (*METRICS, "launches", "copy_bytes")
 
 
@@ -58,9 +65,26 @@ def _daemon_config() -> dict[str, Any]:
         return {}
 
 
+def may_use_daemon_account() -> bool:
+    """Root and members of the `deepctx` group, who see every user's processes through deepctxd too."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        gid = grp.getgrnam(GROUP).gr_gid
+    except KeyError:
+        return False
+    return gid == os.getegid() or gid in os.getgroups()
+
+
 def client(args: argparse.Namespace) -> ClickHouse:
-    cfg = _daemon_config()
-    url = args.clickhouse or os.environ.get("DEEPCTX_CLICKHOUSE") or str(cfg.get("clickhouse_url") or "")
+    url = args.clickhouse or os.environ.get("DEEPCTX_CLICKHOUSE") or ""
+    cfg = _daemon_config() if not url or not args.database else {}
+    if not url:
+        if not may_use_daemon_account():
+            raise CliError("no ClickHouse to ask: pass --clickhouse URL or set DEEPCTX_CLICKHOUSE with your own "
+                           f"ClickHouse account (the daemon's, in {DAEMON_CONFIG}, is for root and the `{GROUP}` "
+                           "group: it reads every user's windows)", 2)
+        url = str(cfg.get("clickhouse_url") or "")
     if not url:
         raise CliError(f"no ClickHouse to ask: pass --clickhouse URL, set DEEPCTX_CLICKHOUSE, or set clickhouse_url "
                        f"in {DAEMON_CONFIG}", 2)
