@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -41,11 +42,12 @@ def test_payload_holds_the_tree_in_preorder(torch_doc) -> None:
 
 
 def test_python_sources_are_embedded_when_readable(gpu_doc, source_file) -> None:
-    data = payload(HtmlReport().render(gpu_doc))
+    # the profiled process was this test's user's (root's CLI reads sources as the process's owner)
+    data = payload(HtmlReport().render(gpu_doc, owner_uid=os.geteuid()))
     assert data["sources"] == {str(source_file): source_file.read_text()}
     assert payload(HtmlReport(embed_sources=False).render(gpu_doc))["sources"] == {}
     source_file.unlink()
-    assert payload(HtmlReport().render(gpu_doc))["sources"] == {}
+    assert payload(HtmlReport().render(gpu_doc, owner_uid=os.geteuid()))["sources"] == {}
 
 
 def test_findings_and_trace_are_carried(gpu_doc) -> None:
