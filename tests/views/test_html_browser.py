@@ -3,6 +3,7 @@ timeline, diff, screenshots of each view, and a 100k-node profile that reacts wi
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ def report_page(browser: Any, tmp_path: Path, source_file: Path) -> Any:
     doc = gpu_profile(str(source_file))
     doc["findings"] = [dict(FINDING, location=dict(FINDING["location"], file=str(source_file)))]
     doc["trace"] = trace_events()
-    page, requests = open_report(browser, write(tmp_path, "report.html", HtmlReport().render(doc)))
+    page, requests = open_report(browser, write(tmp_path, "report.html", HtmlReport().render(doc, owner_uid=os.geteuid())))
     yield page
     assert requests == []  # nothing was fetched
     page.context.close()
