@@ -269,6 +269,7 @@ class Capture:
         finally:
             if self.handle is not None:
                 self.handle.close()
+                self.handle = None  # bound for this run only
 
     def _run_bound(self, progress: Callable[[Progress], None], cancelled: Callable[[], bool]) -> CaptureResult:
         try:

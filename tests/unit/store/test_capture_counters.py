@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from profile_paths import total
 
+from deepctx.daemon import continuous
 from deepctx.daemon.capture import CaptureResult
 from deepctx.daemon.config import Config
 from deepctx.daemon.continuous import ContinuousProfiler
@@ -40,7 +41,11 @@ class Service:
         self.totals = {"continuous_windows": 0}
         self.windows = windows
 
-    def run_continuous(self, pid: int, opts: Any, on_window: Callable[[CaptureResult, float, float], None]) -> None:
+    def quota_refusal(self, uid: int, continuous: bool) -> str | None:
+        return None
+
+    def run_continuous(self, pid: int, opts: Any, on_window: Callable[[CaptureResult, float, float], None], *,
+                       uid: int, handle: Any = None) -> None:
         for r in self.windows[pid]:
             on_window(r, r.started_unix, r.started_unix + r.duration_s)
 
@@ -48,8 +53,11 @@ class Service:
 def run_captures(store: WindowStore, windows: dict[int, list[CaptureResult]]) -> None:
     service = Service(store, windows)
     profiler = ContinuousProfiler(service, Config(store_path=store.path), threading.Event())
-    for pid in windows:
-        profiler._profile(pid)  # what each capture's thread runs
+    with pytest.MonkeyPatch.context() as mp:  # the pids are made up: no process to bind nor read
+        mp.setattr(continuous.ProcessHandle, "open", classmethod(lambda cls, pid: cls(pid, -1, 0, _closed=True)))
+        mp.setattr(continuous, "real_uid", lambda pid: 1000)
+        for pid in windows:
+            profiler._profile(pid)  # what each capture's thread runs
     assert service.totals["continuous_windows"] == sum(len(w) for w in windows.values())
 
 
