@@ -139,8 +139,12 @@ def _symbol_address(pid: int, maps: list[procfs.Mapping], match: Callable[[str],
 def _addresses_in(same: list[procfs.Mapping], file: str, names: set[str]) -> dict[str, int]:
     """Run-time addresses of functions `names` of `file`, mapped as the mappings `same`."""
     elf = ElfSymbols(file)
+    try:
+        found = elf.addresses_of(names)
+    finally:
+        elf.close()  # now: a descriptor of it would stay open until the garbage collector ran
     out = {}
-    for name, vaddr in elf.addresses_of(names).items():
+    for name, vaddr in found.items():
         for seg in elf.segments:
             if seg.vaddr <= vaddr < seg.vaddr + seg.filesz:
                 off = vaddr - seg.vaddr + seg.offset

@@ -138,6 +138,11 @@ class ElfSymbols:
         self._release()
         return out
 
+    def close(self) -> None:
+        """Unmaps the file now (its descriptor with it): pyelftools' reference cycles would otherwise keep
+        the mapping until the garbage collector runs. No lookup by name after this."""
+        self._data.close()
+
     def _release(self) -> None:
         """Drops the file's pages from this process's resident set (they stay in the page cache): a
         scan of libtorch's symbol and string tables would otherwise leave ~100 MB counted in deepctxd's
