@@ -202,6 +202,11 @@ def choose_thread(pid: int) -> int:
     return min(candidates) if candidates else pid
 
 
+# The agent is loaded through /proc/self/fd/N: a process whose root has no /proc cannot open it.
+_NO_PROC_HINT = (" (the process's root has no /proc, as in a bare chroot: the agent is loaded through "
+                 "/proc/self/fd, so mount /proc there)")
+
+
 def _libc_functions(pid: int, maps: list[procfs.Mapping]) -> dict[str, int]:
     """The target's dlopen (or __libc_dlopen_mode), dlerror, memfd_create (or syscall) and close."""
     libc = _symbol_address(pid, maps, lambda b: b.startswith("libc.so") or b.startswith("libc-"),
@@ -280,7 +285,8 @@ def inject_agent(handle: ProcessHandle, agent: str, before_load: Callable[[str],
                     loaded = rt.call(libc["__libc_dlopen_mode"], where, RTLD_NOW | RTLD_GLOBAL | RTLD_DLOPEN)
                 if loaded == 0:
                     msg = rt.read_cstring(rt.call(libc["dlerror"])) if "dlerror" in libc else "unknown error"
-                    raise FailedPrecondition(f"the target could not load the CUPTI agent: {msg}")
+                    raise FailedPrecondition(f"the target could not load the CUPTI agent: {msg}" + _NO_PROC_HINT
+                                             * (f"/proc/self/fd/{tfd}: cannot open" in msg))
             finally:  # the mapping keeps the file; the descriptor would only leak into the target
                 with contextlib.suppress(RemoteError, ptrace.PtraceError):  # (gone with a thread lost)
                     rt.call(libc["close"], tfd)

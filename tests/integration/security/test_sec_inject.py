@@ -77,10 +77,10 @@ def old_path() -> str:
     return f"tmp/deepctx-{digest}-{OLD_NAME}"
 
 
-def chrooted(newroot: Path, userns: bool) -> list[str]:
+def chrooted(newroot: Path, userns: bool, binds_: tuple[str, ...] = BINDS) -> list[str]:
     """argv prefix: a private mount namespace (and a user namespace mapping the caller to root, as any
     user may make) whose new root `newroot` has the system bound in, then chroot into it."""
-    binds = "; ".join(f"mount --rbind {d} {newroot}{d}" for d in BINDS)
+    binds = "; ".join(f"mount --rbind {d} {newroot}{d}" for d in binds_)
     script = f'set -e; {binds}; exec chroot {newroot} "$@"'
     return ["unshare", "-rm" if userns else "-m", "--propagation", "private", "sh", "-c", script, "sh"]
 
@@ -175,6 +175,26 @@ def test_a_planted_agent_is_never_loaded(daemon: Daemon, user: pwd.struct_passwd
     assert planted.read_bytes() == built.read_bytes()
     assert r.returncode == 0, r.stderr
     assert sorted({m.path for m in maps if OLD_NAME in m.path}) == [f"/memfd:{OLD_NAME} (deleted)"]
+
+
+def test_a_root_without_proc_is_refused_with_the_reason(daemon: Daemon, work: Path) -> None:
+    """The one limit of loading from a memfd: the target opens /proc/self/fd/N, so a chroot without /proc
+    cannot load the agent. The attach says why, and the target runs on unharmed."""
+    newroot = work / "root"
+    for d in (*BINDS, "/tmp"):
+        (newroot / d.lstrip("/")).mkdir(parents=True)
+    t = mock_target(chrooted(newroot, userns=False, binds_=tuple(b for b in BINDS if b != "/proc")))
+    try:
+        r = attach_gpu_activity(daemon, t)
+        assert r.returncode == 1
+        assert "the target could not load the CUPTI agent: /proc/self/fd/" in r.stderr
+        assert "the process's root has no /proc, as in a bare chroot" in r.stderr
+        assert agent_maps(t.pid) == [] and os.listdir(newroot / "tmp") == []
+        t.go()
+        assert t.expect("cupti").split()[1] == "0"
+        t.expect("done")
+    finally:
+        t.stop()
 
 
 def all_released(d: Daemon) -> bool:
