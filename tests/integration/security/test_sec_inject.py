@@ -190,6 +190,8 @@ def test_a_root_without_proc_is_refused_with_the_reason(daemon: Daemon, work: Pa
         assert "the target could not load the CUPTI agent: /proc/self/fd/" in r.stderr
         assert "the process's root has no /proc, as in a bare chroot" in r.stderr
         assert agent_maps(t.pid) == [] and os.listdir(newroot / "tmp") == []
+        wait_for(lambda: released(daemon, t.pid), what="the refused capture released")
+        assert (f"/memfd:{OLD_NAME} (deleted)", True) not in daemon_fds(daemon)  # its sealed copy closed
         t.go()
         assert t.expect("cupti").split()[1] == "0"
         t.expect("done")
@@ -197,10 +199,14 @@ def test_a_root_without_proc_is_refused_with_the_reason(daemon: Daemon, work: Pa
         t.stop()
 
 
-def all_released(d: Daemon) -> bool:
-    """Every capture the daemon started has released its probes and program (its log says so after each)."""
-    log = d.log.read_text()
-    return log.count('"probes detached"') >= log.count('"probes ready"')
+def released(d: Daemon, pid: int) -> bool:
+    """The capture of pid has released its probes and program (the daemon logs it once it has)."""
+    for line in d.log.read_text().splitlines():
+        if line.startswith("{") and '"probes detached"' in line:
+            e = json.loads(line)
+            if e.get("msg") == "probes detached" and e.get("pid") == pid:
+                return True
+    return False
 
 
 def daemon_fds(d: Daemon) -> list[tuple[str, bool]]:
@@ -232,7 +238,7 @@ def test_the_agent_comes_from_a_memfd_and_no_descriptor_stays(daemon: Daemon) ->
             assert agent_maps(t.pid) == [memfd]
         finally:
             t.stop()
-        wait_for(lambda: all_released(daemon), what="the captures released")
+        wait_for(lambda pid=t.pid: released(daemon, pid), what="the capture released")
         assert (memfd, True) not in daemon_fds(daemon)
 
 
