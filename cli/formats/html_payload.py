@@ -8,12 +8,11 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable
 from typing import Any
 
-from deepctx.cli.read_as import NOBODY, read_as
 from deepctx.cli.views.diff import DiffNode, kernel_changes, kernel_metric, path_changes
 from deepctx.cli.views.model import METRIC_TITLES, METRIC_UNITS, Frame, ViewNode, gc_paused
+from deepctx.host.identity import NOBODY, AccessCheckFailed, Ids, as_identity, read_regular
 
 KINDS = ["root", "thread", "python", "native", "op", "api", "kernel", "memcpy", "memset", "sync"]
 MAX_SOURCE_BYTES = 2_000_000  # per file: a generated or data file is not worth embedding
@@ -137,37 +136,22 @@ def read_sources(root: ViewNode, owner_uid: int | None = None) -> dict[str, str]
 def source_text(name: str, limit: int, owner_uid: int | None = None) -> str | None:
     """The file a profiled frame names (the target chose that name), or None. Only a regular file (opened
     without blocking and checked on the descriptor: never a FIFO, device or socket) of at most limit bytes.
-    Root's CLI reads for the profiled process's owner: with that owner's fs ids (nobody's when not known),
-    so every directory on the way is checked as for them, and only a file readable by all or owned by
-    owner_uid and readable by its owner (root's supplementary groups stay with the thread). Anyone else
-    reads with their own rights."""
-    if os.geteuid() != 0:
-        return _regular_text(name, limit, lambda st: True)
-
+    Root's CLI reads as the profiled process's owner (host/identity.py: that owner's fs ids, no groups, no
+    capabilities; nobody's when not known), so every directory on the way is checked as for them, and only
+    a file readable by all, or owned by owner_uid and readable by its owner. Anyone else reads with their
+    own rights."""
     def owner_may(st: os.stat_result) -> bool:
         return bool(st.st_mode & stat.S_IROTH) or (owner_uid is not None and st.st_uid == owner_uid
                                                    and bool(st.st_mode & stat.S_IRUSR))
 
-    uid = owner_uid if owner_uid is not None else NOBODY
-    try:
-        return read_as(uid, NOBODY if uid != 0 else 0, lambda: _regular_text(name, limit, owner_may))
-    except PermissionError:
-        return None
-
-
-def _regular_text(name: str, limit: int, allowed: Callable[[os.stat_result], bool]) -> str | None:
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit or not allowed(st):
+    if os.geteuid() != 0:
+        data = read_regular(name, limit)
+    else:
+        uid = owner_uid if owner_uid is not None else NOBODY
+        try:
+            data = as_identity(Ids(uid, NOBODY if uid != 0 else 0), lambda: read_regular(name, limit, owner_may))
+        except AccessCheckFailed:
             return None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(limit + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return None if len(data) > limit else data.decode("utf-8", errors="replace")
+    return None if data is None else data.decode("utf-8", errors="replace")
+
+
