@@ -29,13 +29,6 @@ REFUSED = "continuous capture refused"
 
 
 @pytest.fixture
-def svc() -> Iterator[ServiceDir]:
-    s = ServiceDir()
-    yield s
-    s.remove()
-
-
-@pytest.fixture
 def libdir(native_targets: Path) -> Iterator[Path]:
     """A root-owned folder every user may enter, with a small library named libcuda.so.1 and a setuid-root
     copy of tests/targets/bin/setuid_spin."""
@@ -79,9 +72,9 @@ def capturing(d: Daemon, pid: int) -> bool:
     return (session_of(d, pid) or {}).get("state") == "capturing"
 
 
-def test_quota_one_refusal_line_and_window_owners(svc: ServiceDir, user: pwd.struct_passwd,
+def test_quota_one_refusal_line_and_window_owners(service_dir: ServiceDir, user: pwd.struct_passwd,
                                                   other_user: pwd.struct_passwd, libdir: Path) -> None:
-    d = svc.start("--continuous", continuous_window_s=1.0, continuous_scan_s=0.2, max_sessions_per_user=2)
+    d = service_dir.start("--continuous", continuous_window_s=1.0, continuous_scan_s=0.2, max_sessions_per_user=2)
     procs: list[subprocess.Popen] = []
     spin = None
     try:
@@ -96,7 +89,7 @@ def test_quota_one_refusal_line_and_window_owners(svc: ServiceDir, user: pwd.str
         taken = [p for p in pids if capturing(d, p)]
         left = [p for p in pids if p not in taken]
         # many scans later (a window a second, a scan every 0.2 s), still one line per refused process
-        wait_for(lambda: all(len(windows(svc.store, p)) >= 3 for p in taken), timeout=120,
+        wait_for(lambda: all(len(windows(service_dir.store, p)) >= 3 for p in taken), timeout=120,
                  what="three windows of each captured process")
         for p in left:
             lines = refusals(d, p)
@@ -104,16 +97,16 @@ def test_quota_one_refusal_line_and_window_owners(svc: ServiceDir, user: pwd.str
             assert "max_sessions_per_user" in lines[0]["reason"] and lines[0]["uid"] == user.pw_uid
             assert not capturing(d, p)
         for p in taken:
-            assert {uid for uid, _ in windows(svc.store, p)} == {user.pw_uid}
+            assert {uid for uid, _ in windows(service_dir.store, p)} == {user.pw_uid}
         # the setuid exec: the window it happened in, and those after it, are root's
-        wait_for(lambda: capturing(d, spin.pid) and windows(svc.store, spin.pid), timeout=120,
+        wait_for(lambda: capturing(d, spin.pid) and windows(service_dir.store, spin.pid), timeout=120,
                  what="a window of the other user's process")
-        assert {uid for uid, _ in windows(svc.store, spin.pid)} == {other_user.pw_uid}
+        assert {uid for uid, _ in windows(service_dir.store, spin.pid)} == {other_user.pw_uid}
         spin.go()
         spin.expect("spinning 0")
-        wait_for(lambda: [uid for uid, _ in windows(svc.store, spin.pid)][-2:] == [0, 0], timeout=60,
+        wait_for(lambda: [uid for uid, _ in windows(service_dir.store, spin.pid)][-2:] == [0, 0], timeout=60,
                  what="root-owned windows after the exec")
-        stored = windows(svc.store, spin.pid)
+        stored = windows(service_dir.store, spin.pid)
         changed = [doc for uid, doc in stored if any("changed its credentials during this window" in w
                                                      for w in doc.get("warnings") or [])]
         assert len(changed) == 1
@@ -137,9 +130,9 @@ def test_quota_one_refusal_line_and_window_owners(svc: ServiceDir, user: pwd.str
     assert "Traceback" not in log, log[-3000:]
 
 
-def test_root_is_served_when_continuous_captures_fill_max_sessions(svc: ServiceDir, user: pwd.struct_passwd,
+def test_root_is_served_when_continuous_captures_fill_max_sessions(service_dir: ServiceDir, user: pwd.struct_passwd,
                                                                    libdir: Path, native_targets: Path) -> None:
-    d = svc.start("--continuous", continuous_window_s=1.0, continuous_scan_s=0.2, max_sessions=1)
+    d = service_dir.start("--continuous", continuous_window_s=1.0, continuous_scan_s=0.2, max_sessions=1)
     p = gpu_sleeper(user, libdir)
     try:
         # the user's process (or any other process mapping a GPU library on this host) fills max_sessions

@@ -10,11 +10,9 @@ import pwd
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from harness import DEEPCTX, DEEPCTXD, Daemon, Target, cuda_runtime, stop_daemon, wait_for
+from harness import DEEPCTX, DEEPCTXD, Daemon, Target, cuda_runtime, wait_for
 from users import as_user, cli_as
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))  # the service tier's ServiceDir
@@ -29,21 +27,6 @@ held = ctypes.CDLL(sys.argv[1]) if sys.argv[1] != "-" else None
 print("ready", os.getpid(), flush=True)
 sys.stdin.readline()
 """
-
-
-@pytest.fixture
-def service_dir() -> Iterator[ServiceDir]:
-    d = ServiceDir()
-    yield d
-    d.remove()
-
-
-@pytest.fixture
-def stopped() -> Iterator[list[Daemon]]:
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        assert stop_daemon(d) == 0, d.log.read_text()[-3000:]
 
 
 def holder(*prefix: str, lib: str = "-", arg: str = "") -> Target:

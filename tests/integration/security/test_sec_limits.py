@@ -17,11 +17,9 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from harness import Daemon, Target, stop_daemon, wait_for
+from harness import Daemon, Target, wait_for
 from users import as_user, cli_as
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
@@ -66,21 +64,6 @@ int main(int argc, char **argv) {
 """
 
 
-@pytest.fixture
-def service() -> Iterator[ServiceDir]:
-    d = ServiceDir()
-    yield d
-    d.remove()
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        assert stop_daemon(d) == 0, d.log.read_text()[-3000:]
-
-
 def user_dir(u: pwd.struct_passwd) -> Path:
     p = Path(tempfile.mkdtemp(prefix="deepctx-sec-", dir="/tmp"))
     os.chown(p, u.pw_uid, u.pw_gid)
@@ -100,11 +83,11 @@ def outcomes(p: subprocess.Popen) -> list[str]:
     return json.loads(line)
 
 
-def test_a_users_streams_are_bounded_and_root_is_served(service: ServiceDir, daemons: list[Daemon],
+def test_a_users_streams_are_bounded_and_root_is_served(service_dir: ServiceDir, stopped: list[Daemon],
                                                         user: pwd.struct_passwd, other_user: pwd.struct_passwd,
                                                         native_targets: Path) -> None:
-    d = service.start(max_sessions=16, max_user_rpcs=12)
-    daemons.append(d)
+    d = service_dir.start(max_sessions=16, max_user_rpcs=12)
+    stopped.append(d)
     script = user_dir(user) / "watch.py"
     script.write_text(ATTACKER)
     # 24 streams on one connection (the review's attack), then 3 connections of 4 more
@@ -151,7 +134,7 @@ def vm_hwm_kb(pid: int) -> int:
 
 
 def test_a_zlib_bomb_in_a_users_library_is_refused_before_it_is_inflated(
-        service: ServiceDir, daemons: list[Daemon], user: pwd.struct_passwd) -> None:
+        service_dir: ServiceDir, stopped: list[Daemon], user: pwd.struct_passwd) -> None:
     home = user_dir(user)
     (home / "bomb.c").write_text(SRC_A)
     lib = home / "libbomb.so"
@@ -164,8 +147,8 @@ def test_a_zlib_bomb_in_a_users_library_is_refused_before_it_is_inflated(
     subprocess.run(["gcc", "-o", str(holder), str(home / "holder.c"), "-ldl"], check=True)
     for p in home.iterdir():
         os.chown(p, user.pw_uid, user.pw_gid)
-    d = service.start()
-    daemons.append(d)
+    d = service_dir.start()
+    stopped.append(d)
     before = vm_hwm_kb(d.proc.pid)
     with subprocess.Popen([*as_user(user), str(holder), str(lib)], stdin=subprocess.PIPE,
                           stdout=subprocess.PIPE, text=True) as t:
@@ -185,7 +168,7 @@ def test_a_zlib_bomb_in_a_users_library_is_refused_before_it_is_inflated(
 
 
 def test_a_users_library_with_roots_build_id_does_not_poison_roots_table(
-        service: ServiceDir, daemons: list[Daemon], user: pwd.struct_passwd) -> None:
+        service_dir: ServiceDir, stopped: list[Daemon], user: pwd.struct_passwd) -> None:
     """The user's file is captured first; root's, with the same build id and other CFI, later: the disk
     cache holds two tables, and a fresh daemon reading root's from disk gets root's own."""
     home = user_dir(user)
@@ -201,9 +184,9 @@ def test_a_users_library_with_roots_build_id_does_not_poison_roots_table(
                         str(home / f"{who}.c")], check=True)
     for p in home.iterdir():
         os.chown(p, user.pw_uid, user.pw_gid)
-    d = service.start()
-    daemons.append(d)
-    cache = service.path / "cache" / "unwind"
+    d = service_dir.start()
+    stopped.append(d)
+    cache = service_dir.path / "cache" / "unwind"
     for who, prefix in (("user", as_user(user)), ("root", [])):
         with subprocess.Popen([*prefix, str(holder), str(libs[who])], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True) as t:

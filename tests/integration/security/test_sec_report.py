@@ -34,13 +34,6 @@ while True:
 
 
 @pytest.fixture
-def service_dir() -> Iterator[ServiceDir]:
-    d = ServiceDir()
-    yield d
-    d.remove()
-
-
-@pytest.fixture
 def daemon(service_dir: ServiceDir) -> Iterator[Daemon]:
     d = service_dir.start()
     yield d
