@@ -8,7 +8,16 @@ read up to a cap."""
 
 from __future__ import annotations
 
-from deepctx.host.identity import AccessCheckFailed, Ids, as_identity, read_regular
+import os
+
+from deepctx.host.identity import (
+    RESOLVE_IN_ROOT,
+    RESOLVE_NO_MAGICLINKS,
+    AccessCheckFailed,
+    Ids,
+    as_identity,
+    read_regular,
+)
 
 MAX_SOURCE_BYTES = 4 << 20  # a source file worth parsing for names; a larger one is left unread
 
@@ -24,13 +33,25 @@ def owner_of(pid: int) -> Ids | None:
         return None
 
 
-def read_target_file(pid: int, path: str, limit: int = MAX_SOURCE_BYTES) -> bytes | None:
-    """A file named by process pid (path: as seen from the daemon, e.g. under /proc/PID/root), read as the
-    process's owner could; None when it may not, or when it is not a regular file within limit."""
+def read_target_file(pid: int, filename: str, limit: int = MAX_SOURCE_BYTES) -> bytes | None:
+    """A file process pid names, as the process sees it (absolute: from its root; relative: from its
+    working directory), read as its owner could; None when it may not, or when it is not a regular file
+    within limit. The daemon opens only the process's root or working directory (the kernel's own link,
+    which a capability-less thread may not follow into a process that holds capabilities, root's ones
+    included); the name is then looked up from there by the owner's thread, kept inside that root."""
     owner = owner_of(pid)
     if owner is None:
         return None
+    absolute = os.path.isabs(filename)
     try:
-        return as_identity(owner, lambda: read_regular(path, limit))
+        base = os.open(f"/proc/{pid}/{'root' if absolute else 'cwd'}", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    resolve = RESOLVE_NO_MAGICLINKS | (RESOLVE_IN_ROOT if absolute else 0)
+    try:
+        return as_identity(owner, lambda: read_regular(filename.lstrip("/") or ".", limit, dir_fd=base,
+                                                      resolve=resolve))
     except AccessCheckFailed:
         return None
+    finally:
+        os.close(base)

@@ -4,7 +4,6 @@ freed-and-reused address from the object it was."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,9 +85,8 @@ class CodeReader:
         if name == "<module>" or not filename.endswith(".py"):
             return name
         if filename not in self._sources:
-            base = f"/proc/{self.interp.pid}/root" if os.path.isabs(filename) else f"/proc/{self.interp.pid}/cwd"
             # the target names the file: read as its owner could, only a regular file, capped
-            data = read_target_file(self.interp.pid, os.path.join(base, filename.lstrip("/")))
+            data = read_target_file(self.interp.pid, filename)
             try:
                 self._sources[filename] = qualnames(data.decode("utf-8", errors="replace")) if data else {}
             except (SyntaxError, ValueError, RecursionError):

@@ -4,6 +4,7 @@ chooses: a FIFO must not block the daemon, a device must not be read, only a reg
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -40,4 +41,20 @@ def test_only_regular_files_within_the_cap_are_read(tmp_path: Path) -> None:
     assert read_regular(str(big), 100) is None
     assert read_regular(str(big), 101) == b"#" * 101
     assert read_regular(str(tmp_path), 100) is None  # a folder
-    assert read_target_file(os.getpid(), f"/proc/{os.getpid()}/root{big}") == b"#" * 101
+    assert read_target_file(os.getpid(), str(big)) == b"#" * 101
+
+
+def test_a_file_another_process_names_is_read_from_its_root_and_cwd(tmp_path: Path) -> None:
+    """Another process of the caller's user (root's, with all its capabilities, when the tests run as root):
+    its relative names resolve from its working directory, absolute ones from its root, links kept inside
+    that root."""
+    (tmp_path / "mod.py").write_text("x = 1\n")
+    (tmp_path / "link.py").symlink_to("/" + str(tmp_path / "mod.py").lstrip("/"))
+    with subprocess.Popen(["sleep", "60"], cwd=tmp_path) as child:
+        try:
+            assert read_target_file(child.pid, "mod.py") == b"x = 1\n"
+            assert read_target_file(child.pid, str(tmp_path / "mod.py")) == b"x = 1\n"
+            assert read_target_file(child.pid, "link.py") == b"x = 1\n"
+            assert read_target_file(child.pid, "missing.py") is None
+        finally:
+            child.kill()
