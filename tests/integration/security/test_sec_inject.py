@@ -40,7 +40,8 @@ from deepctx.daemon.process_handle import ProcessHandle  # noqa: E402
 OLD_NAME = "libdeepctx_cupti.so"
 # What the new root needs to run the mock target: the system, the repository (venv, mocks), /proc (the
 # target opens /proc/self/fd/N) and /dev.
-BINDS = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/work", "/proc", "/dev")
+# the system, and this checkout (the target, the mocks, the virtualenv) wherever CI cloned it
+BINDS = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", str(REPO), "/proc", "/dev")
 
 
 @pytest.fixture(scope="module")
@@ -151,8 +152,8 @@ def test_a_planted_agent_is_never_loaded(daemon: Daemon, user: pwd.struct_passwd
     uid 0); now it is never loaded: no marker, and the agent comes from the daemon's memfd."""
     newroot = work / "root"
     for d in BINDS:
-        (newroot / d.lstrip("/")).mkdir(parents=True)
-    (newroot / "tmp").mkdir()
+        (newroot / d.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    (newroot / "tmp").mkdir(exist_ok=True)
     os.chmod(newroot / "tmp", 0o1777)
     src = work / "planted.c"
     src.write_text('#include <stdio.h>\n#include <unistd.h>\n__attribute__((constructor)) static void ran(void) {\n'
@@ -182,14 +183,15 @@ def test_a_root_without_proc_is_refused_with_the_reason(daemon: Daemon, work: Pa
     cannot load the agent. The attach says why, and the target runs on unharmed."""
     newroot = work / "root"
     for d in (*BINDS, "/tmp"):
-        (newroot / d.lstrip("/")).mkdir(parents=True)
+        (newroot / d.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    before = sorted(os.listdir(newroot / "tmp"))  # the checkout's mount point, when it lies under /tmp
     t = mock_target(chrooted(newroot, userns=False, binds_=tuple(b for b in BINDS if b != "/proc")))
     try:
         r = attach_gpu_activity(daemon, t)
         assert r.returncode == 1
         assert "the target could not load the CUPTI agent: /proc/self/fd/" in r.stderr
         assert "the process's root has no /proc, as in a bare chroot" in r.stderr
-        assert agent_maps(t.pid) == [] and os.listdir(newroot / "tmp") == []
+        assert agent_maps(t.pid) == [] and sorted(os.listdir(newroot / "tmp")) == before
         wait_for(lambda: released(daemon, t.pid), what="the refused capture released")
         assert (f"/memfd:{OLD_NAME} (deleted)", True) not in daemon_fds(daemon)  # its sealed copy closed
         t.go()
