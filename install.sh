@@ -5,7 +5,7 @@
 #                        without a GPU)
 #   ./install.sh service install, then put deepctxd in place as a systemd service (unit, sysusers, tmpfiles)
 #   ./install.sh         install only
-# Installs: Debian's bcc (python3-bpfcc), kernel headers, gcc/make, systemtap-sdt-dev, a virtualenv in
+# Installs: the Debian packages listed below (README names each), kernel headers, a virtualenv in
 # .venv that imports the system's bcc, and the Python dependencies (pip). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")"
