@@ -14,11 +14,14 @@ import json
 import os
 import pwd
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from harness import Daemon, Target, wait_for
 from users import as_user, cli_as
 
@@ -64,11 +67,14 @@ int main(int argc, char **argv) {
 """
 
 
-def user_dir(u: pwd.struct_passwd) -> Path:
+@pytest.fixture
+def home(user: pwd.struct_passwd) -> Iterator[Path]:
+    """A folder of the user's own under /tmp, removed after the test."""
     p = Path(tempfile.mkdtemp(prefix="deepctx-sec-", dir="/tmp"))
-    os.chown(p, u.pw_uid, u.pw_gid)
+    os.chown(p, user.pw_uid, user.pw_gid)
     os.chmod(p, 0o755)
-    return p
+    yield p
+    shutil.rmtree(p, ignore_errors=True)
 
 
 def attack(u: pwd.struct_passwd, d: Daemon, script: Path, conns: int, per_conn: int) -> subprocess.Popen:
@@ -85,10 +91,10 @@ def outcomes(p: subprocess.Popen) -> list[str]:
 
 def test_a_users_streams_are_bounded_and_root_is_served(service_dir: ServiceDir, stopped: list[Daemon],
                                                         user: pwd.struct_passwd, other_user: pwd.struct_passwd,
-                                                        native_targets: Path) -> None:
+                                                        native_targets: Path, home: Path) -> None:
     d = service_dir.start(max_sessions=16, max_user_rpcs=12)
     stopped.append(d)
-    script = user_dir(user) / "watch.py"
+    script = home / "watch.py"
     script.write_text(ATTACKER)
     # 24 streams on one connection (the review's attack), then 3 connections of 4 more
     one = attack(user, d, script, 1, 24)
@@ -134,8 +140,7 @@ def vm_hwm_kb(pid: int) -> int:
 
 
 def test_a_zlib_bomb_in_a_users_library_is_refused_before_it_is_inflated(
-        service_dir: ServiceDir, stopped: list[Daemon], user: pwd.struct_passwd) -> None:
-    home = user_dir(user)
+        service_dir: ServiceDir, stopped: list[Daemon], user: pwd.struct_passwd, home: Path) -> None:
     (home / "bomb.c").write_text(SRC_A)
     lib = home / "libbomb.so"
     subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(lib), str(home / "bomb.c")], check=True)
@@ -168,10 +173,9 @@ def test_a_zlib_bomb_in_a_users_library_is_refused_before_it_is_inflated(
 
 
 def test_a_users_library_with_roots_build_id_does_not_poison_roots_table(
-        service_dir: ServiceDir, stopped: list[Daemon], user: pwd.struct_passwd) -> None:
+        service_dir: ServiceDir, stopped: list[Daemon], user: pwd.struct_passwd, home: Path) -> None:
     """The user's file is captured first; root's, with the same build id and other CFI, later: the disk
     cache holds two tables, and a fresh daemon reading root's from disk gets root's own."""
-    home = user_dir(user)
     bid = "c0ffee" * 6
     (home / "holder.c").write_text(HOLDER)
     holder = home / "holder"
