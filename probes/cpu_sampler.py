@@ -105,10 +105,10 @@ class CpuSampler:
         from bcc import PerfSWConfig, PerfType
 
         self.counts.bind(bpf)
-        bpf["targets"][ct.c_uint32(target.pid)] = ct.c_uint8(1)
+        bpf[b"targets"][ct.c_uint32(target.pid)] = ct.c_uint8(1)
         if not self._attached:
             bpf.attach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK,
-                                  fn_name="on_cpu_sample", sample_freq=self.sample_hz)
+                                  fn_name=b"on_cpu_sample", sample_freq=self.sample_hz)
             self._attached = True
 
     def poll(self, bpf: Any, target: Target) -> None:
@@ -124,7 +124,7 @@ class CpuSampler:
 
     def detach(self, bpf: Any, target: Target) -> None:
         try:
-            del bpf["targets"][ct.c_uint32(target.pid)]
+            del bpf[b"targets"][ct.c_uint32(target.pid)]
         except KeyError:
             pass
 
@@ -136,15 +136,15 @@ class CpuSampler:
         """Continuous mode, after a window was built. The stack map stays until it is half full: samples
         taken while the window was built are in the next one, and their stack ids must still name stacks."""
         self.counts.release()
-        if entry_count(bpf["stacks"]) > self.stack_entries // 2:
-            bpf["stacks"].clear()
+        if entry_count(bpf[b"stacks"]) > self.stack_entries // 2:
+            bpf[b"stacks"].clear()
             self.stack_clears += 1
 
     def samples(self, bpf: Any) -> int:
-        return percpu_sum(bpf["cpu_stats"], CPU_STAT_SAMPLES)
+        return percpu_sum(bpf[b"cpu_stats"], CPU_STAT_SAMPLES)
 
     def stats(self, bpf: Any) -> dict[str, int]:
-        table = bpf["cpu_stats"]
+        table = bpf[b"cpu_stats"]
         out = {STAT_NAMES[i]: percpu_sum(table, i) for i in range(CPU_STAT__COUNT)}
         out["cpu_stack_map_entries"] = self.stack_entries
         out["cpu_stack_map_clears"] = self.stack_clears
@@ -159,8 +159,8 @@ class CpuSampler:
 
     def user_stack(self, bpf: Any, stack_id: int) -> tuple[list[int], bool]:
         """IPs of a user stack, leaf first, and whether it was cut at the kernel's depth limit."""
-        ips = list(bpf["stacks"].walk(stack_id))
+        ips = list(bpf[b"stacks"].walk(stack_id))
         return ips, len(ips) >= self.max_depth
 
     def kernel_stack(self, bpf: Any, stack_id: int) -> list[int]:
-        return list(bpf["stacks"].walk(stack_id)) if stack_id >= 0 else []
+        return list(bpf[b"stacks"].walk(stack_id)) if stack_id >= 0 else []

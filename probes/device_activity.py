@@ -10,9 +10,12 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from deepctx.daemon.procfs import (
+from deepctx.host.gpu_agents import find_agent
+from deepctx.host.gpu_runtimes import INJECTION_VARS
+from deepctx.host.process_handle import ProcessHandle
+from deepctx.host.procfs import (
     Mapping,
     ProcessGone,
     ProcessMemory,
@@ -228,18 +231,26 @@ def agent_mappings(mappings: list[Mapping]) -> list[Mapping]:
     return [m for m in mappings if m.file_backed and m.executable and is_agent(m.path)]
 
 
-# What loads an agent at the GPU runtime's start (`deepctx run` sets them; so may a user or a launcher).
-AGENT_ENV = ("CUDA_INJECTION64_PATH", "ROCP_TOOL_LIBRARIES")
 
 
 def expected_agent(environ: Callable[[str], str | None]) -> str | None:
     """The agent a process will load when it starts its GPU runtime, from its environment (read through
     `environ`): a process picked up before cuInit has the CUDA libraries mapped but no agent yet."""
-    for name in AGENT_ENV:
+    for name in INJECTION_VARS:  # `deepctx run` sets them; so may a user or a launcher
         for path in (environ(name) or "").split(":"):
             if path and is_agent(path):
                 return path
     return None
+
+
+class Injector(Protocol):
+    """What loads the agent into a running process: the daemon's (daemon/inject/agent.py), handed in, so
+    that this layer never imports the daemon."""
+
+    def check_injectable(self, pid: int) -> None: ...
+
+    def inject_agent(self, handle: ProcessHandle, agent: str, *, before_load: Callable[[str], None],
+                     after_load: Callable[[str], None]) -> Any: ...
 
 
 class DeviceActivity:
@@ -253,7 +264,7 @@ class DeviceActivity:
                  agent_path: str | None = None, count_entries: int = 65536, corr_entries: int = 262144,
                  corr_ids: int = 1 << 21,
                  name_entries: int = 16384, ringbuf_pages: int = 4096,
-                 injector: Callable[..., Any] | None = None, sampling: bool = False, windows: bool = False) -> None:
+                 injector: Injector | None = None, sampling: bool = False, windows: bool = False) -> None:
         self.trace = trace
         # The agent announces a sample of the calls (each thread's first after every DEEPCTX_SAMPLE_US),
         # and every record carries the announced call that stands for its own: one trap per sample, not
@@ -327,10 +338,10 @@ class DeviceActivity:
             return
         self.agent_kind = "cupti"  # attach loads the CUPTI agent (rocprofiler-sdk cannot start late)
         if self.inject:
-            from deepctx.daemon.inject.agent import check_injectable, find_agent
-
+            if self.injector is None:
+                raise ValueError("loading the agent needs an injector (the daemon's)")
             self.agent_path = self.agent_path or find_agent()
-            check_injectable(target.pid)  # ValueError with the reason: no CUDA, ptrace not permitted
+            self.injector.check_injectable(target.pid)  # ValueError with the reason: no CUDA, ptrace not permitted
             return
         if self.required:
             raise ValueError("the process has no deepctx CUPTI agent (start it with `deepctx run`, or attach "
@@ -344,7 +355,7 @@ class DeviceActivity:
         self.start_ns = time.monotonic_ns()  # CLOCK_MONOTONIC: bpf_ktime_get_ns()'s clock
         self.write_config(bpf)
         if self.trace:
-            bpf["dev_events"].open_ring_buffer(self._on_event)
+            bpf[b"dev_events"].open_ring_buffer(self._on_event)
             self._ringbuf_open = True
         self._attach_new(bpf, target)
         if not self._files and self.inject and not self.expected_agent:
@@ -353,7 +364,7 @@ class DeviceActivity:
             self._wait_active(bpf)
 
     def write_config(self, bpf: Any) -> None:
-        bpf["dev_config"][ct.c_int(0)] = DevConfig(self.start_ns, int(self.trace), int(self.agent_calls),
+        bpf[b"dev_config"][ct.c_int(0)] = DevConfig(self.start_ns, int(self.trace), int(self.agent_calls),
                                                    int(self.spans), 0, self.share_from_ns)
 
     def _wait_active(self, bpf: Any, timeout_s: float = 1.0) -> None:
@@ -375,7 +386,7 @@ class DeviceActivity:
         if self._sealed is not None:  # no attach through its path after this: the family is done
             self._sealed.close()
             self._sealed = None
-        table = bpf["dev_sites"]
+        table = bpf[b"dev_sites"]
         for addr in self._sites:
             try:
                 del table[usdt.UsdtSiteKey(target.pid, 0, addr)]
@@ -392,7 +403,7 @@ class DeviceActivity:
         self.counts.release()
 
     def stats(self, bpf: Any) -> dict[str, int]:
-        table = bpf["dev_stats"]
+        table = bpf[b"dev_stats"]
         out = {STAT_NAMES[i]: percpu_sum(table, i) for i in range(DEV_STAT__COUNT)}
         f = self.flush_state(bpf)
         out["device_agent_flushes"] = f.flushes
@@ -493,7 +504,7 @@ class DeviceActivity:
 
     def _register_sites(self, bpf: Any, pid: int, af: _AgentFile, mappings: list[Mapping]) -> None:
         """Where each probe site is in this process: the handlers decode their arguments by address."""
-        table = bpf["dev_sites"]
+        table = bpf[b"dev_sites"]
         for p in af.probes:
             for m in mappings:
                 if m.offset <= p.pc_offset < m.offset + (m.end - m.start):
@@ -506,11 +517,8 @@ class DeviceActivity:
         raises the semaphores as the agent is mapped and the agent starts watched. The file is the
         daemon's own sealed memfd (inject/memfd.py), attached through its descriptor's path: it stays
         open while the family may attach again (duty-cycle resume) and is closed at detach."""
-        from deepctx.daemon.inject.agent import inject_agent
-        from deepctx.daemon.process_handle import ProcessHandle
-
-        assert self.agent_path is not None
-        injector = self.injector or inject_agent
+        assert self.agent_path is not None and self.injector is not None
+        injector = self.injector
         handle = getattr(target, "handle", None)
         own = handle is None  # a target without a handle: bind the process now, for the injection
         keys: list[tuple[str, int]] = []
@@ -532,7 +540,7 @@ class DeviceActivity:
         try:
             if own:
                 handle = ProcessHandle.open(target.pid)
-            self._sealed = injector(handle, self.agent_path, before_load=before, after_load=loaded)
+            self._sealed = injector.inject_agent(handle, self.agent_path, before_load=before, after_load=loaded)
         except BaseException:
             for key in keys:  # its path names a closed descriptor: never attach through it again
                 self._files.pop(key, None)
@@ -545,16 +553,16 @@ class DeviceActivity:
     # --- the window's end ------------------------------------------------------------------------------
 
     def flush_state(self, bpf: Any) -> DevFlush:
-        return bpf["dev_flush"][ct.c_int(0)]
+        return bpf[b"dev_flush"][ct.c_int(0)]
 
     def correlations(self, bpf: Any) -> int:
         """Launches the agent announced so far in the capture (its correlation probe: every launch in exact
         mode, a sample of them in sampled mode)."""
-        return percpu_sum(bpf["dev_stats"], DEV_STAT_CORRELATIONS)
+        return percpu_sum(bpf[b"dev_stats"], DEV_STAT_CORRELATIONS)
 
     def take_span(self, bpf: Any) -> DevSpan:
         """The span of the device work recorded since the last take (all CPUs), and starts a new one."""
-        table = bpf["dev_span"]
+        table = bpf[b"dev_span"]
         out = DevSpan()
         for cpu in table[ct.c_int(0)]:
             s = DevSpan.from_buffer_copy(bytes(cpu))
@@ -645,7 +653,7 @@ class DeviceActivity:
         read from the process while it lives."""
         out: dict[int, str] = {}
         cut: list[int] = []
-        for k, v in items(bpf["dev_names"]):
+        for k, v in items(bpf[b"dev_names"]):
             if k.pid != pid:
                 continue
             raw = bytes(v.name).split(b"\0", 1)[0]

@@ -9,9 +9,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepctx.daemon.procfs import Mapping, ProcessGone, ProcessMemory, open_mapped_file
-from deepctx.daemon.symbolize.elf import ElfSymbols
-from deepctx.probes import gpu_apis
+from deepctx.host import gpu_apis
+from deepctx.host.elf.symbols import ElfSymbols
+from deepctx.host.procfs import Mapping, ProcessGone, ProcessMemory, open_mapped_file
 from deepctx.probes.family import Target, read_source
 from deepctx.probes.maps import CountsMap, entry_count, items, percpu_sum
 from deepctx.probes.uprobes import UprobeAttacher
@@ -329,7 +329,7 @@ class GpuApi:
         # in the target alone: other processes that map the same libraries do not trap
         self.counts.bind(bpf)
         self._uprobes = UprobeAttacher(bpf, "on_gpu_api_entry", "on_gpu_api_return", pid=target.pid)
-        bpf["gpu_config"][ct.c_int(0)] = GpuConfig(self.sample_interval_ns)
+        bpf[b"gpu_config"][ct.c_int(0)] = GpuConfig(self.sample_interval_ns)
         self._attach_new(bpf, target)
 
     def poll(self, bpf: Any, target: Target) -> None:
@@ -343,10 +343,10 @@ class GpuApi:
         if state is None:
             return
         try:
-            del bpf["gpu_ranges"][ct.c_uint32(target.pid)]
+            del bpf[b"gpu_ranges"][ct.c_uint32(target.pid)]
         except KeyError:
             pass
-        table = bpf["gpu_addrs"]
+        table = bpf[b"gpu_addrs"]
         for addr in state.addrs:
             try:
                 del table[GpuAddrKey(target.pid, 0, addr)]
@@ -388,15 +388,15 @@ class GpuApi:
         ids from it, which must still name their stacks. When it is cleared, so are the hand-offs' holders:
         their work falls back to the worker's own path rather than to none."""
         self.counts.release()
-        stacks = bpf["gpu_stacks"]
+        stacks = bpf[b"gpu_stacks"]
         if entry_count(stacks) > self.stack_entries // 2:
             stacks.clear()
-            for name in ("gpu_origins", "gpu_node_origins", "gpu_node_runs"):
+            for name in (b"gpu_origins", b"gpu_node_origins", b"gpu_node_runs"):
                 bpf[name].clear()
             self.stack_clears += 1
 
     def stats(self, bpf: Any) -> dict[str, int]:
-        table = bpf["gpu_stats"]
+        table = bpf[b"gpu_stats"]
         out = {STAT_NAMES[i]: percpu_sum(table, i) for i in range(GPU_STAT__COUNT)}
         out["gpu_sample_interval_ns"] = self.sample_interval_ns
         out["gpu_libraries_attached"] = len(self.libraries_attached)
@@ -436,7 +436,7 @@ class GpuApi:
         return lib
 
     def _attach_handoffs(self, bpf: Any, target: Target, state: _PidState) -> None:
-        table = bpf["gpu_addrs"]
+        table = bpf[b"gpu_addrs"]
         for m in target.space.mappings:
             if not (m.executable and m.file_backed):
                 continue
@@ -481,7 +481,7 @@ class GpuApi:
     def _attach_new(self, bpf: Any, target: Target) -> None:
         state = self._pids.setdefault(target.pid, _PidState())
         self._attach_handoffs(bpf, target, state)
-        table = bpf["gpu_addrs"]
+        table = bpf[b"gpu_addrs"]
         for kind, m in self._library_mappings(target):
             ident = (m.start, m.dev, m.inode)
             if ident in state.mappings:
@@ -514,7 +514,7 @@ class GpuApi:
         r = GpuRanges()
         for i, (lo, hi) in enumerate(state.ranges):
             r.start[i], r.end[i] = lo, hi
-        bpf["gpu_ranges"][ct.c_uint32(pid)] = r
+        bpf[b"gpu_ranges"][ct.c_uint32(pid)] = r
 
     def probe_agents_calls(self) -> None:
         """The agent does not report after all (it failed to start): probe the calls left to it."""
@@ -562,23 +562,23 @@ class GpuApi:
 
     def thread_names(self, bpf: Any) -> dict[int, str]:
         """tid -> name, for the threads that made GPU calls (short-lived ones included)."""
-        return {getattr(k, "value", k): bytes(v.comm).split(b"\0", 1)[0].decode(errors="replace") for k, v in items(bpf["gpu_comms"])}
+        return {getattr(k, "value", k): bytes(v.comm).split(b"\0", 1)[0].decode(errors="replace") for k, v in items(bpf[b"gpu_comms"])}
 
     def node_types(self, bpf: Any, pid: int) -> dict[int, str]:
         """vtable address -> class name of the work items (autograd nodes) run in process pid."""
-        from deepctx.daemon.origins import type_display_name
+        from deepctx.host.demangle import type_display_name
 
         return {k.handle: type_display_name(bytes(v.name).split(b"\0", 1)[0].decode(errors="replace"))
-                for k, v in items(bpf["gpu_node_types"]) if k.pid == pid}
+                for k, v in items(bpf[b"gpu_node_types"]) if k.pid == pid}
 
     def function_names(self, bpf: Any) -> dict[tuple[int, int], str]:
         return {(k.pid, k.handle): bytes(v.name).split(b"\0", 1)[0].decode(errors="replace")
-                for k, v in items(bpf["gpu_fn_names"])}
+                for k, v in items(bpf[b"gpu_fn_names"])}
 
     def _object_infos(self, bpf: Any) -> dict[tuple[int, int], GpuObjInfo]:
         # bcc's own type for the value is unreliable for char arrays: reread its bytes with ours
         return {(k.pid, k.handle): GpuObjInfo.from_buffer_copy(ct.string_at(ct.addressof(v), ct.sizeof(GpuObjInfo)))
-                for k, v in items(bpf["gpu_objects"])}
+                for k, v in items(bpf[b"gpu_objects"])}
 
     def _read_full_names(self, bpf: Any, pid: int) -> None:
         """BPF keeps the first GPU_OBJ_STR bytes of each string; C++ kernel names are often longer. While
@@ -610,11 +610,11 @@ class GpuApi:
 
     def stack_ids(self, bpf: Any) -> list[int]:
         """The ids of every native stack stored so far, as buckets name them."""
-        return [k.value for k in bpf["gpu_stacks"].keys()]
+        return [k.value for k in bpf[b"gpu_stacks"].keys()]
 
     def user_stack(self, bpf: Any, stack_id: int) -> tuple[list[int], bool]:
         """Native stack of a sampled call (0 means none); KeyError when it is not (or no longer) kept."""
-        table = bpf["gpu_stacks"]
+        table = bpf[b"gpu_stacks"]
         st = table[table.Key(stack_id)]
         return list(st.ip[:min(st.depth, GPU_FP_DEPTH)]), bool(st.flags & GPU_FP_F_TRUNCATED)
 

@@ -103,20 +103,20 @@ class CountsMap:
 
     def table(self, bpf: Any) -> Any:
         """The generation the programs add to now."""
-        return bpf[f"{self.name}_{self.generation}"]
+        return bpf[f"{self.name}_{self.generation}".encode()]  # bcc wants bytes
 
     def bind(self, bpf: Any) -> None:
         """Points the programs at the current generation, once per program (before its probes attach:
         until then, every add finds no map and counts as a full one)."""
         try:
-            bpf[self.name][ct.c_int(0)]
+            bpf[self.name.encode()][ct.c_int(0)]
         except KeyError:  # never set (the kernel answers ENOENT for an empty slot)
             self._point(bpf)
 
     def _point(self, bpf: Any) -> None:
         """The programs add to the current generation from now on. The kernel returns from this update once
         every program that may still hold the slot's old generation has finished (synchronize_rcu)."""
-        bpf[self.name][ct.c_int(0)] = ct.c_int(self.table(bpf).get_fd())
+        bpf[self.name.encode()][ct.c_int(0)] = ct.c_int(self.table(bpf).get_fd())
 
     def take(self, bpf: Any) -> None:
         if not self.windows:

@@ -14,13 +14,13 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepctx.daemon.procfs import ProcessGone, ProcessMemory, thread_ids
-from deepctx.daemon.python.code import CodeReader
-from deepctx.daemon.python.discovery import Interpreter, find_interpreter
-from deepctx.daemon.python.layouts import PyLayout
-from deepctx.daemon.python.pyframe import PyFrameInfo
-from deepctx.daemon.python.stacks import RawFrame, RawStack, prefetch, symbolize_stack
-from deepctx.daemon.python.threads import ThreadMapper, ThreadState
+from deepctx.host.procfs import ProcessGone, ProcessMemory, thread_ids
+from deepctx.host.python.code import CodeReader
+from deepctx.host.python.discovery import Interpreter, find_interpreter
+from deepctx.host.python.layouts import PyLayout
+from deepctx.host.python.pyframe import PyFrameInfo
+from deepctx.host.python.stacks import RawFrame, RawStack, prefetch, symbolize_stack
+from deepctx.host.python.threads import ThreadMapper, ThreadState
 from deepctx.probes.family import Target, read_source
 from deepctx.probes.maps import entry_count, percpu_sum
 
@@ -192,7 +192,7 @@ class PythonStacks:
 
     def attach(self, bpf: Any, target: Target) -> None:
         proc = self._procs[target.pid]
-        table = bpf["py_procs"]
+        table = bpf[b"py_procs"]
         table[ct.c_uint32(target.pid)] = table.Leaf.from_buffer_copy(bytes(proc_config(proc.interp.layout)))
         self._refresh(bpf, target.pid, proc)
 
@@ -213,7 +213,7 @@ class PythonStacks:
         proc = self._procs.pop(target.pid, None)
         if proc is None:
             return
-        entries = [(bpf["py_procs"], target.pid)] + [(bpf["py_threads"], tid) for tid in proc.threads]
+        entries = [(bpf[b"py_procs"], target.pid)] + [(bpf[b"py_threads"], tid) for tid in proc.threads]
         for table, key in entries:
             try:
                 del table[ct.c_uint32(key)]
@@ -227,12 +227,12 @@ class PythonStacks:
         hashes of the frames: stacks are interned again as they recur, names stay cached by id). Clearing it
         at every window lost the stacks first stored while the window was built: the next poll found their
         ids queued and the map without them."""
-        stacks = bpf["py_stacks"]
+        stacks = bpf[b"py_stacks"]
         if entry_count(stacks) > self.stack_entries // 2:
             stacks.clear()
 
     def stats(self, bpf: Any) -> dict[str, int]:
-        table = bpf["py_stats"]
+        table = bpf[b"py_stats"]
         out = {name: percpu_sum(table, i) for i, name in STAT_NAMES.items()}
         out["python_thread_refreshes"] = self.refreshes
         out["python_unknown_frames"] = self.unknown_frames()
@@ -282,7 +282,7 @@ class PythonStacks:
 
     def _read_stack(self, bpf: Any, stack_id: int) -> RawStack | None:
         try:
-            value = bpf["py_stacks"][ct.c_uint64(stack_id)]
+            value = bpf[b"py_stacks"][ct.c_uint64(stack_id)]
         except KeyError:
             return None
         raw = raw_stack(self._stack_type.from_buffer_copy(bytes(value)))
@@ -291,7 +291,7 @@ class PythonStacks:
 
     def _drain_misses(self, bpf: Any) -> dict[int, set[int]]:
         """pid -> its threads that had samples without a known (or valid) thread state."""
-        table = bpf["py_misses"]
+        table = bpf[b"py_misses"]
         missed: dict[int, set[int]] = {}
         try:
             entries = list(table.items_lookup_and_delete_batch())
@@ -317,7 +317,7 @@ class PythonStacks:
         except (MemoryError, ProcessGone) as e:  # exiting, or caught mid-update: the next poll retries
             log.debug("thread states unreadable", extra={"pid": pid, "error": str(e)})
             return
-        table = bpf["py_threads"]
+        table = bpf[b"py_threads"]
         retry_at = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + PY_RETRY_NS  # bpf_ktime_get_ns's clock
         for tid in tids:
             st = states.get(tid)
@@ -336,7 +336,7 @@ class PythonStacks:
 
     def _learn_new_stacks(self, bpf: Any) -> None:
         """Reads the code objects of stacks stored since the last poll while their process lives."""
-        queue = bpf["py_new_stacks"]
+        queue = bpf[b"py_new_stacks"]
         fresh: list[tuple[int, int | None]] = []
         while True:
             try:
@@ -345,7 +345,7 @@ class PythonStacks:
                 break
             fresh.append((int(leaf.id), int(leaf.pid)))
         if self._queue_overflowed(bpf):  # some ids never made it to the queue: look at them all
-            fresh += [(k.value, None) for k in bpf["py_stacks"].keys() if k.value not in self._raw]
+            fresh += [(k.value, None) for k in bpf[b"py_stacks"].keys() if k.value not in self._raw]
         self.learning = bool(fresh)
         for stack_id, pid in fresh:
             raw = self._raw.get(stack_id) or self._read_stack(bpf, stack_id)
@@ -359,7 +359,7 @@ class PythonStacks:
                 self._owner.setdefault(stack_id, proc.interp.pid)
 
     def _queue_overflowed(self, bpf: Any) -> bool:
-        lost = percpu_sum(bpf["py_stats"], PYSTACK_STAT_NEW_LOST)
+        lost = percpu_sum(bpf[b"py_stats"], PYSTACK_STAT_NEW_LOST)
         if lost != self._lost_seen:
             self._lost_seen = lost
             return True

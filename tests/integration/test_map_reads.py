@@ -28,8 +28,8 @@ BPF_HASH(counts, struct key_t, struct val_t, 16384);
 def filled_map() -> Iterator[Any]:
     from bcc import BPF
 
-    bpf = BPF(text=SOURCE)
-    t = bpf["counts"]
+    bpf = BPF(text=SOURCE.encode())
+    t = bpf[b"counts"]
     for i in range(ENTRIES):
         k = t.Key()
         k.pid, k.id = 7 + i % 3, 0x1000 + i
@@ -132,7 +132,7 @@ def counting(windows: bool, pids: list[int], flags: str = "0") -> Any:
     bpf = BPF(text=COUNTING.encode(), cflags=[f"-I{PROBES_DIR}", f"-DSPARE={1024 if windows else 1}",
                                           f"-DFLAGS={flags}"])
     for pid in pids:
-        bpf["targets"][ct.c_uint32(pid)] = ct.c_uint8(1)
+        bpf[b"targets"][ct.c_uint32(pid)] = ct.c_uint8(1)
     return bpf
 
 
@@ -156,8 +156,8 @@ def test_a_take_moves_the_programs_to_the_other_generation_and_reads_the_old_one
         for _ in range(3):
             os.getppid()  # counted while the window is built: the next window's
         assert per_pid(counts.items(bpf)) == {os.getpid(): 7}  # the taken window
-        assert maps.entry_count(bpf["counts_0"]) == 0  # emptied as it was read
-        assert per_pid(maps.decoded(bpf["counts_1"], maps.raw_items(bpf["counts_1"]))) == {os.getpid(): 3}
+        assert maps.entry_count(bpf[b"counts_0"]) == 0  # emptied as it was read
+        assert per_pid(maps.decoded(bpf[b"counts_1"], maps.raw_items(bpf[b"counts_1"]))) == {os.getpid(): 3}
         counts.release()
         assert per_pid(counts.items(bpf)) == {os.getpid(): 3}
         counts.bind(bpf)  # bound already: stays on generation 1
@@ -172,7 +172,7 @@ def test_a_take_moves_the_programs_to_the_other_generation_and_reads_the_old_one
 def test_without_windows_the_second_generation_has_one_entry_and_nothing_is_taken() -> None:
     bpf = counting(windows=False, pids=[os.getpid()])
     try:
-        assert bpf["counts_1"].max_entries == 1  # a one-shot capture pays no second map
+        assert bpf[b"counts_1"].max_entries == 1  # a one-shot capture pays no second map
         counts = maps.CountsMap("counts")
         counts.bind(bpf)
         for _ in range(6):
@@ -215,7 +215,7 @@ def counted_across_takes(windows: bool, flags: str = "0") -> tuple[int, list[int
                 window = counts.items(bpf)
                 counts.release()
             else:
-                window = maps.decoded(bpf["counts_0"], maps.take_raw_items(bpf["counts_0"]))
+                window = maps.decoded(bpf[b"counts_0"], maps.take_raw_items(bpf[b"counts_0"]))
             takes += 1
             for pid, n in per_pid(window).items():
                 total[pid] = total.get(pid, 0) + n

@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from libc_sites import function_offsets, libc_path  # noqa: E402
 
-from deepctx.daemon.procfs import AddressSpace
+from deepctx.host.procfs import AddressSpace
 from deepctx.probes import gpu_api
 from deepctx.probes.family import Target
 from deepctx.probes.uprobes import BPF_TRACE_UPROBE_MULTI, UprobeAttacher, close_links, link_uprobe_multi
@@ -44,7 +44,7 @@ def probe() -> Iterator[tuple[Any, int, str, dict[str, int]]]:
     offsets = function_offsets(path, FUNCS)
     assert sorted(offsets) == sorted(FUNCS), f"{path} lacks some of {FUNCS}"
     assert len(set(offsets.values())) == len(FUNCS), "two of the functions share an address"
-    bpf = BPF(text=SOURCE)
+    bpf = BPF(text=SOURCE.encode())
     fd = bpf.load_func(b"on_call", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI).fd
     yield bpf, fd, path, offsets
     bpf.cleanup()
@@ -61,7 +61,7 @@ def call_each() -> None:
 
 
 def calls(bpf: Any) -> int:
-    return int(bpf["calls"][ct.c_int(0)].value)
+    return int(bpf[b"calls"][ct.c_int(0)].value)
 
 
 @pytest.mark.parametrize("together", [len(FUNCS), 1])

@@ -11,7 +11,7 @@ import pytest
 from deepctx.daemon.device_share import DeviceShares
 from deepctx.daemon.duty_cycle import DutyCycle
 from deepctx.daemon.gpu_tree import scale_buckets
-from deepctx.probes import gpu_apis
+from deepctx.host import gpu_apis
 from deepctx.probes.gpu_api import GpuBucket
 
 
@@ -137,15 +137,15 @@ def test_window_end_keeps_stack_ids_until_the_map_is_half_full() -> None:
     from deepctx.probes.gpu_api import GpuApi
 
     gpu = GpuApi(mode="sampled", stack_entries=8)
-    bpf = {name: FakeTable() for name in ("gpu_counts", "gpu_stacks", "gpu_origins", "gpu_node_origins",
-                                          "gpu_node_runs")}
-    bpf["gpu_stacks"].update({i: i for i in range(4)})
-    bpf["gpu_origins"][1] = "origin holding stack 3"
+    bpf = {name: FakeTable() for name in (b"gpu_counts", b"gpu_stacks", b"gpu_origins", b"gpu_node_origins",
+                                          b"gpu_node_runs")}  # keyed by bytes, as bcc wants its table names
+    bpf[b"gpu_stacks"].update({i: i for i in range(4)})
+    bpf[b"gpu_origins"][1] = "origin holding stack 3"
     gpu.clear_window(bpf)
-    assert bpf["gpu_counts"].cleared == 0 and len(bpf["gpu_stacks"]) == 4 and bpf["gpu_origins"]  # ids stay valid
-    bpf["gpu_stacks"][4] = 4  # more than half of 8
+    assert bpf[b"gpu_counts"].cleared == 0 and len(bpf[b"gpu_stacks"]) == 4 and bpf[b"gpu_origins"]  # ids stay valid
+    bpf[b"gpu_stacks"][4] = 4  # more than half of 8
     gpu.clear_window(bpf)
-    assert not bpf["gpu_stacks"] and not bpf["gpu_origins"] and gpu.stack_clears == 1
+    assert not bpf[b"gpu_stacks"] and not bpf[b"gpu_origins"] and gpu.stack_clears == 1
 
 
 def test_a_failed_detach_in_the_gpu_probes_thread_is_raised_to_the_loop() -> None:

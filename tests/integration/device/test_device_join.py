@@ -15,8 +15,8 @@ from device_paths import TARGET
 from harness import StdinTarget, line_of
 
 from deepctx.daemon.device_tree import UNKNOWN_ORIGIN
-from deepctx.daemon.frames import Frame
 from deepctx.daemon.trace import totals_by_kernel
+from deepctx.host.frames import Frame
 from deepctx.probes.device_activity import DEV_AGENT_ACTIVE, DeviceActivity
 
 sys.path.insert(0, str(TARGET.parent))
@@ -134,7 +134,7 @@ def test_unknown_correlations_are_counted_not_dropped(built: tuple[Path, Path]) 
     t = start(built)
     try:
         dev = DeviceActivity()
-        r = run_capture(t.pid, phase(t), dev, python=False, before_flush=lambda bpf: bpf["dev_corr"].clear())
+        r = run_capture(t.pid, phase(t), dev, python=False, before_flush=lambda bpf: bpf[b"dev_corr"].clear())
     finally:
         t.stop()
     assert r.stats["device_records_unknown_correlation"] == RECORDS

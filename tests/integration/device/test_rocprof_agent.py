@@ -19,9 +19,9 @@ from profile_paths import walk
 from test_device_join import at_line, gpu_time
 
 from deepctx.daemon.device_tree import UNKNOWN_ORIGIN
-from deepctx.daemon.frames import Frame
-from deepctx.daemon.procfs import read_maps
 from deepctx.daemon.trace import totals_by_kernel
+from deepctx.host.frames import Frame
+from deepctx.host.procfs import read_maps
 from deepctx.probes import usdt
 from deepctx.probes.device_activity import DEV_AGENT_E_CUPTI, DeviceActivity, agent_mappings
 
@@ -111,7 +111,7 @@ def test_unknown_correlations_are_counted_not_dropped(built_rocprof: tuple[Path,
     t = start(built_rocprof)
     try:
         r = run_capture(t.pid, phase(t), DeviceActivity(), python=False,
-                        before_flush=lambda bpf: bpf["dev_corr"].clear())
+                        before_flush=lambda bpf: bpf[b"dev_corr"].clear())
     finally:
         t.stop()
     assert r.stats["device_records_unknown_correlation"] == RECORDS
@@ -254,7 +254,7 @@ def test_run_starts_a_hip_command_with_the_rocprof_agent(daemon, built_rocprof: 
 
 def test_the_daemon_finds_the_rocprof_agent(built_rocprof: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
                                             tmp_path: Path) -> None:
-    from deepctx.daemon.inject.agent import find_rocprof_agent
+    from deepctx.host.gpu_agents import find_rocprof_agent
 
     agent, _ = built_rocprof
     monkeypatch.delenv("DEEPCTX_ROCPROF_AGENT", raising=False)

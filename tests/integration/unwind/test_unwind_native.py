@@ -18,7 +18,7 @@ pytest.importorskip("bcc", reason="needs bcc (Debian's python3-bpfcc)")
 from unwind_harness import Sample, Sampler, histogram, share, start_target, wait_line  # noqa: E402
 from unwind_symbols import Symbolizer  # noqa: E402
 
-from deepctx.daemon import procfs  # noqa: E402
+from deepctx.host import procfs  # noqa: E402
 from deepctx.probes.native_unwind import NATIVE_F_COMPLETE, NATIVE_F_TRUNCATED, UnwindConfig, flag_names  # noqa: E402
 
 pytestmark = pytest.mark.root
@@ -163,7 +163,7 @@ def test_library_loaded_after_attach(unwind_targets):
             assert time.monotonic() < deadline, "poll() did not pick up libunwdl.so"
             s.unwinder.poll(s.bpf, s.target)
             time.sleep(0.01)  # polling a condition with a deadline
-        s.bpf["samples"].clear()  # samples taken before the table was in place
+        s.bpf[b"samples"].clear()  # samples taken before the table was in place
         samples = s.collect(300)
         sym = Symbolizer(p.pid)
     finally:
@@ -208,19 +208,19 @@ def test_uprobe_context(unwind_targets):
         unwinder.prepare(target)
         cflags = [f"-D{k}={v}" for k, v in unwinder.defines().items()]
         bpf = BPF(
-            text=unwinder.source() + UPROBE_C,
+            text=(unwinder.source() + UPROBE_C).encode(),
             cflags=[*cflags, f"-I{PROBES_DIR}", f"-DTARGET_PID={p.pid}", "-w"],
         )
         unwinder.attach(bpf, target)
-        bpf.attach_uprobe(name=exe, sym="c", fn_name="on_entry", pid=p.pid)
+        bpf.attach_uprobe(name=exe.encode(), sym=b"c", fn_name=b"on_entry", pid=p.pid)
         deadline = time.monotonic() + 20
-        while sum(v.value for v in bpf["hits"].values()) < 200:
+        while sum(v.value for v in bpf[b"hits"].values()) < 200:
             assert time.monotonic() < deadline, "uprobe on c did not fire"
             time.sleep(0.01)  # polling a condition with a deadline
         sym = Symbolizer(p.pid)
         counts = {
             tuple(sym.frames(ips)) + (flags & NATIVE_F_COMPLETE,): v.value
-            for k, v in bpf["hits"].items()
+            for k, v in bpf[b"hits"].items()
             for ips, flags in [unwinder.stack(bpf, k.value)]
         }
         bpf.cleanup()

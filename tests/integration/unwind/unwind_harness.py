@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from bcc import BPF, PerfSWConfig, PerfType
 
-from deepctx.daemon import procfs
+from deepctx.host import procfs
 from deepctx.probes.family import PROBES_DIR, Target
 from deepctx.probes.native_unwind import NativeUnwinder, UnwindConfig
 
@@ -100,19 +100,19 @@ class Sampler:
         cflags += [f"-I{PROBES_DIR}", f"-DTARGET_PID={pid}", "-w"]
         t0 = time.monotonic()
         self.bpf = BPF(text=(self.unwinder.source() + HARNESS_C).encode(), cflags=cflags)
-        self.fn = self.bpf.load_func("on_sample", BPF.PERF_EVENT)
+        self.fn = self.bpf.load_func(b"on_sample", BPF.PERF_EVENT)
         self.load_seconds = time.monotonic() - t0
         self.unwinder.attach(self.bpf, self.target)
         self.bpf.attach_perf_event(
             ev_type=PerfType.SOFTWARE,
             ev_config=PerfSWConfig.CPU_CLOCK,
-            fn_name="on_sample",
+            fn_name=b"on_sample",
             sample_freq=freq,
             pid=pid,
         )
 
     def total(self) -> int:
-        return sum(v.value for v in self.bpf["samples"].values())
+        return sum(v.value for v in self.bpf[b"samples"].values())
 
     def collect(self, n: int, timeout: float = 30.0) -> list[Sample]:
         """Waits until n samples were taken (deadline: timeout seconds), then decodes them."""
@@ -122,16 +122,16 @@ class Sampler:
                 raise TimeoutError(f"only {self.total()} of {n} samples in {timeout} s")
             time.sleep(0.05)  # polling a condition, not a synchronization sleep
         self.bpf.detach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK)
-        fp = self.bpf["fp_stacks"]
+        fp = self.bpf[b"fp_stacks"]
         out = []
-        for k, v in self.bpf["samples"].items():
+        for k, v in self.bpf[b"samples"].items():
             native, flags = self.unwinder.stack(self.bpf, k.native_id) if k.native_id else ([], 0)
             fp_ips = list(fp.walk(k.fp_id)) if k.fp_id >= 0 else []
             out.append(Sample(native, flags, fp_ips, v.value))
         return out
 
     def ns_per_unwind(self) -> float:
-        t = self.bpf["timing"]
+        t = self.bpf[b"timing"]
         ns = sum(t[ct.c_int(0)])
         calls = sum(t[ct.c_int(1)])
         return ns / calls if calls else 0.0

@@ -16,8 +16,8 @@ import pytest
 import userwalk
 from targets.python.pythons import INTERPRETERS, Interpreter
 
-from deepctx.daemon.procfs import AddressSpace, ProcessMemory, process_info, read_maps, thread_ids
-from deepctx.daemon.python.threads import ThreadMapper
+from deepctx.host.procfs import AddressSpace, ProcessMemory, process_info, read_maps, thread_ids
+from deepctx.host.python.threads import ThreadMapper
 from deepctx.probes import python_stack as ps
 from deepctx.probes.family import Target
 
@@ -64,11 +64,11 @@ class FakeTable:
 
 class FakeBPF(dict):
     def __init__(self, max_depth: int) -> None:
-        super().__init__(
-            py_procs=FakeTable(ps.PyProc), py_threads=FakeTable(ps.PyThread), py_misses=FakeTable(ct.c_uint32),
-            py_stacks=FakeTable(ps.py_stack_type(max_depth)), py_new_stacks=FakeTable(ps.PyNewStack),
-            py_stats=FakeTable(ct.c_uint64, percpu=2),
-        )
+        super().__init__({  # keyed by bytes, as bcc wants its table names
+            b"py_procs": FakeTable(ps.PyProc), b"py_threads": FakeTable(ps.PyThread),
+            b"py_misses": FakeTable(ct.c_uint32), b"py_stacks": FakeTable(ps.py_stack_type(max_depth)),
+            b"py_new_stacks": FakeTable(ps.PyNewStack), b"py_stats": FakeTable(ct.c_uint64, percpu=2),
+        })
 
 
 @pytest.fixture(params=INTERPRETERS, ids=lambda i: i.id)
@@ -99,8 +99,8 @@ def test_lifecycle(target: tuple[subprocess.Popen, Target, dict]) -> None:
     bpf = FakeBPF(128)
     fam.attach(bpf, t)
 
-    assert bytes(bpf["py_procs"].data[t.pid]) == bytes(ps.proc_config(interp.layout))
-    threads = bpf["py_threads"].data
+    assert bytes(bpf[b"py_procs"].data[t.pid]) == bytes(ps.proc_config(interp.layout))
+    threads = bpf[b"py_threads"].data
     assert set(threads) == set(thread_ids(t.pid))
     main = threads[info["tid"]]
     assert main.tstate != 0
@@ -110,9 +110,9 @@ def test_lifecycle(target: tuple[subprocess.Popen, Target, dict]) -> None:
     # a sample of an unknown thread asks for a refresh on the next poll
     refreshes = fam.refreshes
     del threads[info["tid"]]
-    bpf["py_misses"].data[info["tid"]] = ct.c_uint32(t.pid)
+    bpf[b"py_misses"].data[info["tid"]] = ct.c_uint32(t.pid)
     fam.poll(bpf, t)
-    assert fam.refreshes == refreshes + 1 and not bpf["py_misses"].data
+    assert fam.refreshes == refreshes + 1 and not bpf[b"py_misses"].data
     assert threads[info["tid"]].tstate == main.tstate
 
     # a new stack is named at the next poll, and stays named once the process is gone
@@ -123,8 +123,8 @@ def test_lifecycle(target: tuple[subprocess.Popen, Target, dict]) -> None:
     for i, f in enumerate(raw.frames):
         value.frames[i].code, value.frames[i].tag, value.frames[i].lasti = f.code, f.tag, f.lasti
         value.frame_flags[i] = f.flags
-    bpf["py_stacks"].data[42] = value
-    bpf["py_new_stacks"].queue.append(ps.PyNewStack(42, t.pid, info["tid"]))
+    bpf[b"py_stacks"].data[42] = value
+    bpf[b"py_new_stacks"].queue.append(ps.PyNewStack(42, t.pid, info["tid"]))
     fam.poll(bpf, t)
     proc.kill()
     proc.wait()
@@ -136,7 +136,7 @@ def test_lifecycle(target: tuple[subprocess.Popen, Target, dict]) -> None:
     stats = fam.stats(bpf)
     assert set(stats) >= {"python_tstate_misses", "python_truncated", "python_read_errors", "python_stacks"}
     fam.detach(bpf, t)
-    assert not bpf["py_procs"].data and not threads
+    assert not bpf[b"py_procs"].data and not threads
     assert [f.frame.name for f in fam.frames(bpf, t, 42)][:4] == ["<module>", "top", "mid", "leaf"]
     assert fam.interpreter_modules(t.pid) == interp.modules
 
