@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+from pathlib import Path
 
 import grpc
 
@@ -25,9 +28,17 @@ def socket_path(flag: str | None) -> str:
     return flag or os.environ.get("DEEPCTX_SOCKET") or DEFAULT_SOCKET
 
 
+def daemon_command() -> str:
+    """How to start the deepctxd installed with this deepctx: the one next to the running interpreter (a
+    virtualenv's bin/ is rarely on root's PATH, so a bare `deepctxd` would not be found), else the PATH's."""
+    here = Path(sys.executable).parent / "deepctxd"  # not resolved: a venv's python links out of the venv
+    found = str(here) if os.access(here, os.X_OK) else shutil.which("deepctxd") or "deepctxd"
+    return found if os.geteuid() == 0 else f"sudo {found}"
+
+
 def not_running(path: str) -> CliError:
     return CliError(f"deepctxd is not running (nothing answers on {path}): start it with "
-                    f"`sudo deepctxd` (or `systemctl start deepctxd`), or point --socket / DEEPCTX_SOCKET "
+                    f"`{daemon_command()}` (or `systemctl start deepctxd`), or point --socket / DEEPCTX_SOCKET "
                     f"at its socket", status=3)
 
 

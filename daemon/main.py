@@ -15,24 +15,47 @@ from deepctx.daemon import logs
 log = logging.getLogger("deepctx.daemon")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="deepctxd", description="deepctx profiling daemon (runs as root)")
+def build_parser() -> argparse.ArgumentParser:
+    """Flags override the config file's keys of the same name; a flag not given leaves the file's value (so
+    each default below is the config's)."""
+    cfg = config_mod.Config()
+    p = argparse.ArgumentParser(
+        prog="deepctxd", description="deepctx profiling daemon (runs as root)",
+        epilog=f"Every setting is a key of the TOML config file ({config_mod.DEFAULT_CONFIG}, or --config): "
+               "socket, log_level, log_format, log_file, default_sample_hz, max_sample_hz, max_duration_s, "
+               "max_sessions, max_sessions_per_user, store_path, continuous, metrics_address, clickhouse_url and "
+               "more; README.md's \"deepctxd settings\" section lists them all with their defaults. Flags "
+               "override the file.")
     p.add_argument("--config", help=f"TOML config file (default {config_mod.DEFAULT_CONFIG} if present)")
     p.add_argument("--socket", help=f"Unix socket to serve on (default $DEEPCTX_SOCKET or {config_mod.DEFAULT_SOCKET})")
     p.add_argument("--foreground", action="store_true",
                    help="stay in the foreground, logging to stderr (use this under systemd); "
                         "without it deepctxd detaches once it serves and logs to log_file")
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    p.add_argument("--log-format", choices=["json", "text"])
-    p.add_argument("--log-file", help="log file when detached (default /var/log/deepctx/deepctxd.log)")
-    p.add_argument("--default-sample-hz", type=int)
-    p.add_argument("--max-duration", type=float, dest="max_duration_s")
-    p.add_argument("--max-sessions", type=int)
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                   help=f"least severe log record written (config key log_level; default {cfg.log_level})")
+    p.add_argument("--log-format", choices=["json", "text"],
+                   help=f"json: one object per line; text: for people (config key log_format; default "
+                        f"{cfg.log_format})")
+    p.add_argument("--log-file", help=f"log file when detached (config key log_file; default {cfg.log_file})")
+    p.add_argument("--default-sample-hz", type=int, metavar="HZ",
+                   help=f"CPU samples per second of a capture that names no rate (config key default_sample_hz; "
+                        f"default {cfg.default_sample_hz}, at most max_sample_hz, {cfg.max_sample_hz})")
+    p.add_argument("--max-duration", type=float, dest="max_duration_s", metavar="S",
+                   help=f"longest capture a client may ask for, in seconds (config key max_duration_s; default "
+                        f"{cfg.max_duration_s:g})")
+    p.add_argument("--max-sessions", type=int, metavar="N",
+                   help=f"captures at once; root's own attach is served beyond it (config key max_sessions; "
+                        f"default {cfg.max_sessions})")
     p.add_argument("--continuous", action="store_true", default=None,
-                   help="profile every GPU process by itself, in windows kept in the window store")
+                   help="profile every GPU process by itself, in windows kept in the window store (config key "
+                        "continuous; default off)")
     p.add_argument("--print-bpf", action="store_true",
                    help="print the BPF program an attach compiles (with its settings) and exit")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def _daemonize(log_file: str) -> int:

@@ -29,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="text (default), or json: the profile document with `findings` and `analysis` added")
     p.add_argument("-o", "--output", help="write here instead of stdout (gzipped when it ends in .gz)")
     p.add_argument("--duration", type=float, default=10.0, help="with a PID: seconds to capture (default 10)")
-    p.add_argument("--rate", type=int, default=0, dest="sample_hz", help="with a PID: CPU samples per second")
+    p.add_argument("--rate", type=int, default=0, dest="sample_hz", help="with a PID: CPU samples per second (default: the daemon's, 99)")
     p.add_argument("--save", metavar="FILE", help="with a PID: also write the captured profile here")
     p.add_argument("--min-speedup", type=float, default=Limits().min_speedup,
                    help=f"leave out findings estimated below this speedup (default {Limits().min_speedup})")

@@ -25,25 +25,28 @@ GPU_ACTIVITY = {"auto": pb.GPU_ACTIVITY_AUTO, "on": pb.GPU_ACTIVITY_ON, "off": p
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("attach", help="profile a running process", description="Profile a running process.")
-    p.add_argument("pid", type=int)
+    p.add_argument("pid", type=int, help="the process to profile (its threads included)")
     p.add_argument("--duration", type=float, default=10.0, help="seconds to capture (default 10)")
     p.add_argument("--rate", type=int, default=0, dest="sample_hz",
                    help="CPU samples per second (default: the daemon's, 99)")
     p.add_argument("--kernel-stacks", action="store_true", help="also record kernel stacks")
     p.add_argument("--python", choices=sorted(PYTHON_MODES), default="auto",
-                   help="walk Python frames: auto (when the target runs CPython), on (required), off")
+                   help="walk Python frames: auto (when the target runs CPython; the default), on (required), off")
     p.add_argument("--native-python", action="store_true", help="keep libpython's own native frames")
     gpu = p.add_mutually_exclusive_group()
     gpu.add_argument("--gpu", dest="gpu", action="store_const", const="on",
-                     help="probe GPU APIs, also in GPU libraries the target loads later")
-    gpu.add_argument("--no-gpu", dest="gpu", action="store_const", const="off", help="no GPU API probes")
+                     help="probe GPU APIs, also in GPU libraries the target loads later (default: probe those it has "
+                          "loaded, if any)")
+    gpu.add_argument("--no-gpu", dest="gpu", action="store_const", const="off",
+                     help="no GPU API probes (default: probe the GPU libraries the target has loaded, if any)")
     p.set_defaults(gpu="auto")
     act = p.add_mutually_exclusive_group()
     act.add_argument("--gpu-activity", dest="gpu_activity", action="store_const", const="on",
                      help="device times through CUPTI: loads deepctx's agent into the process (ptrace) when it "
-                          "has none")
+                          "has none (default: device times only from an agent the process already runs)")
     act.add_argument("--no-gpu-activity", dest="gpu_activity", action="store_const", const="off",
-                     help="no device times, even from an agent the process has")
+                     help="no device times, even from an agent the process has (default: device times from an agent "
+                          "the process already runs)")
     p.set_defaults(gpu_activity="auto")
     p.add_argument("--trace", action="store_true",
                    help="record every API call and device record (implies --gpu-activity); with -o FILE, write a "
@@ -52,10 +55,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="GPU calls: the call path of every call (exact), or of a fraction with exact counts "
                         "(sampled, the default; --trace captures in exact mode unless told otherwise)")
     add_duty_arguments(p)
-    p.add_argument("--format", choices=["tree", "json"], default="tree")
+    p.add_argument("--format", choices=["tree", "json"], default="tree",
+                   help="tree: the top-down tree on the terminal (default); json: the profile document (docs/formats.md)")
     p.add_argument("-o", "--output", help="write the profile here (JSON; gzipped when it ends in .gz) instead of stdout")
-    p.add_argument("--min-percent", type=float, default=0.5, help="tree: hide nodes below this share")
-    p.add_argument("--depth", type=int, default=64, help="tree: deepest level shown")
+    p.add_argument("--min-percent", type=float, default=0.5, help="tree: hide nodes below this share of the total, in percent (default 0.5)")
+    p.add_argument("--depth", type=int, default=64, help="tree: deepest level shown (default 64)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(run=run)
 

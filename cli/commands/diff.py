@@ -18,12 +18,14 @@ from deepctx.cli.views.model import DEFAULT_SORT_ORDER, from_doc, pick_metric
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("diff", help="compare two profiles: call paths and kernels that grew, shrank, appeared, vanished",
                        description="Compare two saved profiles of the same program.")
-    p.add_argument("before")
-    p.add_argument("after")
+    p.add_argument("before", help="the baseline profile (JSON, as attach -o or report writes it)")
+    p.add_argument("after", help="the profile compared with it")
     p.add_argument("--sort", metavar="METRIC", help="metric compared per call path (default: the first measured)")
     p.add_argument("--limit", type=int, default=30, help="rows per table (default 30)")
     p.add_argument("--width", type=int, help="render for this many columns (default: the terminal's)")
-    p.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    p.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                   help="colour gains and losses (auto, the default: when stdout is a terminal and NO_COLOR is "
+                        "unset)")
     p.add_argument("--html", metavar="OUT", help="write a self-contained HTML diff report here instead")
     p.set_defaults(run=run)
 

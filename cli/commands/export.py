@@ -18,7 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="convert a profile: pprof, speedscope, chrome (Perfetto), hatchet, folded",
                        description="Convert a saved profile into another tool's format.")
     p.add_argument("file", help="a profile written by `deepctx attach -o FILE` (JSON, optionally gzipped)")
-    p.add_argument("--to", choices=FORMATS, required=True, dest="format")
+    p.add_argument("--to", choices=FORMATS, required=True, dest="format",
+                   help="the format written (required): " + ", ".join(FORMATS))
     p.add_argument("-o", "--output", help="output file (default: FILE's name with the format's ending; '-' for stdout)")
     p.add_argument("--metric", help="folded, speedscope, hatchet: only this metric (default: all measured; "
                                     "folded: the first measured)")

@@ -49,7 +49,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     top.add_argument("--host", help="one host only")
     top.add_argument("-n", type=int, default=10, help="rows per table (default 10)")
     top.add_argument("--sort", choices=METRICS, help="metric that ranks processes and lines")
-    top.add_argument("--format", choices=["text", "json"], default="text")
+    top.add_argument("--format", choices=["text", "json"], default="text",
+                     help="text: a table for people (default); json: for scripts")
     top.set_defaults(run=run_top)
     prof = fsub.add_parser("profile", help="one profile merged across hosts and windows")
     prof.add_argument("--host", help="one host only")

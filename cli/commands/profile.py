@@ -30,11 +30,12 @@ def add_selection(p: argparse.ArgumentParser, since_default: str) -> None:
 
 
 def add_output(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=["tree", "json"], default="tree")
+    p.add_argument("--format", choices=["tree", "json"], default="tree",
+                   help="tree: the top-down tree on the terminal (default); json: the profile document (docs/formats.md)")
     p.add_argument("-o", "--output", help="write the profile here (JSON; gzipped when it ends in .gz) instead of stdout")
     p.add_argument("--metric", choices=TREE_ORDER, help="tree: the metric shown (default: GPU time, else CPU samples)")
-    p.add_argument("--min-percent", type=float, default=0.5, help="tree: hide nodes below this share")
-    p.add_argument("--depth", type=int, default=64, help="tree: deepest level shown")
+    p.add_argument("--min-percent", type=float, default=0.5, help="tree: hide nodes below this share of the total, in percent (default 0.5)")
+    p.add_argument("--depth", type=int, default=64, help="tree: deepest level shown (default 64)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -17,7 +17,8 @@ from deepctx.proto.v1 import deepctx_pb2 as pb
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ps", help="list processes worth profiling (Python, GPU runtimes)")
     p.add_argument("--all", action="store_true", help="every user-space process")
-    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--format", choices=["table", "json"], default="table",
+                   help="table: one row per process (default); json: every field, for scripts")
     p.set_defaults(run=run)
 
 

@@ -30,7 +30,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--pid", type=int, help="capture this process through deepctxd first (like attach)")
     p.add_argument("--duration", type=float, default=10.0, help="with --pid: seconds to capture (default 10)")
     p.add_argument("--save", metavar="FILE", help="with --pid: also write the captured profile (JSON) here")
-    p.add_argument("--view", choices=VIEWS, default="top-down")
+    p.add_argument("--view", choices=VIEWS, default="top-down",
+                   help="top-down: callers above callees (default); bottom-up: from the frames where the metric "
+                        "is spent up to their callers; flat: one row per frame")
     p.add_argument("--sort", metavar="METRIC",
                    help="metric to sort by and take percentages of (default: the first measured of "
                         "cpu_samples, gpu_time_ns, api_time_ns, calls, sync_wait_ns, bytes)")
@@ -39,11 +41,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--focus", metavar="NAME", help="top-down/flat: what frames matching NAME call; "
                                                    "bottom-up: who calls them (regex on names and file:line)")
     p.add_argument("--min-percent", type=float, default=None, help="hide rows below this share (default 0.5; flat 0)")
-    p.add_argument("--depth", type=int, default=64, help="deepest tree level shown")
-    p.add_argument("--limit", type=int, default=50, help="flat: at most this many rows")
+    p.add_argument("--depth", type=int, default=64, help="deepest tree level shown (default 64)")
+    p.add_argument("--limit", type=int, default=50, help="flat: at most this many rows (default 50)")
     p.add_argument("--width", type=int, help="render for this many columns (default: the terminal's)")
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto",
-                   help="colour frames by kind (auto: when stdout is a terminal and NO_COLOR is unset)")
+                   help="colour frames by kind (auto, the default: when stdout is a terminal and NO_COLOR is unset)")
     p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report here instead")
     p.add_argument("--no-sources", action="store_true", help="HTML: do not embed the Python source files")
     p.add_argument("--mode", type=file_mode, default=PRIVATE_MODE, metavar="OCTAL",

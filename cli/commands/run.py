@@ -51,18 +51,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--duration", type=float, default=0.0,
                    help="seconds to capture at most (default: until the process exits, within the daemon's "
                         "max_duration_s)")
-    p.add_argument("--rate", type=int, default=0, dest="sample_hz", help="CPU samples per second")
-    p.add_argument("--python", choices=sorted(PYTHON_MODES), default="auto", help="walk Python frames")
+    p.add_argument("--rate", type=int, default=0, dest="sample_hz", help="CPU samples per second (default: the daemon's, 99)")
+    p.add_argument("--python", choices=sorted(PYTHON_MODES), default="auto",
+                   help="walk Python frames: auto (when the command runs CPython; the default), on (required), off")
     p.add_argument("--mode", choices=sorted(CALL_PATH_MODES),
                    help="GPU calls: the call path of every call (exact) or of a fraction (sampled, the default; "
                         "--trace captures in exact mode unless told otherwise)")
     p.add_argument("--trace", action="store_true",
                    help="record every API call and device record; with -o FILE, write a Chrome/Perfetto trace")
     add_duty_arguments(p)
-    p.add_argument("--format", choices=["tree", "json"], default="tree")
+    p.add_argument("--format", choices=["tree", "json"], default="tree",
+                   help="tree: the top-down tree on the terminal (default); json: the profile document (docs/formats.md)")
     p.add_argument("-o", "--output", help="write the profile (JSON; Chrome trace with --trace) here")
-    p.add_argument("--min-percent", type=float, default=0.5, help="tree: hide nodes below this share")
-    p.add_argument("--depth", type=int, default=64, help="tree: deepest level shown")
+    p.add_argument("--min-percent", type=float, default=0.5, help="tree: hide nodes below this share of the total, in percent (default 0.5)")
+    p.add_argument("--depth", type=int, default=64, help="tree: deepest level shown (default 64)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--agent", help="the CUPTI agent library (default: the one deepctx ships)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the command (after --)")

@@ -20,9 +20,10 @@ from deepctx.proto.v1 import deepctx_pb2 as pb
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="show the daemon's state")
-    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--format", choices=["text", "json"], default="text",
+                   help="text: for people (default); json: every field, for scripts")
     p.add_argument("--wait", type=float, default=0.0, metavar="S",
-                   help="wait up to S seconds for the daemon to come up")
+                   help="wait up to S seconds for the daemon to come up (default 0: ask once)")
     p.set_defaults(run=run)
 
 

@@ -12,7 +12,7 @@ from deepctx.proto.v1 import deepctx_pb2 as pb
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("stop", help="end the captures of a process now")
-    p.add_argument("pid", type=int)
+    p.add_argument("pid", type=int, help="the process whose captures end now")
     p.set_defaults(run=run)
 
 

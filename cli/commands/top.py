@@ -32,7 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                    "(default: GPU time, else CPU samples)")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
     p.add_argument("--once", action="store_true", help="print once and exit")
-    p.add_argument("--format", choices=["text", "json"], default="text", help="json implies --once")
+    p.add_argument("--format", choices=["text", "json"], default="text",
+                   help="text: a table for people (default); json: for scripts (implies --once)")
     p.set_defaults(run=run)
 
 

@@ -24,7 +24,15 @@ def test_daemon_not_running_says_how_to_start_it(tmp_path: Path, capsys) -> None
     err = capsys.readouterr().err
     assert rc == 3
     assert err.count("\n") == 1
-    assert "deepctxd is not running" in err and "sudo deepctxd" in err and str(tmp_path / "nothing.sock") in err
+    assert "deepctxd is not running" in err and str(tmp_path / "nothing.sock") in err
+    # the deepctxd installed next to this deepctx (.venv/bin), by its path: a bare name is not on root's PATH
+    assert f"start it with `{Path(sys.executable).parent / 'deepctxd'}`" in err
+
+
+def test_daemon_not_running_tells_a_user_to_start_it_with_sudo(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    assert main(["--socket", str(tmp_path / "nothing.sock"), "status"]) == 3
+    assert f"`sudo {Path(sys.executable).parent / 'deepctxd'}`" in capsys.readouterr().err
 
 
 def test_environment_variable_names_the_socket(tmp_path: Path) -> None:
