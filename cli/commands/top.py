@@ -1,5 +1,6 @@
 """deepctx top: the busiest processes, GPU kernels and Python lines on this host, from continuous mode's
-window store; refreshes in place until Ctrl-C (`--once` prints one table and exits, for scripts)."""
+window store; refreshes in place until Ctrl-C on a terminal (`--once`, or stdout that is not a terminal,
+prints one table and exits, for scripts)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sort", choices=METRICS, help="metric that ranks processes and lines "
                                                    "(default: GPU time, else CPU samples)")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
-    p.add_argument("--once", action="store_true", help="print once and exit")
+    p.add_argument("--once", action="store_true", help="print once and exit (default: refresh until Ctrl-C when stdout is a terminal, "
+                                                    "else print once)")
     p.add_argument("--format", choices=["text", "json"], default="text",
                    help="text: a table for people (default); json: for scripts (implies --once)")
     p.set_defaults(run=run)
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(fetch(), indent=1))
         return 0
     console = Console()
-    if args.once:
+    if args.once or not console.is_terminal:  # piped or redirected: nobody to press Ctrl-C, nothing to redraw
         console.print(renderable(fetch()))
         return 0
     # Ctrl-C sets `stop` rather than raising KeyboardInterrupt wherever the main thread happens to be (in a
