@@ -40,7 +40,7 @@ import json, sys, time
 from pathlib import Path
 def status(k):
     return next(int(l.split()[1]) // 1024 for l in Path("/proc/self/status").read_text().splitlines() if l.startswith(k))
-from deepctx.daemon.unwind.cache import TableCache
+from deepctx.host.unwind.cache import TableCache
 before = status("RssAnon")
 cache = TableCache(child_min_bytes=int(sys.argv[1]))
 t0 = time.perf_counter()

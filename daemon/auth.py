@@ -27,8 +27,8 @@ import grpc
 from deepctx.daemon import access, credentials
 from deepctx.daemon.capture_guard import CredentialGuard
 from deepctx.daemon.errors import InvalidArgument, NotFound, PermissionDenied, RequestError
-from deepctx.daemon.process_handle import ProcessHandle
-from deepctx.daemon.procfs import ProcessGone
+from deepctx.host.process_handle import ProcessHandle
+from deepctx.host.procfs import ProcessGone
 
 GROUP = "deepctx"
 SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux 4.13+; the constant is missing from older Pythons

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from deepctx.daemon.frames import TRUNCATED, UNWIND_LOST, Frame, thread_frame
-from deepctx.daemon.procfs import AddressSpace
-from deepctx.daemon.python.merge import merge_stacks
 from deepctx.daemon.symbolize.kernel import KernelSymbols
 from deepctx.daemon.symbolize.native import NativeSymbolizer
+from deepctx.host.frames import TRUNCATED, UNWIND_LOST, Frame, thread_frame
+from deepctx.host.procfs import AddressSpace
+from deepctx.host.python.merge import merge_stacks
 
 LOST_STACK = Frame("native", "[lost user stack]")
 

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepctx.daemon import procfs
 from deepctx.daemon.busy_meter import BusyFits
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.capture_guard import CredentialGuard
@@ -20,20 +19,23 @@ from deepctx.daemon.device_share import DeviceShares
 from deepctx.daemon.device_tree import DeviceView, device_warnings
 from deepctx.daemon.duty_cycle import DutyCycle, duty_scales
 from deepctx.daemon.errors import FailedPrecondition, NotFound, PermissionDenied
-from deepctx.daemon.frames import Frame
 from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basenames, scale_buckets
+from deepctx.daemon.inject import agent as agent_injector
 from deepctx.daemon.inject.agent import agent_state
 from deepctx.daemon.origins import Origins
-from deepctx.daemon.process_handle import ProcessHandle
 from deepctx.daemon.self_profile import profiled
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.trace import build_trace, clock_offset_ns
-from deepctx.daemon.tree import METRICS, CallTree
+from deepctx.daemon.tree import CallTree
+from deepctx.host import procfs
+from deepctx.host.frames import Frame
+from deepctx.host.process_handle import ProcessHandle
 from deepctx.probes import compose, program_stats
 from deepctx.probes.cpu_sampler import SAMPLE_F_USER_STACK_LOST, CpuSampler
 from deepctx.probes.device_activity import AgentUnusable, DeviceActivity, agent_mappings
 from deepctx.probes.family import ProbeFamily, Target
 from deepctx.probes.gpu_api import GpuApi, builtin_handoffs
+from deepctx.profile.metrics import METRICS
 
 log = logging.getLogger("deepctx.capture")
 
@@ -356,7 +358,8 @@ class Capture:
         gpu = next(f for f in families if isinstance(f, GpuApi))
         # auto and on alike: the CUPTI agent takes them (the rocprofiler-sdk agent's HIP calls keep uprobes)
         agent_calls = not self.opts.trace and self.opts.agent_calls != "off"
-        dev = DeviceActivity(trace=self.opts.trace, inject=asked, count_entries=self.opts.count_map_entries,
+        dev = DeviceActivity(trace=self.opts.trace, inject=asked, injector=agent_injector,
+                             count_entries=self.opts.count_map_entries,
                              windows=bool(self.opts.window_s))
         # a duty cycle measures what each attached share recorded (daemon/device_share.py): records widen dev_span
         dev.spans = self.opts.gpu_duty < 1.0 and not self.opts.trace

@@ -13,14 +13,14 @@ from deepctx.daemon.capture import CaptureOptions, CaptureResult, stat_warnings
 from deepctx.daemon.config import Config
 from deepctx.daemon.credentials import fingerprint, real_uid
 from deepctx.daemon.errors import RequestError, ResourceExhausted
-from deepctx.daemon.process_handle import ProcessHandle, start_time
 from deepctx.daemon.processes import list_processes
-from deepctx.daemon.procfs import ProcessGone
-from deepctx.daemon.profile_doc import to_doc
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.store import container_of, window_for
 from deepctx.daemon.store.deltas import WindowDeltas
 from deepctx.daemon.store.window import owner_of
+from deepctx.host.process_handle import ProcessHandle, start_time
+from deepctx.host.procfs import ProcessGone
+from deepctx.profile.document import to_doc
 
 log = logging.getLogger("deepctx.continuous")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from deepctx.daemon.procfs import ProcessGone
+from deepctx.host.procfs import ProcessGone
 
 
 @dataclass(frozen=True)

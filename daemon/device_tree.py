@@ -16,13 +16,13 @@ from types import SimpleNamespace
 from typing import Any
 
 from deepctx.daemon.callpaths import CallPathResolver
-from deepctx.daemon.frames import Frame
 from deepctx.daemon.gpu_tree import UNNAMED_KERNEL, KernelNamer, apportion, caller_node, in_module
 from deepctx.daemon.gpu_tree import child_frame as api_child
 from deepctx.daemon.origins import Origins
-from deepctx.daemon.symbolize.demangle import demangle
 from deepctx.daemon.tree import CallTree, PathNodes
-from deepctx.probes import gpu_apis
+from deepctx.host import gpu_apis
+from deepctx.host.demangle import demangle
+from deepctx.host.frames import Frame
 from deepctx.probes.device_activity import (
     AGENT_STATES,
     COPY_KINDS,

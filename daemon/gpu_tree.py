@@ -11,12 +11,12 @@ from dataclasses import replace
 from typing import Any
 
 from deepctx.daemon.callpaths import CallPathResolver
-from deepctx.daemon.frames import Frame
 from deepctx.daemon.origins import Origins
-from deepctx.daemon.symbolize.demangle import demangle
 from deepctx.daemon.symbolize.native import NativeSymbolizer
 from deepctx.daemon.tree import CallTree, PathNodes
-from deepctx.probes import gpu_apis
+from deepctx.host import gpu_apis
+from deepctx.host.demangle import demangle
+from deepctx.host.frames import Frame
 from deepctx.probes.gpu_api import GPU_KEY_F_SAMPLED, GPU_KEY_F_STACK_LOST, GpuBucket
 
 NOT_SAMPLED = Frame("native", "[call path not sampled]")

@@ -16,10 +16,12 @@ from prometheus_client import CollectorRegistry, ProcessCollector, start_http_se
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from deepctx.daemon.lost import lost_counters
 from deepctx.daemon.store.sqlite import StoreStats
-from deepctx.daemon.store.summary import METRICS, Summary
-from deepctx.daemon.store.window import Window, container_of
+from deepctx.daemon.store.window import container_of
+from deepctx.profile.lost import lost_counters
+from deepctx.profile.metrics import METRICS
+from deepctx.profile.summary import Summary
+from deepctx.profile.window import Window
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 MAX_PROCESSES = 512  # per-process series kept; the least recently seen go first (counted)

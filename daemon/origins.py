@@ -7,31 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from deepctx.daemon.frames import Frame
-from deepctx.daemon.symbolize.demangle import demangle
+from deepctx.host.frames import Frame
 
 
 class _Resolver(Protocol):
     def path(self, tid: int, user_stack: int, py_stack: int, lost: bool) -> list[Frame]: ...
-
-
-def type_display_name(mangled: str) -> str:
-    """The class name of a C++ type from its type_info name: 'N5torch8autograd9generated14AddmmBackward0E'
-    -> 'AddmmBackward0' (namespaces dropped; template arguments kept)."""
-    if not mangled:
-        return ""
-    full = demangle("_ZTS" + mangled).removeprefix("typeinfo name for ")
-    if full.startswith("_ZTS"):  # not a mangled type name
-        return mangled
-    depth, cut = 0, 0
-    for i, ch in enumerate(full):
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == ":" and depth == 0 and full[i - 1:i + 1] == "::":
-            cut = i + 1
-    return full[cut:]
 
 
 def creation_frames(path: list[Frame]) -> list[Frame]:

@@ -7,9 +7,10 @@ import os
 import re
 from dataclasses import dataclass
 
-from deepctx.daemon import access, procfs
+from deepctx.daemon import access
+from deepctx.host import procfs
+from deepctx.host.gpu_runtimes import GPU_LIBRARY
 
-GPU_LIBRARY = re.compile(r"^(libcuda\.so|libcudart\.so|libamdhip64\.so|libnccl\.so|librccl\.so|libhsa-runtime64\.so)")
 PYTHON_LIBRARY = re.compile(r"^libpython(\d+\.\d+)t?\.so")
 PYTHON_EXE = re.compile(r"^python(\d+\.\d+)t?$")
 

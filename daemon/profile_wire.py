@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from deepctx.daemon.capture import CaptureResult
-from deepctx.daemon.tree import METRICS
+from deepctx.profile.metrics import METRICS
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 SCHEMA = "deepctx.profile/v1"

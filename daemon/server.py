@@ -14,10 +14,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from deepctx.daemon.capture import wait_released
 from deepctx.daemon.config import Config
-from deepctx.daemon.file_limits import configure as configure_file_limits
 from deepctx.daemon.rpc_limits import RpcLimits
 from deepctx.daemon.service import ProfilerService
 from deepctx.daemon.service_parts import ServiceParts
+from deepctx.host.file_limits import configure as configure_file_limits
 from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
 
 log = logging.getLogger("deepctx.server")

@@ -15,19 +15,20 @@ from typing import Any
 
 import grpc
 
-from deepctx.daemon import access, auth, procfs
+from deepctx.daemon import access, auth
 from deepctx.daemon.capture import Capture, CaptureOptions, CaptureResult, Progress
 from deepctx.daemon.capture_guard import CredentialGuard
 from deepctx.daemon.config import MAX_DUTY_PERIOD_S, MIN_DUTY_ON_S, MIN_DUTY_PERIOD_S, Config
 from deepctx.daemon.errors import AlreadyProfiled, InvalidArgument, NotFound, RequestError, ResourceExhausted
-from deepctx.daemon.lost import lost_counters
 from deepctx.daemon.metrics import ProcessTotals, observe_capture
-from deepctx.daemon.process_handle import ProcessHandle
 from deepctx.daemon.processes import list_processes
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.self_profile import profiled
 from deepctx.daemon.service_store import StoreRpcs, open_store
 from deepctx.daemon.symbolize.native import SymbolCache
+from deepctx.host import procfs
+from deepctx.host.process_handle import ProcessHandle
+from deepctx.profile.lost import lost_counters
 from deepctx.proto.v1 import deepctx_pb2 as pb
 from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
 
@@ -88,7 +89,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         self.shutdown = shutdown
         self.started = time.time()
         self.symbols = SymbolCache(config.symbol_cache_files)
-        from deepctx.daemon.unwind.cache import TableCache
+        from deepctx.host.unwind.cache import TableCache
 
         self.unwind_tables = TableCache(_cache_dir(config.cache_dir, "unwind"))
         self._lock = threading.Lock()

@@ -17,8 +17,8 @@ from deepctx.daemon.config import Config
 from deepctx.daemon.errors import FailedPrecondition, InvalidArgument, RequestError
 from deepctx.daemon.store import StoreLimits, WindowStore
 from deepctx.daemon.store.sqlite import StoreError, TopResult
-from deepctx.daemon.store.summary import METRICS
 from deepctx.daemon.store.wire import to_message
+from deepctx.profile.metrics import METRICS
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 log = logging.getLogger("deepctx.service")

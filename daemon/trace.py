@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from deepctx.daemon.symbolize.demangle import demangle
-from deepctx.probes import gpu_apis
+from deepctx.host import gpu_apis
+from deepctx.host.demangle import demangle
 from deepctx.probes.device_activity import (
     COPY_KINDS,
     DEV_API_UNPROBED,

@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from deepctx.daemon.frames import Frame
-
-METRICS = ("cpu_samples", "calls", "api_time_ns", "gpu_time_ns", "bytes", "sync_wait_ns")
+from deepctx.host.frames import Frame
 
 
 @dataclass

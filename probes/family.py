@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from deepctx.daemon.process_handle import ProcessHandle
-    from deepctx.daemon.procfs import AddressSpace, ProcessInfo
+    from deepctx.host.process_handle import ProcessHandle
+    from deepctx.host.procfs import AddressSpace, ProcessInfo
 
 PROBES_DIR = Path(__file__).resolve().parent
 

@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from deepctx.daemon import procfs
-from deepctx.daemon.unwind.arch import Info
-from deepctx.daemon.unwind.cache import TableCache
-from deepctx.daemon.unwind.elf import ElfError, ElfFile
-from deepctx.daemon.unwind.space import NO_ROWS, TableSpace, Upload
-from deepctx.daemon.unwind.table import UnwindTable
+from deepctx.host import procfs
+from deepctx.host.elf.reader import ElfError, ElfFile
+from deepctx.host.unwind.arch import Info
+from deepctx.host.unwind.cache import TableCache
+from deepctx.host.unwind.space import NO_ROWS, TableSpace, Upload
+from deepctx.host.unwind.table import UnwindTable
 from deepctx.probes.family import PROBES_DIR, Target, read_source
 from deepctx.probes.maps import entry_count
 

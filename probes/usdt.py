@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from elftools.elf.elffile import ELFFile
 
-from deepctx.daemon.file_limits import OverCap, section_data
+from deepctx.host.file_limits import OverCap, section_data
 from deepctx.probes.uprobes import BPF_TRACE_UPROBE_MULTI, bcc_attach_uprobe, close_links, link_uprobe_multi
 
 NT_STAPSDT = 3

@@ -14,7 +14,7 @@ from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.escape import printable
 from deepctx.cli.formats import json_file, tree
 from deepctx.cli.output import write_output
-from deepctx.daemon.profile_doc import to_doc
+from deepctx.profile.document import to_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 PYTHON_MODES = {"auto": pb.PYTHON_AUTO, "on": pb.PYTHON_ON, "off": pb.PYTHON_OFF}
@@ -152,7 +152,7 @@ def emit(doc: dict, args: argparse.Namespace, err: Console) -> None:
         err.print(f"[yellow]warning:[/] {escape(printable(w))}")  # may quote the target: escaped, not markup
     if args.trace and args.output:
         from deepctx.cli.formats.chrome import ChromeTrace
-        from deepctx.cli.formats.exporter import ExportOptions
+        from deepctx.profile.exporter import ExportOptions
 
         write_output(args.output, ChromeTrace().export(doc, ExportOptions()))
         if not args.quiet:

@@ -12,7 +12,8 @@ from deepctx.cli.formats.diff_table import DiffTables
 from deepctx.cli.output import write_output
 from deepctx.cli.views.diff import DiffNode, diff_tree
 from deepctx.cli.views.document import DocumentError, load
-from deepctx.cli.views.model import DEFAULT_SORT_ORDER, from_doc, pick_metric
+from deepctx.profile.metrics import DEFAULT_SORT_ORDER
+from deepctx.profile.tree import from_doc, pick_metric
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

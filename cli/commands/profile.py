@@ -12,7 +12,7 @@ from rich.console import Console
 from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.durations import moment
 from deepctx.cli.formats import json_file, tree
-from deepctx.daemon.profile_doc import to_doc
+from deepctx.profile.document import to_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 # The metric the tree shows when none is asked for: the first with a nonzero total.

@@ -17,7 +17,7 @@ from deepctx.cli.output import PRIVATE_MODE, write_output
 from deepctx.cli.views.bottomup import bottom_up
 from deepctx.cli.views.document import DocumentError, load
 from deepctx.cli.views.focus import focus_tree
-from deepctx.cli.views.model import ViewNode, from_doc, nonzero_metrics, pick_metric
+from deepctx.profile.tree import ViewNode, from_doc, nonzero_metrics, pick_metric
 
 VIEWS = ("top-down", "bottom-up", "flat")
 
@@ -94,7 +94,7 @@ def document(args: argparse.Namespace) -> dict[str, Any]:
     from deepctx.cli.client import connect
     from deepctx.cli.commands.attach import attach_request, capture  # only --pid needs the daemon's client
     from deepctx.cli.formats import json_file
-    from deepctx.daemon.profile_doc import to_doc
+    from deepctx.profile.document import to_doc
 
     stub = connect(args.socket_path)
     req = attach_request(args.pid, args.duration)
@@ -130,7 +130,7 @@ def options(args: argparse.Namespace, root: ViewNode) -> ViewOptions:
 def with_findings(doc: dict[str, Any]) -> dict[str, Any]:
     """The document with the analyzer's findings: those it carries, else a fresh analysis."""
     if "findings" not in doc:
-        from deepctx.daemon.analyzer import annotate
+        from deepctx.profile.analyzer import annotate
 
         annotate(doc)
     return doc

@@ -37,7 +37,8 @@ from deepctx.cli.commands.attach import (
     emit,
 )
 from deepctx.cli.escape import literal
-from deepctx.daemon.profile_doc import to_doc
+from deepctx.host.gpu_runtimes import INJECTION_VARS
+from deepctx.profile.document import to_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 GO, SKIP = b"g", b"s"
@@ -75,7 +76,7 @@ def agent_env(flag: str | None) -> dict[str, str]:
     """The injection variables naming the agents (CUPTI, rocprofiler-sdk); --agent replaces the CUPTI one."""
     if flag and not os.path.isfile(flag):
         raise CliError(f"--agent {flag}: no such file", 2)
-    from deepctx.daemon.inject.agent import injection_env
+    from deepctx.host.gpu_agents import injection_env
 
     try:
         return injection_env(os.path.abspath(flag) if flag else None)
@@ -192,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("nothing to run: deepctx run [options] -- CMD [ARGS...]", 2)
     check_rate(args.sample_hz)  # before the command starts
     args.gpu_duty, args.gpu_duty_period = check_duty(args.gpu_duty, args.gpu_duty_period)  # as the request has them
-    for var in ("CUDA_INJECTION64_PATH", "ROCP_TOOL_LIBRARIES"):
+    for var in INJECTION_VARS:
         if os.environ.get(var):
             raise CliError(f"{var} is already set ({os.environ[var]}): another tool injects into the GPU runtime; "
                            f"unset it to run with deepctx", 2)

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.escape import literal
-from deepctx.daemon.lost import lost_counters
+from deepctx.profile.lost import lost_counters
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 

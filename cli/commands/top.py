@@ -18,9 +18,8 @@ from rich.live import Live
 from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.durations import parse_span
 from deepctx.cli.formats.top_table import TopData, renderable
+from deepctx.profile.metrics import METRICS
 from deepctx.proto.v1 import deepctx_pb2 as pb
-
-METRICS = ("cpu_samples", "calls", "api_time_ns", "gpu_time_ns", "bytes", "sync_wait_ns")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -18,7 +18,7 @@ from deepctx.cli.formats.terminal import (
     value_cells,
 )
 from deepctx.cli.views.flat import flat, sorted_rows
-from deepctx.cli.views.model import ViewNode
+from deepctx.profile.tree import ViewNode
 
 
 class FlatTable:

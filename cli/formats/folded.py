@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from deepctx.cli.formats.exporter import ExportOptions
-from deepctx.cli.views.model import Frame, from_doc, pick_metric
-from deepctx.cli.views.topdown import iter_paths
+from deepctx.profile.exporter import ExportOptions
+from deepctx.profile.tree import Frame, from_doc, iter_paths, pick_metric
 
 
 def folded_name(frame: Frame, tid: int | None = None) -> str:

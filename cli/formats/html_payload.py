@@ -11,8 +11,9 @@ import stat
 from typing import Any
 
 from deepctx.cli.views.diff import DiffNode, kernel_changes, kernel_metric, path_changes
-from deepctx.cli.views.model import METRIC_TITLES, METRIC_UNITS, Frame, ViewNode, gc_paused
 from deepctx.host.identity import NOBODY, AccessCheckFailed, Ids, as_identity, read_regular
+from deepctx.profile.metrics import METRIC_TITLES, METRIC_UNITS
+from deepctx.profile.tree import Frame, ViewNode, gc_paused
 
 KINDS = ["root", "thread", "python", "native", "op", "api", "kernel", "memcpy", "memset", "sync"]
 MAX_SOURCE_BYTES = 2_000_000  # per file: a generated or data file is not worth embedding

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from deepctx.cli.formats.exporter import ExportOptions
 from deepctx.cli.formats.folded import folded_name
-from deepctx.cli.views.model import METRIC_TITLES, METRIC_UNITS, Frame, from_doc, nonzero_metrics
-from deepctx.cli.views.topdown import iter_paths
+from deepctx.profile.exporter import ExportOptions
+from deepctx.profile.metrics import METRIC_TITLES, METRIC_UNITS
+from deepctx.profile.tree import Frame, from_doc, iter_paths, nonzero_metrics
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
 UNITS = {"ns": "nanoseconds", "bytes": "bytes"}  # everything else is a count: "none"

@@ -14,7 +14,8 @@ from rich.text import Text
 from deepctx.cli.escape import printable
 from deepctx.cli.formats.tree import KIND_STYLE
 from deepctx.cli.formats.units import fmt, percent
-from deepctx.cli.views.model import METRIC_TITLES, Frame, ViewNode
+from deepctx.profile.metrics import METRIC_TITLES
+from deepctx.profile.tree import Frame, ViewNode
 
 NAME_MIN = 24  # narrower than this, a frame name says nothing
 NAME_SHARE = 0.4  # metric columns give way before the frame column gets narrower than this share

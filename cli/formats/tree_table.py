@@ -18,8 +18,8 @@ from deepctx.cli.formats.terminal import (
     new_table,
     value_cells,
 )
-from deepctx.cli.views.model import ViewNode
 from deepctx.cli.views.topdown import rows
+from deepctx.profile.tree import ViewNode
 
 
 class TreeTable:

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Iterator
 
 from deepctx.cli.views.merge import empty, merge_into
-from deepctx.cli.views.model import Frame, ViewNode, gc_paused
+from deepctx.profile.tree import Frame, ViewNode, gc_paused
 
 Matcher = Callable[[Frame], bool]
 

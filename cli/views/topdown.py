@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
-from deepctx.cli.views.model import ViewNode
+from deepctx.profile.tree import ViewNode
 
 
 @dataclass(frozen=True)
@@ -55,18 +54,3 @@ def rows(root: ViewNode, metric: str, by: str = "total", min_percent: float = 0.
 
 def _count(node: ViewNode) -> int:
     return sum(1 for _ in node.walk())
-
-
-def iter_paths(root: ViewNode) -> Iterator[tuple[list[ViewNode], ViewNode]]:
-    """(path from below the root to the node, node) for every node below the root, in preorder.
-
-    The path list is shared and changes as the walk goes on: copy it to keep it.
-    """
-    path: list[ViewNode] = []
-    stack: list[tuple[ViewNode, int]] = [(c, 0) for c in reversed(root.children)]
-    while stack:
-        node, depth = stack.pop()
-        del path[depth:]
-        path.append(node)
-        yield path, node
-        stack.extend((c, depth + 1) for c in reversed(node.children))

@@ -11,10 +11,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from deepctx.daemon.fleet.clickhouse import ClickHouse
 from deepctx.daemon.fleet.pyroscope import push
-from deepctx.daemon.store.summary import Summary
-from deepctx.daemon.store.window import Window
+from deepctx.profile.fleet.clickhouse import ClickHouse
+from deepctx.profile.summary import Summary
+from deepctx.profile.window import Window
 
 log = logging.getLogger("deepctx.fleet")
 

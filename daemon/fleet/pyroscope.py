@@ -9,9 +9,9 @@ import urllib.parse
 import urllib.request
 import uuid
 
-from deepctx.cli.formats.exporter import ExportOptions
-from deepctx.cli.formats.pprof import Pprof
-from deepctx.daemon.store.window import Window
+from deepctx.profile.exporter import ExportOptions
+from deepctx.profile.pprof import Pprof
+from deepctx.profile.window import Window
 
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.:/@+-]")  # what the {k=v,...} series syntax takes unquoted
 

@@ -16,15 +16,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from deepctx.daemon import procfs
 from deepctx.daemon.errors import FailedPrecondition
 from deepctx.daemon.inject import memfd, ptrace
 from deepctx.daemon.inject.remote import NotTheProcess, RemoteError, RemoteThread, as_int32
-from deepctx.daemon.process_handle import ProcessHandle
-from deepctx.daemon.symbolize.elf import ElfSymbols
+from deepctx.host import procfs
+from deepctx.host.elf.symbols import ElfSymbols
+from deepctx.host.gpu_agents import AGENT_NAME
+from deepctx.host.process_handle import ProcessHandle
 
-AGENT_NAME = "libdeepctx_cupti.so"
-ROCPROF_AGENT_NAME = "libdeepctx_rocprof.so"
 RTLD_NOW = 0x2
 RTLD_GLOBAL = 0x100
 RTLD_DLOPEN = 0x80000000  # __libc_dlopen_mode's flag for a dlopen-like call
@@ -38,58 +37,6 @@ _MESSAGES = {
         "device activity needs it",
     -4: "a CUPTI call failed in the process",
 }
-
-
-def _find_built(name: str, env_var: str) -> tuple[str | None, Path]:
-    """$env_var if it names a file, else native/build/<name> in the source tree; (path or None, last tried)."""
-    env = os.environ.get(env_var)
-    candidates = [Path(env)] if env else []
-    candidates.append(Path(__file__).resolve().parents[2] / "native" / "build" / name)
-    for c in candidates:
-        if c.is_file():
-            return str(c), c
-    return None, candidates[-1]
-
-
-def find_agent() -> str:
-    """The CUPTI agent this daemon ships: $DEEPCTX_AGENT, else native/build in the source tree."""
-    path, tried = _find_built(AGENT_NAME, "DEEPCTX_AGENT")
-    if path is None:
-        raise ValueError(f"the CUPTI agent is not built ({tried}): build native/ with CUPTI's headers "
-                         f"(pip install nvidia-cuda-cupti), or set DEEPCTX_AGENT")
-    return path
-
-
-def find_rocprof_agent() -> str:
-    """The rocprofiler-sdk agent (AMD; what ROCP_TOOL_LIBRARIES names under `deepctx run`):
-    $DEEPCTX_ROCPROF_AGENT, else native/build in the source tree (built everywhere, no SDK needed)."""
-    path, tried = _find_built(ROCPROF_AGENT_NAME, "DEEPCTX_ROCPROF_AGENT")
-    if path is None:
-        raise ValueError(f"the rocprofiler-sdk agent is not built ({tried}): run make in native/, or set "
-                         f"DEEPCTX_ROCPROF_AGENT")
-    return path
-
-
-INJECTION_VARS = ("CUDA_INJECTION64_PATH", "ROCP_TOOL_LIBRARIES")
-
-
-def injection_env(cupti_agent: str | None = None) -> dict[str, str]:
-    """What `deepctx run` adds to the command's environment so each GPU runtime loads its agent: the CUDA
-    driver reads CUDA_INJECTION64_PATH at cuInit, rocprofiler-sdk ROCP_TOOL_LIBRARIES at HIP's start.
-    Every agent that is built is named (a process uses one runtime or the other, or both); none: ValueError."""
-    env: dict[str, str] = {}
-    errors = []
-    for var, find in (("CUDA_INJECTION64_PATH", find_agent), ("ROCP_TOOL_LIBRARIES", find_rocprof_agent)):
-        if var == "CUDA_INJECTION64_PATH" and cupti_agent:
-            env[var] = cupti_agent
-            continue
-        try:
-            env[var] = find()
-        except ValueError as e:
-            errors.append(str(e))
-    if not env:
-        raise ValueError("; ".join(errors))
-    return env
 
 
 def _ptrace_refusal(pid: int) -> str | None:

@@ -15,7 +15,7 @@ import signal
 import time
 
 from deepctx.daemon.inject import ptrace
-from deepctx.daemon.process_handle import ProcessHandle
+from deepctx.host.process_handle import ProcessHandle
 
 RETURN_ADDRESS = 0
 RED_ZONE = 128

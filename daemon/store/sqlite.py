@@ -24,15 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deepctx.daemon.store.merge import Merger
-from deepctx.daemon.store.summary import KERNEL_METRICS, METRICS, Summary, summarize
-from deepctx.daemon.store.window import Window
+from deepctx.profile.metrics import KERNEL_METRICS, METRICS, PROCESS_METRICS, kernel_rank_metric, rank_metric
+from deepctx.profile.summary import Summary, summarize
+from deepctx.profile.window import Window
 
 log = logging.getLogger("deepctx.store")
 
 SCHEMA_VERSION = 1
 # Order in which `top` picks the metric to rank by when none is asked for: the first with a nonzero total.
-RANK_ORDER = ("gpu_time_ns", "cpu_samples", "api_time_ns", "calls", "sync_wait_ns", "bytes")
-PROCESS_METRICS = (*METRICS, "launches", "copy_bytes")
 _EVICT_TO = 0.9  # a size eviction goes down to this share of max_bytes, so the next puts do not evict again
 EVICT_INTERVAL_S = 60.0  # the eviction timer's period at most (a tenth of max_age_s when that is shorter)
 MIN_EVICT_INTERVAL_S = 1.0
@@ -380,18 +379,3 @@ class WindowStore:
                                   f"ORDER BY sum(l.{metric}) DESC, l.file, l.line LIMIT ?", [*w_args, n]):
                 result.lines.append(LineRow(row[0], row[1], row[2], dict(zip(METRICS, row[3:], strict=True))))
         return result
-
-
-def rank_metric(totals: dict[str, int], wanted: str | None = None) -> str:
-    """wanted when it is a metric windows carry, else the first of RANK_ORDER with a nonzero total."""
-    if wanted:
-        if wanted not in METRICS:
-            raise ValueError(f"unknown metric {wanted!r} (known: {', '.join(METRICS)})")
-        return wanted
-    return next((m for m in RANK_ORDER if totals.get(m)), "cpu_samples")
-
-
-def kernel_rank_metric(totals: dict[str, int], wanted: str | None = None) -> str:
-    if wanted in KERNEL_METRICS:
-        return wanted
-    return "gpu_time_ns" if totals.get("gpu_time_ns") else "calls"

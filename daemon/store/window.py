@@ -1,4 +1,5 @@
-"""A window: one process's profile over one stretch of time, with who and where it ran."""
+"""The window of a process, read from /proc while it lives: its container, its owner (profile/window.py
+holds the record)."""
 
 from __future__ import annotations
 
@@ -8,21 +9,11 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
+from deepctx.profile.window import Window
+
 # Container runtimes put a 64-hex id in the cgroup path: docker-<id>.scope, cri-containerd-<id>.scope,
 # crio-<id>.scope, /docker/<id>, libpod-<id>.scope, /kubepods/.../<id>.
 _CONTAINER_ID = re.compile(r"(?:^|[/-])([0-9a-f]{64})(?:\.scope)?(?:/|$)")
-
-
-@dataclass(frozen=True)
-class Window:
-    host: str
-    pid: int
-    command: str
-    container: str  # container id from /proc/<pid>/cgroup, else the cgroup path ("/" on the host)
-    start_unix: float
-    end_unix: float
-    profile: dict[str, Any]  # the deepctx.profile/v1 document of this window
-    uid: int = -1  # the process's owner, who may read the window besides root and `deepctx`; -1: unknown
 
 
 def container_from_cgroup(text: str) -> str:
@@ -61,7 +52,7 @@ def owner_of(pid: int) -> int:
     `deepctx` group only: a setuid program, a non-dumpable process, one holding capabilities or a thread of
     other ids). -1 when it is gone."""
     from deepctx.daemon import access, credentials
-    from deepctx.daemon.procfs import ProcessGone
+    from deepctx.host.procfs import ProcessGone
 
     try:
         uid, gid = credentials.real_ids(pid)

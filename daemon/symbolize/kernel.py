@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 from pathlib import Path
 
-from deepctx.daemon.frames import Frame
+from deepctx.host.frames import Frame
 
 
 class KernelSymbols:

@@ -6,10 +6,10 @@ import os
 import threading
 from collections import OrderedDict
 
-from deepctx.daemon.frames import UNWIND_LOST, Frame
-from deepctx.daemon.procfs import AddressSpace, Mapping, open_mapped_file
-from deepctx.daemon.symbolize.demangle import demangle
-from deepctx.daemon.symbolize.elf import ElfSymbols
+from deepctx.host.demangle import demangle
+from deepctx.host.elf.symbols import ElfSymbols
+from deepctx.host.frames import UNWIND_LOST, Frame
+from deepctx.host.procfs import AddressSpace, Mapping, open_mapped_file
 
 
 class SymbolCache:

@@ -9,10 +9,11 @@ import threading
 
 import pytest
 
-from deepctx.daemon import capture, procfs
+from deepctx.daemon import capture
 from deepctx.daemon.capture import Capture, CaptureOptions, CaptureResult, _release, wait_released
 from deepctx.daemon.errors import NotFound
 from deepctx.daemon.symbolize.native import SymbolCache
+from deepctx.host import procfs
 from deepctx.probes.family import Target
 
 

@@ -13,10 +13,10 @@ from rich.console import Console
 from deepctx.cli.formats.tree import inclusive_values, render
 from deepctx.cli.main import main
 from deepctx.daemon.capture import CaptureResult
-from deepctx.daemon.frames import Frame, thread_frame
-from deepctx.daemon.profile_doc import to_doc
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.tree import CallTree
+from deepctx.host.frames import Frame, thread_frame
+from deepctx.profile.document import to_doc
 
 
 def test_daemon_not_running_says_how_to_start_it(tmp_path: Path, capsys) -> None:

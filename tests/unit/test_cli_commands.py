@@ -14,16 +14,16 @@ import pytest
 
 from deepctx.cli.commands import attach, fleet, profile, run, status
 from deepctx.cli.formats.chrome import ChromeTrace
-from deepctx.cli.formats.exporter import ExportOptions
-from deepctx.cli.formats.pprof import Pprof
 from deepctx.cli.formats.speedscope import Speedscope
 from deepctx.cli.main import main
 from deepctx.cli.views.document import load
 from deepctx.daemon.capture import CaptureResult
-from deepctx.daemon.frames import Frame, thread_frame
-from deepctx.daemon.profile_doc import to_doc
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.tree import CallTree
+from deepctx.host.frames import Frame, thread_frame
+from deepctx.profile.document import to_doc
+from deepctx.profile.exporter import ExportOptions
+from deepctx.profile.pprof import Pprof
 from deepctx.proto.pprof import profile_pb2
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
@@ -328,7 +328,7 @@ def test_run_refuses_when_another_tool_injects(daemon: FakeDaemon, tmp_path: Pat
 
 
 def test_run_names_every_built_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from deepctx.daemon.inject.agent import injection_env
+    from deepctx.host.gpu_agents import injection_env
 
     cupti, rocprof = tmp_path / "libdeepctx_cupti.so", tmp_path / "libdeepctx_rocprof.so"
     cupti.write_bytes(b"")

@@ -9,7 +9,7 @@ import pytest
 
 from deepctx.daemon import continuous, credentials
 from deepctx.daemon.credentials import Fingerprint
-from deepctx.daemon.procfs import ProcessGone
+from deepctx.host.procfs import ProcessGone
 
 ROOT = ((0, 0, 0, 0), (0, 0, 0, 0), 0, 0)
 USER = ((1000, 1000, 1000, 1000), (1000, 1000, 1000, 1000), 0, 0)

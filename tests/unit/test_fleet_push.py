@@ -14,9 +14,11 @@ from collections.abc import Iterator
 import pytest
 import store_producer as sp
 
-from deepctx.daemon.fleet import pyroscope, schema
+from deepctx.daemon.fleet import pyroscope
 from deepctx.daemon.fleet.exporter import FleetExporter, Sink
-from deepctx.daemon.store.summary import METRICS, summarize
+from deepctx.profile.fleet import schema
+from deepctx.profile.metrics import METRICS
+from deepctx.profile.summary import summarize
 from deepctx.proto.pprof import profile_pb2
 
 T0 = 1_800_000_000.0

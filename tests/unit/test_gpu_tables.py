@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from deepctx.daemon.gpu_tree import apportion
-from deepctx.daemon.symbolize.elf import ElfSymbols
-from deepctx.probes import gpu_apis
+from deepctx.host import gpu_apis
+from deepctx.host.elf.symbols import ElfSymbols
 
 
 def nm_dynamic(path: str) -> dict[str, int]:

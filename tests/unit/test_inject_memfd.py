@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from deepctx.daemon.inject import memfd
-from deepctx.daemon.procfs import Mapping
 from deepctx.daemon.symbolize.native import module_name
+from deepctx.host.procfs import Mapping
 from deepctx.probes.device_activity import agent_mappings, is_agent
 
 AGENT = b"\x7fELF" + bytes(range(256)) * 5000  # 1.28 MB: more than one write chunk

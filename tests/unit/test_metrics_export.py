@@ -15,8 +15,8 @@ from deepctx.daemon.metrics import (
     summary_of_message,
     window_listener,
 )
-from deepctx.daemon.store.summary import summarize
 from deepctx.daemon.store.wire import to_message
+from deepctx.profile.summary import summarize
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:

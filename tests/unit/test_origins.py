@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from deepctx.daemon.frames import Frame, thread_frame, thread_role
-from deepctx.daemon.origins import Origins, creation_frames, type_display_name
+from deepctx.daemon.origins import Origins, creation_frames
+from deepctx.host.demangle import type_display_name
+from deepctx.host.frames import Frame, thread_frame, thread_role
 
 MAIN = Frame("thread", "python3", tid=10)
 PY = [Frame("python", "train", "t.py", 26), Frame("python", "forward", "m.py", 17)]

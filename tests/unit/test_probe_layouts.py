@@ -41,7 +41,8 @@ def test_gpu_api_structs_match_header(tmp_path: Path) -> None:
 
 
 def test_gpu_api_constants_match_header(tmp_path: Path) -> None:
-    from deepctx.probes import gpu_api, gpu_apis
+    from deepctx.host import gpu_apis
+    from deepctx.probes import gpu_api
 
     pairs = {
         "GPU_KEY_F_SAMPLED": gpu_api.GPU_KEY_F_SAMPLED, "GPU_KEY_F_STACK_LOST": gpu_api.GPU_KEY_F_STACK_LOST,

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from deepctx.daemon.procfs import AddressSpace, Mapping, environ_value, parse_maps, process_info
+from deepctx.host.procfs import AddressSpace, Mapping, environ_value, parse_maps, process_info
 from deepctx.probes.device_activity import expected_agent
 
 MAPS = """\

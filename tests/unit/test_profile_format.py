@@ -8,10 +8,11 @@ from pathlib import Path
 import jsonschema
 
 from deepctx.daemon.capture import CaptureResult
-from deepctx.daemon.frames import Frame, thread_frame
-from deepctx.daemon.profile_doc import to_doc
 from deepctx.daemon.profile_wire import to_message
-from deepctx.daemon.tree import METRICS, CallTree, PathNodes
+from deepctx.daemon.tree import CallTree, PathNodes
+from deepctx.host.frames import Frame, thread_frame
+from deepctx.profile.document import to_doc
+from deepctx.profile.metrics import METRICS
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "profile.schema.json").read_text())
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from deepctx.daemon.procfs import AddressSpace, Mapping, read_maps
-from deepctx.daemon.symbolize.demangle import demangle
-from deepctx.daemon.symbolize.elf import ElfSymbols
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
+from deepctx.host.demangle import demangle
+from deepctx.host.elf.symbols import ElfSymbols
+from deepctx.host.procfs import AddressSpace, Mapping, read_maps
 
 
 def nm_symbols(path: Path) -> dict[str, tuple[int, int]]:
@@ -161,7 +161,7 @@ def known_with_heap(libknown: Path) -> tuple[int, int, int, AddressSpace]:
 def test_stack_is_cut_where_the_walk_left_executable_memory(libknown: Path) -> None:
     """A return address in the heap (or in no mapping) is a stack slot a frame-pointer walk misread: it
     and every frame beyond it become one UNWIND_LOST frame, counted; the real inner frames stay."""
-    from deepctx.daemon.frames import UNWIND_LOST
+    from deepctx.host.frames import UNWIND_LOST
 
     pid, alpha, beta, space = known_with_heap(libknown)
     sym = NativeSymbolizer(SymbolCache())
@@ -183,11 +183,11 @@ def test_stack_ids_that_resolve_alike_share_one_path_and_one_tree_walk(libknown:
     the same lines stand for one stack: one path built, one caller node walked; a different stack stays
     apart."""
     from deepctx.daemon.callpaths import CallPathResolver
-    from deepctx.daemon.frames import UNWIND_LOST, Frame
     from deepctx.daemon.gpu_tree import caller_node
     from deepctx.daemon.origins import Origins
-    from deepctx.daemon.python.pyframe import PyFrameInfo
     from deepctx.daemon.tree import CallTree, PathNodes
+    from deepctx.host.frames import UNWIND_LOST, Frame
+    from deepctx.host.python.pyframe import PyFrameInfo
     from deepctx.probes.gpu_api import GPU_KEY_F_SAMPLED
 
     pid, alpha, beta, space = known_with_heap(libknown)

@@ -17,11 +17,11 @@ from hta_check import hta_kernel_ns, trace_kernel_ns, tree_kernel_ns
 from synth import trace_events
 
 from deepctx.cli.formats.chrome import ChromeTrace
-from deepctx.cli.formats.exporter import ExportOptions
 from deepctx.cli.formats.hatchet import HatchetLiteral
-from deepctx.cli.formats.pprof import Pprof
 from deepctx.cli.views.flat import flat, sorted_rows
-from deepctx.cli.views.model import from_doc
+from deepctx.profile.exporter import ExportOptions
+from deepctx.profile.pprof import Pprof
+from deepctx.profile.tree import from_doc
 
 
 def test_hatchet_reads_the_literal_export(torch_doc: dict[str, Any]) -> None:

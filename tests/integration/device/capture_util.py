@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepctx.daemon import procfs
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.device_tree import add_device_buckets, cupti_kernel_names
 from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basenames
@@ -15,6 +14,7 @@ from deepctx.daemon.origins import Origins
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.trace import build_trace, clock_offset_ns
 from deepctx.daemon.tree import CallTree
+from deepctx.host import procfs
 from deepctx.probes import compose
 from deepctx.probes.device_activity import DeviceActivity, DeviceBucket
 from deepctx.probes.family import Target

@@ -13,11 +13,11 @@ from deepctx.daemon.device_tree import (
     cupti_kernel_names,
     device_warnings,
 )
-from deepctx.daemon.frames import Frame
 from deepctx.daemon.gpu_tree import NOT_SAMPLED, KernelNamer
 from deepctx.daemon.trace import build_trace, totals_by_kernel
 from deepctx.daemon.tree import CallTree
-from deepctx.probes import gpu_apis
+from deepctx.host import gpu_apis
+from deepctx.host.frames import Frame
 from deepctx.probes.device_activity import (
     DEV_API_UNPROBED,
     DEV_EV_API,

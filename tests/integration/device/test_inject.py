@@ -13,11 +13,12 @@ from capture_util import run_capture
 from device_paths import TARGET
 from harness import StdinTarget, wait_for
 
-from deepctx.daemon import procfs
 from deepctx.daemon.errors import FailedPrecondition
+from deepctx.daemon.inject import agent as agent_injector
 from deepctx.daemon.inject import ptrace
 from deepctx.daemon.inject.agent import check_injectable, inject_agent
-from deepctx.daemon.process_handle import ProcessHandle
+from deepctx.host import procfs
+from deepctx.host.process_handle import ProcessHandle
 from deepctx.probes.device_activity import DEV_AGENT_IDLE, DeviceActivity, agent_mappings
 
 sys.path.insert(0, str(TARGET.parent))
@@ -61,7 +62,7 @@ def test_injected_agent_gives_exact_device_times(built: tuple[Path, Path]) -> No
     t = start(lib, "--phases", "2")
     try:
         assert not agent_mappings(procfs.read_maps(t.pid))
-        dev = DeviceActivity(inject=True, agent_path=str(agent))
+        dev = DeviceActivity(inject=True, agent_path=str(agent), injector=agent_injector)
 
         def work() -> None:
             t.go()
@@ -136,7 +137,7 @@ def test_refuses_a_process_without_cuda(built: tuple[Path, Path]) -> None:
                      "sys.stdin.readline(); print('done', flush=True)"])
     try:
         with pytest.raises(ValueError, match="no CUDA context yet"):
-            DeviceActivity(inject=True, agent_path=str(agent)).prepare(
+            DeviceActivity(inject=True, agent_path=str(agent), injector=agent_injector).prepare(
                 __import__("deepctx.probes.family", fromlist=["Target"]).Target(
                     t.pid, procfs.process_info(t.pid), procfs.AddressSpace(procfs.read_maps(t.pid))))
         t.go()

@@ -31,11 +31,11 @@ sys.path.insert(0, str(REPO / "tests" / "integration" / "device"))
 from device_paths import AGENT, MOCKS, TARGET, cupti_mocks_built, make_agents_and_mocks  # noqa: E402
 from service_env import ServiceDir  # noqa: E402
 
-from deepctx.daemon import procfs  # noqa: E402
 from deepctx.daemon.errors import FailedPrecondition  # noqa: E402
 from deepctx.daemon.inject import agent as agent_mod  # noqa: E402
 from deepctx.daemon.inject import ptrace  # noqa: E402
-from deepctx.daemon.process_handle import ProcessHandle  # noqa: E402
+from deepctx.host import procfs  # noqa: E402
+from deepctx.host.process_handle import ProcessHandle  # noqa: E402
 
 OLD_NAME = "libdeepctx_cupti.so"
 # What the new root needs to run the mock target: the system, the repository (venv, mocks), /proc (the

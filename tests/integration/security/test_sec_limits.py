@@ -201,8 +201,8 @@ def test_a_users_library_with_roots_build_id_does_not_poison_roots_table(
                 assert r.returncode == 0, r.stderr
             finally:
                 t.communicate(timeout=30)
-    from deepctx.daemon.unwind.disk import load_table
-    from deepctx.daemon.unwind.table import build_table
+    from deepctx.host.unwind.disk import load_table
+    from deepctx.host.unwind.table import build_table
     tables = [load_table(p, None) for p in cache.glob("*.npz")]
     want = {who: build_table(str(lib)).pcs.tolist() for who, lib in libs.items()}
     found = [t.pcs.tolist() for t in tables]

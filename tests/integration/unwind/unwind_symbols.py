@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from deepctx.daemon import procfs
-from deepctx.daemon.unwind.elf import ElfFile
+from deepctx.host import procfs
+from deepctx.host.elf.reader import ElfFile
 
 
 @dataclass

@@ -11,7 +11,7 @@ import pytest
 from harness import line_of
 
 from deepctx.cli.views.document import load
-from deepctx.daemon.analyzer import analyze, rule_ids
+from deepctx.profile.analyzer import analyze, rule_ids
 
 REPO = Path(__file__).resolve().parents[3]
 RECORDED = REPO / "tests" / "fixtures" / "profiles" / "analyzer"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from c_layout import c_values, struct_layout
 
-from deepctx.daemon.python import stacks
-from deepctx.daemon.python.code import code_tag
+from deepctx.host.python import stacks
+from deepctx.host.python.code import code_tag
 from deepctx.probes import python_stack as ps
 
 HEADER = '"python_stack.h"'

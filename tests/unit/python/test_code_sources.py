@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
-from deepctx.daemon.python.code import CodeReader
-from deepctx.daemon.target_files import read_regular, read_target_file
+from deepctx.host.python.code import CodeReader
+from deepctx.host.target_files import read_regular, read_target_file
 
 
 def qualname_within(path: str, name: str, line: int, timeout: float = 10.0) -> str | None:

@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from deepctx.daemon.python.debug_offsets import parse_debug_offsets
-from deepctx.daemon.python.layouts import layout_from_debug_offsets
+from deepctx.host.python.debug_offsets import parse_debug_offsets
+from deepctx.host.python.layouts import layout_from_debug_offsets
 
 # Values chosen to be distinguishable: (group, field) -> value.
 RUNTIME = [1000, 24, 632]  # size, finalizing, interpreters_head

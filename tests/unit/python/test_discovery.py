@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from deepctx.daemon.python.discovery import check_build
-from deepctx.daemon.python.layouts import table_layout
+from deepctx.host.python.discovery import check_build
+from deepctx.host.python.layouts import table_layout
 
 
 def test_default_build_is_accepted() -> None:

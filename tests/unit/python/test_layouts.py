@@ -9,9 +9,9 @@ import pytest
 from c_layout import c_values
 from targets.python.pythons import INTERPRETERS, Interpreter
 
-from deepctx.daemon.python.debug_offsets import MAX_SIZE, parse_debug_offsets
-from deepctx.daemon.python.elf import ElfImage
-from deepctx.daemon.python.layouts import LAYOUTS, PyLayout, layout_from_debug_offsets
+from deepctx.host.elf.image import ElfImage
+from deepctx.host.python.debug_offsets import MAX_SIZE, parse_debug_offsets
+from deepctx.host.python.layouts import LAYOUTS, PyLayout, layout_from_debug_offsets
 from deepctx.probes.python_stack import proc_config
 
 

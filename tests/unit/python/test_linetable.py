@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from targets.python.pythons import INTERPRETERS, Interpreter
 
-from deepctx.daemon.python.linetable import addr_to_line, line_ranges, location_ranges, pep626_ranges
+from deepctx.host.python.linetable import addr_to_line, line_ranges, location_ranges, pep626_ranges
 
 DUMP = Path(__file__).with_name("linetable_dump.py")
 MODULES = ["json.decoder", "asyncio.base_events", "dataclasses", "argparse", "typing"]

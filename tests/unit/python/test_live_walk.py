@@ -15,12 +15,12 @@ import userwalk
 from harness import marked_lines
 from targets.python.pythons import INTERPRETERS, Interpreter
 
-from deepctx.daemon.procfs import AddressSpace, ProcessMemory, read_maps
-from deepctx.daemon.python.code import CodeReader
-from deepctx.daemon.python.discovery import Interpreter as PyInterp
-from deepctx.daemon.python.discovery import find_interpreter
-from deepctx.daemon.python.stacks import symbolize_stack
-from deepctx.daemon.python.threads import ThreadMapper
+from deepctx.host.procfs import AddressSpace, ProcessMemory, read_maps
+from deepctx.host.python.code import CodeReader
+from deepctx.host.python.discovery import Interpreter as PyInterp
+from deepctx.host.python.discovery import find_interpreter
+from deepctx.host.python.stacks import symbolize_stack
+from deepctx.host.python.threads import ThreadMapper
 
 TARGETS = Path(__file__).resolve().parents[2] / "targets" / "python"
 

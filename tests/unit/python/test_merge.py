@@ -3,9 +3,9 @@ frame is ever lost, whatever the native unwinder found."""
 
 import random
 
-from deepctx.daemon.frames import TRUNCATED, Frame
-from deepctx.daemon.python.merge import group_activations, merge_stacks
-from deepctx.daemon.python.pyframe import PyFrameInfo
+from deepctx.host.frames import TRUNCATED, Frame
+from deepctx.host.python.merge import group_activations, merge_stacks
+from deepctx.host.python.pyframe import PyFrameInfo
 
 LIBPY = "libpython3.11.so.1.0"
 EXE = "python3.11"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from targets.python.pythons import INTERPRETERS, Interpreter
 
-from deepctx.daemon.python.qualname import qualnames
+from deepctx.host.python.qualname import qualnames
 
 DUMP = Path(__file__).with_name("linetable_dump.py")
 MODULES = ["json.decoder", "asyncio.base_events", "dataclasses", "argparse", "typing", "collections"]

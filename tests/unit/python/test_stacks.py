@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from deepctx.daemon.frames import TRUNCATED, Frame
-from deepctx.daemon.python.code import CodeInfo
-from deepctx.daemon.python.linetable import line_ranges
-from deepctx.daemon.python.pyframe import PyFrameInfo, module_name
-from deepctx.daemon.python.stacks import (
+from deepctx.host.frames import TRUNCATED, Frame
+from deepctx.host.python.code import CodeInfo
+from deepctx.host.python.linetable import line_ranges
+from deepctx.host.python.pyframe import PyFrameInfo, module_name
+from deepctx.host.python.stacks import (
     PYFRAME_F_ENTRY,
     PYFRAME_F_GENERATOR,
     PYSTACK_F_READ_ERROR,

@@ -1,9 +1,9 @@
 """The BPF walker's logic in Python, reading /proc/<pid>/mem: a test oracle for layouts and
 symbolization that needs no BPF (only permission to read the target's memory)."""
 
-from deepctx.daemon.python.code import code_tag
-from deepctx.daemon.python.discovery import Interpreter
-from deepctx.daemon.python.stacks import (
+from deepctx.host.python.code import code_tag
+from deepctx.host.python.discovery import Interpreter
+from deepctx.host.python.stacks import (
     PYFRAME_F_ENTRY,
     PYFRAME_F_GENERATOR,
     PYSTACK_F_READ_ERROR,

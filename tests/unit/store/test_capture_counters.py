@@ -16,10 +16,10 @@ from deepctx.daemon import continuous
 from deepctx.daemon.capture import CaptureResult
 from deepctx.daemon.config import Config
 from deepctx.daemon.continuous import ContinuousProfiler
-from deepctx.daemon.frames import Frame
 from deepctx.daemon.store import WindowStore
 from deepctx.daemon.store.deltas import PER_WINDOW, WindowDeltas, is_running_total
 from deepctx.daemon.tree import CallTree
+from deepctx.host.frames import Frame
 
 T0 = 1_800_000_000.0
 WINDOW_S = 60.0

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from deepctx.daemon import file_limits
-from deepctx.daemon.file_limits import OverCap, inflate
-from deepctx.daemon.unwind.cache import TableCache
-from deepctx.daemon.unwind.elf import ElfFile
-from deepctx.daemon.unwind.table import build_table
+from deepctx.host import file_limits
+from deepctx.host.elf.reader import ElfFile
+from deepctx.host.file_limits import OverCap, inflate
+from deepctx.host.unwind.cache import TableCache
+from deepctx.host.unwind.table import build_table
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("objcopy") is None,
                                reason="gcc and objcopy build the test libraries")
@@ -147,7 +147,7 @@ def test_the_disk_cache_is_root_only_and_links_are_not_followed(tmp_path: Path) 
     link = tmp_path / "link"
     link.symlink_to(disk)
     assert TableCache(link).disk_dir is None
-    from deepctx.daemon.unwind.disk import load_table
+    from deepctx.host.unwind.disk import load_table
     target = tmp_path / "elsewhere.npz"
     target.write_bytes(b"x")
     (disk / "planted.v2.npz").symlink_to(target)

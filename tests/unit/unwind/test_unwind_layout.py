@@ -8,7 +8,7 @@ import shutil
 import pytest
 from c_layout import c_values, struct_layout
 
-from deepctx.daemon.unwind import arch
+from deepctx.host.unwind import arch
 from deepctx.probes import native_unwind as nu
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")

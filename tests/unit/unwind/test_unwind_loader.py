@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from deepctx.daemon import procfs
-from deepctx.daemon.unwind.elf import ElfFile
+from deepctx.host import procfs
+from deepctx.host.elf.reader import ElfFile
 from deepctx.probes import native_unwind as nu
 from deepctx.probes.family import Target
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from unwind_readelf import Fde, read_frames
 
-from deepctx.daemon.unwind.arch import (
+from deepctx.host.unwind.arch import (
     CFA_DEREF_FP,
     CFA_END,
     CFA_FP,
@@ -26,7 +26,7 @@ from deepctx.daemon.unwind.arch import (
     RA_CFA,
     Info,
 )
-from deepctx.daemon.unwind.table import build_table
+from deepctx.host.unwind.table import build_table
 
 pytestmark = pytest.mark.skipif(shutil.which("readelf") is None, reason="needs binutils' readelf")
 

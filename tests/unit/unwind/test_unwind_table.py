@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from deepctx.daemon import procfs
-from deepctx.daemon.unwind import arch, interp
-from deepctx.daemon.unwind.arch import (
+from deepctx.host import procfs
+from deepctx.host.elf.reader import ElfFile
+from deepctx.host.unwind import arch, interp
+from deepctx.host.unwind.arch import (
     AARCH64,
     CFA_DEREF_FP,
     CFA_END,
@@ -28,11 +29,10 @@ from deepctx.daemon.unwind.arch import (
     X86_64,
     compile_state,
 )
-from deepctx.daemon.unwind.cache import TableCache
-from deepctx.daemon.unwind.cfi import iter_fdes, read_sleb, read_uleb
-from deepctx.daemon.unwind.elf import ElfFile
-from deepctx.daemon.unwind.space import TableSpace, page_index
-from deepctx.daemon.unwind.table import _Builder, build_table
+from deepctx.host.unwind.cache import TableCache
+from deepctx.host.unwind.cfi import iter_fdes, read_sleb, read_uleb
+from deepctx.host.unwind.space import TableSpace, page_index
+from deepctx.host.unwind.table import _Builder, build_table
 
 # --- hand-made .eh_frame --------------------------------------------------------------------------
 
@@ -333,7 +333,7 @@ def test_a_restarted_cache_removes_scratch_folders_older_than_a_build(tmp_path):
     import os
     import time
 
-    from deepctx.daemon.unwind import cache as cache_mod
+    from deepctx.host.unwind import cache as cache_mod
 
     stale, young = tmp_path / f"{cache_mod.SCRATCH_PREFIX}old", tmp_path / f"{cache_mod.SCRATCH_PREFIX}new"
     for d in (stale, young):

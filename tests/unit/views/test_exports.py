@@ -13,12 +13,13 @@ from harness import line_of
 from synth import trace_events
 
 from deepctx.cli.formats.chrome import ChromeTrace
-from deepctx.cli.formats.exporter import ExportOptions, exporters
+from deepctx.cli.formats.exporter import exporters
 from deepctx.cli.formats.folded import FoldedStacks
 from deepctx.cli.formats.hatchet import HatchetLiteral
-from deepctx.cli.formats.pprof import Pprof
 from deepctx.cli.formats.speedscope import Speedscope
 from deepctx.cli.main import main
+from deepctx.profile.exporter import ExportOptions
+from deepctx.profile.pprof import Pprof
 from deepctx.proto.pprof import profile_pb2
 
 HERE = Path(__file__).resolve().parent

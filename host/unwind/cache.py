@@ -1,0 +1,288 @@
+"""One unwind table per file, however many processes map it.
+
+Files are identified by what their table is built from: a hash of the machine, the build id and the
+stored bytes of .eh_frame and .debug_frame (the same library inside two containers is one table; a
+crafted file that copies another's build id is not). Files without those sections are identified by
+(device, inode). Tables can also be kept on disk (a root-only folder), so a daemon restart does not
+parse libtorch again. Sections over max_decompressed_bytes and tables over max_unwind_rows are refused
+(daemon/file_limits.py): the file gets an empty table with a warning for the profile. Files with large unwind sections (decompressed) are built in a child process
+(daemon/unwind/build_child.py): the allocator would otherwise keep the build's garbage; several
+files are built at once by get_many. A table with a copy on disk is held only while a capture uses it
+(the walker's maps hold its rows once placed): the next capture reads it from disk again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from deepctx.host.elf.reader import ElfError, ElfFile
+from deepctx.host.file_limits import LIMITS, OverCap, check_size
+from deepctx.host.unwind.arch import X86_64
+from deepctx.host.unwind.build_child import NO_TABLE, OVER_CAP
+from deepctx.host.unwind.cfi import CfiError
+from deepctx.host.unwind.disk import DISK_FORMAT, load_table, save_table
+from deepctx.host.unwind.table import UnwindTable, build_table, empty_table
+
+log = logging.getLogger(__name__)
+
+CHILD_MIN_BYTES = 1 << 20  # .eh_frame + .debug_frame from which a table is built in a child process
+CHILD_TIMEOUT_S = 600.0
+UNWIND_SECTIONS = (".eh_frame", ".debug_frame")
+SCRATCH_PREFIX = "deepctx-unwind-"  # a child build's folder in the disk cache
+
+
+class TableCache:
+    def __init__(self, disk_dir: str | Path | None = None, child_min_bytes: int = CHILD_MIN_BYTES,
+                 workers: int = 4) -> None:
+        self.disk_dir = _private_dir(Path(disk_dir)) if disk_dir is not None else None
+        self.child_min_bytes = child_min_bytes
+        self.workers = max(1, workers)
+        self._lock = threading.Lock()
+        self._by_key: dict[str, UnwindTable] = {}  # tables with no copy on disk
+        self._on_disk: weakref.WeakValueDictionary[str, UnwindTable] = weakref.WeakValueDictionary()
+        self._by_inode: dict[tuple[str, int], str] = {}
+        self._building: dict[tuple[str, int], threading.Event] = {}
+        self.counters = {"builds": 0, "hits": 0, "disk_hits": 0, "failures": 0, "child_builds": 0,
+                         "over_cap": 0}
+        self._remove_stale_scratch()
+
+    def _remove_stale_scratch(self) -> None:
+        """Scratch folders of builds that ended with their daemon (killed mid-build) go; a folder younger
+        than the builder's timeout may belong to a build of another daemon sharing the cache, and stays."""
+        if self.disk_dir is None or not self.disk_dir.is_dir():
+            return
+        now = time.time()
+        for d in self.disk_dir.glob(f"{SCRATCH_PREFIX}*"):
+            try:
+                if d.is_dir() and now - d.stat().st_mtime > CHILD_TIMEOUT_S + 60:
+                    shutil.rmtree(d)
+                    log.info("removed a stale unwind build folder", extra={"path": str(d)})
+            except OSError as e:  # another daemon removed it first, or no permission: leave it
+                log.debug("stale unwind build folder left", extra={"path": str(d), "error": str(e)})
+
+    def get(self, path: str, dev: str, inode: int) -> tuple[str, UnwindTable]:
+        """(file key, table) for the file at path, which has the given device and inode.
+
+        A file that is not a readable ELF file or has no CFI gets an empty table: the walker then uses
+        frame pointers in it. OSError (file gone) propagates. Safe from several threads: a file being
+        built is waited for, not built twice."""
+        while True:
+            with self._lock:
+                key = self._by_inode.get((dev, inode))
+                table = self._cached(key) if key is not None else None
+                if key is not None and table is not None:
+                    self.counters["hits"] += 1
+                    return key, table
+                building = self._building.get((dev, inode))
+                if building is None:
+                    mine = self._building[(dev, inode)] = threading.Event()
+                    break
+            building.wait()  # then look again: a build that failed with OSError left nothing
+        try:
+            key, table = self._resolve(path, dev, inode)
+            with self._lock:
+                held = self._cached(key)  # the same build id under another inode
+                table = held if held is not None else table
+                if (p := self._disk_path(key)) is not None and p.exists():
+                    self._on_disk[key] = table
+                else:
+                    self._by_key[key] = table
+                self._by_inode[(dev, inode)] = key
+            return key, table
+        finally:
+            with self._lock:
+                del self._building[(dev, inode)]
+            mine.set()
+
+    def get_many(self, files: list[tuple[str, str, int]]) -> list[tuple[str, UnwindTable] | OSError]:
+        """get() for each (path, dev, inode), up to `workers` builds at a time; an OSError in place of a
+        file that could not be read."""
+        def one(f: tuple[str, str, int]) -> tuple[str, UnwindTable] | OSError:
+            try:
+                return self.get(*f)
+            except OSError as e:
+                return e
+        if len(files) <= 1 or self.workers == 1:
+            return [one(f) for f in files]
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="unwind-tables") as pool:
+            return list(pool.map(one, files))
+
+    def _resolve(self, path: str, dev: str, inode: int) -> tuple[str, UnwindTable]:
+        over: str | None = None
+        digest: str | None = None
+        try:
+            with ElfFile(path) as f:
+                build_id = f.build_id()
+                unwind_bytes = 0
+                try:  # before anything is hashed, copied or inflated
+                    for name in UNWIND_SECTIONS:
+                        s = f.sections.get(name)
+                        size = f.data_size(name)
+                        check_size(max(size, s.size if s is not None else 0), f"{path}: section {name}")
+                        unwind_bytes += size
+                except OverCap as e:
+                    over = str(e)
+                digest = f.digest(UNWIND_SECTIONS) if over is None else None  # (hashes the raw bytes)
+        except ElfError:
+            build_id, unwind_bytes = None, 0
+        key = f"c:{digest}" if digest else f"i:{dev}:{inode}"
+        with self._lock:
+            table = self._cached(key)
+            if table is not None:
+                self.counters["hits"] += 1
+                return key, table
+        if over is not None:
+            return key, self._refused(path, build_id, over)
+        table = self._load(key, build_id)
+        if table is not None:
+            self._count("disk_hits")
+        elif unwind_bytes >= self.child_min_bytes:
+            table = self._build_in_child(path, key, build_id)
+        else:
+            table = self._build(path, key, build_id)
+        return key, table
+
+    def _cached(self, key: str) -> UnwindTable | None:
+        table = self._by_key.get(key)  # not `or`: an empty table is falsy (it has no rows)
+        return table if table is not None else self._on_disk.get(key)
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self.counters[name] += 1
+
+    def _build(self, path: str, key: str, build_id: str | None) -> UnwindTable:
+        try:
+            table = build_table(path)
+        except OverCap as e:
+            return self._refused(path, build_id, str(e))
+        except (ElfError, CfiError, ValueError) as e:
+            return self._no_table(path, build_id, str(e))
+        self._count("builds")
+        self._save(key, table)
+        return table
+
+    def _no_table(self, path: str, build_id: str | None, why: str, level: int = logging.INFO) -> UnwindTable:
+        """An empty table (the walker uses frame pointers in the file), counted; warned about when the
+        builder itself failed rather than the file having no CFI."""
+        log.log(level, "no unwind table for %s: %s", path, why)
+        self._count("failures")
+        return empty_table(X86_64.name, build_id)
+
+    def _refused(self, path: str, build_id: str | None, why: str) -> UnwindTable:
+        """A file over a cap: an empty table whose warning goes into the profiles of its targets. Logged
+        once per file (the empty table is cached like any other)."""
+        log.warning("unwind table refused: %s", why)
+        self._count("over_cap")
+        # the warning names no path: the table is shared by every process mapping the file, under its names
+        return empty_table(X86_64.name, build_id, warning=why.removeprefix(f"{path}: "))
+
+    def _build_in_child(self, path: str, key: str, build_id: str | None) -> UnwindTable:
+        """Builds in `python -m deepctx.host.unwind.build_child` into a scratch file (in the disk cache's
+        folder when it is usable, so that the result is moved there, not copied), and loads the result."""
+        disk = self._disk_path(key)
+        with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=self._scratch_parent()) as tmp:
+            out = Path(tmp) / "table.npz"
+            argv = [sys.executable, "-m", "deepctx.host.unwind.build_child", path, str(out),
+                    str(LIMITS.max_decompressed_bytes), str(LIMITS.max_unwind_rows)]
+            try:
+                child = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
+                                       stdin=subprocess.DEVNULL)
+            except subprocess.TimeoutExpired:
+                return self._no_table(path, build_id, f"its build ran past {CHILD_TIMEOUT_S:.0f} s", logging.WARNING)
+            except OSError as e:  # no interpreter to start: build here instead
+                log.warning("cannot start the unwind table builder (%s): building %s in the daemon", e, path)
+                return self._build(path, key, build_id)
+            if child.returncode == OVER_CAP:
+                return self._refused(path, build_id, child.stderr.strip())
+            if child.returncode == NO_TABLE:
+                return self._no_table(path, build_id, child.stderr.strip())
+            if child.returncode != 0:
+                tail = child.stderr.strip().splitlines()[-1:] or [f"status {child.returncode}"]
+                return self._no_table(path, build_id, f"the table builder failed: {tail[0]}", logging.WARNING)
+            try:
+                table = load_table(out, build_id)
+            except (OSError, KeyError, ValueError) as e:
+                return self._no_table(path, build_id, f"the table builder's output is unreadable: {e}", logging.WARNING)
+            if disk is not None:
+                try:
+                    os.replace(out, disk)
+                except OSError:  # another file system, or no cache folder: write it there (or warn)
+                    self._save(key, table)
+        self._count("builds")
+        self._count("child_builds")
+        return table
+
+    def _scratch_parent(self) -> str | None:
+        """The disk cache's folder when it exists or can be made and is writable, else None (system tmp)."""
+        if self.disk_dir is None:
+            return None
+        try:
+            self.disk_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError:
+            return None
+        return str(self.disk_dir) if os.access(self.disk_dir, os.W_OK) else None
+
+    def _disk_path(self, key: str) -> Path | None:
+        """Where a table is kept on disk: only tables keyed by content (c:<hash>) are."""
+        if self.disk_dir is None or not key.startswith("c:"):
+            return None
+        return self.disk_dir / f"{key[2:]}.v{DISK_FORMAT}.npz"
+
+    def _load(self, key: str, build_id: str | None) -> UnwindTable | None:
+        p = self._disk_path(key)
+        if p is None or not p.exists():
+            return None
+        try:
+            table = load_table(p, build_id)
+        except (OSError, KeyError, ValueError) as e:
+            log.warning("ignoring unreadable cached table %s: %s", p, e)
+            return None
+        table.stats["from_disk"] = 1.0
+        return table
+
+    def _save(self, key: str, table: UnwindTable) -> None:
+        p = self._disk_path(key)
+        if p is None:
+            return
+        try:
+            save_table(table, p)
+        except OSError as e:
+            log.warning("cannot cache the unwind table in %s: %s", p, e)
+
+    def __len__(self) -> int:
+        """Tables held in memory now."""
+        return len(self._by_key) + len(self._on_disk)
+
+    @property
+    def memory(self) -> int:
+        return sum(t.memory for t in [*self._by_key.values(), *self._on_disk.values()])
+
+
+def _private_dir(path: Path) -> Path | None:
+    """The disk cache's folder, made root's own (0700); None (no disk cache) when it is a link or someone
+    else's: tables read from it go into every user's captures. A path that is not a folder is kept (writes
+    there fail and are warned about)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path  # made 0700 when first written (save_table, _scratch_parent)
+    except OSError as e:
+        log.warning("no disk cache for unwind tables: %s: %s", path, e.strerror)
+        return None
+    if stat.S_ISLNK(st.st_mode) or (stat.S_ISDIR(st.st_mode) and st.st_uid != os.geteuid()):
+        log.warning("no disk cache for unwind tables: %s is a link or not deepctxd's own folder", path)
+        return None
+    if stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(path, 0o700)
+    return path

@@ -1,0 +1,14 @@
+"""The analyzer's rules, one module each; importing this package registers them."""
+
+from deepctx.profile.analyzer.rules import (  # noqa: F401
+    alloc_churn,
+    blocking_copy,
+    collectives,
+    dataloader,
+    elementwise_chain,
+    fp32_gemm,
+    host_bound,
+    launch_bound,
+    small_grid,
+    sync_in_loop,
+)

@@ -1,0 +1,20 @@
+"""The protocol every export format implements (the CLI's formats, and the pprof writer the daemon's
+Pyroscope push uses too)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    metric: str | None = None  # formats with one value per sample (folded): which metric; None: the default
+
+
+class Exporter(Protocol):
+    name: ClassVar[str]
+    suffix: ClassVar[str]  # the usual file name ending
+    binary: ClassVar[bool]
+
+    def export(self, doc: dict[str, Any], options: ExportOptions) -> bytes | str: ...
