@@ -7,7 +7,7 @@ Starts a daemon on a private socket, captures tests/targets/bin/cpu_burner again
 the daemon's anonymous and file-backed resident memory (MB) after each capture.
 
 --tables: the unwind tables of the given ELF files, built as deepctxd builds them, once inside the
-process and once in build_child processes (daemon/unwind/cache.py), each in a fresh interpreter: its
+process and once in build_child processes (host/unwind/cache.py), each in a fresh interpreter: its
 anonymous memory before and after (the tables themselves included), its peak, and the build time.
 """
 

@@ -58,7 +58,7 @@ class Config:
     gpu_duty_period_s: float = 2.0
     native_unwind: bool = True  # walk native stacks with .eh_frame tables (false: frame pointers only)
     cache_dir: str = "/var/cache/deepctx"  # unwind tables kept by a hash of the CFI they are built from
-    # caps on a target's files (daemon/file_limits.py): one section's bytes once decompressed, one file's
+    # caps on a target's files (host/file_limits.py): one section's bytes once decompressed, one file's
     # unwind table rows; a file over either is unwound with frame pointers, and the profile says why
     max_decompressed_bytes: int = 256 << 20
     max_unwind_rows: int = 1 << 24

@@ -1,7 +1,7 @@
 /* Native unwinder: structs shared by the BPF walker (native_unwind.bpf.h) and its loader
  * (native_unwind.py, whose ctypes mirrors a test checks against this file).
  *
- * Unwind tables come from .eh_frame / .debug_frame, compiled in user space (deepctx.daemon.unwind)
+ * Unwind tables come from .eh_frame / .debug_frame, compiled in user space (deepctx.host.unwind)
  * into rows {pc, info}: a row holds from its pc up to the next row's pc, and `info` indexes a small
  * deduplicated array of rules (x86-64 code has a few hundred distinct ones: rsp+8, rsp+16, rbp+16 ...),
  * so a row costs 8 bytes. Rows of every loaded file sit in one array map, each file a sorted range.

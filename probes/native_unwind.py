@@ -181,7 +181,7 @@ class _ProcState:
 
 
 def _warn_refused(state: _ProcState, target: Target, path: str, key: str, table: UnwindTable) -> None:
-    """A file over a cap (daemon/file_limits.py) is unwound with frame pointers; the profile says why."""
+    """A file over a cap (host/file_limits.py) is unwound with frame pointers; the profile says why."""
     if table.warning:
         state.warn(target, f"refused:{key}", f"native stacks: {path}: {table.warning}")
 

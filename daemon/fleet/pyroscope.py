@@ -1,5 +1,5 @@
 """Pushing a window to a Pyroscope-compatible server: POST /ingest?format=pprof, the profile as the
-multipart form field `profile` (gzipped pprof from cli/formats/pprof.py)."""
+multipart form field `profile` (gzipped pprof from profile/pprof.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """WindowStore: windows on disk in SQLite, profiles zlib-compressed, bounded in size and age.
 
-Each window keeps its summary (totals, kernels, lines: daemon/store/summary.py) next to the compressed
+Each window keeps its summary (totals, kernels, lines: profile/summary.py) next to the compressed
 profile, so `top` reads small rows and only `query` decompresses profiles. The limits hold for the
 database file itself: after a put that takes it over `max_bytes`, the oldest windows go and their pages
 are given back to the file system (incremental vacuum). Every eviction is counted.

@@ -1,4 +1,4 @@
-"""A profile document as the API's Profile message (the inverse of daemon/profile_doc.to_doc)."""
+"""A profile document as the API's Profile message (the inverse of profile/document.to_doc)."""
 
 from __future__ import annotations
 

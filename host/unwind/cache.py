@@ -5,8 +5,8 @@ stored bytes of .eh_frame and .debug_frame (the same library inside two containe
 crafted file that copies another's build id is not). Files without those sections are identified by
 (device, inode). Tables can also be kept on disk (a root-only folder), so a daemon restart does not
 parse libtorch again. Sections over max_decompressed_bytes and tables over max_unwind_rows are refused
-(daemon/file_limits.py): the file gets an empty table with a warning for the profile. Files with large unwind sections (decompressed) are built in a child process
-(daemon/unwind/build_child.py): the allocator would otherwise keep the build's garbage; several
+(host/file_limits.py): the file gets an empty table with a warning for the profile. Files with large unwind sections (decompressed) are built in a child process
+(host/unwind/build_child.py): the allocator would otherwise keep the build's garbage; several
 files are built at once by get_many. A table with a copy on disk is held only while a capture uses it
 (the walker's maps hold its rows once placed): the next capture reads it from disk again.
 """

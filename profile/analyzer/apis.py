@@ -1,4 +1,4 @@
-"""GPU API nodes by what they do, from their names (the symbols deepctx probes, probes/gpu_apis.py, and the
+"""GPU API nodes by what they do, from their names (the symbols deepctx probes, host/gpu_apis.py, and the
 names CUPTI gives calls the probes do not cover)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One definition of the lost/dropped counters (daemon/lost.py) for status, metrics and the window store."""
+"""One definition of the lost/dropped counters (profile/lost.py) for status, metrics and the window store."""
 
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ def test_root_reports_on_a_users_process_without_roots_files(daemon, user, tmp_p
 
 
 def test_the_daemon_reads_a_targets_source_as_its_owner(user) -> None:
-    """3.10 targets' qualified names come from the file co_filename names (daemon/python/code.py): read with
+    """3.10 targets' qualified names come from the file co_filename names (host/python/code.py): read with
     the target owner's rights, a root-only file named by a user's process stays unread."""
     from deepctx.host.target_files import read_target_file
 
