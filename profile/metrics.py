@@ -26,9 +26,11 @@ METRIC_TITLES: dict[str, str] = {
     "bytes": "bytes",
     "sync_wait_ns": "sync wait",
 }
-# Which metric a report sorts by when none is asked for: the first with a nonzero total.
+# Which metric a diff compares when none is asked for: the first with a nonzero total.
 DEFAULT_SORT_ORDER = ("cpu_samples", "gpu_time_ns", "api_time_ns", "calls", "sync_wait_ns", "bytes")
-# Which metric ranks stored windows (top, fleet) when none is asked for: the first with a nonzero total.
+# Which metric ranks stored windows (top, fleet), and which one a profile opens on (report, its HTML,
+# profile, exports), when none is asked for: the first with a nonzero total. GPU time first: a profile that
+# has it is about the GPU, and its launching threads' CPU samples are the lesser part.
 RANK_ORDER = ("gpu_time_ns", "cpu_samples", "api_time_ns", "calls", "sync_wait_ns", "bytes")
 
 

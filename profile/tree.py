@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, ParamSpec, TypeVar
 
-from deepctx.profile.metrics import DEFAULT_SORT_ORDER, METRIC_UNITS
+from deepctx.profile.metrics import METRIC_UNITS, RANK_ORDER
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -116,12 +116,13 @@ def _view_node(node: dict[str, Any], metrics: list[str]) -> ViewNode:
 
 
 def pick_metric(root: ViewNode, wanted: str | None = None) -> str:
-    """wanted if given and present, else the first metric of DEFAULT_SORT_ORDER with a nonzero total."""
+    """wanted if given and present, else the first metric of RANK_ORDER with a nonzero total (GPU time where
+    the profile has any)."""
     if wanted:
         if wanted not in root.total:
             raise KeyError(wanted)
         return wanted
-    for m in DEFAULT_SORT_ORDER:
+    for m in RANK_ORDER:
         if root.total.get(m):
             return m
     return "cpu_samples" if "cpu_samples" in root.total else next(iter(root.total))

@@ -13,10 +13,11 @@ from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.durations import moment
 from deepctx.cli.formats import json_file, tree
 from deepctx.profile.document import to_doc
+from deepctx.profile.metrics import RANK_ORDER
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
-# The metric the tree shows when none is asked for: the first with a nonzero total.
-TREE_ORDER = ("gpu_time_ns", "cpu_samples", "api_time_ns", "calls", "sync_wait_ns", "bytes")
+# The metric the tree shows when none is asked for: the first with a nonzero total, as in every view.
+TREE_ORDER = RANK_ORDER
 
 
 def add_selection(p: argparse.ArgumentParser, since_default: str) -> None:

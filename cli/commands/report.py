@@ -17,6 +17,7 @@ from deepctx.cli.output import PRIVATE_MODE, write_output
 from deepctx.cli.views.bottomup import bottom_up
 from deepctx.cli.views.document import DocumentError, load
 from deepctx.cli.views.focus import focus_tree
+from deepctx.profile.metrics import RANK_ORDER
 from deepctx.profile.tree import ViewNode, from_doc, nonzero_metrics, pick_metric
 
 VIEWS = ("top-down", "bottom-up", "flat")
@@ -35,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "is spent up to their callers; flat: one row per frame")
     p.add_argument("--sort", metavar="METRIC",
                    help="metric to sort by and take percentages of (default: the first measured of "
-                        "cpu_samples, gpu_time_ns, api_time_ns, calls, sync_wait_ns, bytes)")
+                        f"{', '.join(RANK_ORDER)}: GPU time where the profile has it)")
     p.add_argument("--by", choices=["self", "total"], help="sort by self or total value (default: total; flat: self)")
     p.add_argument("--columns", metavar="M1,M2", help="metrics to show (default: every metric measured; 'all')")
     p.add_argument("--focus", metavar="NAME", help="top-down/flat: what frames matching NAME call; "

@@ -68,11 +68,27 @@ def report_page(browser: Any, tmp_path: Path, source_file: Path) -> Any:
     page.context.close()
 
 
+def on_cpu_samples(page: Any) -> None:
+    """The report opens a profile with GPU time on GPU time; these checks are of its CPU samples."""
+    page.select_option("#metric", "cpu_samples")
+    page.wait_for_function("() => document.body.dataset.metric === 'cpu_samples'")
+
+
+def test_a_profile_with_gpu_time_opens_on_gpu_time(report_page: Any) -> None:
+    page = report_page
+    assert page.eval_on_selector("#metric", "s => s.value") == "gpu_time_ns"
+    names = page.eval_on_selector_all("#flame g.frame", "els => els.map(e => e.getAttribute('name'))")
+    assert sorted(names) == sorted(["python train.py", "[thread] python3", "<module>", "main", "main", "multiply",
+                                    "read_scalars", "cudaLaunchKernel", "cudaMemcpyAsync",
+                                    "vectorized_elementwise_kernel", "DtoH"])
+
+
 def test_flame_graph_renders_and_click_zooms(report_page: Any, shots: Any) -> None:
     page = report_page
+    on_cpu_samples(page)
     names = page.eval_on_selector_all("#flame g.frame", "els => els.map(e => e.getAttribute('name'))")
     assert sorted(names) == sorted(["python train.py", "[thread] python3", "<module>", "main", "multiply",
-                                    "at::native::mul_kernel_cuda", "PyObject_Malloc"])  # CPU samples first
+                                    "at::native::mul_kernel_cuda", "PyObject_Malloc"])
     shots(page, "flame-top-down")
     width_before = page.eval_on_selector("#flame g.frame[name='multiply'] rect", "r => +r.getAttribute('width')")
     page.locator("#flame g.frame[name='multiply']").click()
@@ -86,6 +102,7 @@ def test_flame_graph_renders_and_click_zooms(report_page: Any, shots: Any) -> No
 
 def test_click_shows_the_source_line(report_page: Any, shots: Any) -> None:
     page = report_page
+    on_cpu_samples(page)
     page.locator("#flame g.frame[name='multiply']").click()
     page.wait_for_function("() => document.body.dataset.tab === 'source'")
     line = page.locator("#source .line.hl")
@@ -101,6 +118,7 @@ def test_search_highlights_matches(report_page: Any, shots: Any) -> None:
     page = report_page
     highlighted_js = ("els => els.filter(e => e.querySelector('rect').getAttribute('fill') === '#e600e6')"
                       ".map(e => e.getAttribute('name'))")
+    on_cpu_samples(page)
     page.fill("#search", "_KERNEL")  # case-insensitive; not cudaLaunchKernel
     page.wait_for_function("() => document.body.dataset.searchMatches === '2'")
     assert page.eval_on_selector_all("#flame g.frame", highlighted_js) == ["at::native::mul_kernel_cuda"]
@@ -123,6 +141,7 @@ def test_bottom_up_and_metric_switch(report_page: Any, shots: Any) -> None:
 
 def test_tables_findings_and_timeline(report_page: Any, shots: Any) -> None:
     page = report_page
+    on_cpu_samples(page)
     rows = page.locator("#tree tbody tr")
     assert rows.count() >= 5
     shots(page, "tree")

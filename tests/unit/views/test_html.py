@@ -87,3 +87,9 @@ def test_template_has_every_marker() -> None:
     for marker in ("@TITLE@", "/*@CSS@*/", "@DATA@", "/*@VENDOR@*/", "/*@APP@*/"):
         assert t.count(marker) == 1
     assert Path(HTML_DIR / "app.js").stat().st_size < 100_000
+
+
+def test_a_profile_with_gpu_time_opens_on_gpu_time(gpu_doc, torch_doc) -> None:
+    """As `deepctx profile` does: GPU time where the profile has any (#34.9), CPU samples otherwise."""
+    assert payload(HtmlReport().render(gpu_doc))["defaultMetric"] == "gpu_time_ns"
+    assert payload(HtmlReport().render(torch_doc))["defaultMetric"] == "cpu_samples"  # no device times in it

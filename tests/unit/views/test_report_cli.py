@@ -130,3 +130,16 @@ def test_html_option_writes_a_report(tmp_path, capsys) -> None:
 def test_pid_without_a_daemon_says_so(tmp_path, capsys) -> None:
     assert main(["--socket", str(tmp_path / "none.sock"), "report", "--pid", "1"]) == 3
     assert "deepctxd is not running" in capsys.readouterr().err
+
+
+def test_a_profile_with_gpu_time_opens_on_gpu_time(capsys, tmp_path: Path) -> None:
+    """report sorts and takes percentages of GPU time where the profile has any (#34.9), as `profile` does."""
+    from synth import gpu_profile
+
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps(gpu_profile(str(tmp_path / "train.py"))))
+    out = report(capsys, str(path), "--width", "160")
+    assert "top-down, % of total GPU time" in out
+    multiply = next(line for line in out.splitlines() if "multiply" in line)  # its kernel: 2 of 2.075 ms
+    assert multiply.split()[:2] == [f"{100 * 1000 * 2000 / (1000 * 2000 + 50 * 1500):.1f}%", "2.00"] == ["96.4%", "2.00"]
+    assert "top-down, % of total CPU samples" in report(capsys, str(path), "--sort", "cpu_samples", "--width", "160")
