@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Any
 
 DEFAULT_MAX_DECOMPRESSED_BYTES = 256 << 20  # libtorch_cuda's .eh_frame is far below this
 DEFAULT_MAX_UNWIND_ROWS = 1 << 24  # libtorch_cpu's table has 2.6M rows
@@ -55,12 +54,3 @@ def inflate(compressed: bytes, declared: int, what: str, cap: int | None = None)
         raise ValueError(f"{what}: decompresses to {'more' if len(out) > declared else 'fewer'} bytes "
                          f"than the {declared} it declares")
     return out
-
-
-def section_data(section: Any, what: str, cap: int | None = None) -> bytes:
-    """A pyelftools section's contents, refusing one over the cap before pyelftools reads or
-    decompresses it (it decompresses SHF_COMPRESSED sections up to the size their header declares)."""
-    check_size(int(section.data_size), what, cap)
-    if not section.compressed:
-        check_size(int(section["sh_size"]), what, cap)
-    return bytes(section.data())

@@ -17,9 +17,8 @@ import re
 import struct
 from dataclasses import dataclass, field
 
-from elftools.elf.elffile import ELFFile
-
-from deepctx.host.file_limits import OverCap, section_data
+from deepctx.host.elf.reader import ElfError, ElfFile
+from deepctx.host.file_limits import OverCap
 from deepctx.probes.uprobes import BPF_TRACE_UPROBE_MULTI, bcc_attach_uprobe, close_links, link_uprobe_multi
 
 NT_STAPSDT = 3
@@ -113,19 +112,22 @@ def vaddr_to_offset(segments: list[tuple[int, int, int]], vaddr: int) -> int | N
 
 def read_probes(path: str, provider: str | None = None) -> list[UsdtProbe]:
     """Every probe site in the file's .note.stapsdt (one probe may have several sites)."""
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
+    try:
+        elf = ElfFile(path, allow_32bit=True)
+    except ElfError as e:
+        raise UsdtError(str(e)) from None
+    with elf:
         is64 = elf.elfclass == 64
-        note = elf.get_section_by_name(".note.stapsdt")
-        if note is None:
+        if ".note.stapsdt" not in elf.sections:
             return []
-        base_sec = elf.get_section_by_name(".stapsdt.base")
-        base_addr = base_sec["sh_addr"] if base_sec is not None else None
-        segments = [(s["p_offset"], s["p_vaddr"], s["p_filesz"]) for s in elf.iter_segments()
-                    if s["p_type"] == "PT_LOAD"]
+        base_sec = elf.sections.get(".stapsdt.base")
+        base_addr = base_sec.addr if base_sec is not None else None
+        segments = [(p.offset, p.vaddr, p.filesz) for p in elf.load_segments()]
         try:  # the note of a file a target maps: capped like every section read from one
-            data = section_data(note, f"{path}: section .note.stapsdt")
+            data = bytes(elf.section_data(".note.stapsdt") or b"")
         except OverCap as e:
+            raise UsdtError(str(e)) from None
+        except ElfError as e:
             raise UsdtError(str(e)) from None
     word, fmt = (8, "<QQQ") if is64 else (4, "<III")
     out: list[UsdtProbe] = []

@@ -20,6 +20,7 @@ from deepctx.daemon.errors import FailedPrecondition
 from deepctx.daemon.inject import memfd, ptrace
 from deepctx.daemon.inject.remote import NotTheProcess, RemoteError, RemoteThread, as_int32
 from deepctx.host import procfs
+from deepctx.host.elf.image import ElfImage
 from deepctx.host.elf.symbols import ElfSymbols
 from deepctx.host.gpu_agents import AGENT_NAME
 from deepctx.host.process_handle import ProcessHandle
@@ -110,25 +111,15 @@ def _data_address(pid: int, maps: list[procfs.Mapping], path_in_target: str, nam
 
 def _data_address_in(ms: list[procfs.Mapping], file: str, name: str) -> int | None:
     """Run-time address of data symbol `name` of `file`, mapped as the mappings ms."""
-    from elftools.elf.elffile import ELFFile
-
     if not ms:
         return None
-    with open(file, "rb") as f:
-        elf = ELFFile(f)
-        sym = None
-        for sec_name in (".dynsym", ".symtab"):
-            sec = elf.get_section_by_name(sec_name)
-            if sec is not None:
-                found = sec.get_symbol_by_name(name)
-                if found:
-                    sym = found[0]
-                    break
+    with ElfImage(file) as elf:
+        sym = elf.symbol(name)
         if sym is None:
             return None
         base = min(m.start - m.offset for m in ms)  # load bias: p_vaddr 0 maps at offset 0
-        first = next(s for s in elf.iter_segments() if s["p_type"] == "PT_LOAD")
-        return base + sym["st_value"] - (first["p_vaddr"] - first["p_offset"])
+        first = elf.segments[0]
+        return base + sym[0] - (first.vaddr - first.offset)
 
 
 def choose_thread(pid: int) -> int:

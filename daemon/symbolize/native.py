@@ -35,7 +35,7 @@ class SymbolCache:
             path = open_mapped_file(pid, m)
             syms = ElfSymbols(path)
             self.loads += 1
-        except (OSError, ValueError, Exception):  # unreadable or not ELF (pyelftools raises its own errors)
+        except (OSError, ValueError, Exception):  # unreadable or not ELF (ElfError), or any other surprise
             syms = None
             self.failures += 1
         with self._lock:

@@ -1,4 +1,6 @@
-"""The few ELF facts unwind tables need: sections by name, loadable segments, build id, machine.
+"""The one ELF reader: sections by name and index, segments, build id, machine, symbol tables as arrays,
+and section data capped (host/file_limits.py). Unwind tables, symbol tables (symbols.py) and interpreter
+images (image.py) are read through it.
 
 A small reader over mmap rather than pyelftools: libraries like libtorch_cuda.so are hundreds of MB
 and we touch only headers and one or two sections.
@@ -11,6 +13,8 @@ import mmap
 import struct
 from dataclasses import dataclass
 
+import numpy as np
+
 from deepctx.host.file_limits import OverCap, check_size, inflate
 
 EM_X86_64 = 62
@@ -22,7 +26,8 @@ _PF_X = 1
 _SHT_NOBITS = 8
 _SHF_COMPRESSED = 0x800
 _ELFCOMPRESS_ZLIB = 1
-_CHDR_SIZE = 24  # Elf64_Chdr
+_CHDR_SIZE = {64: 24, 32: 12}  # Elf64_Chdr, Elf32_Chdr
+_ET_DYN = 3
 _NT_GNU_BUILD_ID = 3
 
 
@@ -38,6 +43,16 @@ class Section:
     addr: int
     offset: int
     size: int
+    link: int = 0  # a symbol table's string table, by index
+
+
+# Symbol table entries (Elf64_Sym, Elf32_Sym)
+SYM_DTYPES = {
+    64: np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
+                  ("size", "<u8")]),
+    32: np.dtype([("name", "<u4"), ("value", "<u4"), ("size", "<u4"), ("info", "u1"), ("other", "u1"),
+                  ("shndx", "<u2")]),
+}
 
 
 @dataclass(frozen=True)
@@ -51,10 +66,12 @@ class Segment:
 
 
 class ElfFile:
-    """A 64-bit little-endian ELF file, memory-mapped. Use as a context manager."""
+    """A little-endian ELF file, memory-mapped; 64-bit only unless `allow_32bit` (unwind tables are built for
+    64-bit code only; symbols are read from either). Use as a context manager."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, allow_32bit: bool = False) -> None:
         self.path = path
+        self._allow_32bit = allow_32bit
         with open(path, "rb") as f:
             try:
                 self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -73,21 +90,59 @@ class ElfFile:
         m = self._map
         if m[:4] != b"\x7fELF":
             raise ElfError(f"{self.path}: not an ELF file")
-        if m[4] != 2 or m[5] != 1:
-            raise ElfError(f"{self.path}: only 64-bit little-endian ELF is supported")
+        if m[5] != 1 or m[4] not in ((1, 2) if self._allow_32bit else (2,)):
+            raise ElfError(f"{self.path}: only {'' if self._allow_32bit else '64-bit '}little-endian ELF is supported")
+        self.elfclass = 64 if m[4] == 2 else 32
+        wide = self.elfclass == 64
         (self.type, self.machine, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, shstrndx) = (
-            struct.unpack_from("<HHIQQQIHHHHHH", m, 16)
+            struct.unpack_from("<HHIQQQIHHHHHH" if wide else "<HHIIIIIHHHHHH", m, 16)
         )
-        self.segments = [
-            Segment(*struct.unpack_from("<IIQQ8xQQ", m, phoff + i * phentsize)) for i in range(phnum)
-        ]
-        raw = [struct.unpack_from("<IIQQQQ", m, shoff + i * shentsize) for i in range(shnum)]
+        self.segments = []
+        for i in range(phnum):
+            if wide:
+                typ, flags, offset, vaddr, filesz, memsz = struct.unpack_from("<IIQQ8xQQ", m, phoff + i * phentsize)
+            else:
+                typ, offset, vaddr, filesz, memsz, flags = struct.unpack_from("<III4xIII", m, phoff + i * phentsize)
+            self.segments.append(Segment(typ, flags, offset, vaddr, filesz, memsz))
+        shdr = "<IIQQQQI" if wide else "<IIIIIII"
+        raw = [struct.unpack_from(shdr, m, shoff + i * shentsize) for i in range(shnum)]
         names_off = raw[shstrndx][4] if 0 < shstrndx < len(raw) else 0
-        self.sections: dict[str, Section] = {}
-        for name_idx, typ, flags, addr, offset, size in raw:
+        self.section_list: list[Section] = []  # by index (sh_link refers to them so)
+        self.sections: dict[str, Section] = {}  # by name: the first of a name
+        for name_idx, typ, flags, addr, offset, size, link in raw:
             end = m.find(b"\0", names_off + name_idx)
             name = m[names_off + name_idx : end].decode(errors="replace") if names_off else ""
-            self.sections.setdefault(name, Section(name, typ, flags, addr, offset, size))
+            sec = Section(name, typ, flags, addr, offset, size, link)
+            self.section_list.append(sec)
+            self.sections.setdefault(name, sec)
+
+    @property
+    def data(self) -> mmap.mmap:
+        """The whole file, mapped read-only (valid until close)."""
+        return self._map
+
+    @property
+    def is_shared(self) -> bool:
+        return self.type == _ET_DYN
+
+    def load_segments(self) -> list[Segment]:
+        return [p for p in self.segments if p.type == _PT_LOAD]
+
+    def symbol_table(self, name: str) -> tuple[np.ndarray, Section] | None:
+        """A symbol table section (.symtab, .dynsym) as an array of entries (SYM_DTYPES; a view of the
+        mapping, no copy) and its string table; None when absent or without file data."""
+        s = self.sections.get(name)
+        if s is None or s.type == _SHT_NOBITS or not 0 < s.link < len(self.section_list):
+            return None
+        dtype = SYM_DTYPES[self.elfclass]
+        count = min(s.size, max(len(self._map) - s.offset, 0)) // dtype.itemsize
+        return np.frombuffer(self._map, dtype=dtype, count=count, offset=s.offset), self.section_list[s.link]
+
+    def string_at(self, strtab: Section, offset: int) -> str:
+        """The NUL-terminated name at `offset` of a string table."""
+        start, end = strtab.offset + offset, strtab.offset + strtab.size
+        stop = self._map.find(b"\0", start, end)
+        return self._map[start:stop if stop >= 0 else end].decode(errors="replace")
 
     def section_data(self, name: str) -> bytes | None:
         """The section's contents (decompressed), or None if absent or without file data. Raises OverCap
@@ -104,7 +159,7 @@ class ElfFile:
             if ch_type != _ELFCOMPRESS_ZLIB:
                 return None  # zstd: not in the standard library
             try:
-                return inflate(data[_CHDR_SIZE:], declared, what)
+                return inflate(data[_CHDR_SIZE[self.elfclass]:], declared, what)
             except OverCap:
                 raise
             except ValueError as e:
@@ -119,8 +174,11 @@ class ElfFile:
             return 0
         if not s.flags & _SHF_COMPRESSED:
             return s.size
-        if s.size < _CHDR_SIZE or s.offset + _CHDR_SIZE > len(self._map):
+        chdr = _CHDR_SIZE[self.elfclass]
+        if s.size < chdr or s.offset + chdr > len(self._map):
             raise ElfError(f"{self.path}: {name}: truncated compression header")
+        if self.elfclass == 32:
+            return int(struct.unpack_from("<I", self._map, s.offset + 4)[0])
         return int(struct.unpack_from("<Q", self._map, s.offset + 8)[0])
 
     def digest(self, names: tuple[str, ...]) -> str | None:

@@ -7,27 +7,14 @@ by one in Python would take minutes, numpy takes milliseconds.
 from __future__ import annotations
 
 import mmap
-from dataclasses import dataclass
 
 import numpy as np
-from elftools.elf.elffile import ELFFile
+
+from deepctx.host.elf.reader import ElfFile, Segment
 
 STT_FUNC = 2
 STT_GNU_IFUNC = 10
 SHN_UNDEF = 0
-
-_SYM64 = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
-                   ("value", "<u8"), ("size", "<u8")])
-_SYM32 = np.dtype([("name", "<u4"), ("value", "<u4"), ("size", "<u4"), ("info", "u1"),
-                   ("other", "u1"), ("shndx", "<u2")])
-
-
-@dataclass(frozen=True)
-class LoadSegment:
-    offset: int
-    vaddr: int
-    filesz: int
-    memsz: int
 
 
 class ElfSymbols:
@@ -35,31 +22,23 @@ class ElfSymbols:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        with open(path, "rb") as f:
-            # Kept mapped: string tables are read lazily, and clean file pages cost no private memory.
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        self._data = data
-        elf = ELFFile(_MmapStream(data))
-        self.build_id = _build_id(elf)
-        self.segments = [
-            LoadSegment(s["p_offset"], s["p_vaddr"], s["p_filesz"], s["p_memsz"])
-            for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"
-        ]
-        self.is_shared = elf["e_type"] == "ET_DYN"
+        # Kept mapped: string tables are read lazily, and clean file pages cost no private memory.
+        self._elf = ElfFile(path, allow_32bit=True)
+        self._data = self._elf.data
+        self.build_id = self._elf.build_id()
+        self.segments: list[Segment] = self._elf.load_segments()
+        self.is_shared = self._elf.is_shared
         addrs, sizes, names = [], [], []
         self._strtabs: list[tuple[int, int]] = []  # (file offset, size)
         for sec_name in (".symtab", ".dynsym"):
-            sec = elf.get_section_by_name(sec_name)
-            if sec is None or sec["sh_type"] == "SHT_NOBITS":
+            table = self._elf.symbol_table(sec_name)
+            if table is None:
                 continue
-            dtype = _SYM64 if elf.elfclass == 64 else _SYM32
-            raw = np.frombuffer(data, dtype=dtype, count=sec["sh_size"] // dtype.itemsize,
-                                offset=sec["sh_offset"])
+            raw, strtab = table
             stype = raw["info"] & 0xF
             keep = ((stype == STT_FUNC) | (stype == STT_GNU_IFUNC)) & (raw["shndx"] != SHN_UNDEF) & (raw["value"] != 0)
             raw = raw[keep]
-            strtab_sec = elf.get_section(sec["sh_link"])
-            self._strtabs.append((strtab_sec["sh_offset"], strtab_sec["sh_size"]))
+            self._strtabs.append((strtab.offset, strtab.size))
             table_idx = len(self._strtabs) - 1
             addrs.append(raw["value"].astype(np.uint64))
             sizes.append(raw["size"].astype(np.uint64))
@@ -139,9 +118,9 @@ class ElfSymbols:
         return out
 
     def close(self) -> None:
-        """Unmaps the file now (its descriptor with it): pyelftools' reference cycles would otherwise keep
-        the mapping until the garbage collector runs. No lookup by name after this."""
-        self._data.close()
+        """Unmaps the file now rather than when the garbage collector gets to it. No lookup by name after
+        this."""
+        self._elf.close()
 
     def _release(self) -> None:
         """Drops the file's pages from this process's resident set (they stay in the page cache): a
@@ -155,38 +134,3 @@ class ElfSymbols:
         off = base + (packed & ((1 << 40) - 1))
         end = self._data.find(b"\0", off, base + size)
         return self._data[off:end if end >= 0 else base + size].decode(errors="replace")
-
-
-class _MmapStream:
-    """A read-only file-like view of an mmap for pyelftools (which seeks and reads)."""
-
-    def __init__(self, data: mmap.mmap) -> None:
-        self._data = data
-        self._pos = 0
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        if whence == 0:
-            self._pos = pos
-        elif whence == 1:
-            self._pos += pos
-        else:
-            self._pos = len(self._data) + pos
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def read(self, n: int = -1) -> bytes:
-        end = len(self._data) if n < 0 else self._pos + n
-        out = self._data[self._pos:end]
-        self._pos += len(out)
-        return out
-
-
-def _build_id(elf: ELFFile) -> str | None:
-    for sec in elf.iter_sections():
-        if sec["sh_type"] == "SHT_NOTE":
-            for note in sec.iter_notes():
-                if note["n_type"] == "NT_GNU_BUILD_ID":
-                    return str(note["n_desc"])
-    return None
