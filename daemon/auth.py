@@ -27,10 +27,10 @@ import grpc
 from deepctx.daemon import access, credentials
 from deepctx.daemon.capture_guard import CredentialGuard
 from deepctx.daemon.errors import InvalidArgument, NotFound, PermissionDenied, RequestError
+from deepctx.host.identity import GROUP
 from deepctx.host.process_handle import ProcessHandle
 from deepctx.host.procfs import ProcessGone
 
-GROUP = "deepctx"
 SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux 4.13+; the constant is missing from older Pythons
 _GROUPS_BUFLEN = 1024  # the most getsockopt() takes from Python: 256 groups
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from deepctx.daemon.capture import CaptureResult
+from deepctx.profile.document import SCHEMA
 from deepctx.profile.metrics import METRICS
 from deepctx.proto.v1 import deepctx_pb2 as pb
-
-SCHEMA = "deepctx.profile/v1"
 
 
 def to_message(result: CaptureResult) -> pb.Profile:

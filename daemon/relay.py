@@ -24,7 +24,8 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 
-from deepctx.daemon.auth import GROUP, PEERS, Caller, PeerRegistry, peer_credentials
+from deepctx.daemon.auth import PEERS, Caller, PeerRegistry, peer_credentials
+from deepctx.host.identity import GROUP
 
 log = logging.getLogger("deepctx.relay")
 

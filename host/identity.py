@@ -21,6 +21,7 @@ from typing import Protocol, TypeVar
 
 T = TypeVar("T")
 NOBODY = 65534  # the ids to act as when the owner is not known
+GROUP = "deepctx"  # its members may profile every process, as root may (the daemon's API, the fleet tables)
 
 # Per-architecture numbers of the system calls used raw (per-thread credentials).
 _SYSCALLS = {

@@ -6,6 +6,8 @@ from typing import Any
 
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
+SCHEMA = "deepctx.profile/v1"  # the document's `schema` (docs/formats.md, docs/profile.schema.json)
+
 _TRACE_API = ("kind", "name", "tid", "start_ns", "dur_ns", "correlation")
 _TRACE_DEVICE = ("kind", "name", "device", "stream", "start_ns", "dur_ns", "correlation", "bytes", "graph_node",
                  "tid")

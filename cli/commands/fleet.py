@@ -27,12 +27,12 @@ from deepctx.cli.client import CliError
 from deepctx.cli.commands.profile import add_output, add_selection, show, time_range
 from deepctx.cli.durations import parse_span
 from deepctx.cli.formats.top_table import TopData, renderable
+from deepctx.host.identity import GROUP
 from deepctx.profile.fleet import schema
 from deepctx.profile.fleet.clickhouse import ClickHouse, ClickHouseError
 from deepctx.profile.metrics import KERNEL_METRICS, METRICS, PROCESS_METRICS, kernel_rank_metric, rank_metric
 
 DAEMON_CONFIG = "/etc/deepctx/deepctxd.toml"
-GROUP = "deepctx"  # as daemon/auth.py GROUP (the CLI does not import the daemon's auth)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-SCHEMA = "deepctx.profile/v1"
+from deepctx.profile.document import SCHEMA
 
 
 class DocumentError(ValueError):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-SCHEMA = "deepctx.profile/v1"
+from deepctx.profile.document import SCHEMA
+
 MAX_WARNINGS = 50
 # A node's identity among its siblings, as the daemon's tree has it: the documented frame fields, the
 # thread id of thread nodes, and the launch facts of GPU nodes (one kernel launched with two grids is two
