@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # deepctx set-up for Debian 12, as root. Installs everything deepctx needs, then runs a job:
-#   ./install.sh demo    install, start deepctxd, profile the bundled example, print the profile and findings
+#   ./install.sh demo    install, start deepctxd, profile the bundled example (on a simulated GPU without one),
+#                        print the profile and findings, write a trace and the HTML report to demo-output/
 #   ./install.sh test    install, run the whole test suite (unit, integration on real eBPF, GPU tests skip
 #                        without a GPU)
 #   ./install.sh service install, then put deepctxd in place as a systemd service (unit, sysusers, tmpfiles)
