@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepctx.daemon.store.merge import Merger
+from deepctx.profile.merge import Merger
 from deepctx.profile.metrics import KERNEL_METRICS, METRICS, PROCESS_METRICS, kernel_rank_metric, rank_metric
 from deepctx.profile.summary import Summary, summarize
 from deepctx.profile.window import Window
