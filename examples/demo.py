@@ -26,6 +26,16 @@ AGENT = ROOT / "native" / "build" / "libdeepctx_cupti.so"
 OUT = ROOT / "demo-output"
 
 
+def tool(name: str, module: str) -> list[str]:
+    """The installed console script, or the module run by this interpreter (a GPU host with the tree on
+    PYTHONPATH and no install)."""
+    script = BIN / name
+    return [str(script)] if script.exists() else [sys.executable, "-m", module]
+
+
+DEEPCTX, DEEPCTXD = tool("deepctx", "deepctx.cli.main"), tool("deepctxd", "deepctx.daemon.main")
+
+
 def real_gpu() -> bool:
     smi = shutil.which("nvidia-smi")
     return bool(smi) and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
@@ -55,13 +65,13 @@ def main() -> int:
         sock = os.path.join(tmp, "deepctxd.sock")
         env = dict(os.environ, DEEPCTX_SOCKET=sock, **extra_env)
         env.pop("CUDA_INJECTION64_PATH", None)  # deepctx run names its own agent
-        daemon = subprocess.Popen([str(BIN / "deepctxd"), "--foreground", "--log-format", "text", "--log-level",
+        daemon = subprocess.Popen([*DEEPCTXD, "--foreground", "--log-format", "text", "--log-level",
                                    "warning"], env=env)
         try:
-            subprocess.run([str(BIN / "deepctx"), "status", "--wait", "30"], env=env, check=True,
+            subprocess.run([*DEEPCTX, "status", "--wait", "30"], env=env, check=True,
                            stdout=subprocess.DEVNULL)
             print(f"deepctxd is running (pid {daemon.pid}); profiling {what} ...", flush=True)
-            deepctx = [str(BIN / "deepctx"), "run", "--quiet", "--mode", "exact"]
+            deepctx = [*DEEPCTX, "run", "--quiet", "--mode", "exact"]
             profile, trace, html = OUT / "profile.json", OUT / "trace.json", OUT / "report.html"
             # the profile over the whole run; the timeline (every call and kernel) over a short one
             for extra, seconds in ((["--format", "json", "-o", str(profile)], whole), (["--trace", "-o", str(trace)], short)):
@@ -70,10 +80,10 @@ def main() -> int:
                 if rc != 0:
                     return rc
             # the tree (kernels under the Python lines that launched them, GPU time first), then the findings
-            rc = subprocess.run([str(BIN / "deepctx"), "report", str(profile), "--min-percent", "2"], env=env).returncode
+            rc = subprocess.run([*DEEPCTX, "report", str(profile), "--min-percent", "2"], env=env).returncode
             if rc != 0:
                 return rc
-            rc = subprocess.run([str(BIN / "deepctx"), "report", str(profile), "--html", str(html)], env=env,
+            rc = subprocess.run([*DEEPCTX, "report", str(profile), "--html", str(html)], env=env,
                                 stdout=subprocess.DEVNULL).returncode
             if rc != 0:
                 return rc
