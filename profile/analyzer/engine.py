@@ -3,7 +3,7 @@ on a live capture and in the CLI on a file."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from deepctx.profile.analyzer.device import DeviceInfo, device_info
@@ -24,10 +24,18 @@ class RuleReport:
     status: str  # "fired", "clear" or "not_evaluated"
     reason: str | None
     findings: int
+    baseline: TimeBasis | None = None  # the T this rule's speedups are relative to
 
     def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "title": self.title, "needs": self.needs, "status": self.status,
-                "reason": self.reason, "findings": self.findings}
+        out = {"rule": self.rule, "title": self.title, "needs": self.needs, "status": self.status,
+               "reason": self.reason, "findings": self.findings}
+        if self.baseline is not None:
+            out["baseline"] = baseline_json(self.baseline)
+        return out
+
+
+def baseline_json(b: TimeBasis) -> dict[str, Any]:
+    return {"kind": b.baseline, "time_ns": b.time_ns, "source": b.source}
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,7 @@ class Analysis:
         return {
             "analyzer": ANALYZER,
             "time_ns": b.time_ns, "time_source": b.source, "host_time_ns": b.host_ns, "main_tid": b.main_tid,
+            "critical_tid": b.critical_tid, "main_time_ns": b.main_ns, "wall_time_ns": b.wall_ns,
             "device_time": {"source": b.device.source, "busy_ns": b.device.busy_ns, "gpu_time_ns": b.device.gpu_time_ns},
             "device": {"name": self.device.name, "sm_count": self.device.sm_count, "source": self.device.source},
             "min_speedup": self.limits.min_speedup, "claim_speedup": self.limits.claim_speedup,
@@ -66,9 +75,10 @@ def analyze(doc: dict[str, Any], limits: Limits | None = None, rules: list[str] 
     findings: list[Finding] = []
     reports: list[RuleReport] = []
     for rule in get_rules(rules):
-        result = rule.evaluate(ctx)
+        rule_basis = basis.for_baseline(rule.baseline)
+        result = rule.evaluate(replace(ctx, basis=rule_basis))
         if isinstance(result, NotEvaluated):
-            reports.append(RuleReport(rule.id, rule.title, rule.needs, "not_evaluated", result.reason, 0))
+            reports.append(RuleReport(rule.id, rule.title, rule.needs, "not_evaluated", result.reason, 0, rule_basis))
             continue
         kept: list[Finding] = []
         dropped: list[Finding] = []
@@ -79,6 +89,7 @@ def analyze(doc: dict[str, Any], limits: Limits | None = None, rules: list[str] 
                 dropped.append(f)
         dropped.sort(key=_order)
         for f in kept:  # a rule may give its own call path; else the representative one of the finding's line
+            f.extra.setdefault("speedup_baseline", baseline_json(rule_basis))
             if not f.call_path and f.site is not None:
                 f.call_path = idx.paths.get(f.site, ())
             if f.estimated_speedup is not None and f.estimated_speedup < limits.claim_speedup:
@@ -90,7 +101,8 @@ def analyze(doc: dict[str, Any], limits: Limits | None = None, rules: list[str] 
             where = best.site.label() if best.site else "no location"
             reason = (f"{len(dropped)} candidate(s) below the {limits.min_speedup}x threshold "
                       f"(best {best.estimated_speedup}x at {where})")
-        reports.append(RuleReport(rule.id, rule.title, rule.needs, "fired" if kept else "clear", reason, len(kept)))
+        reports.append(RuleReport(rule.id, rule.title, rule.needs, "fired" if kept else "clear", reason, len(kept),
+                                  rule_basis))
         findings.extend(kept)
     findings.sort(key=_order)
     return Analysis(findings, reports, basis, device, limits)

@@ -42,6 +42,8 @@ class Rule:
     number: ClassVar[int]  # the rule's number in issue 8, the order reports list rules in
     title: ClassVar[str]  # what the rule looks for, in a few words
     needs: ClassVar[str]  # "api" (calls and CPU samples), "device" (GPU time) or "timeline" (a trace)
+    # the T its model needs (timing.py): "critical" (the critical thread, or the device when busier) or "wall"
+    baseline: ClassVar[str] = "critical"
 
     def evaluate(self, ctx: Context) -> list[Finding] | NotEvaluated:
         raise NotImplementedError

@@ -1,14 +1,20 @@
 """The time a profile's speedups are relative to, and what is known about the device's busy time.
 
-T (the profile's time) is the main thread's active time: CPU samples outside GPU API calls, plus the time
-inside GPU API calls (launches, copies, waits for the device), which the probes measure exactly. It
-leaves out the time the main thread slept on something else (waiting for the next command, or a queue),
-and it is never more than the capture's duration. When the device was busier than that, T is the
-device's busy time. A fix that removes R of it makes the program T / (T - R) times faster (Amdahl)."""
+A thread's active time is its CPU samples outside GPU API calls plus the time inside GPU API calls
+(launches, copies, waits for the device), which the probes measure exactly; it leaves out the time the
+thread slept on something else (a queue, a join, the next command). The critical thread is the thread with
+the most active time: the main thread, unless it only waits for workers.
+
+Each rule's model says which baseline T it needs (Rule.baseline):
+- "critical": the critical thread's active time, or the device's busy time when the device was busier: the
+  path a fix on one thread's work shortens;
+- "wall": the capture's wall time: for costs summed over every thread, which no one thread's time bounds.
+T is never more than the capture's duration. A fix that removes R of T makes the program T / (T - R) times
+faster (Amdahl)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from deepctx.profile.analyzer.index import ProfileIndex
@@ -35,10 +41,21 @@ class DeviceTime:
 @dataclass(frozen=True)
 class TimeBasis:
     time_ns: int
-    host_ns: int
+    host_ns: int  # the critical thread's active time
     main_tid: int | None
     device: DeviceTime
     source: str  # one sentence: where time_ns came from
+    baseline: str = "critical"  # "critical" or "wall" (the module's docstring)
+    critical_tid: int | None = None
+    wall_ns: int = 0  # the capture's duration
+    main_ns: int = 0  # the main thread's active time (the old baseline: said when it is not the critical one)
+
+    def for_baseline(self, baseline: str) -> TimeBasis:
+        """This basis as a rule whose model needs `baseline` sees it."""
+        if baseline == self.baseline or baseline != "wall" or not self.wall_ns:
+            return self
+        return replace(self, time_ns=self.wall_ns, baseline="wall",
+                       source=f"the capture's wall time ({self.wall_ns / 1e9:.3g} s)")
 
     @property
     def gpu_idle_ns(self) -> int | None:
@@ -99,20 +116,43 @@ def device_time(doc: dict[str, Any], idx: ProfileIndex) -> DeviceTime:
     return DeviceTime("none")
 
 
+def active_ns(idx: ProfileIndex, tid: int) -> int:
+    """A thread's active time: CPU samples outside GPU calls plus the measured time inside them."""
+    t = idx.threads[tid]
+    return int((t.samples - t.api_samples) * 1e9 / idx.sample_hz + t.api_time_ns) if idx.sample_hz > 0 else 0
+
+
+def critical_thread(idx: ProfileIndex) -> int | None:
+    """The thread with the most active time; the main thread wins a tie."""
+    if not idx.threads or idx.sample_hz <= 0:
+        return None
+    main = idx.main_tid
+    return max(idx.threads, key=lambda tid: (active_ns(idx, tid), tid == main, -tid))
+
+
+def _thread_text(idx: ProfileIndex, tid: int) -> str:
+    name = idx.threads[tid].name
+    return f"thread {tid} ({name})" if name else f"thread {tid}"
+
+
 def time_basis(doc: dict[str, Any], idx: ProfileIndex) -> TimeBasis:
     dev = device_time(doc, idx)
     duration_ns = int(float(doc.get("duration_s") or 0) * 1e9)
-    hz = idx.sample_hz
     main = idx.main_tid
-    if hz > 0 and idx.total_samples and main is not None:
-        t = idx.threads[main]
-        host_ns = int((t.samples - t.api_samples) * 1e9 / hz + t.api_time_ns)
-        time_ns, source = host_ns, f"main thread {main}: CPU time outside GPU calls plus the time inside them"
+    critical = critical_thread(idx)
+    main_ns = active_ns(idx, main) if main is not None and main in idx.threads and idx.sample_hz > 0 else 0
+    if idx.total_samples and critical is not None:
+        host_ns = time_ns = active_ns(idx, critical)
+        who = "main thread" if critical == main else "critical thread"
+        source = f"{who} {critical}: CPU time outside GPU calls plus the time inside them"
+        if critical != main and main is not None:
+            source = (f"critical {_thread_text(idx, critical)}: CPU time outside GPU calls plus the time inside "
+                      f"them; the main thread {main} was active {main_ns / 1e6:.3g} ms")
     else:
         host_ns = time_ns = duration_ns
         source = "capture duration (no CPU samples)"
     if dev.known and dev.busy_ns > time_ns:
-        time_ns, source = dev.busy_ns, "GPU busy time (the device was busier than the main thread)"
+        time_ns, source = dev.busy_ns, "GPU busy time (the device was busier than the critical thread)"
     if duration_ns and time_ns > duration_ns:
         time_ns, source = duration_ns, "capture duration"
-    return TimeBasis(int(time_ns), int(host_ns), main, dev, source)
+    return TimeBasis(int(time_ns), int(host_ns), main, dev, source, "critical", critical, duration_ns, main_ns)

@@ -108,3 +108,38 @@ def test_worker_thread_work_is_charged_to_the_line_that_handed_it_over() -> None
     [rec] = [r for r in idx.gpu if r.kind == "kernel"]
     assert (rec.ctx.tid, rec.ctx.site.line if rec.ctx.site else None) == (7, 45)
     assert idx.threads[7].api_time_ns == 40 * MS and idx.threads[100].api_time_ns == 0
+
+
+def waiting_main() -> DocBuilder:
+    """The main thread only joins a worker (30 ms on the CPU); the worker launches 10,000 tiny kernels."""
+    b = DocBuilder(duration_s=10.0)
+    b.cpu(MAIN + [py("join", 50, file="/usr/lib/python3.12/threading.py", module="threading")], 30)
+    b.main = [{"kind": "thread", "name": "python3 (work_0)", "file": None, "line": None, "module": None, "tid": 101}]
+    loop = [py("work", 30), py("step", 20)]
+    b.cpu(loop, 100)
+    b.launch(loop, MUL, 10_000, 50 * MS, operator="mul")
+    return b
+
+
+def test_baseline_is_the_critical_thread_when_the_main_thread_waits() -> None:
+    doc = waiting_main().doc
+    a = analyze(doc, rules=["launch-bound-loop"])
+    b = a.basis
+    # worker: 100 ms of Python + 50 ms in cudaLaunchKernel; main: 30 ms
+    assert (b.critical_tid, b.main_tid, b.time_ns, b.main_ns, b.wall_ns) == (101, 100, 150 * MS, 30 * MS, 10_000 * MS)
+    assert b.source == ("critical thread 101 (python3 (work_0)): CPU time outside GPU calls plus the time inside "
+                        "them; the main thread 100 was active 30 ms")
+    [f] = a.findings_json()
+    # R = 10000 x (15 - 2) µs = 130 ms of T = 150 ms: 7.5x; against the main thread's 30 ms it was capped at 20x
+    assert f["estimated_speedup"] == 7.5
+    assert f["speedup_baseline"] == {"kind": "critical", "time_ns": 150 * MS, "source": b.source}
+    an = a.to_json()
+    assert (an["critical_tid"], an["main_tid"], an["main_time_ns"], an["wall_time_ns"]) == (101, 100, 30 * MS, 10_000 * MS)
+    assert an["rules"][0]["baseline"]["kind"] == "critical"
+
+
+def test_wall_baseline_is_the_capture_duration() -> None:
+    doc = waiting_main().doc
+    basis = time_basis(doc, build_index(doc)).for_baseline("wall")
+    assert (basis.baseline, basis.time_ns, basis.source) == ("wall", 10_000 * MS, "the capture's wall time (10 s)")
+    assert basis.speedup(5_000 * MS) == 2.0

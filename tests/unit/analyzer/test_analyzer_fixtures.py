@@ -69,7 +69,10 @@ def test_annotate_writes_findings_and_analysis_as_json(torch_ops: dict[str, Any]
     annotate(doc)
     assert [f["rule"] for f in doc["findings"]] == ["launch-bound-loop", "fp32-gemm"]
     assert set(doc["findings"][0]) == {"rule", "title", "location", "call_path", "evidence", "suggestion",
-                                       "estimated_speedup", "speedup_model", "confidence"}
+                                       "estimated_speedup", "speedup_model", "speedup_baseline", "confidence"}
+    assert doc["findings"][0]["speedup_baseline"] == {
+        "kind": "critical", "time_ns": 245_487_699,
+        "source": "main thread 604: CPU time outside GPU calls plus the time inside them"}
     an = doc["analysis"]
     assert an["analyzer"] == "deepctx.analyzer/1" and an["time_ns"] == 245_487_699 and an["main_tid"] == 604
     assert an["device_time"] == {"source": "none", "busy_ns": 0, "gpu_time_ns": 0}
