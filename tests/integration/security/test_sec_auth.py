@@ -9,7 +9,6 @@ import os
 import pwd
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,10 +16,8 @@ from pathlib import Path
 import pytest
 from harness import DEEPCTX, Daemon, StdinTarget, Target, session_of, stop_daemon, wait_for
 from profile_paths import walk
+from service_env import ServiceDir
 from users import as_user, cli_as
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
-from service_env import ServiceDir  # noqa: E402
 
 PY = "/usr/bin/python3"  # not a per-user shim: the users made for the tests run it
 

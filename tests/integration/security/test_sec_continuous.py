@@ -11,7 +11,6 @@ import pwd
 import shutil
 import sqlite3
 import subprocess
-import sys
 import tempfile
 import zlib
 from collections.abc import Iterator
@@ -20,10 +19,8 @@ from pathlib import Path
 import pytest
 from harness import Daemon, StdinTarget, Target, session_of, stop_daemon, wait_for
 from profile_paths import walk
+from service_env import ServiceDir
 from users import as_user, cli_as
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
-from service_env import ServiceDir  # noqa: E402
 
 REFUSED = "continuous capture refused"
 

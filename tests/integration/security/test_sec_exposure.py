@@ -13,10 +13,8 @@ import urllib.request
 from pathlib import Path
 
 from harness import DEEPCTX, DEEPCTXD, Daemon, Target, cuda_runtime, wait_for
+from service_env import ServiceDir, free_port
 from users import as_user, cli_as
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))  # the service tier's ServiceDir
-from service_env import ServiceDir, free_port  # noqa: E402
 
 SECRET = "--token=s3cr3t-f00d-7a6e"
 EVIL = "\x1b]0;pwned\x07\x1b[2J"

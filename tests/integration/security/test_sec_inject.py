@@ -26,7 +26,6 @@ from harness import Daemon, StdinTarget, session_of, stop_daemon, wait_for
 from users import as_user
 
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "tests" / "integration" / "service"))
 sys.path.insert(0, str(REPO / "tests" / "integration" / "device"))
 from device_paths import AGENT, MOCKS, TARGET, cupti_mocks_built, make_agents_and_mocks  # noqa: E402
 from service_env import ServiceDir  # noqa: E402

@@ -23,13 +23,11 @@ from pathlib import Path
 
 import pytest
 from harness import Daemon, Target, wait_for
+from service_env import ServiceDir
 from users import as_user, cli_as
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
-from service_env import ServiceDir  # noqa: E402
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "unit" / "unwind"))
-from test_file_limits import SRC_A, SRC_B, compressed_debug_frame, zeros_bomb  # noqa: E402
+from test_file_limits import SRC_A, SRC_B, compressed_debug_frame, zeros_bomb
 
 PER_USER = 8  # max_rpcs_per_user's default
 # Opens Health/Watch streams, CONNS connections with PER_CONN each, waits for each one's first answer or

@@ -13,10 +13,8 @@ from pathlib import Path
 
 import pytest
 from harness import DEEPCTX, Daemon, Target, stop_daemon
+from service_env import ServiceDir
 from users import as_user
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))  # the service tier's ServiceDir
-from service_env import ServiceDir  # noqa: E402
 
 # Functions whose code objects name the files given (co_filename), called in a loop.
 BURN = """

@@ -7,14 +7,11 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from harness import DEEPCTX, Daemon, Target, stop_daemon
+from service_env import ServiceDir
 from users import as_user
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))  # the service tier's ServiceDir
-from service_env import ServiceDir  # noqa: E402
 
 # What the agent does at cuInit (native/agent_common.c), with another process's pid in the message.
 WORKLOAD = """

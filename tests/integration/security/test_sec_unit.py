@@ -29,8 +29,6 @@ UNIT = REPO / "systemd" / "deepctxd.service"
 DEVICE = REPO / "tests" / "integration" / "device"
 sys.path.insert(0, str(DEVICE))
 from device_paths import AGENT, MOCKS, TARGET, cupti_mocks_built, make_agents_and_mocks  # noqa: E402
-
-sys.path.insert(0, str(REPO / "tests" / "integration" / "service"))
 from service_env import ServiceDir  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
