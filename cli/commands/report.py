@@ -17,6 +17,7 @@ from deepctx.cli.output import PRIVATE_MODE, write_output
 from deepctx.cli.views.bottomup import bottom_up
 from deepctx.cli.views.document import DocumentError, load
 from deepctx.cli.views.focus import focus_tree
+from deepctx.cli.views.python_self import SELF_MODES, default_self_mode, python_leaf_self
 from deepctx.profile.metrics import RANK_ORDER
 from deepctx.profile.tree import ViewNode, from_doc, nonzero_metrics, pick_metric
 
@@ -38,6 +39,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="metric to sort by and take percentages of (default: the first measured of "
                         f"{', '.join(RANK_ORDER)}: GPU time where the profile has it)")
     p.add_argument("--by", choices=["self", "total"], help="sort by self or total value (default: total; flat: self)")
+    p.add_argument("--self-time", choices=SELF_MODES, default=None,
+                   help="flat: whose self time a sample is: python, its innermost Python frame's (native code it "
+                        "called is charged to it); native, its innermost frame's (default: python for Python "
+                        "targets, else native)")
     p.add_argument("--columns", metavar="M1,M2", help="metrics to show (default: every metric measured; 'all')")
     p.add_argument("--focus", metavar="NAME", help="top-down/flat: what frames matching NAME call; "
                                                    "bottom-up: who calls them (regex on names and file:line)")
@@ -162,7 +167,9 @@ def run(args: argparse.Namespace) -> int:
             if not root.children:
                 raise CliError(f"--focus {args.focus}: no frame matches", 1)
         if args.view == "flat":
-            FlatTable().render(doc, root, opts, console)
+            self_time = args.self_time or default_self_mode(root)
+            FlatTable(self_time).render(doc, python_leaf_self(root) if self_time == "python" else root, opts,
+                                        console)
         else:
             TreeTable("top-down" + (f" (focus {args.focus})" if args.focus else "")).render(doc, root, opts, console)
     if not args.no_findings:

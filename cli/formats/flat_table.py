@@ -24,8 +24,12 @@ from deepctx.profile.tree import ViewNode
 class FlatTable:
     view = "flat"
 
+    def __init__(self, self_time: str | None = None) -> None:
+        self.self_time = self_time  # "python" or "native" (views/python_self.py); None: not said
+
     def render(self, doc: dict[str, Any], root: ViewNode, opts: ViewOptions, console: Console) -> None:
-        header(console, doc, root, "flat (functions)", opts)
+        what = {"python": ", self: innermost Python frame", "native": ", self: innermost frame"}.get(self.self_time or "", "")
+        header(console, doc, root, f"flat (functions{what})", opts)
         lay = layout(opts, console.width)
         grand = root.total.get(opts.metric, 0)
         if grand == 0:
