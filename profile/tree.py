@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, ParamSpec, TypeVar
 
+from deepctx.profile.fold import SHOW_ALL, ZONE_ROOTS, Fold, is_plumbing, is_startup
 from deepctx.profile.metrics import METRIC_UNITS, RANK_ORDER
 
 P = ParamSpec("P")
@@ -86,25 +87,86 @@ def gc_paused(fn: Callable[P, R]) -> Callable[P, R]:
 
 
 @gc_paused
-def from_doc(doc: dict[str, Any]) -> ViewNode:
-    """The document's tree as ViewNodes with totals for every metric in doc['metrics']."""
+def from_doc(doc: dict[str, Any], fold: Fold = SHOW_ALL) -> ViewNode:
+    """The document's tree as ViewNodes with totals for every metric in doc['metrics']. By default the tree
+    as recorded (exports keep it); the views pass the user's Fold (profile/fold.py), which folds start-up
+    and plumbing frames unless told otherwise."""
     metrics = list(doc["metrics"])
     root = doc["root"]
-    order: list[tuple[dict[str, Any], ViewNode]] = []
     out_root = _view_node(root, metrics)
+    if not fold.any():
+        _raw(root, out_root, metrics)
+    else:
+        _folded(root, out_root, metrics, fold)
+    for vn in reversed(list(out_root.walk())):  # children before parents: totals add up bottom to top
+        total = vn.self.copy()  # merged nodes added to their self values after they were made
+        for c in vn.children:
+            for m in metrics:
+                total[m] += c.total[m]
+        vn.total = total
+    return out_root
+
+
+def _raw(root: dict[str, Any], out_root: ViewNode, metrics: list[str]) -> None:
+    """The document's siblings are distinct frames already: no lookups."""
     stack = [(root, out_root)]
     while stack:
         node, vn = stack.pop()
-        order.append((node, vn))
         for child in node["children"]:
             cvn = _view_node(child, metrics)
             vn.children.append(cvn)
             stack.append((child, cvn))
-    for _, vn in reversed(order):  # children before parents: totals add up bottom to top
-        for c in vn.children:
-            for m in metrics:
-                vn.total[m] += c.total[m]
-    return out_root
+
+
+def _folded(root: dict[str, Any], out_root: ViewNode, metrics: list[str], fold: Fold) -> None:
+    """Folded frames hand their children (and self values) to another node, where they merge with its
+    children of the same frame and thread id, recursively."""
+    index: dict[int, dict[tuple[Frame, int | None], ViewNode]] = {}
+    zone: set[int] = set()  # start-up frames kept: pruned below if folding took all they held
+
+    def child_of(parent: ViewNode, node: dict[str, Any]) -> ViewNode:
+        kids = index.get(id(parent))
+        if kids is None:
+            kids = index[id(parent)] = {(c.frame, c.tid): c for c in parent.children}
+        vn = _view_node(node, metrics)
+        found = kids.get((vn.frame, vn.tid))
+        if found is None:
+            kids[(vn.frame, vn.tid)] = vn
+            parent.children.append(vn)
+            return vn
+        add_into(found.self, vn.self)
+        return found
+
+    # (document node, the ViewNode it became, its thread's (or the root's) ViewNode, still above Python)
+    stack: list[tuple[dict[str, Any], ViewNode, ViewNode, bool]] = [(root, out_root, out_root, True)]
+    while stack:
+        node, vn, base, above = stack.pop()
+        for child in node["children"]:
+            kind = child["kind"]
+            if kind in ZONE_ROOTS:
+                cvn = child_of(vn, child)
+                stack.append((child, cvn, cvn, True))
+            elif fold.plumbing and is_plumbing(kind, child["name"], child["file"]):
+                into = base if above and fold.startup else vn  # plumbing as the outermost Python frame: lifted too
+                add_into(into.self, {m: child["metrics"].get(m, 0) for m in metrics})
+                stack.append((child, into, base, False))
+            elif above and kind == "python" and fold.startup:
+                stack.append((child, child_of(base, child), base, False))
+            else:
+                cvn = child_of(vn, child)
+                if above and is_startup(kind):
+                    zone.add(id(cvn))
+                stack.append((child, cvn, base, above and kind != "python"))
+    if zone:
+        _prune(out_root, zone)
+
+
+def _prune(root: ViewNode, zone: set[int]) -> None:
+    """Start-up frames left with no children and no values of their own (everything below them was Python,
+    now under their thread) go: children before parents, so emptied chains go whole."""
+    for vn in reversed(list(root.walk())):
+        if vn.children:
+            vn.children = [c for c in vn.children if not (id(c) in zone and not c.children and not any(c.self.values()))]
 
 
 def _view_node(node: dict[str, Any], metrics: list[str]) -> ViewNode:

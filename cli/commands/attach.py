@@ -14,6 +14,7 @@ from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.escape import printable
 from deepctx.cli.formats import json_file, tree
 from deepctx.cli.output import write_output
+from deepctx.cli.view_args import add_fold_arguments, fold_of, view_console
 from deepctx.profile.document import to_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
@@ -60,6 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", help="write the profile here (JSON; gzipped when it ends in .gz) instead of stdout")
     p.add_argument("--min-percent", type=float, default=0.5, help="tree: hide nodes below this share of the total, in percent (default 0.5)")
     p.add_argument("--depth", type=int, default=64, help="tree: deepest level shown (default 64)")
+    add_fold_arguments(p)
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(run=run)
 
@@ -162,4 +164,5 @@ def emit(doc: dict, args: argparse.Namespace, err: Console) -> None:
         if args.output and not args.quiet:
             err.print(f"profile written to {args.output}")
     if args.format == "tree":
-        tree.render(doc, min_percent=args.min_percent, max_depth=args.depth)
+        tree.render(doc, min_percent=args.min_percent, max_depth=args.depth, console=view_console(),
+                    fold=fold_of(args))

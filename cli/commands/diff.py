@@ -10,6 +10,7 @@ from deepctx.cli.client import CliError
 from deepctx.cli.commands.report import console_for
 from deepctx.cli.formats.diff_table import DiffTables
 from deepctx.cli.output import write_output
+from deepctx.cli.view_args import add_fold_arguments, fold_of
 from deepctx.cli.views.diff import DiffNode, diff_tree
 from deepctx.cli.views.document import DocumentError, load
 from deepctx.profile.metrics import DEFAULT_SORT_ORDER
@@ -23,7 +24,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("after", help="the profile compared with it")
     p.add_argument("--sort", metavar="METRIC", help="metric compared per call path (default: the first measured)")
     p.add_argument("--limit", type=int, default=30, help="rows per table (default 30)")
-    p.add_argument("--width", type=int, help="render for this many columns (default: the terminal's)")
+    add_fold_arguments(p)
+    p.add_argument("--width", type=int, help="render for this many columns (default: the terminal's; output that "
+                                            "is not a terminal is not cut)")
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                    help="colour gains and losses (auto, the default: when stdout is a terminal and NO_COLOR is "
                         "unset)")
@@ -36,8 +39,9 @@ def run(args: argparse.Namespace) -> int:
         before, after = load(args.before), load(args.after)
     except DocumentError as e:
         raise CliError(str(e), 2) from None
-    after_root = from_doc(after)
-    root = diff_tree(from_doc(before), after_root)
+    fold = fold_of(args)  # both sides alike, so their call paths match
+    after_root = from_doc(after, fold)
+    root = diff_tree(from_doc(before, fold), after_root)
     try:
         metric = pick_metric(after_root, args.sort) if args.sort else _default_metric(root)
     except KeyError:
@@ -45,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         from deepctx.cli.formats.html import HtmlReport
 
-        write_output(args.html, HtmlReport().render_diff(before, after, metric))
+        write_output(args.html, HtmlReport(fold=fold).render_diff(before, after, metric))
         if args.html != "-":
             Console(stderr=True).print(f"diff report written to {args.html}")
         return 0

@@ -12,6 +12,7 @@ from rich.console import Console
 from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.durations import moment
 from deepctx.cli.formats import json_file, tree
+from deepctx.cli.view_args import add_fold_arguments, fold_of, view_console
 from deepctx.profile.document import to_doc
 from deepctx.profile.metrics import RANK_ORDER
 from deepctx.proto.v1 import deepctx_pb2 as pb
@@ -37,6 +38,7 @@ def add_output(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", choices=TREE_ORDER, help="tree: the metric shown (default: GPU time, else CPU samples)")
     p.add_argument("--min-percent", type=float, default=0.5, help="tree: hide nodes below this share of the total, in percent (default 0.5)")
     p.add_argument("--depth", type=int, default=64, help="tree: deepest level shown (default 64)")
+    add_fold_arguments(p)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -66,7 +68,8 @@ def show(doc: dict, args: argparse.Namespace) -> None:
             err.print(f"profile of {doc['stats'].get('windows', 0)} windows written to {args.output}")
     if args.format == "tree":
         metric = args.metric or next((m for m in TREE_ORDER if _total(doc, m)), "cpu_samples")
-        tree.render(doc, metric=metric, min_percent=args.min_percent, max_depth=args.depth)
+        tree.render(doc, metric=metric, min_percent=args.min_percent, max_depth=args.depth, console=view_console(),
+                    fold=fold_of(args))
 
 
 def _total(doc: dict, metric: str) -> int:

@@ -14,6 +14,7 @@ from deepctx.cli.formats.flat_table import FlatTable
 from deepctx.cli.formats.terminal import ViewOptions
 from deepctx.cli.formats.tree_table import TreeTable
 from deepctx.cli.output import PRIVATE_MODE, write_output
+from deepctx.cli.view_args import add_fold_arguments, fold_of, view_console
 from deepctx.cli.views.bottomup import bottom_up
 from deepctx.cli.views.document import DocumentError, load
 from deepctx.cli.views.focus import focus_tree
@@ -49,7 +50,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-percent", type=float, default=None, help="hide rows below this share (default 0.5; flat 0)")
     p.add_argument("--depth", type=int, default=64, help="deepest tree level shown (default 64)")
     p.add_argument("--limit", type=int, default=50, help="flat: at most this many rows (default 50)")
-    p.add_argument("--width", type=int, help="render for this many columns (default: the terminal's)")
+    add_fold_arguments(p)
+    p.add_argument("--width", type=int, help="render for this many columns (default: the terminal's; output that "
+                                            "is not a terminal is not cut)")
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                    help="colour frames by kind (auto, the default: when stdout is a terminal and NO_COLOR is unset)")
     p.add_argument("--html", metavar="OUT", help="write a self-contained HTML report here instead")
@@ -83,12 +86,7 @@ def owner_of(pid: int) -> int | None:
 
 
 def console_for(args: argparse.Namespace) -> Console:
-    force = {"always": True, "never": False}.get(args.color)
-    kw: dict[str, Any] = {"width": args.width} if args.width else {}
-    if force is False:
-        kw["no_color"] = True
-        kw["color_system"] = None
-    return Console(force_terminal=force, highlight=False, soft_wrap=False, **kw)
+    return view_console(args.width, args.color)
 
 
 def document(args: argparse.Namespace) -> dict[str, Any]:
@@ -130,7 +128,7 @@ def options(args: argparse.Namespace, root: ViewNode) -> ViewOptions:
     by = args.by or ("self" if flat else "total")
     min_percent = args.min_percent if args.min_percent is not None else (0.0 if flat else 0.5)
     return ViewOptions(metric=metric, by=by, columns=columns, min_percent=min_percent, max_depth=args.depth,
-                       limit=args.limit)
+                       limit=args.limit, fold=fold_of(args))
 
 
 def with_findings(doc: dict[str, Any]) -> dict[str, Any]:
@@ -150,12 +148,12 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         from deepctx.cli.formats.html import HtmlReport
 
-        write_output(args.html, HtmlReport(embed_sources=not args.no_sources).render(doc, owner_uid=owner),
-                     mode=args.mode)
+        write_output(args.html, HtmlReport(embed_sources=not args.no_sources, fold=fold_of(args)).render(
+            doc, owner_uid=owner), mode=args.mode)
         if args.html != "-":
             Console(stderr=True).print(f"report written to {args.html}")
         return 0
-    root = from_doc(doc)
+    root = from_doc(doc, fold_of(args))
     opts = options(args, root)
     console = console_for(args)
     if args.view == "bottom-up":

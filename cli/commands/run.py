@@ -37,6 +37,7 @@ from deepctx.cli.commands.attach import (
     emit,
 )
 from deepctx.cli.escape import literal
+from deepctx.cli.view_args import add_fold_arguments
 from deepctx.host.gpu_runtimes import INJECTION_VARS
 from deepctx.profile.document import to_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
@@ -66,6 +67,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", help="write the profile (JSON; Chrome trace with --trace) here")
     p.add_argument("--min-percent", type=float, default=0.5, help="tree: hide nodes below this share of the total, in percent (default 0.5)")
     p.add_argument("--depth", type=int, default=64, help="tree: deepest level shown (default 64)")
+    add_fold_arguments(p)
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--agent", help="the CUPTI agent library (default: the one deepctx ships)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the command (after --)")

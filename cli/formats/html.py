@@ -9,6 +9,7 @@ from typing import Any
 
 from deepctx.cli.formats.html_payload import diff_payload, profile_payload, read_sources
 from deepctx.cli.views.diff import diff_tree
+from deepctx.profile.fold import VIEWS_DEFAULT, Fold
 from deepctx.profile.metrics import DEFAULT_SORT_ORDER
 from deepctx.profile.tree import from_doc, pick_metric
 
@@ -31,17 +32,18 @@ def _html_escape(text: str) -> str:
 
 
 class HtmlReport:
-    def __init__(self, embed_sources: bool = True) -> None:
+    def __init__(self, embed_sources: bool = True, fold: Fold = VIEWS_DEFAULT) -> None:
         self.embed_sources = embed_sources
+        self.fold = fold  # the page opens so folded; its toggles change it (a diff's tree is fixed)
 
     def render(self, doc: dict[str, Any], metric: str | None = None, owner_uid: int | None = None) -> str:
         """owner_uid: the profiled process's owner, where known (whose rights root's sources are read with)."""
-        root = from_doc(doc)
+        root = from_doc(doc)  # as recorded: the page folds it, so its toggles can unfold it
         sources = read_sources(root, owner_uid) if self.embed_sources else {}
-        return self._page(profile_payload(doc, root, pick_metric(root, metric), sources))
+        return self._page(profile_payload(doc, root, pick_metric(root, metric), sources, self.fold))
 
     def render_diff(self, before: dict[str, Any], after: dict[str, Any], metric: str | None = None) -> str:
-        root = diff_tree(from_doc(before), from_doc(after))
+        root = diff_tree(from_doc(before, self.fold), from_doc(after, self.fold))
         if metric is None:
             metric = next((m for m in DEFAULT_SORT_ORDER if root.after_total.get(m) or root.before_total.get(m)),
                           "cpu_samples")

@@ -12,6 +12,7 @@ from typing import Any
 
 from deepctx.cli.views.diff import DiffNode, kernel_changes, kernel_metric, path_changes
 from deepctx.host.identity import NOBODY, AccessCheckFailed, Ids, as_identity, read_regular
+from deepctx.profile.fold import VIEWS_DEFAULT, ZONE_ROOTS, Fold, is_plumbing, is_startup
 from deepctx.profile.metrics import METRIC_TITLES, METRIC_UNITS
 from deepctx.profile.tree import Frame, ViewNode, gc_paused
 
@@ -77,21 +78,45 @@ def _common(metrics: list[str], default_metric: str) -> dict[str, Any]:
             "titles": {m: METRIC_TITLES.get(m, m) for m in metrics}, "defaultMetric": default_metric}
 
 
+# Bits of the `flags` column: what the page's toggles fold (the classification is profile/fold.py's; the
+# page merges what folding brings together, as profile/tree.py does)
+LIFT = 1  # the outermost Python frame below start-up frames: moves up to its thread
+PLUMBING = 2  # framework plumbing: its children and self values go to its caller
+STARTUP = 4  # a start-up frame: goes when lifting leaves it with nothing
+
+
 @gc_paused
-def profile_payload(doc: dict[str, Any], root: ViewNode, default_metric: str, sources: dict[str, str]) -> dict[str, Any]:
+def profile_payload(doc: dict[str, Any], root: ViewNode, default_metric: str, sources: dict[str, str],
+                    fold: Fold = VIEWS_DEFAULT) -> dict[str, Any]:
+    """root: the tree as recorded (from_doc's default); the page folds it as its toggles say, starting
+    from fold."""
     metrics = list(root.total)
     cols = _Columns(metrics)
-    stack: list[tuple[ViewNode, int]] = [(root, -1)]
+    flags: list[int] = []
+    # (node, parent's index, above its thread's outermost Python frame, below a start-up frame)
+    stack: list[tuple[ViewNode, int, bool, bool]] = [(root, -1, True, False)]
     while stack:
-        node, parent = stack.pop()
+        node, parent, above, under_startup = stack.pop()
         i = cols.add(node.frame, parent, node.tid)
         for m in metrics:
             cols.values[m].append(node.self[m])
-        stack.extend((c, i) for c in reversed(node.children))
+        f = node.frame
+        bits = PLUMBING if is_plumbing(f.kind, f.name, f.file) else 0
+        if f.kind in ZONE_ROOTS:
+            above, under_startup = True, False
+        elif above and is_startup(f.kind):
+            bits |= STARTUP
+            under_startup = True
+        elif above and f.kind == "python" and under_startup:
+            bits |= LIFT
+        flags.append(bits)
+        below = above and f.kind != "python"
+        stack.extend((c, i, below, under_startup) for c in reversed(node.children))
     return {"mode": "profile", "title": doc.get("command") or "deepctx profile", "subtitle": _subtitle(doc),
             "meta": _meta(doc), **_common(metrics, default_metric), "kinds": cols.kinds, "strings": cols.strings,
-            "nodes": cols.cols, "values": cols.values, "sources": sources, "findings": doc.get("findings") or [],
-            "trace": doc.get("trace") or None}
+            "nodes": {**cols.cols, "flags": flags}, "values": cols.values, "sources": sources,
+            "findings": doc.get("findings") or [], "trace": doc.get("trace") or None,
+            "fold": {"startup": fold.startup, "plumbing": fold.plumbing}}
 
 
 @gc_paused

@@ -3,6 +3,7 @@ tree guides that degrade to ASCII, and a header."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,13 +13,25 @@ from rich.table import Table
 from rich.text import Text
 
 from deepctx.cli.escape import printable
-from deepctx.cli.formats.tree import KIND_STYLE
 from deepctx.cli.formats.units import fmt, percent
+from deepctx.profile.fold import VIEWS_DEFAULT, Fold
 from deepctx.profile.metrics import METRIC_TITLES
 from deepctx.profile.tree import Frame, ViewNode
 
+KIND_STYLE = {
+    "thread": "bold magenta",
+    "python": "green",
+    "native": "cyan",
+    "op": "yellow",
+    "api": "bold blue",
+    "kernel": "bold red",
+    "memcpy": "red",
+    "memset": "red",
+    "sync": "bold yellow",
+}
 NAME_MIN = 24  # narrower than this, a frame name says nothing
-NAME_SHARE = 0.4  # metric columns give way before the frame column gets narrower than this share
+NAME_FLOOR = 10  # ... but under 40 columns the numbers matter more
+NAME_SHARE = 0.5  # metric columns give way before the frame column gets narrower than this share
 SHORT_TITLES = {"cpu_samples": "CPU", "gpu_time_ns": "GPU time", "calls": "calls", "api_time_ns": "API time",
                 "bytes": "bytes", "sync_wait_ns": "sync wait"}
 VALUE_WIDTH = 9  # "123 ms", "21.4 MiB", "1000000"
@@ -33,6 +46,7 @@ class ViewOptions:
     min_percent: float = 0.5
     max_depth: int = 64
     limit: int = 50  # flat view rows
+    fold: Fold = VIEWS_DEFAULT  # what the tree was built with: the header says what is folded
 
 
 @dataclass(frozen=True)
@@ -54,7 +68,8 @@ def layout(opts: ViewOptions, width: int) -> Layout:
             break
         shown.append(m)
     used = PCT_WIDTH + 1 + len(shown) * 2 * (VALUE_WIDTH + 1)
-    return Layout(shown, [m for m in wanted if m not in shown], max(NAME_MIN, width - used - 1))
+    # below NAME_MIN columns the frame gives way rather than the numbers
+    return Layout(shown, [m for m in wanted if m not in shown], max(NAME_FLOOR, width - used - 1))
 
 
 def new_table(lay: Layout, opts: ViewOptions, self_title: str = "self", total_title: str = "total") -> Table:
@@ -65,7 +80,8 @@ def new_table(lay: Layout, opts: ViewOptions, self_title: str = "self", total_ti
         for title in (self_title, total_title):
             table.add_column(f"{short}\n{title}", justify="right", width=VALUE_WIDTH, no_wrap=True,
                              overflow="ellipsis", header_style="bold")
-    table.add_column("frame", no_wrap=True, overflow="ellipsis", min_width=NAME_MIN, max_width=lay.name_width,
+    table.add_column("frame", no_wrap=True, overflow="ellipsis", min_width=min(NAME_MIN, lay.name_width),
+                     max_width=lay.name_width,
                      header_style="bold")
     return table
 
@@ -81,13 +97,88 @@ def value_cells(node_self: dict[str, int], node_total: dict[str, int], lay: Layo
 
 
 NAME_KEEP = 16  # a name cut to fit its column keeps at least this many characters
+ELLIPSIS = "…"
+
+
+def path_forms(file: str, cwd: str | None = None) -> list[str]:
+    """Ways to write a frame's file, longest first, down to its basename: as recorded, relative to the
+    working directory (when it is below it), then with the middle elided, keeping the folders nearest the
+    file: '/opt/…/torch/nn/modules/module.py', '…/nn/modules/module.py', ..., 'module.py'."""
+    forms = [file]
+    cwd = os.getcwd() if cwd is None else cwd
+    if file.startswith(cwd.rstrip("/") + "/"):
+        forms.append(file[len(cwd.rstrip("/")) + 1:])
+    parts = forms[-1].split("/")
+    head = parts[0] or "/" + parts[1] if len(parts) > 2 else ""  # '' for a relative path's first folder too
+    for k in range(len(parts) - 2, 1, -1):  # '…/module.py' would say no more than 'module.py'
+        tail = "/".join(parts[-k:])
+        if head and k < len(parts) - 2:
+            forms.append(f"{head}/{ELLIPSIS}/{tail}")
+        forms.append(f"{ELLIPSIS}/{tail}")
+    forms.append(parts[-1])
+    return list(dict.fromkeys(f for f in forms if f))
+
+
+def short_name(name: str, room: int) -> str:
+    """name in at most room cells (never below NAME_KEEP): a C++ argument list goes first ('f(…)'), then
+    template arguments ('f<…>'), then the middle of a qualified name, so the namespace's start and the
+    function's own name stay; other names are cut at the end."""
+    if cell_len(name) <= room:
+        return name
+    room = max(NAME_KEEP, room)
+    paren = _argument_list(name)
+    if paren > 0 and paren + 3 <= room:
+        return name[:paren] + "(" + ELLIPSIS + ")"
+    if paren > 0:
+        name = name[:paren]
+        if len(name) <= room:
+            return name
+    name = _collapse_templates(name)
+    if len(name) <= room:
+        return name
+    keep = room - 1
+    if "::" not in name and "." not in name:
+        return name[:keep] + ELLIPSIS  # a mangled or plain name: its start says most
+    front = keep // 3  # a qualified one: its start and the function's own name at its end
+    return name[:front] + ELLIPSIS + name[len(name) - (keep - front):]
+
+
+def _collapse_templates(name: str) -> str:
+    """Outermost template arguments as '<…>': 'f<a<b>, c>' -> 'f<…>'."""
+    out, depth = [], 0
+    for ch in name:
+        if ch == "<":
+            depth += 1
+            if depth == 1:
+                out.append("<" + ELLIPSIS)
+        elif ch == ">" and depth:
+            depth -= 1
+            if depth == 0:
+                out.append(">")
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
+
+
+def _argument_list(name: str) -> int:
+    """Where a C++ name's argument list starts (the '(' matching its last ')'), or -1."""
+    end = name.rfind(")")
+    if end < 0 or name[end + 1:].strip() not in ("", "const"):
+        return -1
+    depth = 0
+    for i in range(end, -1, -1):
+        depth += {")": 1, "(": -1}.get(name[i], 0)
+        if depth == 0:
+            return i
+    return -1
 
 
 def frame_text(frame: Frame, tid: int | None = None, extra: dict[str, Any] | None = None,
                width: int | None = None) -> Text:
     """The frame in its kind's colour; kind tags in brackets so it reads the same without colour. With a
-    width, a tagged frame's name too long for it is cut first (with an ellipsis), so that its kind tag and
-    launch geometry stay visible (python and native frames are cut at the end as before)."""
+    width, what does not fit gives way in this order, so that the function, its file and its line stay:
+    the file's path (relative to the working directory, then its middle elided, down to the basename), a
+    native frame's library, then the name (its C++ argument list, then its middle). Nothing wraps."""
     # names, files and modules come from the target: escaped before they reach the terminal
     frame = frame._replace(name=printable(frame.name), file=frame.file and printable(frame.file),
                            module=frame.module and printable(frame.module), kind=printable(frame.kind))
@@ -98,24 +189,30 @@ def frame_text(frame: Frame, tid: int | None = None, extra: dict[str, Any] | Non
         if tid is not None:
             text.append(f" ({tid})", style="dim")
         return text
-    after = Text()
-    if frame.file:
-        after.append(f"  {frame.file}" + (f":{frame.line}" if frame.line else ""), style="dim")
-    elif frame.module and frame.kind == "native":
-        after.append(f"  {frame.module}", style="dim")
-    if frame.kind not in ("python", "native", "root"):
-        after.append(f"  [{frame.kind}]", style="dim")
+    line = f":{frame.line}" if frame.line else ""
+    tail = f"  [{frame.kind}]" if frame.kind not in ("python", "native", "root") else ""
     if extra and extra.get("grid"):
         g, b = extra["grid"], extra.get("block") or []
-        after.append(f"  grid {'x'.join(map(str, g))} block {'x'.join(map(str, b))}", style="dim")
+        tail += f"  grid {'x'.join(map(str, g))} block {'x'.join(map(str, b))}"
     name = frame.name
-    tagged = frame.kind not in ("python", "native", "root")
-    if tagged and width is not None and cell_len(name) + after.cell_len > width:
-        keep = max(NAME_KEEP, width - after.cell_len - 1)
-        if keep < len(name):
-            name = name[:keep] + "…"
+    if frame.file:
+        forms = path_forms(frame.file)
+        where = forms[0]
+        if width is not None:
+            # the longest form that fits beside the whole name, else the basename and a shorter name
+            fits = [f for f in forms if cell_len(name) + cell_len(f"  {f}{line}{tail}") <= width]
+            where = fits[0] if fits else forms[-1]
+        where = f"  {where}{line}"
+    elif frame.module and frame.kind == "native":
+        where = f"  {frame.module}"
+        if width is not None and cell_len(name) + cell_len(where + tail) > width:
+            where = ""  # a library says less than the function's name
+    else:
+        where = ""
+    if width is not None:
+        name = short_name(name, width - cell_len(where + tail))
     text.append(name, style=style)
-    text.append_text(after)
+    text.append(where + tail, style="dim")
     return text
 
 
@@ -149,11 +246,18 @@ def header(console: Console, doc: dict[str, Any], root: ViewNode, view: str, opt
     head.append(f"  pid {doc.get('pid')}, {doc.get('duration_s', 0):.2f} s")
     if doc.get("mode"):
         head.append(f", GPU calls {doc['mode']}")
-    console.print(head, overflow="fold")
+    console.print(head)
+    note = duty_note(doc)
+    if note:
+        console.print(Text(note, style="dim"))
     totals = Text("totals: ", style="dim")
     parts = [f"{METRIC_TITLES.get(m, m)} {fmt(m, v, ascii_only)}" for m, v in root.total.items() if v]
     totals.append(", ".join(parts) or "nothing was measured")
-    console.print(totals, overflow="fold")
+    console.print(totals)
+    folded = [what for what, on in (("start-up frames (--show-startup)", opts.fold.startup),
+                                    ("framework plumbing (--show-plumbing)", opts.fold.plumbing)) if on]
+    if folded:
+        console.print(Text("folded: " + ", ".join(folded), style="dim"))
     sort = f"{view}, % of {'self' if opts.by == 'self' else 'total'} {METRIC_TITLES.get(opts.metric, opts.metric)}"
     console.print(Text(sort, style="dim"))
     if console.color_system:
@@ -162,6 +266,18 @@ def header(console: Console, doc: dict[str, Any], root: ViewNode, view: str, opt
             legend.append(kind, style=KIND_STYLE[kind])
             legend.append(" ")
         console.print(legend)
+
+
+def duty_note(doc: dict[str, Any]) -> str:
+    """With a GPU duty cycle the GPU figures are estimates: how they were made, else ''."""
+    stats = doc.get("stats") or {}
+    duty = stats.get("gpu_probe_duty_permille")
+    if duty is None or duty >= 1000:
+        return ""
+    by_busy = stats.get("gpu_busy_scaled_permille", 0) >= 1000  # daemon/busy_meter.py
+    return (f"GPU calls and device times: recorded {duty / 10:.1f}% of the time, scaled up to the capture "
+            + ("by the GPU's busy time (estimates: the shares between paths hold)" if by_busy else
+               "by time (estimates: the shares between paths hold; totals run low where recording slows the job)"))
 
 
 def footer(console: Console, lay: Layout, hidden_nodes: int, opts: ViewOptions, what: str = "nodes") -> None:

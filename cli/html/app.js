@@ -5,6 +5,77 @@
   const timings = {}; let lastMark = performance.now();
   const mark = (name) => { const t = performance.now(); timings[name] = Math.round(t - lastMark); lastMark = t; };
   const D = JSON.parse(document.getElementById("deepctx-data").textContent);
+  const folding = foldState(D);
+  if (folding) foldTree(D, folding);
+
+  // What the toggles fold: the page's address (#show=startup,plumbing) where a toggle was changed, else
+  // what the report was written with. null for a page without flags (a diff).
+  function foldState(D) {
+    if (!D.nodes.flags) return null;
+    const m = /(?:^#|&)show=([a-z,]*)/.exec(location.hash);
+    if (!m) return { startup: D.fold.startup, plumbing: D.fold.plumbing };
+    const show = m[1].split(",");
+    return { startup: !show.includes("startup"), plumbing: !show.includes("plumbing") };
+  }
+  // Folds the recorded tree in place, as profile/tree.py does: flagged frames hand their children (and a
+  // plumbing frame its self values) to another node, where children of the same frame and thread merge;
+  // start-up frames left with nothing go. Parents keep smaller ids than their children.
+  function foldTree(D, fold) {
+    const N = D.nodes, F = N.flags, count = N.parent.length, ms = D.metrics;
+    const LIFT = 1, PLUMBING = 2, STARTUP = 4;
+    const keys = Object.keys(N).filter((k) => k !== "flags");
+    const cols = {}, vals = {};
+    for (const k of keys) cols[k] = [];
+    for (const m of ms) vals[m] = [];
+    const map = new Int32Array(count), base = new Int32Array(count), index = new Map(), zone = [];
+    const addValues = (j, i) => { for (const m of ms) vals[m][j] += D.values[m][i]; };
+    function make(i, p) {
+      const key = p + "/" + N.kind[i] + "/" + N.name[i] + "/" + N.file[i] + "/" + N.line[i] + "/" + N.module[i] + "/" + N.tid[i];
+      let j = index.get(key);
+      if (j === undefined) {
+        j = cols.parent.length;
+        index.set(key, j);
+        for (const k of keys) cols[k].push(k === "parent" ? p : N[k][i]);
+        for (const m of ms) vals[m].push(0);
+      }
+      addValues(j, i);
+      return j;
+    }
+    for (let i = 0; i < count; i++) {
+      const p = N.parent[i], f = F[i];
+      if (p < 0) { map[i] = base[i] = make(i, -1); continue; }
+      const lifted = fold.startup && (f & LIFT);
+      if (fold.plumbing && (f & PLUMBING)) {
+        map[i] = lifted ? base[p] : map[p];
+        base[i] = base[p];
+        addValues(map[i], i);
+        continue;
+      }
+      map[i] = make(i, lifted ? base[p] : map[p]);
+      const k = D.kinds[N.kind[i]];
+      base[i] = k === "thread" || k === "root" ? map[i] : base[p];
+      if (fold.startup && (f & STARTUP)) zone.push(map[i]);
+    }
+    const made = cols.parent.length, kids = new Int32Array(made), gone = new Uint8Array(made);
+    for (let j = 1; j < made; j++) kids[cols.parent[j]]++;
+    const isZone = new Uint8Array(made);
+    for (const j of zone) isZone[j] = 1;
+    for (let j = made - 1; j > 0; j--) {
+      if (isZone[j] && !kids[j] && ms.every((m) => !vals[m][j])) { gone[j] = 1; kids[cols.parent[j]]--; }
+    }
+    const renum = new Int32Array(made);
+    const out = {}, outVals = {};
+    for (const k of keys) out[k] = [];
+    for (const m of ms) outVals[m] = [];
+    for (let j = 0, next = 0; j < made; j++) {
+      if (gone[j]) continue;
+      renum[j] = next++;
+      for (const k of keys) out[k].push(k === "parent" ? (j ? renum[cols.parent[j]] : -1) : cols[k][j]);
+      for (const m of ms) outVals[m].push(vals[m][j]);
+    }
+    D.nodes = out;
+    D.values = outVals;
+  }
   const S = D.strings, N = D.nodes, n = N.parent.length;
   const KIND = D.kinds;
   const isDiff = D.mode === "diff";
@@ -220,6 +291,21 @@
     if (t) chart.search(t); else { chart.clear(); document.body.dataset.searchMatches = "0"; $("details").textContent = ""; }
   });
   $("reset").addEventListener("click", () => { chart.resetZoom(); zoomed = false; document.body.dataset.zoomed = ""; });
+  // The toggles rebuild the page from the recorded tree: the address keeps the choice across the reload.
+  if (folding) {
+    $("show-startup").checked = !folding.startup;
+    $("show-plumbing").checked = !folding.plumbing;
+    const refold = () => {
+      const show = ["startup", "plumbing"].filter((k) => $("show-" + k).checked);
+      location.hash = "show=" + show.join(",");
+      location.reload();
+    };
+    $("show-startup").addEventListener("change", refold);
+    $("show-plumbing").addEventListener("change", refold);
+    document.body.dataset.fold = (folding.startup ? "startup " : "") + (folding.plumbing ? "plumbing" : "");
+  } else {
+    $("folds").hidden = true;
+  }
   $("view").addEventListener("change", (e) => { view = e.target.value; drawFlame(); });
   $("metric").addEventListener("change", (e) => { metric = e.target.value; drawFlame(); refreshPanes(); });
 

@@ -44,15 +44,15 @@ def test_frames_in_tree_views_are_escaped() -> None:
     f = Frame("python", "[bold]f\x1b[2J", "/tmp/\x1b]0;t\x07.py", 3)
     out = rendered(frame_text(f))
     assert "\x1b" not in out and "[bold]f\\x1b[2J" in out and "/tmp/\\x1b]0;t\\x07.py:3" in out
-    node = {"kind": "thread", "name": EVIL, "tid": 5, "children": [], "metrics": {}}
-    assert EVIL_SHOWN in rendered(tree.frame_label(node))
+    assert EVIL_SHOWN in rendered(frame_text(Frame("thread", EVIL), tid=5))
 
 
 def test_tree_render_escapes_the_command_and_frames() -> None:
-    child = {"kind": "python", "name": "run\x1b[31m", "file": "a.py", "line": 1, "children": [],
+    child = {"kind": "python", "name": "run\x1b[31m", "file": "a.py", "line": 1, "module": None, "children": [],
              "metrics": {"cpu_samples": 5}}
-    doc = {"command": f"python {EVIL}", "pid": 1, "duration_s": 1.0,
-           "root": {"kind": "root", "name": "root", "children": [child], "metrics": {}}}
+    doc = {"command": f"python {EVIL}", "pid": 1, "duration_s": 1.0, "metrics": ["cpu_samples"],
+           "root": {"kind": "root", "name": "root", "file": None, "line": None, "module": None, "children": [child],
+                    "metrics": {}}}
     out = io.StringIO()
     tree.render(doc, console=Console(file=out, width=300, color_system=None))
     text = out.getvalue()
