@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 
 from rich.console import Console
+from rich.text import Text
 
 from deepctx.cli.client import CliError
 from deepctx.cli.commands.report import console_for
+from deepctx.cli.formats.diff_changes import DiffChanges
 from deepctx.cli.formats.diff_table import DiffTables
 from deepctx.cli.output import write_output
 from deepctx.cli.view_args import add_fold_arguments, fold_of
 from deepctx.cli.views.diff import DiffNode, diff_tree
+from deepctx.cli.views.diff_significance import ROLLUPS, significance
 from deepctx.cli.views.document import DocumentError, load
 from deepctx.profile.metrics import DEFAULT_SORT_ORDER
 from deepctx.profile.tree import from_doc, pick_metric
@@ -24,6 +27,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("after", help="the profile compared with it")
     p.add_argument("--sort", metavar="METRIC", help="metric compared per call path (default: the first measured)")
     p.add_argument("--limit", type=int, default=30, help="rows per table (default 30)")
+    p.add_argument("--by", choices=ROLLUPS, default="function",
+                   help="compare per function (default), per line, or per whole call path")
+    p.add_argument("--absolute", action="store_true",
+                   help="compare absolute values (default: each side's share of its own total, so captures of "
+                        "other lengths or rates compare alike)")
+    p.add_argument("--show-noise", action="store_true",
+                   help="also list the changes within sampling noise (default: only counted)")
     add_fold_arguments(p)
     p.add_argument("--width", type=int, help="render for this many columns (default: the terminal's; output that "
                                             "is not a terminal is not cut)")
@@ -53,7 +63,12 @@ def run(args: argparse.Namespace) -> int:
         if args.html != "-":
             Console(stderr=True).print(f"diff report written to {args.html}")
         return 0
-    DiffTables().render(before, after, root, metric, args.limit, console_for(args))
+    console = console_for(args)
+    changes, warning = significance(before, after, metric, args.by, not args.absolute)
+    if warning:
+        console.print(Text(f"warning: {warning}", style="bold yellow"), overflow="fold")
+    DiffTables().render(before, after, root, metric, args.limit, console, paths=False)
+    DiffChanges().render(changes, args.limit, console, args.show_noise)
     return 0
 
 

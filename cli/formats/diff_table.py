@@ -34,7 +34,8 @@ def path_text(path: tuple[Frame, ...], keep: int, ascii_only: bool) -> Text:
 
 class DiffTables:
     def render(self, before: dict[str, Any], after: dict[str, Any], root: DiffNode, metric: str, limit: int,
-               console: Console) -> None:
+               console: Console, paths: bool = True) -> None:
+        """paths=False leaves out the raw call path table (deepctx diff shows diff_changes.py's instead)."""
         ascii_only = is_ascii(console)
         arrow = "->" if ascii_only else "→"
         console.print(Text(f"before: {printable(str(before.get('command')))} (pid {before.get('pid')}, "
@@ -49,7 +50,8 @@ class DiffTables:
                               f"{fmt(m, a, ascii_only) or 0}; ")
         console.print(totals, overflow="fold")
         self._kernels(root, limit, console, ascii_only)
-        self._paths(root, metric, limit, console, ascii_only)
+        if paths:
+            self._paths(root, metric, limit, console, ascii_only)
 
     def _kernels(self, root: DiffNode, limit: int, console: Console, ascii_only: bool) -> None:
         changes = kernel_changes(root)
