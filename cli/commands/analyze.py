@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from deepctx.cli.escape import literal
 from deepctx.cli.formats import json_file
 from deepctx.cli.formats.findings import FindingsText
 from deepctx.cli.output import write_output
+from deepctx.cli.view_args import view_console
 from deepctx.cli.views.document import DocumentError, load
 from deepctx.profile.analyzer import Limits, annotate, rule_ids
 
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             Console(stderr=True).print(f"findings written to {args.output}")
         return 0
-    console = Console(highlight=False, no_color=bool(os.environ.get("NO_COLOR")))
+    console = view_console()  # rich leaves colour out where NO_COLOR is set
     console.print(literal(f"{doc.get('command') or '?'}  pid {doc.get('pid')}", style="bold"), overflow="fold")
     FindingsText().render(doc, console)
     return 0

@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import tomllib
-from rich.console import Console
 
 from deepctx.cli.client import CliError
 from deepctx.cli.commands.profile import add_output, add_selection, show, time_range
 from deepctx.cli.durations import parse_span
 from deepctx.cli.formats.top_table import TopData, renderable
+from deepctx.cli.view_args import view_console
 from deepctx.host.identity import GROUP
 from deepctx.profile.fleet import schema
 from deepctx.profile.fleet.clickhouse import ClickHouse, ClickHouseError
@@ -134,7 +134,8 @@ def run_top(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(data, indent=1))
     else:
-        Console().print(renderable(data, title="deepctx fleet top", show_host=True))
+        console = view_console()
+        console.print(renderable(data, title="deepctx fleet top", show_host=True, width=console.width))
     return 0
 
 

@@ -6,11 +6,10 @@ import argparse
 import json
 
 import grpc
-from rich.console import Console
-from rich.table import Table
 
 from deepctx.cli.client import connect, rpc_error
-from deepctx.cli.escape import literal
+from deepctx.cli.formats.ps_table import table
+from deepctx.cli.view_args import view_console
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 
@@ -33,15 +32,8 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(rows, indent=1))
         return 0
-    table = Table(box=None)
-    for col in ("PID", "USER", "PYTHON", "GPU LIBRARIES", "COMMAND"):
-        table.add_column(col, overflow="ellipsis", no_wrap=True)
-    for r in rows:
-        mark = " *" if r["profiled"] else ""
-        # every text cell as literal Text: escaped, never parsed as markup (the target chose its argv)
-        table.add_row(f"{r['pid']}{mark}", literal(r["user"]), literal(r["python"] or "-"),
-                      literal(", ".join(r["gpu_libraries"]) or "-"), literal(r["command"]))
-    Console().print(table)
+    console = view_console()
+    console.print(table(rows, console.width))
     if not rows:
         print("no Python or GPU processes found (deepctx ps --all lists every process)")
     return 0

@@ -9,11 +9,13 @@ from collections.abc import Mapping
 
 import grpc
 from google.protobuf.json_format import MessageToDict
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.escape import literal
+from deepctx.cli.formats.terminal import fitted_table
+from deepctx.cli.view_args import view_console
 from deepctx.profile.lost import lost_counters
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
@@ -56,13 +58,23 @@ def lost_text(stats: Mapping[str, int]) -> str:
     return ", ".join(f"{s} {by_source[s]}" for s in order if s in by_source) or "0"
 
 
+SESSION_COLUMNS = ("SESSION", "PID", "STATE", "RATE", "PROBES", "ELAPSED", "SAMPLES", "LOST", "COMMAND")
+
+
+def session_table(rows: list[list[str | Text]], width: int) -> Table:
+    """No column wraps: a narrow terminal cuts the command at its end, then leaves out PROBES, RATE and
+    SAMPLES (ps and the daemon's log have them); SESSION, PID, STATE, ELAPSED, LOST stay."""
+    return fitted_table(list(SESSION_COLUMNS), rows, width, left=SESSION_COLUMNS,
+                        optional=("PROBES", "RATE", "SAMPLES"))
+
+
 def run(args: argparse.Namespace) -> int:
     st = _status(args)
     if args.format == "json":
         print(json.dumps(MessageToDict(st, preserving_proto_field_name=True, always_print_fields_with_no_presence=True),
                          indent=1))
         return 0
-    con = Console()
+    con = view_console()
     con.print(f"[bold]deepctxd[/] {st.version}  pid {st.daemon_pid}  up {st.uptime_s:.0f} s  "
               f"kernel {st.kernel}  bcc {st.bcc_version}")
     con.print(f"socket {st.socket}  default rate {st.default_sample_hz} Hz (max {st.max_sample_hz})  "
@@ -72,15 +84,11 @@ def run(args: argparse.Namespace) -> int:
     if not st.sessions:
         con.print("no captures running")
         return 0
-    table = Table(box=None)
-    for col in ("SESSION", "PID", "STATE", "RATE", "PROBES", "ELAPSED", "SAMPLES", "LOST", "COMMAND"):
-        table.add_column(col)
     now = time.time()
-    for s in st.sessions:
-        table.add_row(str(s.id), str(s.pid), literal(s.state), f"{s.sample_hz} Hz", literal(",".join(s.probes)),
-                      f"{now - s.started_unix:.0f}/{s.duration_s:g} s", str(s.stats.get("cpu_samples", 0)),
-                      lost_text(s.stats), literal(s.command))
-    con.print(table)
+    rows = [[str(s.id), str(s.pid), literal(s.state), f"{s.sample_hz} Hz", literal(",".join(s.probes)),
+             f"{now - s.started_unix:.0f}/{s.duration_s:g} s", str(s.stats.get("cpu_samples", 0)),
+             lost_text(s.stats), literal(s.command)] for s in st.sessions]
+    con.print(session_table(rows, con.width))
     for s in st.sessions:
         lost = lost_counters(s.stats)
         if lost:

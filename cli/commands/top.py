@@ -12,12 +12,12 @@ import time
 from typing import Any
 
 import grpc
-from rich.console import Console
 from rich.live import Live
 
 from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.durations import parse_span
 from deepctx.cli.formats.top_table import TopData, renderable
+from deepctx.cli.view_args import view_console
 from deepctx.profile.metrics import METRICS
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
@@ -73,20 +73,20 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(fetch(), indent=1))
         return 0
-    console = Console()
+    console = view_console()
     if args.once or not console.is_terminal:  # piped or redirected: nobody to press Ctrl-C, nothing to redraw
-        console.print(renderable(fetch()))
+        console.print(renderable(fetch(), width=console.width))
         return 0
     # Ctrl-C sets `stop` rather than raising KeyboardInterrupt wherever the main thread happens to be (in a
     # gRPC call, in rich's rendering): a CI run once saw `top` still running 30 s after SIGINT
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        with Live(renderable(fetch()), console=console, auto_refresh=False, screen=False) as live:
+        with Live(renderable(fetch(), width=console.width), console=console, auto_refresh=False, screen=False) as live:
             while not stop.wait(args.interval):  # the refresh period, not synchronization
                 data = fetch()
                 if not stop.is_set():
-                    live.update(renderable(data), refresh=True)
+                    live.update(renderable(data, width=console.width), refresh=True)
     finally:
         signal.signal(signal.SIGINT, previous)
     return 0

@@ -90,8 +90,8 @@ class FindingsText:
         loc = f.get("location") or {}
         at = Text("    at ", style="dim")
         at.append(where(loc), style="green")
-        if loc.get("file"):
-            at.append(f"  {loc['file']}", style="dim")
+        if loc.get("file") and at.cell_len + 2 + len(loc["file"]) <= console.width:
+            at.append(f"  {loc['file']}", style="dim")  # where it fits: the basename above says where already
         console.print(at, overflow="fold")
         if brief:
             console.print(Text(f"    fix: {f.get('suggestion', '')}"), overflow="fold")

@@ -116,7 +116,7 @@ def path_forms(file: str, cwd: str | None = None) -> list[str]:
             forms.append(f"{head}/{ELLIPSIS}/{tail}")
         forms.append(f"{ELLIPSIS}/{tail}")
     forms.append(parts[-1])
-    return list(dict.fromkeys(f for f in forms if f))
+    return sorted(dict.fromkeys(f for f in forms if f), key=cell_len, reverse=True)
 
 
 def short_name(name: str, room: int) -> str:
@@ -131,11 +131,11 @@ def short_name(name: str, room: int) -> str:
         return name[:paren] + "(" + ELLIPSIS + ")"
     if paren > 0:
         name = name[:paren]
-        if len(name) <= room:
-            return name
+        if len(name) < room:
+            return name + ELLIPSIS
     name = _collapse_templates(name)
-    if len(name) <= room:
-        return name
+    if len(name) < room:
+        return name + (ELLIPSIS if paren > 0 else "")
     keep = room - 1
     if "::" not in name and "." not in name:
         return name[:keep] + ELLIPSIS  # a mangled or plain name: its start says most
@@ -214,6 +214,36 @@ def frame_text(frame: Frame, tid: int | None = None, extra: dict[str, Any] | Non
     text.append(name, style=style)
     text.append(where + tail, style="dim")
     return text
+
+
+def fitted_table(titles: list[str], rows: list[list[str | Text]], width: int | None, *, left: tuple[str, ...] = (),
+                 optional: tuple[str, ...] = (), last_min: int = 16, title: str | None = None) -> Table:
+    """A table whose columns never wrap: each but the last as wide as its widest cell, the last (a command,
+    a name) given what is left and cut at its end. Where even that leaves the last column under last_min
+    cells, the optional columns go, in the order given. width None: every column whole."""
+    def cell(c: str | Text) -> int:
+        return c.cell_len if isinstance(c, Text) else cell_len(c)
+
+    need = [max([cell_len(t)] + [cell(r[i]) for r in rows]) for i, t in enumerate(titles)]
+    shown = list(range(len(titles)))
+    pad = 2
+
+    def used() -> int:
+        return sum(need[i] + pad for i in shown[:-1])
+
+    for name in optional:
+        if width is None or used() + last_min <= width:
+            break
+        shown.remove(titles.index(name))
+    table = Table(box=None, padding=(0, pad, 0, 0), pad_edge=False, show_edge=False, title=title,
+                  title_justify="left", title_style="bold")
+    for i in shown[:-1]:
+        table.add_column(titles[i], no_wrap=True, width=need[i], justify="left" if titles[i] in left else "right")
+    table.add_column(titles[-1], no_wrap=True, overflow="ellipsis",
+                     max_width=None if width is None else max(cell_len(titles[-1]), width - used()))
+    for r in rows:
+        table.add_row(*(r[i] for i in shown))
+    return table
 
 
 class Guides:
