@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from deepctx.daemon.symbolize.kernel import KernelSymbols
@@ -25,7 +25,8 @@ class CallPathResolver:
                  thread_names: dict[int, str], read_python: Callable[[int], list[Any]] | None = None,
                  python_modules: set[str] | None = None, native_python: bool = False,
                  read_kernel_stack: Callable[[int], list[int]] | None = None,
-                 native_cache: dict[int, list[Frame]] | None = None) -> None:
+                 native_cache: dict[int, list[Frame]] | None = None,
+                 python_names: Mapping[int, str] | None = None) -> None:
         self.pid = pid
         self.space = space
         self.read_stack = read_stack
@@ -34,6 +35,8 @@ class CallPathResolver:
         self.read_python = read_python
         self.python_modules = python_modules or set()
         self.thread_names = thread_names
+        # host tid -> threading's name for the thread, read while the target runs (host/python/thread_names.py)
+        self.python_names = python_names if python_names is not None else {}
         self.native_python = native_python
         # stack id -> frames; a capture passes its own to share what it resolved while still capturing
         self._native_cache: dict[int, list[Frame]] = {} if native_cache is None else native_cache
@@ -53,7 +56,7 @@ class CallPathResolver:
         return sum(1 for frames in self._native_cache.values() if frames and frames[0] == TRUNCATED)
 
     def thread(self, tid: int) -> Frame:
-        return thread_frame(tid, self.thread_names.get(tid, f"thread {tid}"), self.pid)
+        return thread_frame(tid, self.thread_names.get(tid, f"thread {tid}"), self.pid, self.python_names.get(tid))
 
     def native_frames(self, stack_id: int, lost: bool) -> list[Frame]:
         if lost:

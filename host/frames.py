@@ -52,10 +52,12 @@ def thread_role(pid: int, tid: int, comm: str) -> str | None:
     return None
 
 
-def thread_frame(tid: int, comm: str, pid: int | None = None) -> Frame:
-    """A thread node: its name, and its role where the name or the ids tell it ('python3 (MainThread)')."""
+def thread_frame(tid: int, comm: str, pid: int | None = None, python_name: str | None = None) -> Frame:
+    """A thread node: its OS name, then its Python name (threading's, host/python/thread_names.py) and its role
+    where they say more ('python3 (work_0)', 'python3 (coordinator, MainThread)', 'python3 (MainThread)')."""
     role = thread_role(pid, tid, comm) if pid is not None else None
-    return Frame("thread", f"{comm} ({role})" if role and role != comm else comm, tid=tid)
+    said = [n for n in dict.fromkeys([python_name, role]) if n and n != comm]
+    return Frame("thread", f"{comm} ({', '.join(said)})" if said else comm, tid=tid)
 
 
 TRUNCATED = Frame("native", "[truncated]")

@@ -1,0 +1,35 @@
+"""Named threads waiting on an event (plus a thread pool's worker and a renamed main thread on request):
+deepctx names each thread by its threading name (tests/unit/python/test_thread_names.py)."""
+
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from _common import native_id, ready
+
+go = threading.Event()
+tids = {}
+started = threading.Barrier(5)
+
+
+def work():
+    tids[threading.current_thread().name] = native_id()
+    started.wait()
+    go.wait()
+
+
+if "--renamed-main" in sys.argv:
+    threading.current_thread().name = "coordinator"
+tids[threading.current_thread().name] = native_id()
+workers = [threading.Thread(target=work, name=name) for name in ("work_0", "work_1", "données-ü")]
+for w in workers:
+    w.start()
+pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pool")
+pool.submit(work)
+started.wait()
+ready(threads=tids)
+sys.stdin.readline()  # the main thread waits outside threading.py; the workers wait inside it
+go.set()
+for w in workers:
+    w.join()
+pool.shutdown()
