@@ -39,7 +39,10 @@ class Config:
     max_sessions_per_user: int = 4
     stack_map_entries: int = 16384
     count_map_entries: int = 65536
-    symbol_cache_files: int = 512
+    # the host cache (host/file_cache.py): what files say (symbol tables, unwind tables without a copy on
+    # disk, Python layouts), per build id or content hash, least recently used out above either bound
+    host_cache_bytes: int = 128 << 20
+    symbol_cache_files: int = 512  # files the host cache holds at most
     python_max_depth: int = 128
     gpu_sampled_paths_per_s: int = 2000  # sampled mode: call paths captured per second (counts stay exact)
     # extra calls that hand GPU work to worker threads: [{library = "regex", symbol = "name or prefix*",
@@ -190,6 +193,8 @@ def _validate_service(cfg: Config) -> None:
         raise ConfigError("max_rpcs_per_user must be at least 1 and at most max_user_rpcs")
     if cfg.max_decompressed_bytes < 1 << 20 or cfg.max_unwind_rows < 1 << 16:
         raise ConfigError("max_decompressed_bytes must be at least 1 MiB and max_unwind_rows at least 65536")
+    if cfg.host_cache_bytes < 1 << 20 or cfg.symbol_cache_files < 1:
+        raise ConfigError("host_cache_bytes must be at least 1 MiB and symbol_cache_files at least 1")
     if cfg.store_max_mb < 1:
         raise ConfigError("store_max_mb must be at least 1")
     if cfg.store_max_age_s <= 0:

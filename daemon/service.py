@@ -26,7 +26,7 @@ from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.self_profile import profiled
 from deepctx.daemon.service_store import StoreRpcs, open_store
 from deepctx.daemon.symbolize.native import SymbolCache
-from deepctx.host import procfs
+from deepctx.host import file_cache, procfs
 from deepctx.host.process_handle import ProcessHandle
 from deepctx.profile.lost import lost_counters
 from deepctx.proto.v1 import deepctx_pb2 as pb
@@ -88,10 +88,12 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         self.config = config
         self.shutdown = shutdown
         self.started = time.time()
-        self.symbols = SymbolCache(config.symbol_cache_files)
+        # one cache of what files say (symbols, unwind tables, interpreter layouts) for every capture
+        file_cache.configure(config.host_cache_bytes, config.symbol_cache_files)
+        self.symbols = SymbolCache(files=file_cache.shared())
         from deepctx.host.unwind.cache import TableCache
 
-        self.unwind_tables = TableCache(_cache_dir(config.cache_dir, "unwind"))
+        self.unwind_tables = TableCache(_cache_dir(config.cache_dir, "unwind"), files=file_cache.shared())
         self._lock = threading.Lock()
         self._sessions: dict[int, Capture] = {}
         self._ids = itertools.count(1)

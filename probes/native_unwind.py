@@ -202,6 +202,7 @@ class NativeUnwinder:
         self._space: TableSpace | None = None
         self._rules_written = False
         self._builder: ThreadPoolExecutor | None = None
+        self._reserved = (0, 0)  # rows, pages set aside for tables built in the background at prepare
         self._proc_t = native_proc_type(self.config.max_mappings)
         self._stack_t = native_stack_type(self.config.max_depth)
 
@@ -215,8 +216,8 @@ class NativeUnwinder:
         with them)."""
         if self._frozen is None:
             c = self.config
-            rows = sum(len(t) for t in self._files.values()) + c.rows_headroom
-            pages = sum(t.pages(c.page_shift) for t in self._files.values()) + c.pages_headroom
+            rows = sum(len(t) for t in self._files.values()) + c.rows_headroom + self._reserved[0]
+            pages = sum(t.pages(c.page_shift) for t in self._files.values()) + c.pages_headroom + self._reserved[1]
             self._frozen = {
                 "DEEPCTX_NATIVE_UNWIND": 1,  # tells families compiled after this one that the walker is there
                 "NATIVE_MAX_DEPTH": c.max_depth,
@@ -244,7 +245,16 @@ class NativeUnwinder:
                 state.files_failed += 1
                 log.info("pid %d: cannot read %s: %s", target.pid, m.path, e)
         files = [(path, *fk) for fk, (_, path) in todo.items()]
-        for (fk, (m, _)), got in zip(todo.items(), self.cache.get_many(files), strict=True):  # several at once
+        # several at once; a large file not built yet is built in the background (poll picks it up), so
+        # the first samples do not wait for it: its frames unwind with frame pointers until then
+        got_many = self.cache.get_many(files, wait_for_children=False)
+        for (fk, (m, path)), got in zip(todo.items(), got_many, strict=True):
+            if got is None:
+                state.pending[fk] = self._background().submit(self.cache.get, path, *fk)
+                if self._frozen is None:
+                    rows, pages = self.cache.room_for(path, self.config.page_shift)
+                    self._reserved = (self._reserved[0] + rows, self._reserved[1] + pages)
+                continue
             if isinstance(got, OSError):
                 state.files_failed += 1
                 log.info("pid %d: cannot read %s: %s", target.pid, m.path, got)
@@ -273,9 +283,7 @@ class NativeUnwinder:
                 state.files_failed += 1
                 state.tables[m.file_key] = ("", _NO_TABLE)
                 continue
-            if self._builder is None:
-                self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="unwind-tables")
-            state.pending[m.file_key] = self._builder.submit(self.cache.get, path, *m.file_key)
+            state.pending[m.file_key] = self._background().submit(self.cache.get, path, *m.file_key)
         names = {m.file_key: m.path for m in _code_mappings(target.space)}
         for fk, fut in list(state.pending.items()):
             if fut.done():
@@ -287,6 +295,11 @@ class NativeUnwinder:
                     state.files_failed += 1
                     state.tables[fk] = ("", _NO_TABLE)
         self._sync(bpf, target)
+
+    def _background(self) -> ThreadPoolExecutor:
+        if self._builder is None:
+            self._builder = ThreadPoolExecutor(max_workers=self.cache.workers, thread_name_prefix="unwind-tables")
+        return self._builder
 
     def detach(self, bpf: Any, target: Target) -> None:
         try:

@@ -3,54 +3,58 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
-from collections import OrderedDict
 
 from deepctx.host.demangle import demangle
 from deepctx.host.elf.symbols import ElfSymbols
+from deepctx.host.file_cache import FileCache
 from deepctx.host.frames import UNWIND_LOST, Frame
 from deepctx.host.procfs import AddressSpace, Mapping, open_mapped_file
 
 
 class SymbolCache:
-    """ELF symbol tables keyed by file identity ((dev, inode), then build id): a library mapped by ten
-    processes, or the same build in two containers, is read once. Bounded, least recently used out."""
+    """ELF symbol tables in the daemon's per-file cache (host/file_cache.py), by file identity (build id or
+    content hash): a library mapped by ten processes, or the same build in two containers, is read once,
+    and a library replaced at its path is read again. Held under the cache's budget, least recently used
+    out; a file that cannot be read is remembered too (as None)."""
 
-    def __init__(self, max_files: int = 512) -> None:
-        self.max_files = max_files
-        self._by_file: OrderedDict[tuple[str, int], ElfSymbols | None] = OrderedDict()
-        self._by_build_id: dict[str, ElfSymbols] = {}
+    def __init__(self, max_files: int = 512, files: FileCache | None = None) -> None:
+        # the daemon passes its shared cache; one of its own otherwise (tests), of max_files entries
+        self.files = files if files is not None else FileCache(max_entries=max_files)
         self._lock = threading.Lock()
         self.loads = 0  # files actually parsed (tests check that sharing works)
         self.failures = 0
 
     def get(self, pid: int, m: Mapping) -> ElfSymbols | None:
-        key = m.file_key
-        with self._lock:
-            if key in self._by_file:
-                self._by_file.move_to_end(key)
-                return self._by_file[key]
-        syms: ElfSymbols | None
         try:
             path = open_mapped_file(pid, m)
+            ident = self.files.identify(path)
+        except OSError:
+            self._count_failure()
+            return None
+        return self.files.get(ident, KIND, lambda: self._load(path), _nbytes)
+
+    def _load(self, path: str) -> ElfSymbols | None:
+        try:
             syms = ElfSymbols(path)
-            self.loads += 1
-        except (OSError, ValueError, Exception):  # unreadable or not ELF (ElfError), or any other surprise
-            syms = None
-            self.failures += 1
+        except Exception:  # unreadable or not ELF (ElfError), or any other surprise: no names from it
+            self._count_failure()
+            return None
         with self._lock:
-            if syms is not None and syms.build_id:
-                known = self._by_build_id.get(syms.build_id)
-                if known is not None:
-                    syms = known  # same build under another path: reuse the loaded table
-                else:
-                    self._by_build_id[syms.build_id] = syms
-            self._by_file[key] = syms
-            while len(self._by_file) > self.max_files:
-                _, old = self._by_file.popitem(last=False)
-                if old is not None and old.build_id and old not in self._by_file.values():
-                    self._by_build_id.pop(old.build_id, None)
+            self.loads += 1
         return syms
+
+    def _count_failure(self) -> None:
+        with self._lock:
+            self.failures += 1
+
+
+KIND = "symbols"  # entries of the per-file cache
+
+
+def _nbytes(syms: ElfSymbols | None) -> int:
+    return syms.memory if syms is not None else sys.getsizeof(None)
 
 
 def module_name(m: Mapping | None) -> str:
@@ -67,6 +71,9 @@ class NativeSymbolizer:
 
     def __init__(self, cache: SymbolCache) -> None:
         self.cache = cache
+        # the tables this capture used, held for its life: an entry the shared cache evicts meanwhile is
+        # not read again for every address (and the cache finds it here through a weak reference)
+        self._files: dict[tuple[int, int, str, int], ElfSymbols | None] = {}
         self._frames: dict[tuple[int, int], Frame] = {}
         self._not_code: set[tuple[int, int]] = set()  # return addresses - 1 found outside executable memory
         self.stacks_cut = 0  # native stacks whose walk left executable memory (see symbolize_stack)
@@ -85,7 +92,11 @@ class NativeSymbolizer:
         if m is None or not m.file_backed:
             return Frame("native", f"{mod}+{addr:#x}" if m is None else f"{mod}+{addr - m.start:#x}", module=mod)
         file_offset = addr - m.start + m.offset
-        syms = self.cache.get(pid, m)
+        fk = (pid, m.start, *m.file_key)
+        if fk in self._files:
+            syms = self._files[fk]
+        else:
+            syms = self._files[fk] = self.cache.get(pid, m)
         if syms is not None:
             vaddr = syms.file_offset_to_vaddr(file_offset)
             if vaddr is not None:

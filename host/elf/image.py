@@ -59,10 +59,14 @@ class ElfImage:
         return self._elf.section_data(name)
 
     def load_bias(self, mappings: list[Mapping]) -> int | None:
-        """What to add to a virtual address to get its address in the process, from the mappings of
-        this file there."""
-        for m in sorted(mappings, key=lambda m: m.offset):
-            for seg in self.segments:
-                if seg.offset <= m.offset < seg.offset + max(seg.filesz, 1):
-                    return m.start - m.offset - (seg.vaddr - seg.offset)
-        return None
+        return load_bias(self.segments, mappings)
+
+
+def load_bias(segments: list[Segment] | tuple[Segment, ...], mappings: list[Mapping]) -> int | None:
+    """What to add to a virtual address of the file with these segments to get its address in the process,
+    from the mappings of this file there."""
+    for m in sorted(mappings, key=lambda m: m.offset):
+        for seg in segments:
+            if seg.offset <= m.offset < seg.offset + max(seg.filesz, 1):
+                return m.start - m.offset - (seg.vaddr - seg.offset)
+    return None

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 
-from deepctx.host.elf.image import ElfImage
+from deepctx.host import file_cache
+from deepctx.host.elf.image import ElfImage, load_bias
+from deepctx.host.elf.reader import Segment
+from deepctx.host.file_cache import FileCache
 from deepctx.host.procfs import AddressSpace, Mapping, ProcessMemory, open_mapped_file
 from deepctx.host.python.debug_offsets import MAX_SIZE, parse_debug_offsets
 from deepctx.host.python.layouts import PyLayout, layout_from_debug_offsets, supported_text, table_layout
@@ -73,26 +77,74 @@ def _unsupported(version: tuple[int, int]) -> ValueError:
     return ValueError(f"Python {version[0]}.{version[1]} is not supported (supported: {supported_text()})")
 
 
-def find_interpreter(pid: int, space: AddressSpace, mem: ProcessMemory) -> Interpreter:
-    """Raises ValueError with a user-facing reason when there is none we can read."""
+@dataclass(eq=False)
+class InterpreterFile:
+    """What an interpreter file says, the same in every process that maps it: cached per file identity."""
+
+    version: tuple[int, int, int]
+    layout: PyLayout | None  # None: 3.13+ whose _Py_DebugOffsets the file does not hold (read from the process)
+    runtime_vaddr: int
+    code_type_vaddr: int
+    segments: tuple[Segment, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return (sys.getsizeof(self) + sys.getsizeof(self.version) + sys.getsizeof(self.layout)
+                + sys.getsizeof(self.segments) + sum(sys.getsizeof(s) for s in self.segments))
+
+
+KIND = "python"  # entries of the per-file cache: an InterpreterFile, a refusal (str) or None (no _PyRuntime)
+FileFacts = InterpreterFile | str | None
+
+
+def find_interpreter(pid: int, space: AddressSpace, mem: ProcessMemory, files: FileCache | None = None) -> Interpreter:
+    """Raises ValueError with a user-facing reason when there is none we can read. What each file says is
+    kept in the per-file cache (the daemon's shared one unless `files` is given): ten processes of one
+    Python read its interpreter file once."""
+    cache = files if files is not None else file_cache.shared()
     named: tuple[int, int, str] | None = None
     for path, maps in _candidates(pid, space).items():
         named = named or _name_version(_basename(maps[0]))
         try:
-            elf = ElfImage(open_mapped_file(pid, maps[0]))
-        except (OSError, ValueError):
+            real = open_mapped_file(pid, maps[0])
+            facts: FileFacts = cache.get(cache.identify(real), KIND,
+                                         lambda r=real, p=path: _read_file(r, p),  # type: ignore[misc]
+                                         _facts_nbytes)
+        except OSError:
             continue
-        with elf:
-            runtime = elf.symbol("_PyRuntime")
-            if runtime is None:
-                continue
-            return _describe(pid, path, maps, elf, runtime[0], mem)
+        if facts is None:
+            continue
+        if isinstance(facts, str):
+            raise ValueError(facts)
+        return _describe(pid, path, maps, facts, mem)
     if named:  # a Python without _PyRuntime: 2.x or 3.6 and older
         raise _unsupported(named[:2])
     raise ValueError(f"process {pid} is not a Python process (no libpython or python executable defining _PyRuntime is mapped)")
 
 
-def _describe(pid: int, path: str, maps: list[Mapping], elf: ElfImage, runtime_vaddr: int, mem: ProcessMemory) -> Interpreter:
+def _facts_nbytes(facts: FileFacts) -> int:
+    return facts.nbytes if isinstance(facts, InterpreterFile) else sys.getsizeof(facts)
+
+
+def _read_file(real: str, path: str) -> FileFacts:
+    """The interpreter facts of the file at real (named path in the process); None when it defines no
+    _PyRuntime; the reason as text when it is an interpreter deepctx cannot read. OSError propagates
+    (nothing is cached)."""
+    try:
+        elf = ElfImage(real)
+    except ValueError:  # not ELF (ElfError), or over a cap
+        return None
+    with elf:
+        runtime = elf.symbol("_PyRuntime")
+        if runtime is None:
+            return None
+        try:
+            return _file_facts(path, elf, runtime[0])
+        except ValueError as e:
+            return str(e)
+
+
+def _file_facts(path: str, elf: ElfImage, runtime_vaddr: int) -> InterpreterFile:
     name = os.path.basename(path.removesuffix(" (deleted)"))
     named = _name_version(name)
     check_build(name, free_threaded=bool(named and "t" in named[2]),
@@ -110,27 +162,42 @@ def _describe(pid: int, path: str, maps: list[Mapping], elf: ElfImage, runtime_v
         raise ValueError(f"cannot tell the Python version of {name}")
     if version[:2] < (3, 10) or version[0] != 3:
         raise _unsupported(version[:2])
-
-    bias = elf.load_bias(maps)
     code_type = elf.symbol("PyCode_Type")
-    if bias is None or code_type is None:
+    if code_type is None:
         raise ValueError(f"cannot locate the interpreter's data in {name}")
-    runtime = bias + runtime_vaddr
+    layout: PyLayout | None
     if version[:2] >= (3, 13):
-        # _Py_DebugOffsets is constant data at the start of _PyRuntime: the file has it, and so
-        # does the process (which still works when the file was replaced on disk)
-        blob = elf.read_vaddr(runtime_vaddr, MAX_SIZE) or mem.read_up_to(runtime, MAX_SIZE)
-        try:
-            offsets = parse_debug_offsets(blob)
-        except ValueError as e:
-            raise ValueError(f"Python {version[0]}.{version[1]} in {name}: {e}") from e
-        check_build(name, free_threaded=offsets.free_threaded, debug=False)
-        if (offsets.version >> 16) != (version[0] << 8 | version[1]):
-            raise ValueError(f"{name}: _Py_DebugOffsets describe another Python version")
-        layout = layout_from_debug_offsets(offsets)
+        # _Py_DebugOffsets is constant data at the start of _PyRuntime: the file has it (else the process
+        # does, read per process)
+        blob = elf.read_vaddr(runtime_vaddr, MAX_SIZE)
+        layout = _debug_layout(name, version, blob) if blob else None
     else:
         layout = table_layout(version[:2])
+        layout.check()
+    return InterpreterFile(version, layout, runtime_vaddr, code_type[0], tuple(elf.segments))
+
+
+def _debug_layout(name: str, version: tuple[int, int, int], blob: bytes) -> PyLayout:
+    try:
+        offsets = parse_debug_offsets(blob)
+    except ValueError as e:
+        raise ValueError(f"Python {version[0]}.{version[1]} in {name}: {e}") from e
+    check_build(name, free_threaded=offsets.free_threaded, debug=False)
+    if (offsets.version >> 16) != (version[0] << 8 | version[1]):
+        raise ValueError(f"{name}: _Py_DebugOffsets describe another Python version")
+    layout = layout_from_debug_offsets(offsets)
     layout.check()
+    return layout
+
+
+def _describe(pid: int, path: str, maps: list[Mapping], facts: InterpreterFile, mem: ProcessMemory) -> Interpreter:
+    """The interpreter of one process: the file's facts placed where the process mapped the file."""
+    name = os.path.basename(path.removesuffix(" (deleted)"))
+    bias = load_bias(facts.segments, maps)
+    if bias is None:
+        raise ValueError(f"cannot locate the interpreter's data in {name}")
+    runtime = bias + facts.runtime_vaddr
+    layout = facts.layout or _debug_layout(name, facts.version, mem.read_up_to(runtime, MAX_SIZE))
     modules = {os.path.basename(m.path.removesuffix(" (deleted)")) for m in maps}
     try:
         exe = os.path.basename(os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)"))
@@ -138,4 +205,4 @@ def _describe(pid: int, path: str, maps: list[Mapping], elf: ElfImage, runtime_v
             modules.add(exe)
     except OSError:
         pass
-    return Interpreter(pid, path, version, layout, runtime, bias + code_type[0], modules)
+    return Interpreter(pid, path, facts.version, layout, runtime, bias + facts.code_type_vaddr, modules)

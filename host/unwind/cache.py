@@ -1,14 +1,20 @@
 """One unwind table per file, however many processes map it.
 
-Files are identified by what their table is built from: a hash of the machine, the build id and the
-stored bytes of .eh_frame and .debug_frame (the same library inside two containers is one table; a
-crafted file that copies another's build id is not). Files without those sections are identified by
-(device, inode). Tables can also be kept on disk (a root-only folder), so a daemon restart does not
-parse libtorch again. Sections over max_decompressed_bytes and tables over max_unwind_rows are refused
-(host/file_limits.py): the file gets an empty table with a warning for the profile. Files with large unwind sections (decompressed) are built in a child process
-(host/unwind/build_child.py): the allocator would otherwise keep the build's garbage; several
-files are built at once by get_many. A table with a copy on disk is held only while a capture uses it
-(the walker's maps hold its rows once placed): the next capture reads it from disk again.
+Tables live in the daemon's per-file cache (host/file_cache.py), found by the file's identity (its build
+id, or a hash of its content: host/file_identity.py), so a library replaced at the same path is read again.
+Built tables are also named by what they are built from: a hash of the machine, the build id and the stored
+bytes of .eh_frame and .debug_frame (the same library inside two containers is one table; a crafted file
+that copies another's build id is not). That name is the table's key in the walker's maps and on disk (a
+root-only folder), so a daemon restart does not parse libtorch again. Files without those sections get
+an empty table keyed by (device, inode). Sections over max_decompressed_bytes and tables over
+max_unwind_rows are refused (host/file_limits.py): the file gets an empty table with a warning for the
+profile. Files with large unwind sections (decompressed) are built in a child process
+(host/unwind/build_child.py): the allocator would otherwise keep the build's garbage; several files are
+built at once by get_many, and `ready` tells a caller which files need such a build, so that it can
+start them in the background instead of waiting. A table with a copy on disk is held only while a
+capture uses it (the walker's maps hold its rows once placed; the per-file cache keeps its key, not its
+rows): the next capture reads it from disk again. Tables without a copy on disk are held under the
+cache's budget.
 """
 
 from __future__ import annotations
@@ -24,9 +30,11 @@ import threading
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from deepctx.host.elf.reader import ElfError, ElfFile
+from deepctx.host.file_cache import FileCache
 from deepctx.host.file_limits import LIMITS, OverCap, check_size
 from deepctx.host.unwind.arch import X86_64
 from deepctx.host.unwind.build_child import NO_TABLE, OVER_CAP
@@ -40,19 +48,36 @@ CHILD_MIN_BYTES = 1 << 20  # .eh_frame + .debug_frame from which a table is buil
 CHILD_TIMEOUT_S = 600.0
 UNWIND_SECTIONS = (".eh_frame", ".debug_frame")
 SCRATCH_PREFIX = "deepctx-unwind-"  # a child build's folder in the disk cache
+KIND = "unwind"  # entries of the per-file cache
+ROW_BOUND_BYTES = 4  # unwind section bytes per table row, at least (room_for)
+PT_LOAD, PF_X = 1, 1
+
+
+@dataclass(eq=False)
+class _FileTables:
+    """A file's entry in the per-file cache: its table's key, and the table itself unless a copy is on
+    disk (then the table is found through TableCache._tables while a capture holds it, else on disk)."""
+
+    key: str
+    table: UnwindTable | None
+    build_id: str | None
+
+    @property
+    def nbytes(self) -> int:
+        return sys.getsizeof(self.key) + (self.table.memory if self.table is not None else 0)
 
 
 class TableCache:
     def __init__(self, disk_dir: str | Path | None = None, child_min_bytes: int = CHILD_MIN_BYTES,
-                 workers: int = 4) -> None:
+                 workers: int = 4, files: FileCache | None = None) -> None:
         self.disk_dir = _private_dir(Path(disk_dir)) if disk_dir is not None else None
         self.child_min_bytes = child_min_bytes
         self.workers = max(1, workers)
+        # the daemon passes its shared cache; a cache of its own otherwise (tests, benchmarks)
+        self.files = files if files is not None else FileCache()
         self._lock = threading.Lock()
-        self._by_key: dict[str, UnwindTable] = {}  # tables with no copy on disk
-        self._on_disk: weakref.WeakValueDictionary[str, UnwindTable] = weakref.WeakValueDictionary()
-        self._by_inode: dict[tuple[str, int], str] = {}
-        self._building: dict[tuple[str, int], threading.Event] = {}
+        self._reload_lock = threading.Lock()  # one read of a table from disk at a time: no two copies
+        self._tables: weakref.WeakValueDictionary[str, UnwindTable] = weakref.WeakValueDictionary()  # by key
         self.counters = {"builds": 0, "hits": 0, "disk_hits": 0, "failures": 0, "child_builds": 0,
                          "over_cap": 0}
         self._remove_stale_scratch()
@@ -72,45 +97,88 @@ class TableCache:
                 log.debug("stale unwind build folder left", extra={"path": str(d), "error": str(e)})
 
     def get(self, path: str, dev: str, inode: int) -> tuple[str, UnwindTable]:
-        """(file key, table) for the file at path, which has the given device and inode.
+        """(table key, table) for the file at path, which has the given device and inode.
 
         A file that is not a readable ELF file or has no CFI gets an empty table: the walker then uses
         frame pointers in it. OSError (file gone) propagates. Safe from several threads: a file being
         built is waited for, not built twice."""
-        while True:
-            with self._lock:
-                key = self._by_inode.get((dev, inode))
-                table = self._cached(key) if key is not None else None
-                if key is not None and table is not None:
-                    self.counters["hits"] += 1
-                    return key, table
-                building = self._building.get((dev, inode))
-                if building is None:
-                    mine = self._building[(dev, inode)] = threading.Event()
-                    break
-            building.wait()  # then look again: a build that failed with OSError left nothing
-        try:
-            key, table = self._resolve(path, dev, inode)
-            with self._lock:
-                held = self._cached(key)  # the same build id under another inode
-                table = held if held is not None else table
-                if (p := self._disk_path(key)) is not None and p.exists():
-                    self._on_disk[key] = table
-                else:
-                    self._by_key[key] = table
-                self._by_inode[(dev, inode)] = key
-            return key, table
-        finally:
-            with self._lock:
-                del self._building[(dev, inode)]
-            mine.set()
+        ident = self.files.identify(path)
+        built: list[UnwindTable] = []  # holds a table built here until it is returned
 
-    def get_many(self, files: list[tuple[str, str, int]]) -> list[tuple[str, UnwindTable] | OSError]:
+        def build() -> _FileTables:
+            entry, table = self._resolve(path, dev, inode)
+            built.append(table)
+            return entry
+
+        entry = self.files.get(ident, KIND, build, lambda e: e.nbytes)
+        if built:
+            return entry.key, built[0]
+        if entry.table is not None:
+            self._count("hits")
+            return entry.key, entry.table
+        with self._reload_lock:
+            table = self._tables.get(entry.key)
+            if table is not None:
+                self._count("hits")
+                return entry.key, table
+            table = self._load(entry.key, entry.build_id)
+            if table is None:  # the copy on disk went (or is unreadable): build again
+                self.files.discard(ident, KIND)
+                entry, table = self._resolve(path, dev, inode)
+                self.files.put(ident, KIND, entry, entry.nbytes)
+                return entry.key, table
+            self._count("disk_hits")
+            self._tables[entry.key] = table
+            return entry.key, table
+
+    def ready(self, path: str, dev: str, inode: int) -> tuple[str, UnwindTable] | None:
+        """get(), unless the file's table is neither in memory nor on disk and would be built in a child
+        process (a large file): then None at once, and the caller builds it with get() in the background
+        (its frames meanwhile unwind with frame pointers). OSError (file gone) propagates."""
+        ident = self.files.identify(path)
+        if self.files.peek(ident, KIND) is None and self._needs_child(path):
+            return None
+        return self.get(path, dev, inode)
+
+    @staticmethod
+    def room_for(path: str, page_shift: int) -> tuple[int, int]:
+        """Rows and page index entries to set aside in the walker's maps for a table not built yet: at
+        most a row per ROW_BOUND_BYTES of its unwind sections (measured: 0.12 to 0.22 rows a byte for
+        libc, libstdc++, libpython, libLLVM and CUDA's libraries), a page entry per 2^page_shift bytes of
+        its executable segments. (0, 0) for a file that cannot be read."""
+        try:
+            with ElfFile(path) as f:
+                rows = sum(f.data_size(name) for name in UNWIND_SECTIONS) // ROW_BOUND_BYTES
+                code = [s for s in f.segments if s.type == PT_LOAD and s.flags & PF_X]
+        except (OSError, ElfError, OverCap):
+            return 0, 0
+        if not code:
+            return 0, 0
+        span = max(s.vaddr + s.memsz for s in code) - min(s.vaddr for s in code)
+        return rows, (span >> page_shift) + 2
+
+    def _needs_child(self, path: str) -> bool:
+        try:
+            with ElfFile(path) as f:
+                size = sum(f.data_size(name) for name in UNWIND_SECTIONS)
+                if size < self.child_min_bytes:
+                    return False
+                digest = f.digest(UNWIND_SECTIONS)
+        except (ElfError, OverCap):
+            return False  # refused or no table: known at once
+        p = self._disk_path(f"c:{digest}") if digest else None
+        return p is None or not p.exists()
+
+    def get_many(self, files: list[tuple[str, str, int]],
+                 wait_for_children: bool = True) -> list[tuple[str, UnwindTable] | OSError | None]:
         """get() for each (path, dev, inode), up to `workers` builds at a time; an OSError in place of a
-        file that could not be read."""
-        def one(f: tuple[str, str, int]) -> tuple[str, UnwindTable] | OSError:
+        file that could not be read. With wait_for_children False, ready() instead: None for each file that
+        needs a build in a child process."""
+        fetch = self.get if wait_for_children else self.ready
+
+        def one(f: tuple[str, str, int]) -> tuple[str, UnwindTable] | OSError | None:
             try:
-                return self.get(*f)
+                return fetch(*f)
             except OSError as e:
                 return e
         if len(files) <= 1 or self.workers == 1:
@@ -118,7 +186,16 @@ class TableCache:
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="unwind-tables") as pool:
             return list(pool.map(one, files))
 
-    def _resolve(self, path: str, dev: str, inode: int) -> tuple[str, UnwindTable]:
+    def _resolve(self, path: str, dev: str, inode: int) -> tuple[_FileTables, UnwindTable]:
+        key, table = self._table(path, dev, inode)
+        with self._lock:
+            held = self._tables.get(key)  # the same table under another identity (another build id)
+            table = held if held is not None else table
+            self._tables[key] = table
+        p = self._disk_path(key)
+        return _FileTables(key, None if p is not None and p.exists() else table, table.build_id), table
+
+    def _table(self, path: str, dev: str, inode: int) -> tuple[str, UnwindTable]:
         over: str | None = None
         digest: str | None = None
         try:
@@ -137,11 +214,9 @@ class TableCache:
         except ElfError:
             build_id, unwind_bytes = None, 0
         key = f"c:{digest}" if digest else f"i:{dev}:{inode}"
-        with self._lock:
-            table = self._cached(key)
-            if table is not None:
-                self.counters["hits"] += 1
-                return key, table
+        table = self._tables.get(key)
+        if table is not None:
+            return key, table
         if over is not None:
             return key, self._refused(path, build_id, over)
         table = self._load(key, build_id)
@@ -152,10 +227,6 @@ class TableCache:
         else:
             table = self._build(path, key, build_id)
         return key, table
-
-    def _cached(self, key: str) -> UnwindTable | None:
-        table = self._by_key.get(key)  # not `or`: an empty table is falsy (it has no rows)
-        return table if table is not None else self._on_disk.get(key)
 
     def _count(self, name: str) -> None:
         with self._lock:
@@ -261,12 +332,12 @@ class TableCache:
             log.warning("cannot cache the unwind table in %s: %s", p, e)
 
     def __len__(self) -> int:
-        """Tables held in memory now."""
-        return len(self._by_key) + len(self._on_disk)
+        """Tables held in memory now (by this cache or by a capture)."""
+        return len(self._tables)
 
     @property
     def memory(self) -> int:
-        return sum(t.memory for t in [*self._by_key.values(), *self._on_disk.values()])
+        return sum(t.memory for t in list(self._tables.values()))
 
 
 def _private_dir(path: Path) -> Path | None:

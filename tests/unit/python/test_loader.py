@@ -8,6 +8,7 @@ import ctypes as ct
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ import userwalk
 from targets.python.pythons import INTERPRETERS, Interpreter
 
 from deepctx.host.procfs import AddressSpace, ProcessMemory, process_info, read_maps, thread_ids
+from deepctx.host.python.code import CodeReader
+from deepctx.host.python.stacks import symbolize_stack
 from deepctx.host.python.threads import ThreadMapper
 from deepctx.probes import python_stack as ps
 from deepctx.probes.family import Target
@@ -116,8 +119,7 @@ def test_lifecycle(target: tuple[subprocess.Popen, Target, dict]) -> None:
     assert threads[info["tid"]].tstate == main.tstate
 
     # a new stack is named at the next poll, and stays named once the process is gone
-    with ProcessMemory(t.pid) as mem:
-        raw = userwalk.walk(mem, interp, main.tstate)
+    raw = _walk_in_leaf(t.pid, interp, main.tstate)
     value = ps.py_stack_type(128)()
     value.depth, value.flags = len(raw.frames), raw.flags
     for i, f in enumerate(raw.frames):
@@ -139,6 +141,18 @@ def test_lifecycle(target: tuple[subprocess.Popen, Target, dict]) -> None:
     assert not bpf[b"py_procs"].data and not threads
     assert [f.frame.name for f in fam.frames(bpf, t, 42)][:4] == ["<module>", "top", "mid", "leaf"]
     assert fam.interpreter_modules(t.pid) == interp.modules
+
+
+def _walk_in_leaf(pid: int, interp: Any, tstate: int) -> Any:
+    """The main thread's frames once it is in leaf(): it prints its line from ready() before top() runs (a
+    walk right after the line, with the interpreter's facts already cached, can find it still in ready)."""
+    deadline = time.monotonic() + 10
+    with ProcessMemory(pid) as mem:
+        while True:
+            raw = userwalk.walk(mem, interp, tstate)
+            names = [f.frame.name for f in symbolize_stack(CodeReader(mem, interp), raw)]
+            if names[-1:] == ["leaf"] or time.monotonic() > deadline:
+                return raw
 
 
 def test_unsupported_target_is_refused_clearly() -> None:

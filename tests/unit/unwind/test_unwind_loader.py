@@ -153,3 +153,38 @@ def test_stack_decoding_and_stats():
     stats = u.stats(bpf)
     assert stats["calls"] == 6 and stats["frames"] == 80  # summed over the two fake CPUs
     assert np.all([stats[name] == 0 for name in nu.STAT_NAMES if name not in ("calls", "frames")])
+
+
+def test_large_tables_are_built_behind_the_first_samples(dlopen_target, unwind_targets):
+    """A file whose table needs a child build is not waited for at prepare: its mappings go in without
+    rows (frame pointers there), and poll places its table once built, in room set aside for it."""
+    import threading
+
+    pid = dlopen_target.pid
+    target = Target(pid, procfs.process_info(pid), procfs.AddressSpace(procfs.read_maps(pid)))
+    u = nu.NativeUnwinder(nu.UnwindConfig(rows_headroom=0, pages_headroom=0))
+    u.cache.child_min_bytes = 0  # every file is "large"
+    gate, started, real_get = threading.Event(), [], u.cache.get
+
+    def gated_get(*args):
+        started.append(args[0])
+        assert gate.wait(60), "the test never opened the gate"
+        return real_get(*args)
+
+    u.cache.get = gated_get  # type: ignore[method-assign]
+    u.prepare(target)  # returns with every build held at the gate
+    state = target.state["native_unwind"]
+    code = [m for m in target.space.mappings if m.executable and m.file_backed]
+    assert set(state.pending) == {m.file_key for m in code} and not state.tables
+    assert u.defines()["NATIVE_MAX_ROWS"] > 0  # room for what is being built
+    bpf = fake_bpf(u)
+    u.attach(bpf, target)
+    assert [e.pages_len for e in _entries(bpf, u, pid)] == [0] * len(code)  # unwound with frame pointers
+    gate.set()
+    deadline = time.monotonic() + 60
+    while not all(e.pages_len for e in _entries(bpf, u, pid)):
+        assert time.monotonic() < deadline, "poll() never placed the tables built in the background"
+        u.poll(bpf, target)
+        time.sleep(0.01)  # polling a condition with a deadline
+    assert u.cache.counters["child_builds"] == len(code) and target.warnings == []
+    u.close()
