@@ -7,14 +7,15 @@ from typing import Any
 
 from deepctx.daemon.symbolize.kernel import KernelSymbols
 from deepctx.daemon.symbolize.native import NativeSymbolizer
-from deepctx.host.frames import TRUNCATED, UNWIND_LOST, Frame, thread_frame
+from deepctx.host.frames import TRUNCATED, UNWIND_LOST, UNWIND_STOPPED, Frame, thread_frame
 from deepctx.host.procfs import AddressSpace
 from deepctx.host.python.merge import merge_stacks
 
 LOST_STACK = Frame("native", "[lost user stack]")
 
-# Reads a native stack id: (IPs leaf first, truncated?)
-StackReader = Callable[[int], tuple[list[int], bool]]
+# Reads a native stack id: (IPs leaf first, where the walk was cut): True for the depth limit ([truncated]),
+# or the marker that names why it stopped (host/frames.UNWIND_STOPPED, daemon/unwind_stops.py), or False.
+StackReader = Callable[[int], tuple[list[int], "bool | Frame"]]
 
 
 class CallPathResolver:
@@ -55,6 +56,12 @@ class CallPathResolver:
         """Distinct native stacks cut at the depth limit."""
         return sum(1 for frames in self._native_cache.values() if frames and frames[0] == TRUNCATED)
 
+    @property
+    def stopped_stacks(self) -> int:
+        """Distinct native stacks whose walk stopped before the thread's entry for a reason other than depth."""
+        stops = set(UNWIND_STOPPED.values())
+        return sum(1 for frames in self._native_cache.values() if frames and frames[0] in stops)
+
     def thread(self, tid: int) -> Frame:
         return thread_frame(tid, self.thread_names.get(tid, f"thread {tid}"), self.pid, self.python_names.get(tid))
 
@@ -63,10 +70,10 @@ class CallPathResolver:
             return [LOST_STACK]
         cached = self._native_cache.get(stack_id)
         if cached is None:
-            ips, truncated = self.read_stack(stack_id)
+            ips, cut = self.read_stack(stack_id)
             cached = self.native.symbolize_stack(self.pid, self.space, ips)
-            if truncated and not (cached and cached[0] == UNWIND_LOST):  # garbage past the cut: no depth to tell
-                cached.insert(0, TRUNCATED)
+            if cut and not (cached and cached[0] == UNWIND_LOST):  # garbage past the cut: no depth to tell
+                cached.insert(0, cut if isinstance(cut, Frame) else TRUNCATED)
             self._native_cache[stack_id] = cached
         return cached
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from deepctx.daemon.capture import CaptureResult
+from deepctx.daemon.label_stats import label_stats, label_warnings, superseded
 from deepctx.profile.document import SCHEMA
 from deepctx.profile.metrics import METRICS
 from deepctx.proto.v1 import deepctx_pb2 as pb
@@ -15,8 +16,9 @@ def to_message(result: CaptureResult) -> pb.Profile:
         metrics=list(METRICS), sample_hz=result.sample_hz, ended=result.ended,
         started_unix=result.started_unix, hostname=result.hostname, mode=result.mode,
     )
-    msg.stats.update(result.stats)
-    msg.warnings.extend(result.warnings)
+    stats = {**result.stats, **label_stats(tree)}
+    msg.stats.update(stats)
+    msg.warnings.extend([w for w in result.warnings if not superseded(w)] + label_warnings(stats))
     # one add() with keyword fields per node, and a shared list of zeros for the many nodes with no self
     # value: a third faster than setting fields one by one on ResNet-50's 80k-node profiles
     zeros = [0] * len(METRICS)

@@ -60,6 +60,28 @@ def thread_frame(tid: int, comm: str, pid: int | None = None, python_name: str |
     return Frame("thread", f"{comm} ({', '.join(said)})" if said else comm, tid=tid)
 
 
+# Synthetic frames: each names one cause (docs/formats.md, "Special names"; the profile's stats count the
+# samples under each, daemon/label_stats.py).
+# Outermost frame of a stack deeper than its walk's depth limit (native or Python): the callers beyond are cut.
 TRUNCATED = Frame("native", "[truncated]")
 # Outermost frame of a native stack whose walk left executable memory: the callers beyond it are unknown.
 UNWIND_LOST = Frame("native", "[unwinding lost the callers]")
+# Where the Python walker stopped at a frame it could not read: the Python frames beyond it are missing.
+PYTHON_UNREADABLE = Frame("native", "[Python walk stopped: unreadable frame]")
+# Outermost frame of a native (.eh_frame) walk that stopped before the thread's entry, by its reason.
+UNWIND_STOPPED = {
+    "no_table": Frame("native", "[unwinding stopped: no unwind table]"),
+    "read_error": Frame("native", "[unwinding stopped: unreadable stack]"),
+    "unsupported": Frame("native", "[unwinding stopped: unsupported unwind rule]"),
+    "bad_frame": Frame("native", "[unwinding stopped: frame outside the stack]"),
+    "no_proc": Frame("native", "[unwinding stopped: process not known to the unwinder]"),
+    "other": Frame("native", "[unwinding stopped]"),
+}
+# Frames that stand where a walk was cut (what is above them is missing).
+CUT_MARKERS = frozenset({TRUNCATED, UNWIND_LOST, PYTHON_UNREADABLE, *UNWIND_STOPPED.values()})
+# A Python frame whose code object could not be read because the process had exited; one whose code
+# object was freed (its address holds something else) before deepctxd read it.
+PYTHON_UNKNOWN = "[unknown]"
+PYTHON_FREED_CODE = "[code object freed]"
+# The module of a native address no mapping held when the process's maps were read ("[unmapped]+0x7f…").
+UNMAPPED = "[unmapped]"

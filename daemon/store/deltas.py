@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from deepctx.daemon.device_share import STATS as DEVICE_SHARE_STATS
+from deepctx.daemon.label_stats import STATS as LABEL_STATS
 from deepctx.profile.merge import LEVELS, SHARES
 
 # Stats capture._build reads from the window's tree and count maps (taken at every cut): already the
@@ -32,7 +33,7 @@ PER_WINDOW = frozenset({
     "device_time_in_profile_ns", "device_time_unknown_launch_ns", "device_time_without_call_path_ns",
     "device_sync_records", "native_stacks_unwind_lost", "gpu_stacks_resolved_ahead",
     "gpu_busy_ms", "gpu_busy_samples", "device_windows_unrecorded",  # the window's NVML samples (busy_meter.py)
-}) | DEVICE_SHARE_STATS  # what the agent recorded in the window's attached shares (a duty cycle's)
+}) | DEVICE_SHARE_STATS | LABEL_STATS  # the agent's shares in the window (a duty cycle's); the window tree's labels
 
 
 def is_running_total(name: str) -> bool:

@@ -9,7 +9,7 @@ import threading
 from deepctx.host.demangle import demangle
 from deepctx.host.elf.symbols import ElfSymbols
 from deepctx.host.file_cache import FileCache
-from deepctx.host.frames import UNWIND_LOST, Frame
+from deepctx.host.frames import UNMAPPED, UNWIND_LOST, Frame
 from deepctx.host.procfs import AddressSpace, Mapping, open_mapped_file
 
 
@@ -58,8 +58,8 @@ def _nbytes(syms: ElfSymbols | None) -> int:
 
 
 def module_name(m: Mapping | None) -> str:
-    if m is None:
-        return "[unknown]"
+    if m is None:  # an address no mapping of the process held when its maps were read
+        return UNMAPPED
     if not m.path:
         return "[anon]"
     # an injected agent is mapped from a memfd: "/memfd:libdeepctx_cupti.so (deleted)"

@@ -43,6 +43,9 @@ class CodeReader:
         self.mem = mem
         self.interp = interp
         self._cache: dict[tuple[int, int], CodeInfo | None] = {}
+        # why a code object could not be read: "exited" (the process was gone) or "freed" (the address no
+        # longer holds that code object, or no longer holds memory, while the process lives)
+        self.failures: dict[tuple[int, int], str] = {}
         self._sources: dict[str, dict[tuple[str, int], str]] = {}
         # stacks.symbolize_stack's frames by raw frame (code, tag, lasti, flags): stacks share most frames
         self.symbolized: dict[tuple[int, int, int, int], Any] = {}
@@ -57,7 +60,17 @@ class CodeReader:
                 self._cache[key] = self._read(addr, tag)
             except MemoryError:
                 self._cache[key] = None
+            if self._cache[key] is None:
+                self.failures[key] = "freed" if self.alive() else "exited"
         return self._cache[key]
+
+    def failure(self, addr: int, tag: int) -> str | None:
+        """Why get() found no code object here ("exited" or "freed"), None if it did (or was not asked)."""
+        return self.failures.get((addr, tag))
+
+    def alive(self) -> bool:
+        """Whether the process's memory can still be read: _PyRuntime is mapped for as long as it lives."""
+        return len(self.mem.read_up_to(self.interp.runtime, 8)) == 8
 
     def _read(self, addr: int, tag: int) -> CodeInfo | None:
         lay = self.interp.layout

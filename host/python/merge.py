@@ -10,7 +10,7 @@ everything found: no Python frame is ever lost.
 
 from __future__ import annotations
 
-from deepctx.host.frames import TRUNCATED, Frame
+from deepctx.host.frames import CUT_MARKERS, Frame
 from deepctx.host.python.pyframe import PyFrameInfo
 
 EVAL_FUNCTION = "_PyEval_EvalFrameDefault"
@@ -29,7 +29,7 @@ def group_activations(python: list[PyFrameInfo]) -> tuple[Frame | None, list[lis
     """(truncation marker or None, Python frames per eval activation, outermost first). Frames
     before the first entry frame form a group too: their entry frame was cut off."""
     marker = None
-    if python and python[0].frame == TRUNCATED:
+    if python and python[0].frame in CUT_MARKERS:
         marker, python = python[0].frame, python[1:]
     groups: list[list[Frame]] = []
     for info in python:

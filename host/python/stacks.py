@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from deepctx.host.frames import TRUNCATED, Frame
+from deepctx.host.frames import PYTHON_FREED_CODE, PYTHON_UNKNOWN, PYTHON_UNREADABLE, TRUNCATED, Frame
 from deepctx.host.python.code import CodeReader
 from deepctx.host.python.pyframe import PyFrameInfo, module_name
 
@@ -16,7 +16,7 @@ PYSTACK_F_MAP_FULL = 1 << 3
 PYFRAME_F_ENTRY = 1 << 0
 PYFRAME_F_GENERATOR = 1 << 1
 
-UNKNOWN = "[unknown]"
+UNKNOWN = PYTHON_UNKNOWN
 _MISSING = object()
 
 
@@ -38,7 +38,8 @@ def symbolize_frame(codes: CodeReader, raw: RawFrame) -> PyFrameInfo | None:
     entry = bool(raw.flags & PYFRAME_F_ENTRY)
     info = codes.get(raw.code, raw.tag)
     if info is None:
-        return PyFrameInfo(Frame("python", UNKNOWN), entry)
+        freed = codes.failure(raw.code, raw.tag) == "freed"
+        return PyFrameInfo(Frame("python", PYTHON_FREED_CODE if freed else UNKNOWN), entry)
     incomplete = (
         info.firsttraceable is not None and not raw.flags & PYFRAME_F_GENERATOR and raw.lasti < info.firsttraceable
     )
@@ -51,7 +52,8 @@ def symbolize_frame(codes: CodeReader, raw: RawFrame) -> PyFrameInfo | None:
 
 
 def symbolize_stack(codes: CodeReader, raw: RawStack) -> list[PyFrameInfo]:
-    """Outermost first; a TRUNCATED marker stands first for frames the walker could not reach."""
+    """Outermost first. A marker stands first for frames the walker did not reach: TRUNCATED past its depth
+    limit, PYTHON_UNREADABLE where it could not read a frame (a read error is not a depth limit)."""
     cache = codes.symbolized  # a raw frame names the same line for as long as its code object's tag holds
     out = []
     for r in reversed(raw.frames):
@@ -60,7 +62,9 @@ def symbolize_stack(codes: CodeReader, raw: RawStack) -> list[PyFrameInfo]:
             f = cache[r] = symbolize_frame(codes, r)
         if f is not None:
             out.append(f)
-    if raw.flags & (PYSTACK_F_TRUNCATED | PYSTACK_F_READ_ERROR):
+    if raw.flags & PYSTACK_F_READ_ERROR:
+        out.insert(0, PyFrameInfo(PYTHON_UNREADABLE, True))
+    elif raw.flags & PYSTACK_F_TRUNCATED:
         out.insert(0, PyFrameInfo(TRUNCATED, True))
     return out
 

@@ -234,7 +234,7 @@ def _child_context(ctx: Context, node: dict[str, Any]) -> Context:
 
 
 _RUNTIME_MODULES = ("libcuda", "libcudart", "libcublas", "libcudnn", "libnccl", "libamdhip64", "libc.so", "libc-",
-                    "libpthread", "libstdc++", "ld-linux", "[unknown]", "[anon]", "[stack]", "[heap]", "[kernel]",
+                    "libpthread", "libstdc++", "ld-linux", "[unknown]", "[unmapped]", "[anon]", "[stack]", "[heap]", "[kernel]",
                     "libpython", "python3")
 
 

@@ -127,7 +127,7 @@ def test_unknown_addresses_become_module_plus_offset() -> None:
     f = NativeSymbolizer(SymbolCache()).symbolize(1, AddressSpace([anon]), 0x7000_0123)
     assert f.name == "[anon]+0x123"
     f = NativeSymbolizer(SymbolCache()).symbolize(1, AddressSpace([anon]), 0x9000_0000)
-    assert f.name == "[unknown]+0x90000000"
+    assert f.name == "[unmapped]+0x90000000"
 
 
 def test_stack_uses_call_site_for_return_addresses(libknown: Path) -> None:

@@ -1,6 +1,6 @@
 """A target that exits right after making new call paths: frames whose code objects the daemon could not read
-before the exit are [unknown], and the profile says how many (stats and a warning), counted after every call
-path, the GPU calls' too, has been resolved."""
+before the exit are [unknown], and the profile says how many (stats and a warning that names the exit as the
+cause), counted after every call path, the GPU calls' too, has been resolved."""
 
 from __future__ import annotations
 
@@ -39,6 +39,11 @@ def test_unknown_python_frames_are_counted_after_every_path_and_warned(tmp_path:
     unknown_nodes = sum(1 for _, n in walk(doc) if n["kind"] == "python" and n["name"] == "[unknown]")
     counted = doc["stats"]["python_unknown_frames"]
     assert (counted > 0) == (unknown_nodes > 0), (counted, unknown_nodes)
-    warned = [w for w in doc["warnings"] if "Python frames are [unknown]" in w]
-    assert warned == ([f"{counted} Python frames are [unknown]: their code objects could not be read (stacks first "
-                       "seen as the process exited, or freed code)"] if counted else [])
+    # the GPU calls under [unknown] frames, once per path; the warning names the exit, the one cause left for it
+    under = sum(n["metrics"]["calls"] for above, n in walk(doc)
+                if any(p["kind"] == "python" and p["name"] == "[unknown]" for p in above))
+    assert doc["stats"]["gpu_calls_python_unknown"] == under and (under > 0) == (unknown_nodes > 0)
+    warned = [w for w in doc["warnings"] if "[unknown]" in w]
+    assert warned == ([f"{under} GPU calls hold Python frames named [unknown]: the process had exited before deepctxd "
+                       "read their code objects (call paths first seen in its last moments)"] if under else [])
+    assert not any("freed code" in w or "[code object freed]" in w for w in doc["warnings"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from deepctx.host.frames import TRUNCATED, Frame
+from deepctx.host.frames import PYTHON_UNREADABLE, TRUNCATED, Frame
 from deepctx.host.python.code import CodeInfo
 from deepctx.host.python.linetable import line_ranges
 from deepctx.host.python.pyframe import PyFrameInfo, module_name
@@ -37,6 +37,9 @@ class FakeCodes:
     def get(self, addr: int, tag: int) -> CodeInfo | None:
         self.reads += 1
         return self.objects.get((addr, tag))
+
+    def failure(self, addr: int, tag: int) -> str | None:
+        return {0x300: "freed", 0x400: "exited"}.get(addr) if (addr, tag) not in self.objects else None
 
 
 def names(frames: list[PyFrameInfo]) -> list[str]:
@@ -75,15 +78,22 @@ def test_incomplete_frame_is_hidden_unless_it_starts_an_activation() -> None:
     assert names(symbolize_stack(codes, gen)) == ["main", "loss"]  # type: ignore[arg-type]
 
 
-def test_unknown_code_object_is_named_unknown_never_garbage() -> None:
-    raw = RawStack(0, [RawFrame(0x300, 99, 5, 0), RawFrame(0x100, 1, 3, PYFRAME_F_ENTRY)])
-    assert symbolize_stack(FakeCodes(), raw)[1] == PyFrameInfo(Frame("python", "[unknown]"), False)  # type: ignore[arg-type]
+def test_unreadable_code_objects_are_named_by_cause_never_garbage() -> None:
+    """A process that exited took its code objects with it: [unknown]; in a running process the code object at
+    that address was freed (another object, or no memory, there now): [code object freed]."""
+    raw = RawStack(0, [RawFrame(0x400, 99, 5, 0), RawFrame(0x300, 99, 5, 0), RawFrame(0x100, 1, 3, PYFRAME_F_ENTRY)])
+    out = symbolize_stack(FakeCodes(), raw)  # type: ignore[arg-type]
+    assert out[1:] == [PyFrameInfo(Frame("python", "[code object freed]"), False),
+                       PyFrameInfo(Frame("python", "[unknown]"), False)]
 
 
-@pytest.mark.parametrize("flag", [PYSTACK_F_TRUNCATED, PYSTACK_F_READ_ERROR])
-def test_incomplete_stacks_start_with_the_marker(flag: int) -> None:
+@pytest.mark.parametrize(("flag", "marker"), [(PYSTACK_F_TRUNCATED, TRUNCATED),
+                                              (PYSTACK_F_READ_ERROR, PYTHON_UNREADABLE),
+                                              (PYSTACK_F_TRUNCATED | PYSTACK_F_READ_ERROR, PYTHON_UNREADABLE)])
+def test_incomplete_stacks_start_with_the_marker_of_their_cause(flag: int, marker: Frame) -> None:
+    """Only the depth limit is [truncated]; a frame the walker could not read says so."""
     out = symbolize_stack(FakeCodes(), RawStack(flag, [RawFrame(0x300, 3, 5, 0)]))  # type: ignore[arg-type]
-    assert out[0] == PyFrameInfo(TRUNCATED, True) and names(out) == ["[truncated]", "loss"]
+    assert out[0] == PyFrameInfo(marker, True) and names(out) == [marker.name, "loss"]
 
 
 @pytest.mark.parametrize(("filename", "module"), [

@@ -1,0 +1,125 @@
+"""The synthetic frames of a finished tree ([truncated], [unknown], [unnamed kernel] ...): how many samples (or
+GPU calls) stand under each, as stats, and one warning per cause that names it (docs/formats.md, "Special
+names"). Counted from the tree, so each window of a continuous capture counts its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from deepctx.daemon.gpu_tree import UNNAMED_KERNEL
+from deepctx.daemon.tree import CallTree
+from deepctx.host.frames import (
+    PYTHON_FREED_CODE,
+    PYTHON_UNKNOWN,
+    PYTHON_UNREADABLE,
+    TRUNCATED,
+    UNMAPPED,
+    UNWIND_LOST,
+    UNWIND_STOPPED,
+    Frame,
+)
+
+
+@dataclass(frozen=True)
+class Label:
+    key: str  # stats cpu_samples_<key> and gpu_calls_<key>
+    matches: Callable[[Frame], bool]
+    warning: str | None  # follows "N CPU samples (P% of the profile) and M GPU calls"; None: another warning says it
+
+    @property
+    def stats(self) -> tuple[str, str]:
+        return f"cpu_samples_{self.key}", f"gpu_calls_{self.key}"
+
+
+_STOPS = {f.name for f in UNWIND_STOPPED.values()}
+
+LABELS = (
+    Label("truncated", lambda f: f == TRUNCATED,
+          "have call paths deeper than the walkers' depth limit: their outermost frames are cut under [truncated] "
+          "(native: kernel.perf_event_max_stack or the unwinder's depth; Python: python_max_depth)"),
+    Label("python_unreadable", lambda f: f == PYTHON_UNREADABLE,
+          "lost their outer Python frames under [Python walk stopped: unreadable frame]: the walker could not read "
+          "a frame of the thread's stack at that moment (see python_read_errors)"),
+    Label("unwinding_stopped", lambda f: f.kind == "native" and f.name in _STOPS,
+          "have native call paths that stop under [unwinding stopped: …], which names why: code with no unwind "
+          "table, an unreadable stack, an unwind rule the walker cannot evaluate"),
+    Label("unwind_lost", lambda f: f == UNWIND_LOST,
+          "have native call paths cut where a frame-pointer walk left executable memory ([unwinding lost the "
+          "callers]): code built without frame pointers"),
+    Label("python_unknown", lambda f: f.kind == "python" and f.name == PYTHON_UNKNOWN,
+          "hold Python frames named [unknown]: the process had exited before deepctxd read their code objects "
+          "(call paths first seen in its last moments)"),
+    Label("python_freed_code", lambda f: f.kind == "python" and f.name == PYTHON_FREED_CODE,
+          "hold Python frames named [code object freed]: the process was running, but their code objects were "
+          "freed before deepctxd read them (code made and dropped at run time: exec, eval, functions built per "
+          "call; or call paths read late, see python_new_stacks_lost)"),
+    Label("unmapped", lambda f: f.kind == "native" and f.name.startswith(UNMAPPED + "+"),
+          "ran code at addresses no mapping held when deepctxd read the process's maps ([unmapped]+0x…): JIT "
+          "code, or a library loaded and unloaded between reads"),
+    Label("user_stack_lost", lambda f: f.name == "[lost user stack]", None),  # said by cpu_user_stacks_lost's
+)
+UNNAMED_KERNEL_STAT = "gpu_calls_unnamed_kernel"
+STATS = frozenset({st for lab in LABELS for st in lab.stats} | {UNNAMED_KERNEL_STAT})
+METRICS = ("cpu_samples", "calls")
+
+# capture.stat_warnings' old sentence, which blamed an exit or freed code without knowing which: superseded
+# by the two causes above until the capture engine drops it (issue 35.2)
+_OLD_UNKNOWN = " Python frames are [unknown]: their code objects could not be read (stacks first seen as the process"
+
+
+def label_stats(tree: CallTree) -> dict[str, int]:
+    """CPU samples and GPU API calls under each synthetic frame (a path counted once per label), and launches of
+    unnamed kernels; only the nonzero ones (a profile without labels gets no extra stats)."""
+    nodes = tree.nodes
+    order = list(tree.preorder())
+    total = [[0, 0] for _ in nodes]
+    for idx in reversed(order):  # children before parents
+        t = total[idx]
+        for i, m in enumerate(METRICS):
+            t[i] += nodes[idx].metrics.get(m, 0)
+        if nodes[idx].parent >= 0:
+            up = total[nodes[idx].parent]
+            up[0] += t[0]
+            up[1] += t[1]
+    out = dict.fromkeys(STATS, 0)
+    under: dict[int, frozenset[str]] = {}  # node -> labels on its path, itself included
+    for idx in order:
+        node = nodes[idx]
+        above = under.get(node.parent, frozenset())
+        here = above
+        for lab in LABELS:
+            if lab.key not in above and lab.matches(node.frame):
+                samples, calls = lab.stats
+                out[samples] += total[idx][0]
+                out[calls] += total[idx][1]
+                here = here | {lab.key}
+        under[idx] = here
+        if node.frame.kind == "kernel" and node.frame.name == UNNAMED_KERNEL:
+            out[UNNAMED_KERNEL_STAT] += node.metrics.get("calls", 0)
+    return {k: v for k, v in out.items() if v}
+
+
+def label_warnings(stats: dict[str, int]) -> list[str]:
+    in_profile = stats.get("cpu_samples_in_profile") or 0
+    out = []
+    for lab in LABELS:
+        samples, calls = (stats.get(st, 0) for st in lab.stats)
+        if not lab.warning or not (samples or calls):
+            continue
+        what = []
+        if samples:
+            what.append(f"{samples} CPU samples" + (f" ({100 * samples / in_profile:.1f}% of the profile)"
+                                                     if in_profile else ""))
+        if calls:
+            what.append(f"{calls} GPU calls")
+        out.append(f"{' and '.join(what)} {lab.warning}")
+    if stats.get(UNNAMED_KERNEL_STAT):
+        out.append(f"{stats[UNNAMED_KERNEL_STAT]} kernel launches went to kernels whose names could not be read "
+                   "([unnamed kernel]): the runtime passed no name deepctxd could resolve")
+    return out
+
+
+def superseded(warning: str) -> bool:
+    """Whether a warning is one the label warnings replace."""
+    return _OLD_UNKNOWN in warning

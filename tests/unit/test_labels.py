@@ -1,0 +1,139 @@
+"""Synthetic frames mean one thing each (issue 35.2): the marker a cut walk gets names its cause, the profile
+counts the samples and GPU calls under each label in its own stat, and warns naming the cause."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepctx.daemon.callpaths import CallPathResolver
+from deepctx.daemon.capture import CaptureResult, stat_warnings
+from deepctx.daemon.gpu_tree import UNNAMED_KERNEL
+from deepctx.daemon.label_stats import label_stats, label_warnings, superseded
+from deepctx.daemon.profile_wire import to_message
+from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
+from deepctx.daemon.tree import CallTree
+from deepctx.daemon.unwind_stops import stop_marker
+from deepctx.host.frames import (
+    PYTHON_UNREADABLE,
+    TRUNCATED,
+    UNWIND_LOST,
+    UNWIND_STOPPED,
+    Frame,
+)
+from deepctx.host.procfs import AddressSpace
+from deepctx.host.python.merge import merge_stacks
+from deepctx.host.python.pyframe import PyFrameInfo
+from deepctx.probes.native_unwind import (
+    NATIVE_F_BAD_FRAME,
+    NATIVE_F_COMPLETE,
+    NATIVE_F_NO_PROC,
+    NATIVE_F_NO_TABLE,
+    NATIVE_F_READ_ERROR,
+    NATIVE_F_TRUNCATED,
+    NATIVE_F_UNSUPPORTED,
+)
+from deepctx.profile.document import to_doc
+
+THREAD = Frame("thread", "python3 (MainThread)", tid=7)
+MAIN = Frame("python", "main", "/app/run.py", 3, "run")
+STEP = Frame("python", "step", "/app/run.py", 9, "run")
+
+
+@pytest.mark.parametrize(("flags", "marker"), [
+    (NATIVE_F_COMPLETE, None),
+    (NATIVE_F_TRUNCATED, TRUNCATED),
+    (NATIVE_F_TRUNCATED | NATIVE_F_NO_TABLE, TRUNCATED),  # the depth limit ended it first
+    (NATIVE_F_NO_TABLE, UNWIND_STOPPED["no_table"]),
+    (NATIVE_F_READ_ERROR, UNWIND_STOPPED["read_error"]),
+    (NATIVE_F_UNSUPPORTED, UNWIND_STOPPED["unsupported"]),
+    (NATIVE_F_BAD_FRAME, UNWIND_STOPPED["bad_frame"]),
+    (NATIVE_F_NO_PROC, UNWIND_STOPPED["no_proc"]),
+    (0, UNWIND_STOPPED["other"]),
+])
+def test_a_native_walk_that_stopped_is_marked_with_its_reason(flags: int, marker: Frame | None) -> None:
+    assert stop_marker(flags) == marker
+
+
+def resolver(cuts: dict[int, bool | Frame]) -> CallPathResolver:
+    return CallPathResolver(7, AddressSpace([]), lambda sid: ([], cuts[sid]), NativeSymbolizer(SymbolCache()),
+                            {7: "python3"})
+
+
+def test_the_resolver_puts_the_cause_above_the_stack_and_counts_depth_cuts_apart() -> None:
+    r = resolver({1: True, 2: UNWIND_STOPPED["no_table"], 3: False, 4: UNWIND_STOPPED["read_error"]})
+    assert r.native_frames(1, False) == [TRUNCATED]  # the kernel's walk: True is its depth limit
+    assert r.native_frames(2, False) == [UNWIND_STOPPED["no_table"]]
+    assert r.native_frames(3, False) == [] and r.native_frames(4, False) == [UNWIND_STOPPED["read_error"]]
+    assert (r.truncated_stacks, r.stopped_stacks) == (1, 2)
+
+
+def test_a_python_marker_stays_above_the_frames_it_cut() -> None:
+    py = [PyFrameInfo(PYTHON_UNREADABLE, True), PyFrameInfo(STEP, True)]
+    ev = Frame("native", "_PyEval_EvalFrameDefault", module="libpython3.12.so")
+    merged = merge_stacks([Frame("native", "_start", module="python3"), ev, Frame("native", "memcpy", module="libc.so.6")],
+                          py, {"libpython3.12.so"})
+    assert merged == [Frame("native", "_start", module="python3"), PYTHON_UNREADABLE, STEP,
+                      Frame("native", "memcpy", module="libc.so.6")]
+
+
+def labelled_tree() -> CallTree:
+    """40 samples cut at the depth limit (10 of them also in code with no symbol or mapping), 7 with an
+    unreadable Python frame, 5 under an unwinder stop, 3 under a frame-pointer walk that went astray, 2 and 4 in
+    Python frames of an exited process and of freed code, 1 lost stack; 30 launches of an unnamed kernel, 6 of them
+    from a call path whose code was freed; 100 clean samples."""
+    t = CallTree("python3 run.py")
+    t.add([THREAD, TRUNCATED, STEP], "cpu_samples", 30)
+    t.add([THREAD, TRUNCATED, STEP, Frame("native", "[unmapped]+0x7f0012", module="[unmapped]")], "cpu_samples", 10)
+    t.add([THREAD, PYTHON_UNREADABLE, STEP], "cpu_samples", 7)
+    t.add([THREAD, UNWIND_STOPPED["no_table"], MAIN, STEP], "cpu_samples", 5)
+    t.add([THREAD, UNWIND_LOST, Frame("native", "memcpy", module="libc.so.6")], "cpu_samples", 3)
+    t.add([THREAD, MAIN, Frame("python", "[unknown]")], "cpu_samples", 2)
+    t.add([THREAD, MAIN, Frame("python", "[code object freed]"), STEP], "cpu_samples", 4)
+    t.add([THREAD, Frame("native", "[lost user stack]")], "cpu_samples", 1)
+    t.add([THREAD, MAIN, STEP], "cpu_samples", 100)
+    api = Frame("api", "cudaLaunchKernel", module="libcudart.so.13")
+    t.add([THREAD, MAIN, api, Frame("kernel", UNNAMED_KERNEL)], "calls", 24)
+    t.add([THREAD, MAIN, Frame("python", "[code object freed]"), api, Frame("kernel", UNNAMED_KERNEL)], "calls", 6)
+    t.add([THREAD, TRUNCATED, TRUNCATED, STEP], "cpu_samples", 0)  # nested: a path counts once per label
+    return t
+
+
+def test_each_label_has_its_own_stat_with_exact_counts() -> None:
+    stats = label_stats(labelled_tree())
+    assert stats == {
+        "cpu_samples_truncated": 40, "cpu_samples_unmapped": 10, "cpu_samples_python_unreadable": 7,
+        "cpu_samples_unwinding_stopped": 5, "cpu_samples_unwind_lost": 3, "cpu_samples_python_unknown": 2,
+        "cpu_samples_python_freed_code": 4, "gpu_calls_python_freed_code": 6, "cpu_samples_user_stack_lost": 1,
+        "gpu_calls_unnamed_kernel": 30}
+    assert label_stats(CallTree("clean")) == {}  # no labels, no stats
+
+
+def test_each_cause_is_warned_in_its_own_words() -> None:
+    stats = {**label_stats(labelled_tree()), "cpu_samples_in_profile": 200}
+    warnings = label_warnings(stats)
+    assert len(warnings) == 8  # every label but the lost stack (cpu_user_stacks_lost has its warning)
+    assert warnings[0] == ("40 CPU samples (20.0% of the profile) have call paths deeper than the walkers' depth limit: "
+                           "their outermost frames are cut under [truncated] (native: kernel.perf_event_max_stack or "
+                           "the unwinder's depth; Python: python_max_depth)")
+    unknown = next(w for w in warnings if "[unknown]" in w)
+    assert unknown.startswith("2 CPU samples (1.0% of the profile) hold Python frames named [unknown]: the process had "
+                              "exited before deepctxd read their code objects")
+    freed = next(w for w in warnings if "[code object freed]" in w)
+    assert freed.startswith("4 CPU samples (2.0% of the profile) and 6 GPU calls hold Python frames named [code object "
+                            "freed]: the process was running")
+    assert "(see python_read_errors)" in next(w for w in warnings if "[Python walk stopped" in w)
+    assert warnings[-1].startswith("30 kernel launches went to kernels whose names could not be read")
+    assert label_warnings({}) == []
+
+
+def test_the_profile_carries_the_label_stats_and_the_old_unknown_warning_is_replaced() -> None:
+    tree = labelled_tree()
+    stats = {"cpu_samples": 205, "cpu_samples_in_profile": 205, "python_unknown_frames": 1}
+    old = stat_warnings(stats)
+    result = CaptureResult(pid=7, command="python3 run.py", duration_s=1.0, started_unix=0.0, ended="duration",
+                           sample_hz=99, tree=tree, stats=stats, warnings=list(old))
+    doc = to_doc(to_message(result))
+    assert [superseded(w) for w in old] == [True]  # the sentence that blamed an exit in a process that had not
+    assert doc["stats"]["cpu_samples_truncated"] == 40 and doc["stats"]["gpu_calls_unnamed_kernel"] == 30
+    assert not any(superseded(w) for w in doc["warnings"])
+    assert doc["warnings"] == label_warnings({**stats, **label_stats(tree)})
