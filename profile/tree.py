@@ -154,9 +154,9 @@ def _folded(root: dict[str, Any], out_root: ViewNode, metrics: list[str], fold: 
                 stack.append((child, child_of(base, child), base, False))
             else:
                 cvn = child_of(vn, child)
-                if above and is_startup(kind):
+                if above and fold.startup and is_startup(kind):
                     zone.add(id(cvn))
-                stack.append((child, cvn, base, above and kind != "python"))
+                stack.append((child, cvn, base, above and is_startup(kind)))
     if zone:
         _prune(out_root, zone)
 

@@ -110,7 +110,7 @@ def profile_payload(doc: dict[str, Any], root: ViewNode, default_metric: str, so
         elif above and f.kind == "python" and under_startup:
             bits |= LIFT
         flags.append(bits)
-        below = above and f.kind != "python"
+        below = above and (f.kind in ZONE_ROOTS or is_startup(f.kind))
         stack.extend((c, i, below, under_startup) for c in reversed(node.children))
     return {"mode": "profile", "title": doc.get("command") or "deepctx profile", "subtitle": _subtitle(doc),
             "meta": _meta(doc), **_common(metrics, default_metric), "kinds": cols.kinds, "strings": cols.strings,

@@ -11,6 +11,8 @@ import pytest
 from synth import big_profile, gpu_profile, trace_events
 
 from deepctx.cli.formats.html import HtmlReport
+from deepctx.profile.fold import VIEWS_DEFAULT
+from deepctx.profile.tree import from_doc
 
 FINDING = {"rule": "launch-bound-loop", "title": "1000 tiny kernels launched one at a time",
            "location": {"file": "", "line": 7, "function": "multiply"},
@@ -174,12 +176,14 @@ def test_diff_report(browser: Any, tmp_path: Path, source_file: Path, shots: Any
 
 
 def test_hundred_thousand_nodes_load_and_react(browser: Any, tmp_path: Path, shots: Any) -> None:
-    """The page works on 100k nodes: every node loaded, the flame graph drawn without the sub-pixel frames,
+    """The page works on 100k nodes: every node loaded (folded as the views fold), the flame graph drawn without the sub-pixel frames,
     each interaction applied. How fast is bench/html_report.py's (BENCHMARKS.md), not this test's."""
     doc = big_profile(100_000)
     path = write(tmp_path, "big.html", HtmlReport().render(doc))
     page, requests = open_report(browser, path)
-    assert page.evaluate("window.deepctx.nodes") == 100_000
+    # the page folds start-up and plumbing frames as profile/tree.py does: the same number of nodes
+    folded = sum(1 for _ in from_doc(doc, VIEWS_DEFAULT).walk())
+    assert page.evaluate("window.deepctx.nodes") == folded == 99_664
     shown = page.locator("#flame g.frame").count()
     assert 100 < shown < 5000  # frames narrower than 2 px are not drawn
     page.evaluate(REACT_JS, ["click", 40])
@@ -189,5 +193,35 @@ def test_hundred_thousand_nodes_load_and_react(browser: Any, tmp_path: Path, sho
     page.evaluate(REACT_JS, ["select", ["metric", "gpu_time_ns"]])
     assert page.evaluate("[document.body.dataset.view, document.body.dataset.metric]") == ["bottom-up", "gpu_time_ns"]
     shots(page, "big-100k")
+    assert requests == []
+    page.context.close()
+
+
+def test_fold_toggles_rebuild_the_tree(browser: Any, tmp_path: Path, shots: Any) -> None:
+    """The page opens with start-up and plumbing frames folded (the node counts of profile/tree.py's fold,
+    tests/unit/views/test_fold.py) and each toggle rebuilds it from the recorded tree."""
+    from test_fold import split_profile
+
+    page, requests = open_report(browser, write(tmp_path, "fold.html", HtmlReport(embed_sources=False).render(
+        split_profile())))
+
+    def state() -> tuple[int, list[str], str]:
+        on_cpu_samples(page)  # the page opens on GPU time, which only the Python path has
+        names = page.eval_on_selector_all("#flame g.frame", "els => els.map(e => e.getAttribute('name'))")
+        return page.evaluate("window.deepctx.nodes"), sorted(names), page.evaluate("document.body.dataset.fold")
+
+    nodes, names, fold = state()
+    assert (nodes, fold) == (12, "startup plumbing")
+    assert names.count("<module>") == 1 and "Module._call_impl" not in names and "Py_RunMain" not in names
+    assert "Py_FinalizeEx" in names and "_start" in names  # start-up with no Python below stays
+    shots(page, "folded")
+    for box, expected in (("#show-plumbing", (14, "startup ")), ("#show-startup", (28, ""))):
+        with page.expect_navigation():
+            page.check(box)
+        page.wait_for_function("() => document.body.dataset.ready === '1'", timeout=30_000)
+        nodes, names, fold = state()
+        assert (nodes, fold) == expected
+    assert names.count("<module>") == 3 and names.count("Module._call_impl") == 3 and "Py_RunMain" in names
+    assert page.is_checked("#show-startup") and page.is_checked("#show-plumbing")
     assert requests == []
     page.context.close()

@@ -74,7 +74,7 @@ def big_profile(nodes: int = 100_000, seed: int = 7, source: str = "/srv/app/mod
     frontier: list[tuple[dict[str, Any], int]] = [(t, 0) for t in threads]
     made = 1 + len(threads)
     serial = 0
-    seen: dict[int, set[tuple]] = {}
+    seen: dict[int, set[tuple | str]] = {}
     while made < nodes:
         parent, depth = frontier[rng.randrange(len(frontier))]
         serial += 1
@@ -85,6 +85,10 @@ def big_profile(nodes: int = 100_000, seed: int = 7, source: str = "/srv/app/mod
                                     shared_mem=0, stream=serial % 4))
             calls = rng.randint(1, 100)
             k["metrics"].update(calls=calls, api_time_ns=calls * 4000, gpu_time_ns=calls * rng.randint(1000, 90000))
+            taken = seen.setdefault(id(parent), set())
+            if "api" in taken:  # siblings never share a frame: one cudaLaunchKernel per caller
+                continue
+            taken.add("api")
             api["children"].append(k)
             parent["children"].append(api)
             made += 2
