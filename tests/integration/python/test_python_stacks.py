@@ -142,6 +142,11 @@ def test_deep_recursion_is_truncated_cleanly(py_daemon: Daemon, python: Interpre
         assert {n["line"] for n in py if n["name"] == "recurse"} <= recursing
         assert by_name(path, "bottom")["line"] in marked_lines(TARGETS / script, "bottom-loop")
     assert doc["stats"]["python_truncated"] >= len(deep)
+    # the label's own stat counts every sample under it, and its warning names the depth limit (issue 35.2)
+    cut = sum(v for p, v in self_paths(doc) if "[truncated]" in names(p))
+    assert cut >= sum(v for _, v in deep) and doc["stats"]["cpu_samples_truncated"] == cut
+    [warned] = [w for w in doc["warnings"] if "[truncated]" in w]
+    assert warned.startswith(f"{cut} CPU samples (") and "deeper than the walkers' depth limit" in warned
 
 
 def test_generator_and_coroutine(py_daemon: Daemon, python: Interpreter) -> None:
