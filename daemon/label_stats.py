@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from deepctx.daemon.gpu_tree import UNNAMED_KERNEL
+from deepctx.daemon.gpu_tree import NOT_SAMPLED, UNNAMED_KERNEL
 from deepctx.daemon.tree import CallTree
 from deepctx.host.frames import (
     PYTHON_FREED_CODE,
@@ -58,6 +58,9 @@ LABELS = (
           "ran code at addresses no mapping held when deepctxd read the process's maps ([unmapped]+0x…): JIT "
           "code, or a library loaded and unloaded between reads"),
     Label("user_stack_lost", lambda f: f.name == "[lost user stack]", None),  # said by cpu_user_stacks_lost's
+    Label("not_sampled", lambda f: f == NOT_SAMPLED,
+          "stand under [call path not sampled]: sampled mode took no call path for any call of their API, kernel "
+          "and launch shape, so they are counted without one (see gpu_calls_without_call_path)"),
 )
 UNNAMED_KERNEL_STAT = "gpu_calls_unnamed_kernel"
 STATS = frozenset({st for lab in LABELS for st in lab.stats} | {UNNAMED_KERNEL_STAT})

@@ -7,7 +7,7 @@ import pytest
 
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.capture import CaptureResult, stat_warnings
-from deepctx.daemon.gpu_tree import UNNAMED_KERNEL
+from deepctx.daemon.gpu_tree import NOT_SAMPLED, UNNAMED_KERNEL
 from deepctx.daemon.label_stats import label_stats, label_warnings, superseded
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
@@ -80,7 +80,7 @@ def labelled_tree() -> CallTree:
     """40 samples cut at the depth limit (10 of them also in code with no symbol or mapping), 7 with an
     unreadable Python frame, 5 under an unwinder stop, 3 under a frame-pointer walk that went astray, 2 and 4 in
     Python frames of an exited process and of freed code, 1 lost stack; 30 launches of an unnamed kernel, 6 of them
-    from a call path whose code was freed; 100 clean samples."""
+    from a call path whose code was freed; 9 launches with no sampled call path; 100 clean samples."""
     t = CallTree("python3 run.py")
     t.add([THREAD, TRUNCATED, STEP], "cpu_samples", 30)
     t.add([THREAD, TRUNCATED, STEP, Frame("native", "[unmapped]+0x7f0012", module="[unmapped]")], "cpu_samples", 10)
@@ -95,6 +95,7 @@ def labelled_tree() -> CallTree:
     t.add([THREAD, MAIN, api, Frame("kernel", UNNAMED_KERNEL)], "calls", 24)
     t.add([THREAD, MAIN, Frame("python", "[code object freed]"), api, Frame("kernel", UNNAMED_KERNEL)], "calls", 6)
     t.add([THREAD, TRUNCATED, TRUNCATED, STEP], "cpu_samples", 0)  # nested: a path counts once per label
+    t.add([THREAD, NOT_SAMPLED, api, Frame("kernel", "gemm")], "calls", 9)
     return t
 
 
@@ -104,14 +105,16 @@ def test_each_label_has_its_own_stat_with_exact_counts() -> None:
         "cpu_samples_truncated": 40, "cpu_samples_unmapped": 10, "cpu_samples_python_unreadable": 7,
         "cpu_samples_unwinding_stopped": 5, "cpu_samples_unwind_lost": 3, "cpu_samples_python_unknown": 2,
         "cpu_samples_python_freed_code": 4, "gpu_calls_python_freed_code": 6, "cpu_samples_user_stack_lost": 1,
-        "gpu_calls_unnamed_kernel": 30}
+        "gpu_calls_unnamed_kernel": 30, "gpu_calls_not_sampled": 9}
     assert label_stats(CallTree("clean")) == {}  # no labels, no stats
 
 
 def test_each_cause_is_warned_in_its_own_words() -> None:
     stats = {**label_stats(labelled_tree()), "cpu_samples_in_profile": 200}
     warnings = label_warnings(stats)
-    assert len(warnings) == 8  # every label but the lost stack (cpu_user_stacks_lost has its warning)
+    assert len(warnings) == 9  # every label but the lost stack (cpu_user_stacks_lost has its warning)
+    assert ("9 GPU calls stand under [call path not sampled]: sampled mode took no call path for any call of their "
+            "API, kernel and launch shape") in warnings[-2]
     assert warnings[0] == ("40 CPU samples (20.0% of the profile) have call paths deeper than the walkers' depth limit: "
                            "their outermost frames are cut under [truncated] (native: kernel.perf_event_max_stack or "
                            "the unwinder's depth; Python: python_max_depth)")
