@@ -137,6 +137,7 @@ def _folded(root: dict[str, Any], out_root: ViewNode, metrics: list[str], fold: 
         add_into(found.self, vn.self)
         return found
 
+    folded = {"startup": 0, "plumbing": 0}  # frames folded away: the views' header says so where any were
     # (document node, the ViewNode it became, its thread's (or the root's) ViewNode, still above Python)
     stack: list[tuple[dict[str, Any], ViewNode, ViewNode, bool]] = [(root, out_root, out_root, True)]
     while stack:
@@ -149,8 +150,10 @@ def _folded(root: dict[str, Any], out_root: ViewNode, metrics: list[str], fold: 
             elif fold.plumbing and is_plumbing(kind, child["name"], child["file"]):
                 into = base if above and fold.startup else vn  # plumbing as the outermost Python frame: lifted too
                 add_into(into.self, {m: child["metrics"].get(m, 0) for m in metrics})
+                folded["plumbing"] += 1
                 stack.append((child, into, base, False))
             elif above and kind == "python" and fold.startup:
+                folded["startup"] += vn is not base
                 stack.append((child, child_of(base, child), base, False))
             else:
                 cvn = child_of(vn, child)
@@ -159,6 +162,7 @@ def _folded(root: dict[str, Any], out_root: ViewNode, metrics: list[str], fold: 
                 stack.append((child, cvn, base, above and is_startup(kind)))
     if zone:
         _prune(out_root, zone)
+    out_root.extra["folded"] = folded
 
 
 def _prune(root: ViewNode, zone: set[int]) -> None:

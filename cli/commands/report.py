@@ -128,7 +128,7 @@ def options(args: argparse.Namespace, root: ViewNode) -> ViewOptions:
     by = args.by or ("self" if flat else "total")
     min_percent = args.min_percent if args.min_percent is not None else (0.0 if flat else 0.5)
     return ViewOptions(metric=metric, by=by, columns=columns, min_percent=min_percent, max_depth=args.depth,
-                       limit=args.limit, fold=fold_of(args))
+                       limit=args.limit, fold=fold_of(args), folded=root.extra.get("folded", {}))
 
 
 def with_findings(doc: dict[str, Any]) -> dict[str, Any]:

@@ -46,7 +46,8 @@ class ViewOptions:
     min_percent: float = 0.5
     max_depth: int = 64
     limit: int = 50  # flat view rows
-    fold: Fold = VIEWS_DEFAULT  # what the tree was built with: the header says what is folded
+    fold: Fold = VIEWS_DEFAULT  # what the tree was built with
+    folded: dict[str, int] = field(default_factory=dict)  # what folding took away (from_doc's root.extra)
 
 
 @dataclass(frozen=True)
@@ -284,8 +285,10 @@ def header(console: Console, doc: dict[str, Any], root: ViewNode, view: str, opt
     parts = [f"{METRIC_TITLES.get(m, m)} {fmt(m, v, ascii_only)}" for m, v in root.total.items() if v]
     totals.append(", ".join(parts) or "nothing was measured")
     console.print(totals)
-    folded = [what for what, on in (("start-up frames (--show-startup)", opts.fold.startup),
-                                    ("framework plumbing (--show-plumbing)", opts.fold.plumbing)) if on]
+    n = opts.folded
+    folded = ([f"start-up frames above {n['startup']} Python path{'s' * (n['startup'] > 1)} (--show-startup)"]
+              if n.get("startup") else []) + ([f"{n['plumbing']} plumbing frames (--show-plumbing)"]
+                                               if n.get("plumbing") else [])
     if folded:
         console.print(Text("folded: " + ", ".join(folded), style="dim"))
     sort = f"{view}, % of {'self' if opts.by == 'self' else 'total'} {METRIC_TITLES.get(opts.metric, opts.metric)}"

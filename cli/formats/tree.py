@@ -17,5 +17,6 @@ def render(doc: dict[str, Any], metric: str | None = None, min_percent: float = 
            console: Console | None = None, fold: Fold = VIEWS_DEFAULT) -> None:
     root = from_doc(doc, fold)
     opts = ViewOptions(metric=pick_metric(root, metric if metric in root.total else None),
-                       columns=nonzero_metrics(root), min_percent=min_percent, max_depth=max_depth, fold=fold)
+                       columns=nonzero_metrics(root), min_percent=min_percent, max_depth=max_depth, fold=fold,
+                       folded=root.extra.get("folded", {}))
     TreeTable("top-down").render(doc, root, opts, console or Console(highlight=False, soft_wrap=False))

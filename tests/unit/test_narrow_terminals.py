@@ -117,6 +117,8 @@ def test_report_fits_and_keeps_file_and_line(columns: int, capsys, monkeypatch) 
 
 def test_report_on_a_pipe_is_not_cut(capsys, monkeypatch) -> None:
     out = run(capsys, monkeypatch, None, "report", RESNET, "--color", "never", "--depth", "12")
+    assert ("folded: start-up frames above 1 Python path (--show-startup), 158 plumbing frames (--show-plumbing)"
+            in out)
     assert widest(out) > 120  # nothing narrowed it
     assert "/tmp/pytest-of-root/pytest-0/device-targets0/resnet.py:12" in out  # the path as recorded
     assert not any("…" in ln for ln in out.splitlines() if ".py:" in ln)

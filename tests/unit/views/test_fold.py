@@ -79,6 +79,7 @@ def test_plumbing_frames_fold_into_their_callers() -> None:
     [step] = [c.children[0] for c in main.children if c.frame.name == "<module>"]
     assert (step.self["cpu_samples"], step.total["cpu_samples"]) == (1, 11)
     assert count(folded) == 12
+    assert folded.extra["folded"] == {"startup": 2, "plumbing": 6}  # the full and the cut stack; 2 per path
     shown = from_doc(split_profile(), Fold(startup=False))
     assert count(shown) == 28 - 2 * 3  # each of the three recorded paths loses its two plumbing frames
 
@@ -98,6 +99,7 @@ def test_the_h200_resnet_profile_has_one_module_frame() -> None:
     assert [(c.frame.name, c.frame.line, c.total["gpu_time_ns"], c.total["cpu_samples"]) for c in fmain.children] == [
         ("<module>", 21, 50056319, 4), ("<module>", 22, 0, 0)]
     assert (count(raw), count(folded), count(from_doc(doc, Fold()))) == (13519, 13339, 13221)
+    assert "folded" not in raw.extra and folded.extra["folded"] == {"startup": 1, "plumbing": 0}
     assert folded.total == raw.total
 
 
