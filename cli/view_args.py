@@ -37,7 +37,7 @@ def view_console(width: int | None = None, color: str = "auto", file: Any = None
     kw: dict[str, Any] = {}
     if width:
         kw["width"] = width
-    elif not (file or sys.stdout).isatty() and force is not True and not os.environ.get("COLUMNS"):
+    elif not (file or sys.stdout).isatty() and not os.environ.get("COLUMNS"):
         kw["width"] = PIPE_WIDTH
     if force is False:
         kw["no_color"] = True
