@@ -40,7 +40,8 @@ LABELS = (
           "(native: kernel.perf_event_max_stack or the unwinder's depth; Python: python_max_depth)"),
     Label("python_unreadable", lambda f: f == PYTHON_UNREADABLE,
           "lost their outer Python frames under [Python walk stopped: unreadable frame]: the walker could not read "
-          "a frame of the thread's stack at that moment (see python_read_errors)"),
+          "a frame or its code object at the sample (a page not resident, which BPF cannot fault in, or a frame "
+          "still being set up; see python_read_errors)"),
     Label("unwinding_stopped", lambda f: f.kind == "native" and f.name in _STOPS,
           "have native call paths that stop under [unwinding stopped: …], which names why: code with no unwind "
           "table, an unreadable stack, an unwind rule the walker cannot evaluate"),
