@@ -204,3 +204,23 @@ def test_paths_shorten_from_the_middle_down_to_the_basename() -> None:
                          (33, "Module._call_impl  module.py:1786"),
                          (30, "Modul…_call_impl  module.py:1786")):  # the name gives way last
         assert frame_text(Frame("python", "Module._call_impl", TORCH_FILE, 1786), width=width).plain == shown
+
+
+def test_fleet_top_keeps_host_and_pid(daemon) -> None:
+    """`deepctx fleet top` is top's table with a HOST column first: kept whole, as PID is."""
+    import io
+
+    from rich.console import Console
+
+    from deepctx.cli.commands.top import from_reply
+    from deepctx.cli.formats.top_table import renderable
+
+    data = from_reply(daemon.Top(pb.TopRequest(since_unix=1_796_000_000.0)))
+    data["processes"][0]["host"] = "gpu-node-17.example.org"
+    out = io.StringIO()
+    console = Console(file=out, width=80, color_system=None)
+    console.print(renderable(data, title="deepctx fleet top", show_host=True, width=80))
+    text = out.getvalue()
+    assert widest(text) <= 80
+    row = next(ln for ln in text.splitlines() if "1234567" in ln)
+    assert row.split()[:4] == ["gpu-node-17.example.org", "1234567", "2.50", "s"] and row.rstrip().endswith("…")
