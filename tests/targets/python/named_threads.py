@@ -1,4 +1,5 @@
-"""Named threads waiting on an event (plus a thread pool's worker and a renamed main thread on request):
+"""Named threads waiting on an event, or spinning (--spin), plus a thread pool's worker and a renamed main thread
+(--renamed-main):
 deepctx names each thread by its threading name (tests/unit/python/test_thread_names.py)."""
 
 import sys
@@ -7,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from _common import native_id, ready
 
+SPIN = "--spin" in sys.argv
 go = threading.Event()
 tids = {}
 started = threading.Barrier(5)
@@ -15,6 +17,8 @@ started = threading.Barrier(5)
 def work():
     tids[threading.current_thread().name] = native_id()
     started.wait()
+    while SPIN and not go.is_set():  # on the CPU, for a profiler's samples
+        pass
     go.wait()
 
 
