@@ -55,8 +55,9 @@ class DiffChanges:
             cols += [f"{pm} noise", "z"]
         for col in cols:
             t.add_column(col, justify="left" if col == "status" else "right", no_wrap=True, header_style="bold")
-        t.add_column(ROW_NAMES[cmp.rollup], no_wrap=True, overflow="ellipsis",
-                     max_width=max(20, console.width - 9 * len(cols)), header_style="bold")
+        # what the numbers leave ("appeared", "+81.82", "-50.0": 8, 7 and 6 cells at most, one apart)
+        room = max(20, console.width - sum(max(len(c), 8 if c == "status" else 7) + 1 for c in cols))
+        t.add_column(ROW_NAMES[cmp.rollup], no_wrap=True, overflow="ellipsis", max_width=room, header_style="bold")
         keep = 2 if console.width < 100 else 4
         for c in rows:
             st = c.status
@@ -69,6 +70,6 @@ class DiffChanges:
                 margin = f"{100 * c.margin:.2f}" if cmp.normalised else f"{c.margin:.0f}"
                 cells += [margin, f"{c.z:+.1f}"]
             name = (path_text(c.key, keep, ascii_only) if cmp.rollup == "path"
-                    else frame_text(c.key[0]._replace(module=None) if c.key[0].file else c.key[0]))
+                    else frame_text(c.key[0]._replace(module=None) if c.key[0].file else c.key[0], width=room))
             t.add_row(Text(st, style=STYLES[st]), *cells[:2], Text(cells[2], style=STYLES[st]), *cells[3:], name)
         return t

@@ -60,17 +60,20 @@ class DiffTables:
         km = kernel_metric(root)
         console.print(Text(f"\nGPU activity by kernel (compared by {METRIC_TITLES.get(km, km)})", style="bold"))
         t = Table(box=None, padding=(0, 1, 0, 0))
-        for col in ("status", "calls before", "calls after", f"{METRIC_TITLES.get(km, km)} before", "after", "change"):
+        # two-line titles: at 80 columns the numbers keep their width and the kernel has room for its name
+        title = METRIC_TITLES.get(km, km)
+        for col in ("status", "calls\nbefore", "calls\nafter", f"{title}\nbefore", f"{title}\nafter", "\nchange"):
             t.add_column(col, justify="left" if col == "status" else "right", no_wrap=True, min_width=8,
                          header_style="bold")
-        t.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=max(20, console.width - 6 * 11),
-                     header_style="bold")
+        room = max(20, console.width - 6 * 9)  # six columns of 8 cells, each one apart
+        t.add_column("\nkernel", no_wrap=True, overflow="ellipsis", max_width=room, header_style="bold")
         shown = [k for k in changes if k.status(km) != "same" or k.delta("calls")]
         for k in shown[:limit]:
             st = k.status(km)
             t.add_row(Text(st, style=STATUS_STYLE[st]), str(k.before.get("calls", 0)), str(k.after.get("calls", 0)),
                       fmt(km, k.before.get(km, 0), ascii_only), fmt(km, k.after.get(km, 0), ascii_only),
-                      Text(fmt_signed(km, k.delta(km), ascii_only), style=STATUS_STYLE[st]), frame_text(k.frame))
+                      Text(fmt_signed(km, k.delta(km), ascii_only), style=STATUS_STYLE[st]),
+                      frame_text(k.frame, width=room))
         console.print(t)
         same = len(changes) - len(shown)
         more = max(0, len(shown) - limit)

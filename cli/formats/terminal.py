@@ -98,6 +98,7 @@ def value_cells(node_self: dict[str, int], node_total: dict[str, int], lay: Layo
 
 
 NAME_KEEP = 16  # a name cut to fit its column keeps at least this many characters
+NAME_KEEP_WITH_FILE = 8
 ELLIPSIS = "…"
 
 
@@ -120,13 +121,13 @@ def path_forms(file: str, cwd: str | None = None) -> list[str]:
     return sorted(dict.fromkeys(f for f in forms if f), key=cell_len, reverse=True)
 
 
-def short_name(name: str, room: int) -> str:
-    """name in at most room cells (never below NAME_KEEP): a C++ argument list goes first ('f(…)'), then
+def short_name(name: str, room: int, keep: int = NAME_KEEP) -> str:
+    """name in at most room cells (never below keep): a C++ argument list goes first ('f(…)'), then
     template arguments ('f<…>'), then the middle of a qualified name, so the namespace's start and the
     function's own name stay; other names are cut at the end."""
     if cell_len(name) <= room:
         return name
-    room = max(NAME_KEEP, room)
+    room = max(keep, room)
     paren = _argument_list(name)
     if paren > 0 and paren + 3 <= room:
         return name[:paren] + "(" + ELLIPSIS + ")"
@@ -211,7 +212,8 @@ def frame_text(frame: Frame, tid: int | None = None, extra: dict[str, Any] | Non
     else:
         where = ""
     if width is not None:
-        name = short_name(name, width - cell_len(where + tail))
+        # beside a file and line the name may shrink further: they say where it is
+        name = short_name(name, width - cell_len(where + tail), NAME_KEEP_WITH_FILE if frame.file else NAME_KEEP)
     text.append(name, style=style)
     text.append(where + tail, style="dim")
     return text

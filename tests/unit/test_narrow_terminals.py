@@ -45,7 +45,7 @@ class FakeDaemon:
                                   stats={"cpu_samples": 500, "cpu_user_stacks_lost": 3}, state="capturing")])
 
     def Top(self, req: pb.TopRequest) -> pb.TopReply:  # noqa: N802
-        r = pb.TopReply(since_unix=req.since_unix, until_unix=req.since_unix + 300, windows=3, sort="gpu_time_ns",
+        r = pb.TopReply(since_unix=1_796_000_000.0, until_unix=1_796_000_300.0, windows=3, sort="gpu_time_ns",
                         kernel_sort="gpu_time_ns")
         p = r.processes.add(host="h1", pid=1234567, command=LONG_COMMAND, windows=3)
         p.metrics["gpu_time_ns"] = 2_500_000_000
@@ -202,7 +202,7 @@ def test_paths_shorten_from_the_middle_down_to_the_basename() -> None:
                          (80, "Module._call_impl  …/python3.12/site-packages/torch/nn/modules/module.py:1786"),
                          (50, "Module._call_impl  /opt/…/modules/module.py:1786"),
                          (33, "Module._call_impl  module.py:1786"),
-                         (30, "Modul…_call_impl  module.py:1786")):  # the name gives way last
+                         (30, "Modu…call_impl  module.py:1786")):  # the name gives way last
         assert frame_text(Frame("python", "Module._call_impl", TORCH_FILE, 1786), width=width).plain == shown
 
 
@@ -224,3 +224,19 @@ def test_fleet_top_keeps_host_and_pid(daemon) -> None:
     assert widest(text) <= 80
     row = next(ln for ln in text.splitlines() if "1234567" in ln)
     assert row.split()[:4] == ["gpu-node-17.example.org", "1234567", "2.50", "s"] and row.rstrip().endswith("…")
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_diff_tables_keep_their_numbers(columns: int, capsys, monkeypatch) -> None:
+    fixed = str(PROFILES / "analyzer" / "analyzer_launch_bound_loop_fixed.json.gz")
+    out = run(capsys, monkeypatch, columns, "diff", LAUNCH_LOOP, fixed, "--color", "never", "--limit", "6")
+    kernels = out[out.index("GPU activity by kernel"):out.index("\nfunctions by")]
+    assert widest(kernels) <= columns
+    rows = [ln.split()[:6] for ln in kernels.splitlines() if ln.startswith(("grew", "appeared"))]
+    assert rows == [["grew", "50000", "0", "46.5", "ms", "55.7"], ["grew", "500", "0", "374", "µs", "502"],
+                    ["appeared", "0", "500", "0", "[graph", "0x34420420]"] if columns == 120 else rows[2]]
+    functions = out[out.index("\nfunctions by"):]
+    step = next(ln for ln in functions.splitlines() if ln.startswith("vanished"))
+    assert step.split()[:6] == ["vanished", "95.73", "0.00", "-95.73", "6.66", "-50.0"]
+    # per function (lines merged): the file only; at 80 the noise columns leave too little for all of it
+    assert "launch_bound_loop" in step and ("launch_bound_loop.py" in step) is (columns == 120)
