@@ -28,7 +28,9 @@ def test_analyze_json_is_the_document_with_findings(capsys) -> None:
         "rule": "host-bound-step", "title": "GPU idle while the host is busy", "needs": "device",
         "status": "not_evaluated", "findings": 0,
         "reason": "the profile has no device activity (no gpu_time_ns, no trace), so the GPU's idle time is unknown; "
-                  "capture with the CUPTI agent (deepctx run, or attach --gpu-activity)"}
+                  "capture with the CUPTI agent (deepctx run, or attach --gpu-activity)",
+        "baseline": {"kind": "critical", "time_ns": 245_487_699,
+                     "source": "main thread 604: CPU time outside GPU calls plus the time inside them"}}
 
 
 def test_analyze_text(capsys) -> None:
