@@ -122,12 +122,17 @@ def active_ns(idx: ProfileIndex, tid: int) -> int:
     return int((t.samples - t.api_samples) * 1e9 / idx.sample_hz + t.api_time_ns) if idx.sample_hz > 0 else 0
 
 
+# deepctx's own in-process agents (native/deepctx_cupti.c, deepctx_rocprof.c): never the program's critical path
+AGENT_THREADS = ("deepctx-cupti", "deepctx-rocprof")
+
+
 def critical_thread(idx: ProfileIndex) -> int | None:
-    """The thread with the most active time; the main thread wins a tie."""
+    """The thread with the most active time, deepctx's agent threads left out; the main thread wins a tie."""
     if not idx.threads or idx.sample_hz <= 0:
         return None
     main = idx.main_tid
-    return max(idx.threads, key=lambda tid: (active_ns(idx, tid), tid == main, -tid))
+    program = [tid for tid, t in idx.threads.items() if not t.name.startswith(AGENT_THREADS)] or list(idx.threads)
+    return max(program, key=lambda tid: (active_ns(idx, tid), tid == main, -tid))
 
 
 def _thread_text(idx: ProfileIndex, tid: int) -> str:

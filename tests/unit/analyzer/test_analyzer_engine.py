@@ -143,3 +143,11 @@ def test_wall_baseline_is_the_capture_duration() -> None:
     basis = time_basis(doc, build_index(doc)).for_baseline("wall")
     assert (basis.baseline, basis.time_ns, basis.source) == ("wall", 10_000 * MS, "the capture's wall time (10 s)")
     assert basis.speedup(5_000 * MS) == 2.0
+
+
+def test_deepctx_agent_threads_are_never_the_critical_thread() -> None:
+    b = waiting_main()
+    b.main = [{"kind": "thread", "name": "deepctx-cupti", "file": None, "line": None, "module": None, "tid": 102}]
+    b.cpu([py("flush", 1, file="/agent", module=None)], 500)
+    basis = time_basis(b.doc, build_index(b.doc))
+    assert (basis.critical_tid, basis.time_ns) == (101, 150 * MS)  # the worker, not the agent's 500 ms
