@@ -223,7 +223,8 @@ def fitted_table(titles: list[str], rows: list[list[str | Text]], width: int | N
                  optional: tuple[str, ...] = (), last_min: int = 16, title: str | None = None) -> Table:
     """A table whose columns never wrap: each but the last as wide as its widest cell, the last (a command,
     a name) given what is left and cut at its end. Where even that leaves the last column under last_min
-    cells, the optional columns go, in the order given. width None: every column whole."""
+    cells, the optional columns go, in the order given, and a caption says which. width None: every
+    column whole."""
     def cell(c: str | Text) -> int:
         return c.cell_len if isinstance(c, Text) else cell_len(c)
 
@@ -234,12 +235,16 @@ def fitted_table(titles: list[str], rows: list[list[str | Text]], width: int | N
     def used() -> int:
         return sum(need[i] + pad for i in shown[:-1])
 
+    hidden = []
     for name in optional:
         if width is None or used() + last_min <= width:
             break
         shown.remove(titles.index(name))
+        hidden.append(name)
+    caption = f"({', '.join(hidden)} not shown at {width} columns)" if hidden else None
     table = Table(box=None, padding=(0, pad, 0, 0), pad_edge=False, show_edge=False, title=title,
-                  title_justify="left", title_style="bold")
+                  title_justify="left", title_style="bold", caption=caption, caption_justify="left",
+                  caption_style="dim")
     for i in shown[:-1]:
         table.add_column(titles[i], no_wrap=True, width=need[i], justify="left" if titles[i] in left else "right")
     table.add_column(titles[-1], no_wrap=True, overflow="ellipsis",

@@ -94,7 +94,7 @@ def cut_words(narrow: str, piped: str) -> set[str]:
     that is neither. A shortened path is the end of the whole one; a shortened name holds an ellipsis; the
     footer's lines say what the narrow terminal hid."""
     whole = words(piped)
-    body = narrow.split("\n(")[0]  # the footer: what the narrow terminal hid, said in words
+    body = re.sub(r"^\([^()]*\)\s*$", "", narrow, flags=re.M)  # notes of what the narrow terminal hid
     return {w for w in words(body) if "…" not in w and w not in whole and not re.match(r"\[\d+\]", w)
             and not any(p.endswith(w) or p.startswith(w) for p in whole)}
 
@@ -181,6 +181,7 @@ def test_status_keeps_pid_and_command(columns: int | None, daemon, capsys, monke
 def test_top_keeps_pid_and_the_line(columns: int, daemon, capsys, monkeypatch) -> None:
     out = run(capsys, monkeypatch, columns, "top", "--once")
     assert widest(out) <= columns
+    assert ("(CONTAINER not shown at 80 columns)" in out) is (columns == 80)
     proc = next(ln for ln in out.splitlines() if "1234567" in ln)
     assert proc.split()[:3] == ["1234567", "2.50", "s"]
     line = next(ln for ln in out.splitlines() if "Module._call_impl" in ln)
