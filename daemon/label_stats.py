@@ -25,7 +25,7 @@ from deepctx.host.frames import (
 class Label:
     key: str  # stats cpu_samples_<key> and gpu_calls_<key>
     matches: Callable[[Frame], bool]
-    warning: str | None  # follows "N CPU samples (P% of the profile) and M GPU calls"; None: another warning says it
+    warning: str | None  # "{what}": "N CPU samples (P% of the profile) and M GPU calls"; None: another warning says it
 
     @property
     def stats(self) -> tuple[str, str]:
@@ -36,32 +36,32 @@ _STOPS = {f.name for f in UNWIND_STOPPED.values()}
 
 LABELS = (
     Label("truncated", lambda f: f == TRUNCATED,
-          "have call paths deeper than the walkers' depth limit: their outermost frames are cut under [truncated] "
+          "[truncated] on {what}: a call path deeper than the walkers' depth limit loses its outermost frames there "
           "(native: kernel.perf_event_max_stack or the unwinder's depth; Python: python_max_depth)"),
     Label("python_unreadable", lambda f: f == PYTHON_UNREADABLE,
-          "lost their outer Python frames under [Python walk stopped: unreadable frame]: the walker could not read "
-          "a frame or its code object at the sample (a page not resident, which BPF cannot fault in, or a frame "
-          "still being set up; see python_read_errors)"),
+          "[Python walk stopped: unreadable frame] on {what}: the Python walker could not read a frame or its code "
+          "object at the sample (a page not resident, which BPF cannot fault in, or a frame still being set up; "
+          "see python_read_errors), so the Python frames above it are missing"),
     Label("unwinding_stopped", lambda f: f.kind == "native" and f.name in _STOPS,
-          "have native call paths that stop under [unwinding stopped: …], which names why: code with no unwind "
-          "table, an unreadable stack, an unwind rule the walker cannot evaluate"),
+          "[unwinding stopped: …] on {what}: the native unwinder stopped before the thread's entry for the reason "
+          "named: code with no unwind table, an unreadable stack, an unwind rule it cannot evaluate"),
     Label("unwind_lost", lambda f: f == UNWIND_LOST,
-          "have native call paths cut where a frame-pointer walk left executable memory ([unwinding lost the "
-          "callers]): code built without frame pointers"),
+          "[unwinding lost the callers] on {what}: a frame-pointer walk left executable memory (code built without "
+          "frame pointers), so the native callers above are unknown"),
     Label("python_unknown", lambda f: f.kind == "python" and f.name == PYTHON_UNKNOWN,
-          "hold Python frames named [unknown]: the process had exited before deepctxd read their code objects "
-          "(call paths first seen in its last moments)"),
+          "[unknown] Python frames on {what}: the process had exited before deepctxd read their code objects (call "
+          "paths first seen in its last moments)"),
     Label("python_freed_code", lambda f: f.kind == "python" and f.name == PYTHON_FREED_CODE,
-          "hold Python frames named [code object freed]: the process was running, but their code objects were "
-          "freed before deepctxd read them (code made and dropped at run time: exec, eval, functions built per "
-          "call; or call paths read late, see python_new_stacks_lost)"),
+          "[code object freed] Python frames on {what}: the process was running, but their code objects were freed "
+          "before deepctxd read them (code made and dropped at run time: exec, eval, functions built per call; or "
+          "call paths read late, see python_new_stacks_lost)"),
     Label("unmapped", lambda f: f.kind == "native" and f.name.startswith(UNMAPPED + "+"),
-          "ran code at addresses no mapping held when deepctxd read the process's maps ([unmapped]+0x…): JIT "
-          "code, or a library loaded and unloaded between reads"),
+          "[unmapped]+0x… frames on {what}: code at addresses no mapping held when deepctxd read the process's maps "
+          "(JIT code, or a library loaded and unloaded between reads)"),
     Label("user_stack_lost", lambda f: f.name == "[lost user stack]", None),  # said by cpu_user_stacks_lost's
     Label("not_sampled", lambda f: f == NOT_SAMPLED,
-          "stand under [call path not sampled]: sampled mode took no call path for any call of their API, kernel "
-          "and launch shape, so they are counted without one (see gpu_calls_without_call_path)"),
+          "[call path not sampled] on {what}: sampled mode took no call path for any call of that API, kernel and "
+          "launch shape, so those calls are counted without one (see gpu_calls_without_call_path)"),
 )
 UNNAMED_KERNEL_STAT = "gpu_calls_unnamed_kernel"
 STATS = frozenset({st for lab in LABELS for st in lab.stats} | {UNNAMED_KERNEL_STAT})
@@ -113,15 +113,19 @@ def label_warnings(stats: dict[str, int]) -> list[str]:
             continue
         what = []
         if samples:
-            what.append(f"{samples} CPU samples" + (f" ({100 * samples / in_profile:.1f}% of the profile)"
-                                                     if in_profile else ""))
+            what.append(_count(samples, "CPU sample") + (f" ({100 * samples / in_profile:.1f}% of the profile)"
+                                                         if in_profile else ""))
         if calls:
-            what.append(f"{calls} GPU calls")
-        out.append(f"{' and '.join(what)} {lab.warning}")
+            what.append(_count(calls, "GPU call"))
+        out.append(lab.warning.format(what=" and ".join(what)))
     if stats.get(UNNAMED_KERNEL_STAT):
-        out.append(f"{stats[UNNAMED_KERNEL_STAT]} kernel launches went to kernels whose names could not be read "
-                   "([unnamed kernel]): the runtime passed no name deepctxd could resolve")
+        out.append(f"[unnamed kernel] on {_count(stats[UNNAMED_KERNEL_STAT], 'kernel launch', 'es')}: the runtime "
+                   "passed no kernel name deepctxd could resolve")
     return out
+
+
+def _count(n: int, noun: str, plural: str = "s") -> str:
+    return f"{n} {noun}{'' if n == 1 else plural}"
 
 
 def superseded(warning: str) -> bool:

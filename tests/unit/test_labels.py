@@ -113,19 +113,24 @@ def test_each_cause_is_warned_in_its_own_words() -> None:
     stats = {**label_stats(labelled_tree()), "cpu_samples_in_profile": 200}
     warnings = label_warnings(stats)
     assert len(warnings) == 9  # every label but the lost stack (cpu_user_stacks_lost has its warning)
-    assert ("9 GPU calls stand under [call path not sampled]: sampled mode took no call path for any call of their "
-            "API, kernel and launch shape") in warnings[-2]
-    assert warnings[0] == ("40 CPU samples (20.0% of the profile) have call paths deeper than the walkers' depth limit: "
-                           "their outermost frames are cut under [truncated] (native: kernel.perf_event_max_stack or "
-                           "the unwinder's depth; Python: python_max_depth)")
-    unknown = next(w for w in warnings if "[unknown]" in w)
-    assert unknown.startswith("2 CPU samples (1.0% of the profile) hold Python frames named [unknown]: the process had "
-                              "exited before deepctxd read their code objects")
-    freed = next(w for w in warnings if "[code object freed]" in w)
-    assert freed.startswith("4 CPU samples (2.0% of the profile) and 6 GPU calls hold Python frames named [code object "
-                            "freed]: the process was running")
-    assert next(w for w in warnings if "[Python walk stopped" in w).endswith("still being set up; see python_read_errors)")
-    assert warnings[-1].startswith("30 kernel launches went to kernels whose names could not be read")
+    assert warnings[0] == ("[truncated] on 40 CPU samples (20.0% of the profile): a call path deeper than the walkers' "
+                           "depth limit loses its outermost frames there (native: kernel.perf_event_max_stack or the "
+                           "unwinder's depth; Python: python_max_depth)")
+    unknown = next(w for w in warnings if w.startswith("[unknown]"))
+    assert unknown.startswith("[unknown] Python frames on 2 CPU samples (1.0% of the profile): the process had exited "
+                              "before deepctxd read their code objects")
+    freed = next(w for w in warnings if w.startswith("[code object freed]"))
+    assert freed.startswith("[code object freed] Python frames on 4 CPU samples (2.0% of the profile) and 6 GPU calls: "
+                            "the process was running")
+    assert next(w for w in warnings if w.startswith("[Python walk stopped")).startswith(
+        "[Python walk stopped: unreadable frame] on 7 CPU samples (3.5% of the profile): the Python walker could not "
+        "read a frame")
+    assert warnings[-2].startswith("[call path not sampled] on 9 GPU calls: sampled mode took no call path")
+    assert warnings[-1] == ("[unnamed kernel] on 30 kernel launches: the runtime passed no kernel name deepctxd could "
+                            "resolve")
+    one = label_warnings({"cpu_samples_unwind_lost": 1, "gpu_calls_unnamed_kernel": 1})
+    assert one[0].startswith("[unwinding lost the callers] on 1 CPU sample: ") and one[1].startswith(
+        "[unnamed kernel] on 1 kernel launch: ")
     assert label_warnings({}) == []
 
 

@@ -39,11 +39,19 @@ def test_unknown_python_frames_are_counted_after_every_path_and_warned(tmp_path:
     unknown_nodes = sum(1 for _, n in walk(doc) if n["kind"] == "python" and n["name"] == "[unknown]")
     counted = doc["stats"]["python_unknown_frames"]
     assert (counted > 0) == (unknown_nodes > 0), (counted, unknown_nodes)
-    # the GPU calls under [unknown] frames, once per path; the warning names the exit, the one cause left for it
-    under = sum(n["metrics"]["calls"] for above, n in walk(doc)
-                if any(p["kind"] == "python" and p["name"] == "[unknown]" for p in above))
-    assert doc["stats"]["gpu_calls_python_unknown"] == under and (under > 0) == (unknown_nodes > 0)
+    # the CPU samples and GPU calls under [unknown] frames, once per path; the warning names the exit, the one cause
+    # left for them (a running process's unreadable code is [code object freed])
+    def under(metric: str) -> int:
+        return sum(n["metrics"][metric] for above, n in walk(doc)
+                   if any(p["kind"] == "python" and p["name"] == "[unknown]" for p in [*above, n]))
+
+    calls, samples = under("calls"), under("cpu_samples")
+    assert (doc["stats"].get("gpu_calls_python_unknown", 0), doc["stats"].get("cpu_samples_python_unknown", 0)) == (
+        calls, samples)
+    assert (calls + samples > 0) == (unknown_nodes > 0)
     warned = [w for w in doc["warnings"] if "[unknown]" in w]
-    assert warned == ([f"{under} GPU calls hold Python frames named [unknown]: the process had exited before deepctxd "
-                       "read their code objects (call paths first seen in its last moments)"] if under else [])
+    assert len(warned) == (1 if calls + samples else 0)
+    assert all(w.startswith("[unknown] Python frames on ") and w.endswith(
+        ": the process had exited before deepctxd read their code objects (call paths first seen in its last moments)")
+        for w in warned)
     assert not any("freed code" in w or "[code object freed]" in w for w in doc["warnings"])

@@ -146,7 +146,7 @@ def test_deep_recursion_is_truncated_cleanly(py_daemon: Daemon, python: Interpre
     cut = sum(v for p, v in self_paths(doc) if "[truncated]" in names(p))
     assert cut >= sum(v for _, v in deep) and doc["stats"]["cpu_samples_truncated"] == cut
     [warned] = [w for w in doc["warnings"] if "[truncated]" in w]
-    assert warned.startswith(f"{cut} CPU samples (") and "deeper than the walkers' depth limit" in warned
+    assert warned.startswith(f"[truncated] on {cut} CPU samples (") and "deeper than the walkers' depth limit" in warned
 
 
 def test_generator_and_coroutine(py_daemon: Daemon, python: Interpreter) -> None:
