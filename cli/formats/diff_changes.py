@@ -32,6 +32,9 @@ class DiffChanges:
             console.print(Text(f"significant: the change is beyond ±{cmp.critical_z:.2f} standard errors of sampling "
                                f"noise (1% chance over all {len(cmp.changes)} rows of an unchanged program)",
                                style="dim"), overflow="fold")
+        else:
+            console.print(Text(f"{title} is counted or timed, not sampled: every change is listed (run-to-run "
+                               "variation of the program itself is not modelled)", style="dim"), overflow="fold")
         rows = [c for c in cmp.changes if c.status != "same" and (show_noise or c.significant)]
         if not rows:
             console.print(Text(f"no {cmp.rollup} changed its {title} beyond sampling noise" if sampled
@@ -39,7 +42,7 @@ class DiffChanges:
         else:
             console.print(self._table(cmp, rows[:limit], console, ascii_only))
         noise, more = cmp.within_noise, max(0, len(rows) - limit)
-        parts = [f"{len(cmp.significant)} significant"]
+        parts = [f"{len(cmp.significant)} {'significant' if sampled else 'changed'}"]
         if sampled:
             parts.append(f"{noise} within sampling noise" + ("" if show_noise else " (--show-noise lists them)"))
         if more:

@@ -10,7 +10,7 @@ import random
 import tempfile
 from collections import Counter
 
-from synth import Builder, nat, py, thread
+from synth import Builder, frame, nat, py, thread
 
 from deepctx.cli.main import main
 from deepctx.cli.views.diff_significance import compare, different_programs, program_of, rollup, significance
@@ -111,3 +111,27 @@ def test_diff_command_ranks_the_slowdown_and_counts_the_noise(capsys) -> None:
     assert "warning" not in out
     noise = [line for line in lines_out.splitlines() if line.startswith("noise")]
     assert "lines by self CPU samples" in lines_out and len(noise) >= 20
+
+
+def test_diff_command_on_an_exact_metric_lists_every_change(capsys) -> None:
+    docs = []
+    for gemms in (100, 150):
+        b = Builder()
+        at = [thread("python3", 4242), py("step", APP, 7), frame("api", "cudaLaunchKernel", module="libcudart.so")]
+        b.add(at + [frame("kernel", "gemm")], calls=gemms)
+        b.add(at + [frame("kernel", "relu")], calls=100)
+        docs.append(b.doc)
+    with tempfile.TemporaryDirectory() as d:
+        a, b_ = os.path.join(d, "a.json"), os.path.join(d, "b.json")
+        for path, doc in ((a, docs[0]), (b_, docs[1])):
+            with open(path, "w") as f:
+                json.dump(doc, f)
+        assert main(["diff", a, b_, "--sort", "calls", "--color", "never", "--width", "160"]) == 0
+        out = capsys.readouterr().out
+    assert "calls is counted or timed, not sampled: every change is listed" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("grew", "shrank"))]
+    kernels = [r for r in rows if r[-2] in ("gemm", "relu")]
+    # function rows: gemm's share 50% -> 60%, relu's 50% -> 40% (the GPU table above lists them by kernel too)
+    assert [(r[0], r[1:4], r[-2]) for r in kernels[-2:]] == [
+        ("grew", ["50.00", "60.00", "+10.00"], "gemm"), ("shrank", ["50.00", "40.00", "-10.00"], "relu")]
+    assert "(2 changed)" in out
