@@ -15,6 +15,7 @@ from deepctx.profile.metrics import METRIC_TITLES
 
 STYLES = {**STATUS_STYLE, "noise": "dim"}
 ROW_NAMES = {"function": "function", "line": "line", "path": "call path (innermost first, then callers)"}
+PLURALS = {"function": "functions", "line": "lines", "path": "call paths"}
 
 
 def _pp(x: float) -> str:
@@ -26,7 +27,7 @@ class DiffChanges:
         ascii_only = is_ascii(console)
         title = METRIC_TITLES.get(cmp.metric, cmp.metric)
         how = "share of each side's total" if cmp.normalised else "absolute values"
-        console.print(Text(f"\n{cmp.rollup}s by self {title} ({how})", style="bold"))
+        console.print(Text(f"\n{PLURALS[cmp.rollup]} by self {title} ({how})", style="bold"))
         sampled = cmp.critical_z is not None
         if sampled:
             console.print(Text(f"significant: the change is beyond ±{cmp.critical_z:.2f} standard errors of sampling "
@@ -37,8 +38,9 @@ class DiffChanges:
                                "variation of the program itself is not modelled)", style="dim"), overflow="fold")
         rows = [c for c in cmp.changes if c.status != "same" and (show_noise or c.significant)]
         if not rows:
-            console.print(Text(f"no {cmp.rollup} changed its {title} beyond sampling noise" if sampled
-                               else f"no {cmp.rollup} changed its {title}", style="dim"))
+            row = ROW_NAMES[cmp.rollup].split(" (")[0]
+            console.print(Text(f"no {row} changed its {title} beyond sampling noise" if sampled
+                               else f"no {row} changed its {title}", style="dim"))
         else:
             console.print(self._table(cmp, rows[:limit], console, ascii_only))
         noise, more = cmp.within_noise, max(0, len(rows) - limit)
