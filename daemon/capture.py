@@ -1,11 +1,12 @@
-"""One capture: compose and load the probes for a target, sample for a while, build its profile."""
+"""One capture: take a loaded program for the target's probe families, attach them, sample for a while, build its
+profile, give the program back. It drives the families through their lifecycle (probes/family.py) by way of a
+ProbeSet (daemon/probe_set.py) and names none of them."""
 
 from __future__ import annotations
 
 import logging
 import os
 import select
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -13,28 +14,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deepctx.daemon.busy_meter import BusyFits
-from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.capture_guard import CredentialGuard
 from deepctx.daemon.device_share import DeviceShares
-from deepctx.daemon.device_tree import DeviceView, device_warnings
-from deepctx.daemon.duty_cycle import DutyCycle, duty_scales
-from deepctx.daemon.errors import FailedPrecondition, NotFound, PermissionDenied
-from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basenames, scale_buckets
-from deepctx.daemon.inject import agent as agent_injector
-from deepctx.daemon.inject.agent import agent_state
-from deepctx.daemon.origins import Origins
+from deepctx.daemon.device_tree import device_warnings
+from deepctx.daemon.duty_cycle import DutyCycle
+from deepctx.daemon.errors import NotFound, PermissionDenied
+from deepctx.daemon.probe_set import BuildInputs, ProbeSet
 from deepctx.daemon.self_profile import profiled
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
-from deepctx.daemon.trace import build_trace, clock_offset_ns
+from deepctx.daemon.trace import clock_offset_ns
 from deepctx.daemon.tree import CallTree
 from deepctx.host import procfs
 from deepctx.host.frames import Frame
 from deepctx.host.process_handle import ProcessHandle
-from deepctx.probes import compose, program_stats
-from deepctx.probes.cpu_sampler import SAMPLE_F_USER_STACK_LOST, CpuSampler
-from deepctx.probes.device_activity import AgentUnusable, DeviceActivity, agent_mappings
+from deepctx.probes import program_stats, programs
 from deepctx.probes.family import ProbeFamily, Target
-from deepctx.probes.gpu_api import GpuApi, builtin_handoffs
 from deepctx.profile.metrics import METRICS
 
 log = logging.getLogger("deepctx.capture")
@@ -82,12 +76,10 @@ class CaptureOptions:
     @classmethod
     def from_config(cls, cfg: Any, **per_capture: Any) -> CaptureOptions:
         """The daemon-wide settings (a daemon Config), plus what this capture asks for."""
-        from deepctx.probes.gpu_api import HandoffPoint
-
         return cls(python_max_depth=cfg.python_max_depth, stack_map_entries=cfg.stack_map_entries,
                    count_map_entries=cfg.count_map_entries, gpu_sampled_paths_per_s=cfg.gpu_sampled_paths_per_s,
                    native_unwind=cfg.native_unwind, autograd_nodes=cfg.autograd_nodes,
-                   agent_calls=cfg.agent_calls, handoff_points=tuple(HandoffPoint(**p) for p in cfg.handoff_points), **per_capture)
+                   agent_calls=cfg.agent_calls, handoff_points=ProbeSet.handoff_points(cfg.handoff_points), **per_capture)
 
 
 @dataclass
@@ -114,44 +106,28 @@ class CaptureResult:
     trace: list[dict[str, Any]] = field(default_factory=list)  # trace mode: docs/device-activity.md
 
 
-def _python_family(opts: CaptureOptions) -> ProbeFamily | None:
-    if opts.python == "off":
-        return None
-    from deepctx.probes.python_stack import PythonStacks
-
-    return PythonStacks(max_depth=opts.python_max_depth)
-
-
-def _unwinder_family(opts: CaptureOptions, tables: Any) -> ProbeFamily | None:
-    if not opts.native_unwind:
-        return None
-    from deepctx.probes.native_unwind import NativeUnwinder
-
-    return NativeUnwinder(cache=tables)
-
-
 _releasing: set[threading.Thread] = set()  # captures whose probes are being detached behind their profile
 _releasing_lock = threading.Lock()
 
 
-def _release(session: int, target: Target, families: list[ProbeFamily], bpf: Any, background: bool,
-             delivered: threading.Event | None = None) -> None:
-    """Detaches every family's probes and frees the BPF program: in a thread of its own when the capture's
-    profile is built (its delivery need not wait for it), else at once. The thread starts detaching once
-    `delivered` is set (at most RELEASE_WAIT_S later): detaching is Python work under the GIL, and done while
-    the profile is converted and sent it slowed those (a ResNet-50 capture's probes take about a second)."""
+def _release(session: int, target: Target, detach: Callable[[], bool], give_back: Callable[[bool], None],
+             background: bool, delivered: threading.Event | None = None) -> None:
+    """Detaches every family's probes and gives the program back (probes/programs.py: kept for the next
+    capture when every detach went well): in a thread of its own when the capture's profile is built (its
+    delivery need not wait for it), else at once. The thread starts detaching once `delivered` is set (at most
+    RELEASE_WAIT_S later): detaching is Python work under the GIL, and done while the profile is converted and
+    sent it slowed those (a ResNet-50 capture's probes take about a second)."""
 
     def run() -> None:
         if delivered is not None:
             delivered.wait(RELEASE_WAIT_S)
         t0 = time.monotonic()
         try:
-            for fam in families:
-                try:
-                    fam.detach(bpf, target)
-                except Exception:
-                    log.exception("detach failed", extra={"family": fam.name, "pid": target.pid})
-            compose.cleanup_program(bpf)
+            clean = False
+            try:
+                clean = detach()
+            finally:
+                give_back(clean)
             log.info("probes detached", extra={"session": session, "pid": target.pid,
                                                "detach_s": round(time.monotonic() - t0, 3)})
         finally:
@@ -188,7 +164,8 @@ class Capture:
     def __init__(self, session_id: int, pid: int, opts: CaptureOptions, symbols: SymbolCache,
                  shutdown: threading.Event, unwind_tables: Any = None,
                  on_window: Callable[[CaptureResult, float, float], None] | None = None, *,
-                 handle: ProcessHandle | None = None, guard: CredentialGuard | None = None, uid: int = 0) -> None:
+                 handle: ProcessHandle | None = None, guard: CredentialGuard | None = None, uid: int = 0,
+                 programs_pool: programs.ProgramPool | None = None) -> None:
         self.id = session_id
         self.pid = pid
         self.opts = opts
@@ -197,9 +174,9 @@ class Capture:
         self.shutdown = shutdown
         self.state = "starting"
         self.started_unix = time.time()
-        self.sampler = CpuSampler(opts.sample_hz, opts.kernel_stacks, opts.stack_map_entries, opts.count_map_entries,
-                                  windows=bool(opts.window_s))
-        self.families: list[ProbeFamily] = []
+        ProbeSet.sampler_of(opts)  # a rate out of range fails here, before anything is read
+        self.programs = programs_pool if programs_pool is not None else programs.daemon_pool()
+        self.probes: ProbeSet | None = None
         self.samples = 0
         self.command = ""
         self._bpf: Any = None
@@ -222,18 +199,22 @@ class Capture:
         self.device_shares: DeviceShares | None = None  # what the agent recorded in its shares of that window
         # that window's GPU busy rates attached and detached (daemon/busy_meter.py), or None and why not
         self.gpu_busy: BusyFits | None = None
-        # What the window's build reuses from the capture loop (see _prewarm): GPU stack id -> frames
+        # What the window's build reuses from the capture loop (ProbeSet.resolve_ahead): GPU stack id -> frames
         self._native: NativeSymbolizer | None = None
         self._gpu_frames: dict[int, list[Frame]] = {}
-        self._resolved_ahead = 0  # of them, by _prewarm passes
+        self._resolved_ahead = 0  # of them, by resolve_ahead passes
 
     @property
     def warnings(self) -> list[str]:
         return list(self.target.warnings) if self.target is not None else []
 
     @property
+    def families(self) -> list[ProbeFamily]:
+        return self.probes.families if self.probes is not None else []
+
+    @property
     def probe_names(self) -> list[str]:
-        return [f.name for f in self.families]
+        return self.probes.names if self.probes is not None else []
 
     def request_stop(self) -> None:
         """`deepctx stop`: end the capture now (the loop wakes at once instead of at its next poll)."""
@@ -250,9 +231,7 @@ class Capture:
         if bpf is None:
             return {"cpu_samples": self.samples}
         try:
-            out: dict[str, int] = {}
-            for fam in self.families:
-                out.update(fam.stats(bpf))
+            out = self.probes.stats(bpf) if self.probes is not None else {}
             if self._resolved_ahead:
                 out["gpu_stacks_resolved_ahead"] = self._resolved_ahead
             return out
@@ -307,118 +286,28 @@ class Capture:
             log.warning("capture ended: target changed", extra={"session": self.id, "pid": self.pid, "reason": why})
             raise CredentialsChanged(why)
 
-    def _choose_families(self, target: Target) -> None:
-        families: list[ProbeFamily] = []
-        py = _python_family(self.opts)
-        if py is not None:
-            try:
-                py.prepare(target)
-                families.append(py)
-            except ValueError as e:
-                if self.opts.python == "on":
-                    raise FailedPrecondition(str(e)) from e
-                if "not a python process" not in str(e).lower():
-                    target.warnings.append(f"Python frames unavailable: {e}")
-        elif self.opts.python == "on":
-            raise FailedPrecondition("Python frame walking is not available in this build of deepctxd")
-        unwinder = _unwinder_family(self.opts, self.unwind_tables)
-        if unwinder is not None:
-            try:
-                unwinder.prepare(target)
-                families.append(unwinder)
-            except ValueError as e:
-                target.warnings.append(f"DWARF unwinding unavailable, frame pointers only: {e}")
-        if self.opts.gpu != "off":
-            gpu = GpuApi(mode=self.opts.gpu_mode, required=self.opts.gpu == "on",
-                         sampled_paths_per_s=self.opts.gpu_sampled_paths_per_s,
-                         count_entries=self.opts.count_map_entries, stack_entries=self.opts.stack_map_entries,
-                         symbol_cache=self.symbols, handoffs=builtin_handoffs(self.opts.autograd_nodes)
-                         + self.opts.handoff_points, windows=bool(self.opts.window_s))
-            try:
-                gpu.prepare(target)
-                families.append(gpu)
-            except ValueError:
-                pass  # no GPU library loaded, and none asked for
-        self._choose_device(target, families)
-        self.sampler.prepare(target)
-        families.append(self.sampler)
-        self.families = families
-
-    def _choose_device(self, target: Target, families: list[ProbeFamily]) -> None:
-        """Device activity, after the GPU API probes it joins with: the target's CUPTI agent, or (asked
-        for) one loaded into it at attach."""
-        asked = self.opts.gpu_activity == "on" or self.opts.trace
-        if self.opts.gpu_activity == "off":
-            return
-        if not any(f.name == "gpu" for f in families):
-            if asked:
-                raise FailedPrecondition("device activity needs the GPU API probes, and the process has no GPU "
-                                         "runtime library loaded")
-            return
-        gpu = next(f for f in families if isinstance(f, GpuApi))
-        # auto and on alike: the CUPTI agent takes them (the rocprofiler-sdk agent's HIP calls keep uprobes)
-        agent_calls = not self.opts.trace and self.opts.agent_calls != "off"
-        dev = DeviceActivity(trace=self.opts.trace, inject=asked, injector=agent_injector,
-                             count_entries=self.opts.count_map_entries,
-                             windows=bool(self.opts.window_s))
-        # a duty cycle measures what each attached share recorded (daemon/device_share.py): records widen dev_span
-        dev.spans = self.opts.gpu_duty < 1.0 and not self.opts.trace
-        try:
-            dev.prepare(target)
-        except ValueError as e:
-            if asked:
-                raise FailedPrecondition(f"no device activity: {e}") from e
-            if isinstance(e, AgentUnusable):
-                target.warnings.append(f"no device activity: {e}")
-            return
-        # An agent yet to come leaves launches to the uprobes: if it fails to start, nothing would count them.
-        gpu.agent_reports_calls = dev.agent_calls = agent_calls and dev.agent_kind == "cupti" and not dev.expected_agent
-        if dev.expected_agent:
-            log.info("device activity once the agent loads", extra={"pid": target.pid, "agent": dev.expected_agent})
-        dev.sampling = dev.agent_calls and gpu.mode == "sampled"  # the agent samples what it alone reports
-        families.append(dev)
-
-    def _check_agent_reports(self, bpf: Any, target: Target) -> None:
-        """Launches left to the CUPTI agent, and the agent failed to start: the uprobes take them."""
-        gpu = next((f for f in self.families if isinstance(f, GpuApi)), None)
-        dev = next((f for f in self.families if isinstance(f, DeviceActivity)), None)
-        if gpu is None or dev is None or not gpu.agent_reports_calls:
-            return
-        status = dev.flush_state(bpf).status
-        maps = procfs.read_maps(target.pid) if status == 0 else []
-        mapped = agent_mappings(maps)
-        if mapped:  # no status probe yet: the agent's own word (one that failed at cuInit says no more)
-            status = agent_state(target.pid, maps, mapped[0].path) or 0
-        if status < 0:
-            gpu.probe_agents_calls()
-            dev.agent_calls = False
-            dev.write_config(bpf)
-            target.warnings.append("the CUPTI agent did not start: launches are probed by uprobes instead")
-
     def _run(self, target: Target, pidfd: int, progress: Callable[[Progress], None],
              cancelled: Callable[[], bool]) -> CaptureResult:
         opts = self.opts
         progress(Progress(0.0, opts.duration_s, 0, "inspecting target"))
         self.state = "preparing"
-        self._choose_families(target)
-        progress(Progress(0.0, opts.duration_s, 0, "compiling probes"))
+        probes = self.probes = ProbeSet.choose(opts, target, self.symbols, self.unwind_tables)
+        progress(Progress(0.0, opts.duration_s, 0, "loading probes"))
         self.state = "compiling"
         t_compile = time.monotonic()
-        bpf = compose.compile_program(self.families)
-        self._bpf = bpf
+        compiled = self.programs.counters.compiled
+        prog = self.programs.acquire(probes.families)  # a loaded one where a capture of this kind ran before
+        bpf = self._bpf = prog.bpf
         self.clock_offset_ns = clock_offset_ns()  # trace events: BPF's clock -> Unix time
         thread_names: dict[int, str] = {}
         built = False
         duty: DutyCycle | None = None
+        wake_r = -1
         try:
             t_attach = time.monotonic()
-            # device activity last: its agent records from its attach, and the capture's duration counts
-            # from after the last attach (on the H200 host the agent started 0.35 to 0.5 s before the
-            # duration did, GPU work recorded outside it); a `deepctx run` target waits for it until then
-            for fam in sorted(self.families, key=lambda f: isinstance(f, DeviceActivity)):
-                fam.attach(bpf, target)
-            self._check_agent_reports(bpf, target)
+            probes.attach(bpf, target)
             log.info("probes ready", extra={"session": self.id, "pid": target.pid, "families": self.probe_names,
+                                            "program": prog.key, "compiled": self.programs.counters.compiled > compiled,
                                             "compile_s": round(t_attach - t_compile, 3),
                                             "attach_s": round(time.monotonic() - t_attach, 3)})
             self.state = "capturing"
@@ -449,7 +338,7 @@ class Capture:
                     ended = "daemon_shutdown"
                     break
                 # The pidfd turns readable the moment the target exits: no polling delay.
-                busy = any(getattr(f, "busy", lambda: False)() for f in self.families)  # busy() is optional
+                busy = probes.busy()
                 wait_s = min(BUSY_POLL_INTERVAL_S if busy else POLL_INTERVAL_S, opts.duration_s - elapsed)
                 if duty is not None:
                     wait_s = min(wait_s, duty.next_switch_s(time.monotonic() - window_t0))
@@ -464,20 +353,22 @@ class Capture:
                     if duty is not None:  # on time: the refresh and polls below can take most of a second for a
                         duty.update(time.monotonic() - window_t0)  # PyTorch process, which the probes stayed attached
                     now = time.monotonic()
-                    # GPU probes must see libraries loaded after attach (dlopen) quickly: refresh every poll.
-                    maps_due = now - last_maps >= (POLL_INTERVAL_S if "gpu" in self.probe_names else 1.0)
-                    ahead = self._gpu_stack_ids(bpf) if maps_due and now - last_prewarm >= PREWARM_INTERVAL_S else None
+                    maps_due = now - last_maps >= probes.maps_refresh_s
+                    # stack ids read before the mappings are refreshed: each was captured in a mapping it knows
+                    ahead = (probes.ahead_ids(bpf, self._inputs(thread_names, 0.0))
+                             if maps_due and now - last_prewarm >= PREWARM_INTERVAL_S else None)
                     self._refresh(target, thread_names, refresh_maps=maps_due)
                     if maps_due:
                         last_maps = now
-                    for fam in self.families:
-                        fam.poll(bpf, target)
+                    probes.poll(bpf, target)
                     if ahead is not None:
-                        self._prewarm(bpf, target, *ahead)
+                        inputs = self._inputs(thread_names, 0.0)
+                        probes.resolve_ahead(bpf, target, inputs, ahead, PREWARM_BUDGET_S)
+                        self._resolved_ahead = inputs.resolved_ahead
                         last_prewarm = time.monotonic()
                     if duty is not None:
                         duty.update(time.monotonic() - window_t0)
-                    self.samples = self.sampler.samples(bpf)
+                    self.samples = probes.samples(bpf)
                     progress(Progress(min(time.monotonic() - t0, opts.duration_s), opts.duration_s, self.samples,
                                       "capturing"))
                     if opts.window_s and time.monotonic() - window_t0 >= opts.window_s:
@@ -499,24 +390,17 @@ class Capture:
                     break
             duration = time.monotonic() - (window_t0 if opts.window_s else t0)
             t_end = time.monotonic()
-            self.sampler.stop_sampling(bpf)
-            dev = next((f for f in self.families if isinstance(f, DeviceActivity)), None)
-            if dev is not None and ended != "target_exited":  # an exiting agent flushed at exit
-                progress(Progress(min(duration, opts.duration_s), opts.duration_s, self.samples,
-                                  "collecting device activity"))
-                if not dev.stop(bpf, target, opts.flush_timeout_s):
-                    target.warnings.append("the CUPTI agent did not hand over its last records in time: device "
-                                           "activity at the end of the window may be missing")
+            progress(Progress(min(duration, opts.duration_s), opts.duration_s, self.samples, "collecting"))
+            probes.finish(bpf, target, exited=ended == "target_exited")
             self.state = "building"
             if program_stats.stats_enabled():  # what each probe cost, for benches that turned the counting on
                 log.info("probe costs", extra={"session": self.id, "pid": target.pid,
                                                "programs": program_stats.ran(program_stats.program_stats(bpf))})
-            self.samples = self.sampler.samples(bpf)
+            self.samples = probes.samples(bpf)
             progress(Progress(min(duration, opts.duration_s), opts.duration_s, self.samples, "symbolizing"))
             if ended != "target_exited":
                 self._refresh(target, thread_names, refresh_maps=True)
-                for fam in self.families:
-                    fam.poll(bpf, target)  # last chance to name what only the live process can tell
+                probes.poll(bpf, target)  # last chance to name what only the live process can tell
             self._check_guard(force=True)  # sampling has stopped: nothing later comes into the maps
             t_build = time.monotonic()
             self.gpu_probed_s = duty.end_window(duration) if duty else None
@@ -541,17 +425,20 @@ class Capture:
                     self._wake = None
             self._bpf = None
             # Detaching takes about a second on a GPU process (uprobes on the CUDA libraries, perf events on
-            # every CPU): once the profile is built it happens behind its delivery, not before it.
-            _release(self.id, target, self.families, bpf, background=built, delivered=self.delivered)
+            # every CPU): once the profile is built it happens behind its delivery, not before it. The next
+            # capture of this kind waits for the program instead of compiling another.
+            self.programs.releasing(prog)
+            _release(self.id, target, lambda: probes.detach(bpf, target),
+                     lambda clean: self.programs.release(prog, reusable=clean), background=built,
+                     delivered=self.delivered)
 
     def _cut_window(self, bpf: Any, target: Target, thread_names: dict[int, str], duration: float,
                     start_unix: float) -> None:
         """Continuous mode: the window's counts leave the maps first (take_window), so that what the probes
         count while it is built goes to the next window; this window's profile goes to on_window."""
-        for fam in self.families:
-            take = getattr(fam, "take_window", None)
-            if take is not None:
-                take(bpf)
+        probes = self.probes
+        assert probes is not None
+        probes.take_window(bpf)
         try:
             result = self._build(bpf, target, thread_names, duration, "window")
         except Exception:  # one window lost, said in the log; the capture goes on with the next
@@ -560,10 +447,7 @@ class Capture:
             return
         finally:  # the taken counts are released either way: the next window reads the maps again
             self._native, self._gpu_frames, self._resolved_ahead = None, {}, 0  # its ids start again
-            for fam in self.families:
-                clear = getattr(fam, "clear_window", None)
-                if clear is not None:
-                    clear(bpf)
+            probes.clear_window(bpf)
         result.started_unix = start_unix
         if self.on_window is not None:
             try:
@@ -575,28 +459,6 @@ class Capture:
         if self._native is None:
             self._native = NativeSymbolizer(self.symbols)
         return self._native
-
-    def _gpu_stack_ids(self, bpf: Any) -> tuple[GpuApi, list[int]] | None:
-        """The GPU family and its native stack ids stored so far that no pass has resolved yet (None: there
-        is no such map to read ahead, the GPU stacks being DWARF-unwound or not captured)."""
-        gpu = next((f for f in self.families if isinstance(f, GpuApi)), None)
-        if gpu is None or gpu.dwarf_stacks:
-            return None
-        return gpu, [sid for sid in gpu.stack_ids(bpf) if sid not in self._gpu_frames]
-
-    def _prewarm(self, bpf: Any, target: Target, gpu: GpuApi, stack_ids: list[int]) -> None:
-        """Resolves GPU stacks while the capture runs, so that its end builds the profile from frames
-        already symbolized (a ResNet-50 capture stores thousands of distinct stacks). The ids were read
-        before the mappings were refreshed: every stack among them was captured in a mapping the space
-        knows. Bounded to PREWARM_BUDGET_S a pass; what is left waits for the next pass or the build."""
-        paths = CallPathResolver(target.pid, target.space, lambda sid: gpu.user_stack(bpf, sid), self._symbolizer(),
-                                 {}, native_cache=self._gpu_frames)
-        deadline = time.monotonic() + PREWARM_BUDGET_S
-        for sid in stack_ids:
-            paths.native_frames(sid, False)
-            self._resolved_ahead += 1
-            if time.monotonic() >= deadline:
-                break
 
     def _refresh(self, target: Target, thread_names: dict[int, str], refresh_maps: bool) -> None:
         """Remember what only the live process can tell: thread names and mappings (kept after unmap)."""
@@ -616,85 +478,18 @@ class Capture:
         except procfs.ProcessGone:
             pass
 
+    def _inputs(self, thread_names: dict[int, str], duration: float) -> BuildInputs:
+        return BuildInputs(thread_names, self._symbolizer(), duration, self._gpu_frames, self._resolved_ahead,
+                           self.gpu_probed_s, self.device_shares, self.gpu_busy, self.clock_offset_ns)
+
     def _build(self, bpf: Any, target: Target, thread_names: dict[int, str], duration: float,
                ended: str) -> CaptureResult:
-        tree = CallTree(target.info.command)
-        fams: dict[str, Any] = {f.name: f for f in self.families}
-        if "gpu" in fams:  # names of threads gone before /proc was read (see gpu_comm)
-            thread_names = {**fams["gpu"].thread_names(bpf), **thread_names}
-        native = self._symbolizer()
-        python = fams.get("python")
-        unwinder = fams.get("native_unwind")
-
-        def resolver(read_stack: Callable[[int], tuple[list[int], bool]],
-                     read_kernel: Callable[[int], list[int]] | None = None, dwarf: bool = True,
-                     native_cache: dict[int, list[Frame]] | None = None) -> CallPathResolver:
-            if unwinder is not None and dwarf:
-                read_stack = _unwinder_reader(bpf, unwinder)
-                native_cache = None
-            return CallPathResolver(
-                target.pid, target.space, read_stack, native, thread_names,
-                read_python=(lambda sid: python.frames(bpf, target, sid)) if python is not None else None,
-                python_modules=python.interpreter_modules(target.pid) if python is not None else None,
-                native_python=self.opts.native_python, read_kernel_stack=read_kernel, native_cache=native_cache)
-
-        cpu_paths = resolver(lambda sid: self.sampler.user_stack(bpf, sid),
-                             lambda sid: self.sampler.kernel_stack(bpf, sid))
-        for b in self.sampler.buckets(bpf):
-            if b.pid != target.pid:
-                continue
-            path = cpu_paths.path(b.tid, b.user_stack, b.py_stack, bool(b.flags & SAMPLE_F_USER_STACK_LOST),
-                                  b.kernel_stack_id)
-            tree.add(path, "cpu_samples", b.count)
-        stats: dict[str, int] = {}
-        for fam in self.families:
-            stats.update(fam.stats(bpf))
-        mode = ""
-        gpu = fams.get("gpu")
-        dev = fams.get("device")
-        gpu_paths = (resolver(lambda sid: gpu.user_stack(bpf, sid), dwarf=gpu.dwarf_stacks,
-                              native_cache=self._gpu_frames) if gpu is not None else None)
-        # the device buckets carry the GPU probes' stack ids: merged where they resolve alike as they are read
-        view = (DeviceView.read(dev, bpf, target.pid, gpu_paths.stack_key if gpu_paths is not None else None)
-                if dev is not None else None)
-        scales = None
-        if self.gpu_probed_s is not None:  # probes attached part of the window: scaled up to it
-            shares = self.device_shares
-            scales = duty_scales(duration, self.gpu_probed_s, shares.recorded_s if shares else 0.0, self.gpu_busy,
-                                 shares.records if shares is not None and dev is not None else None)
-            stats.update(scales.stats())
-        if view is not None and scales is not None and dev is not None and dev.can_pause:
-            view = view.scaled(scales.device)
-        trace: list[dict[str, Any]] = []
-        if gpu is not None and gpu_paths is not None:
-            mode = gpu.mode
-            handle_names = {**(view.kernel_names() if view else {}), **gpu.function_names(bpf)}
-            namer = KernelNamer(target.pid, target.space, native, handle_names, gpu.handle_strings(bpf))
-            libs = library_basenames(target.space)
-            buckets = [b for b in gpu.buckets(bpf) if b.pid == target.pid]
-            if self.gpu_probed_s is not None:  # probes attached part of the window: counts scaled up to it
-                stats["gpu_probe_duty_permille"] = round(1000 * min(1.0, self.gpu_probed_s / max(duration, 1e-9)))
-                if self.device_shares is not None and self.device_shares.shares:
-                    stats.update(self.device_shares.stats())
-                buckets = scale_buckets(buckets, scales.calls if scales is not None else 1.0)
-            origins = Origins([h.label for h in gpu.handoffs], gpu.node_types(bpf, target.pid))
-            stats.update(add_gpu_buckets(tree, buckets, gpu_paths, namer, lambda api: libs.get(api.library), origins))
-            if view is not None:
-                stats.update(view.add_to(tree, gpu_paths, namer, lambda api: libs.get(api.library), origins))
-            if dev is not None and dev.trace:
-                trace = build_trace(dev.events, view.names if view else {}, self.clock_offset_ns, target.pid)
-            stats["gpu_stacks_truncated"] = gpu_paths.truncated_stacks
-            stats["gpu_stacks_resolved_ahead"] = self._resolved_ahead
-        stats["cpu_stacks_truncated"] = cpu_paths.truncated_stacks
-        stats["native_stacks_unwind_lost"] = native.stacks_cut
-        if python is not None:  # counted again: the GPU call paths above named more stacks
-            stats["python_unknown_frames"] = python.unknown_frames()
-        stats["cpu_samples_in_profile"] = tree.total("cpu_samples")
+        assert self.probes is not None
+        built = self.probes.build(bpf, target, self._inputs(thread_names, duration))
+        stats = built.stats
         if self.continuous:
             stats["continuous_windows_lost"] = self.windows_lost
-        warnings = list(target.warnings)
-        if scales is not None:
-            warnings += scales.warnings
+        warnings = list(target.warnings) + built.warnings
         if ended == "target_exited":
             warnings.append(f"process {target.pid} exited after {duration:.2f} s of the requested "
                             f"{self.opts.duration_s:g} s; the profile holds what was captured until then")
@@ -705,8 +500,8 @@ class Capture:
         warnings += stat_warnings(stats)
         return CaptureResult(
             pid=target.pid, command=target.info.command, duration_s=duration, started_unix=self.started_unix,
-            ended=ended, sample_hz=self.opts.sample_hz, tree=tree, stats=stats, warnings=warnings,
-            hostname=socket.gethostname(), mode=mode, trace=trace,
+            ended=ended, sample_hz=self.opts.sample_hz, tree=built.tree, stats=stats, warnings=warnings,
+            hostname=built.hostname, mode=built.mode, trace=built.trace,
         )
 
 
@@ -727,14 +522,6 @@ def stat_warnings(stats: dict[str, int]) -> list[str]:
         out.append(f"{stats['continuous_windows_lost']} continuous windows could not be built and are missing "
                    "(deepctxd's log says why)")
     return out + device_warnings(stats)  # nothing without the device family's stats
-
-
-def _unwinder_reader(bpf: Any, unwinder: Any) -> Callable[[int], tuple[list[int], bool]]:
-    def read(stack_id: int) -> tuple[list[int], bool]:
-        ips, flags = unwinder.stack(bpf, stack_id)
-        return ips, unwinder.is_truncated(flags)
-
-    return read
 
 
 __all__ = ["Capture", "CaptureOptions", "CaptureResult", "Progress", "METRICS"]

@@ -60,6 +60,9 @@ class Config:
     # `--gpu-duty` of one capture: the GPU probes and device activity are on for that share of each period
     gpu_duty_period_s: float = 2.0
     native_unwind: bool = True  # walk native stacks with .eh_frame tables (false: frame pointers only)
+    # compile and load the programs most captures take as the daemon starts (in the background): the first
+    # capture of a Python process, with or without a GPU runtime, then only attaches (probes/programs.py)
+    prewarm_programs: bool = True
     cache_dir: str = "/var/cache/deepctx"  # unwind tables kept by a hash of the CFI they are built from
     # caps on a target's files (host/file_limits.py): one section's bytes once decompressed, one file's
     # unwind table rows; a file over either is unwound with frame pointers, and the profile says why

@@ -49,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--continuous", action="store_true", default=None,
                    help="profile every GPU process by itself, in windows kept in the window store (config key "
                         "continuous; default off)")
+    p.add_argument("--prewarm", action=argparse.BooleanOptionalAction, default=None, dest="prewarm_programs",
+                   help="compile and load the common BPF programs as the daemon starts, so the first capture "
+                        "only attaches (config key prewarm_programs; default on); --no-prewarm compiles each "
+                        "program when a capture first needs it")
     p.add_argument("--print-bpf", action="store_true",
                    help="print the BPF program an attach compiles (with its settings) and exit")
     return p
@@ -105,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         "log_file": args.log_file,
         "default_sample_hz": args.default_sample_hz, "max_duration_s": args.max_duration_s,
         "max_sessions": args.max_sessions, "continuous": args.continuous,
+        "prewarm_programs": args.prewarm_programs,
     }
     try:
         cfg = config_mod.load(args.config, overrides)

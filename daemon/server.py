@@ -94,10 +94,19 @@ class DaemonServer:
 
             self.continuous = ContinuousProfiler(self.service, self.config, self.shutdown)
             self.continuous.start()
+        # the common programs are compiled and loaded while the daemon already serves
+        if self.config.prewarm_programs:
+            threading.Thread(target=self._prewarm, name="prewarm", daemon=True).start()
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self._server = server
         log.info("serving", extra={"socket": self.config.socket, "pid": os.getpid()})
+
+    def _prewarm(self) -> None:
+        try:
+            self.service.prewarm_programs()
+        except Exception:  # a capture compiles what is missing: the daemon serves on
+            log.exception("programs not compiled ahead")
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Ends every capture (each detaches its probes and returns what it has), then stops serving."""
@@ -110,6 +119,7 @@ class DaemonServer:
             self._server.stop(grace_s).wait()
         if not wait_released(grace_s):  # finished captures detach behind their profiles
             log.warning("probes of finished captures still detaching at exit (the kernel drops them with us)")
+        self.service.programs.close()
         self.parts.stop()
         try:
             Path(self.config.socket).unlink()

@@ -21,6 +21,7 @@ from deepctx.daemon.capture_guard import CredentialGuard
 from deepctx.daemon.config import MAX_DUTY_PERIOD_S, MIN_DUTY_ON_S, MIN_DUTY_PERIOD_S, Config
 from deepctx.daemon.errors import AlreadyProfiled, InvalidArgument, NotFound, RequestError, ResourceExhausted
 from deepctx.daemon.metrics import ProcessTotals, observe_capture
+from deepctx.daemon.probe_set import ProbeSet
 from deepctx.daemon.processes import list_processes
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.self_profile import profiled
@@ -28,6 +29,7 @@ from deepctx.daemon.service_store import StoreRpcs, open_store
 from deepctx.daemon.symbolize.native import SymbolCache
 from deepctx.host import file_cache, procfs
 from deepctx.host.process_handle import ProcessHandle
+from deepctx.probes import programs
 from deepctx.profile.lost import lost_counters
 from deepctx.proto.v1 import deepctx_pb2 as pb
 from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
@@ -94,6 +96,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         from deepctx.host.unwind.cache import TableCache
 
         self.unwind_tables = TableCache(_cache_dir(config.cache_dir, "unwind"), files=file_cache.shared())
+        self.programs = programs.daemon_pool()  # loaded BPF programs, handed from capture to capture
         self._lock = threading.Lock()
         self._sessions: dict[int, Capture] = {}
         self._ids = itertools.count(1)
@@ -204,7 +207,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
             if why:
                 raise ResourceExhausted(why)
             cap = Capture(next(self._ids), pid, opts, self.symbols, self.shutdown, self.unwind_tables, on_window,
-                          handle=handle, guard=guard, uid=uid)
+                          handle=handle, guard=guard, uid=uid, programs_pool=self.programs)
             self._sessions[cap.id] = cap
             self.totals["captures_started"] += 1
             return cap
@@ -311,6 +314,22 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
                 observe_capture(self.process_totals, finished)
             _release_free_memory()
 
+    def prewarm_programs(self) -> None:
+        """Compiles and loads the programs most captures take, before the first capture asks (in a thread of
+        its own: the compiles and the verifier run in C, without the GIL). A capture that starts meanwhile
+        waits for its program rather than compiling it a second time."""
+        cfg = self.config
+        opts = CaptureOptions.from_config(cfg, duration_s=1.0, sample_hz=cfg.default_sample_hz)
+        sets = ProbeSet.common_programs(opts, self.symbols, self.unwind_tables)
+        if cfg.continuous:  # continuous captures cut windows: their count maps differ
+            wopts = CaptureOptions.from_config(cfg, duration_s=1.0, sample_hz=cfg.continuous_sample_hz,
+                                               window_s=cfg.continuous_window_s)
+            sets = ProbeSet.common_programs(wopts, self.symbols, self.unwind_tables)[:1] + sets
+        for families in sets:
+            if self.shutdown.is_set():
+                return
+            self.programs.prewarm(families)
+
     def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.StatusReply:
         cfg = self.config
         reply = pb.StatusReply(
@@ -321,6 +340,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         )
         reply.totals.update(self.totals)
         reply.totals["symbol_files_loaded"] = self.symbols.loads
+        reply.totals.update(self.programs.totals())  # bpf_programs_compiled stays put when a capture reuses one
         if self.store is not None:
             reply.totals.update(self.store.stats().counters)
         with self._lock:

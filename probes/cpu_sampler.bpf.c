@@ -1,5 +1,7 @@
 /* CPU sampler: on each cpu-clock perf event of a target process, record the call path and count it.
- * Settings (-D): SAMPLER_KERNEL_STACKS, SAMPLER_STACK_ENTRIES, SAMPLER_COUNT_ENTRIES, SAMPLER_COUNT_SPARE, SAMPLER_MAX_TARGETS.
+ * Settings (-D, the daemon's, the same for every capture): SAMPLER_STACK_ENTRIES, SAMPLER_COUNT_ENTRIES,
+ * SAMPLER_COUNT_SPARE, SAMPLER_MAX_TARGETS. What a capture asks for is in its target's entry of `targets`
+ * (struct sampler_target), so one loaded program serves every capture.
  * Uses the Python walker (python_stack.bpf.h) and the native unwinder (native_unwind.bpf.h) when the
  * session includes them before this file (DEEPCTX_PYTHON, DEEPCTX_NATIVE_UNWIND). */
 #include <uapi/linux/ptrace.h>
@@ -14,7 +16,7 @@ struct deepctx_perf_event_data { struct user_pt_regs regs; __u64 sample_period; 
 struct deepctx_perf_event_data { struct pt_regs regs; __u64 sample_period; __u64 addr; };
 #endif
 
-BPF_HASH(targets, __u32, __u8, SAMPLER_MAX_TARGETS);
+BPF_HASH(targets, __u32, struct sampler_target, SAMPLER_MAX_TARGETS);
 BPF_STACK_TRACE(stacks, SAMPLER_STACK_ENTRIES);
 COUNTS_MAP(counts, struct sample_key, __u64, SAMPLER_COUNT_ENTRIES, SAMPLER_COUNT_SPARE, 0);
 /* preallocated: perf_event programs may use no other hash map before Linux 6.1 */
@@ -29,8 +31,10 @@ static __always_inline void cpu_stat_inc(int idx) {
 int on_cpu_sample(struct deepctx_perf_event_data *ctx) {
     __u64 id = bpf_get_current_pid_tgid();
     __u32 pid = id >> 32;
-    if (!targets.lookup(&pid))
+    struct sampler_target *t = targets.lookup(&pid);
+    if (!t)
         return 0;
+    __u32 tflags = t->flags;
     cpu_stat_inc(CPU_STAT_SAMPLES);
 
     struct sample_key key = {};
@@ -59,13 +63,11 @@ int on_cpu_sample(struct deepctx_perf_event_data *ctx) {
     }
 #endif
 
-#ifdef SAMPLER_KERNEL_STACKS
-    if (key.flags & SAMPLE_F_KERNEL_MODE) {
+    if ((tflags & SAMPLER_T_KERNEL_STACKS) && (key.flags & SAMPLE_F_KERNEL_MODE)) {
         key.kernel_stack_id = stacks.get_stackid(ctx, 0);
         if (key.kernel_stack_id < 0)
             cpu_stat_inc(CPU_STAT_KERNEL_STACK_LOST);
     }
-#endif
 
 #ifdef DEEPCTX_PYTHON
     __u32 pyflags = 0;

@@ -19,6 +19,13 @@ struct sample_key {
 #define SAMPLE_F_PY_SHIFT          8          /* Python walker flags live in bits 8..15 */
 #define SAMPLE_F_NATIVE_SHIFT      16         /* native unwinder flags live in bits 16..23 */
 
+/* A target's settings for this capture (the value of `targets`, keyed by pid). */
+struct sampler_target {
+    __u32 flags;           /* SAMPLER_T_* */
+};
+
+#define SAMPLER_T_KERNEL_STACKS    (1u << 0)  /* also record kernel stacks below system calls */
+
 /* Per-CPU counters, read by user space and summed. */
 enum cpu_sampler_stat {
     CPU_STAT_SAMPLES = 0,         /* samples of a target process */

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deepctx.probes.family import Target, read_source
+from deepctx.probes.family import FamilyDefaults, Target, read_source
 from deepctx.probes.maps import CountsMap, entry_count, percpu_sum
 
 MIN_SAMPLE_HZ = 1
@@ -19,6 +19,7 @@ SAMPLE_F_USER_STACK_LOST = 1 << 0
 SAMPLE_F_KERNEL_MODE = 1 << 1
 SAMPLE_F_PY_SHIFT = 8
 SAMPLE_F_NATIVE_SHIFT = 16
+SAMPLER_T_KERNEL_STACKS = 1 << 0
 
 CPU_STAT_SAMPLES = 0
 CPU_STAT_USER_STACK_LOST = 1
@@ -45,6 +46,12 @@ class SampleKey(ct.Structure):
     ]
 
 
+class SamplerTarget(ct.Structure):
+    """A target's settings for one capture (struct sampler_target, the value of `targets`)."""
+
+    _fields_ = [("flags", ct.c_uint32)]
+
+
 @dataclass(slots=True)  # one per map entry: not frozen (a frozen init sets every field via object.__setattr__)
 class SampleBucket:
     pid: int
@@ -65,7 +72,7 @@ def max_stack_depth() -> int:
         return 127
 
 
-class CpuSampler:
+class CpuSampler(FamilyDefaults):
     """Probe family "cpu": a perf cpu-clock event on every CPU, filtered by a pid map in BPF."""
 
     name = "cpu"
@@ -88,15 +95,18 @@ class CpuSampler:
         return read_source("cpu_sampler.bpf.c")
 
     def defines(self) -> dict[str, int | str]:
-        d: dict[str, int | str] = {
+        """The daemon's map sizes only: the rate is the perf event's, kernel stacks a flag of the target."""
+        return {
             "SAMPLER_STACK_ENTRIES": self.stack_entries,
             "SAMPLER_COUNT_ENTRIES": self.count_entries,
             "SAMPLER_COUNT_SPARE": self.counts.spare_entries(self.count_entries),
             "SAMPLER_MAX_TARGETS": self.max_targets,
         }
-        if self.kernel_stacks:
-            d["SAMPLER_KERNEL_STACKS"] = 1
-        return d
+
+    def load(self, bpf: Any) -> None:
+        from bcc import BPF
+
+        bpf.load_func(b"on_cpu_sample", BPF.PERF_EVENT)
 
     def prepare(self, target: Target) -> None:
         pass
@@ -105,14 +115,12 @@ class CpuSampler:
         from bcc import PerfSWConfig, PerfType
 
         self.counts.bind(bpf)
-        bpf[b"targets"][ct.c_uint32(target.pid)] = ct.c_uint8(1)
+        flags = SAMPLER_T_KERNEL_STACKS if self.kernel_stacks else 0
+        bpf[b"targets"][ct.c_uint32(target.pid)] = SamplerTarget(flags)
         if not self._attached:
             bpf.attach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK,
                                   fn_name=b"on_cpu_sample", sample_freq=self.sample_hz)
             self._attached = True
-
-    def poll(self, bpf: Any, target: Target) -> None:
-        pass
 
     def stop_sampling(self, bpf: Any) -> None:
         """Stops the perf events (the maps stay readable)."""
@@ -122,7 +130,11 @@ class CpuSampler:
             bpf.detach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK)
             self._attached = False
 
+    def finish(self, bpf: Any, target: Target, exited: bool) -> None:
+        self.stop_sampling(bpf)
+
     def detach(self, bpf: Any, target: Target) -> None:
+        self.stop_sampling(bpf)  # where the capture failed before its end
         try:
             del bpf[b"targets"][ct.c_uint32(target.pid)]
         except KeyError:

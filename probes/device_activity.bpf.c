@@ -9,8 +9,8 @@
  *   api_exit probe:    trace mode only, like per-record events (ring buffer dev_events).
  * USDT arguments are decoded from dev_sites (probes/usdt.py), keyed by the site's address.
  * Settings (-D): DEV_CORR_ENTRIES, DEV_CORR_IDS, DEV_COUNT_ENTRIES, DEV_COUNT_SPARE, DEV_COUNT_FLAGS,
- * DEV_NAME_ENTRIES, DEV_SITE_ENTRIES, DEV_TRACE
- * (0/1: compile the trace ring buffer in), DEV_RINGBUF_PAGES. */
+ * DEV_NAME_ENTRIES, DEV_SITE_ENTRIES, DEV_RINGBUF_PAGES: the daemon's sizes; trace mode and the rest of a
+ * capture's settings are in dev_config, so one loaded program serves every capture. */
 #include <uapi/linux/ptrace.h>
 #include "device_activity.h"
 #include "counts_map.bpf.h"
@@ -31,9 +31,9 @@ BPF_PERCPU_ARRAY(dev_span, struct dev_span, 1);
 BPF_PERCPU_ARRAY(dev_corr_scratch, struct dev_corr, 1);
 BPF_PERCPU_ARRAY(dev_key_scratch, struct dev_key, 1);
 BPF_PERCPU_ARRAY(dev_name_scratch, struct dev_name, 1);
-#if DEV_TRACE
+/* trace mode's events: always there, written only while dev_config.trace says so (one program serves
+ * traced and untraced captures) */
 BPF_RINGBUF_OUTPUT(dev_events, DEV_RINGBUF_PAGES);
-#endif
 
 static __always_inline void dev_stat_add(int idx, __u64 n) {
     __u64 *v = dev_stats.lookup(&idx);
@@ -168,9 +168,8 @@ int on_dev_correlation(struct pt_regs *ctx) {
     }
     if (inside) {
         c->call = *inside;
-#if DEV_TRACE
-        dev_learn_name(pid, fn);  /* CUPTI's function name: names the call in the trace */
-#endif
+        if (cfg && cfg->trace)
+            dev_learn_name(pid, fn);  /* CUPTI's function name: names the call in the trace */
     } else {  /* a call the GPU API probes do not track (or sampled mode's entry-only calls) */
         dev_stat_add(DEV_STAT_UNPROBED, 1);
         c->call.pid = pid;
@@ -215,7 +214,10 @@ int on_dev_correlation(struct pt_regs *ctx) {
 }
 
 int on_dev_api_exit(struct pt_regs *ctx) {
-#if DEV_TRACE
+    int zero_cfg = 0;
+    struct dev_config *cfg = dev_config.lookup(&zero_cfg);
+    if (!cfg || !cfg->trace)
+        return 0;
     __u64 id = bpf_get_current_pid_tgid();
     __u32 pid = id >> 32;
     struct usdt_site *s = dev_site(ctx, pid);
@@ -246,7 +248,6 @@ int on_dev_api_exit(struct pt_regs *ctx) {
     e->stream_handle = c->call.stream;
     e->device = c->api;  /* domain << 16 | cbid: runtime or driver */
     dev_events.ringbuf_submit(e, 0);
-#endif
     return 0;
 }
 
@@ -337,7 +338,6 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
     } else {
         dev_stat_add(DEV_STAT_MAP_FULL, 1);
     }
-#if DEV_TRACE
     if (cfg && cfg->trace) {
         struct dev_event *e = dev_events.ringbuf_reserve(sizeof(struct dev_event));
         if (e) {
@@ -365,7 +365,6 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
             dev_stat_add(DEV_STAT_TRACE_LOST, 1);
         }
     }
-#endif
     /* The slot stays: graph launches have a record per node under one id, and an announced call of a
      * sampled capture stands for the calls after it; the call DEV_CORR_ENTRIES later takes the slot. */
 }

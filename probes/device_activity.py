@@ -24,7 +24,7 @@ from deepctx.host.procfs import (
     read_maps,
 )
 from deepctx.probes import usdt
-from deepctx.probes.family import Target, read_source
+from deepctx.probes.family import FamilyDefaults, Target, read_source
 from deepctx.probes.gpu_api import GpuCorrKey, GpuKey
 from deepctx.probes.maps import CountsMap, items, percpu_sum
 
@@ -253,7 +253,34 @@ class Injector(Protocol):
                      after_load: Callable[[str], None]) -> Any: ...
 
 
-class DeviceActivity:
+class RingSink:
+    """The trace ring buffer's consumer, opened once per loaded program: bcc cannot take a ring's callback
+    back, and the program outlives the capture (probes/programs.py), so each capture in trace mode points fn
+    at its own handler. Between captures fn drops what is left."""
+
+    def __init__(self, bpf: Any) -> None:
+        self.fn: Callable[[Any, Any, int], None] = self.drop
+        bpf[b"dev_events"].open_ring_buffer(lambda ctx, data, size: self.fn(ctx, data, size))
+        bpf.deepctx_ring_drain = self.drain_all  # called by programs.reset_maps
+        self._bpf = bpf
+
+    @staticmethod
+    def drop(ctx: Any, data: Any, size: int) -> None:
+        pass
+
+    def drain_all(self) -> None:
+        self.fn = self.drop
+        self._bpf.ring_buffer_consume()
+
+
+def ring_sink(bpf: Any) -> RingSink:
+    sink = getattr(bpf, "deepctx_ring_sink", None)
+    if sink is None:
+        sink = bpf.deepctx_ring_sink = RingSink(bpf)
+    return sink
+
+
+class DeviceActivity(FamilyDefaults):
     """Probe family "device". `inject`: load the agent into the target at attach (ptrace-driven dlopen)
     when it is not there yet; otherwise the family works with an agent the target already has
     (`deepctx run`, or CUDA_INJECTION64_PATH set by the user) and refuses without one when `required`."""
@@ -264,8 +291,10 @@ class DeviceActivity:
                  agent_path: str | None = None, count_entries: int = 65536, corr_entries: int = 262144,
                  corr_ids: int = 1 << 21,
                  name_entries: int = 16384, ringbuf_pages: int = 4096,
-                 injector: Injector | None = None, sampling: bool = False, windows: bool = False) -> None:
+                 injector: Injector | None = None, sampling: bool = False, windows: bool = False,
+                 flush_timeout_s: float = 1.0) -> None:
         self.trace = trace
+        self.flush_timeout_s = flush_timeout_s  # how long the capture's end waits for the agent's last records
         # The agent announces a sample of the calls (each thread's first after every DEEPCTX_SAMPLE_US),
         # and every record carries the announced call that stands for its own: one trap per sample, not
         # per call. Trace mode needs every call.
@@ -313,9 +342,14 @@ class DeviceActivity:
                 "DEV_COUNT_ENTRIES": self.count_entries,
                 "DEV_COUNT_SPARE": self.counts.spare_entries(self.count_entries),
                 "DEV_COUNT_FLAGS": self.counts.flags(),
-                "DEV_NAME_ENTRIES": self.name_entries, "DEV_SITE_ENTRIES": 256, "DEV_TRACE": int(self.trace),
+                "DEV_NAME_ENTRIES": self.name_entries, "DEV_SITE_ENTRIES": 256,
                 "DEV_RINGBUF_PAGES": self.ringbuf_pages,
                 "GPU_LAST_CALL": 1}  # gpu_api.bpf.c keeps each thread's last entry-only call for the join
+
+    def load(self, bpf: Any) -> None:
+        from deepctx.probes.uprobes import load_for_uprobes
+
+        load_for_uprobes(bpf, sorted({*HANDLERS.values(), "on_dev_request"}))
 
     @staticmethod
     def kind_of(path: str) -> str:
@@ -355,7 +389,7 @@ class DeviceActivity:
         self.start_ns = time.monotonic_ns()  # CLOCK_MONOTONIC: bpf_ktime_get_ns()'s clock
         self.write_config(bpf)
         if self.trace:
-            bpf[b"dev_events"].open_ring_buffer(self._on_event)
+            ring_sink(bpf).fn = self._on_event
             self._ringbuf_open = True
         self._attach_new(bpf, target)
         if not self._files and self.inject and not self.expected_agent:
@@ -393,6 +427,10 @@ class DeviceActivity:
             except KeyError:
                 pass
         self._sites.clear()
+        if self._ringbuf_open:
+            self.drain(bpf)
+            ring_sink(bpf).fn = RingSink.drop  # the program serves other captures next
+            self._ringbuf_open = False
 
     def take_window(self, bpf: Any) -> None:
         """Continuous mode, at a window's cut: its device time leaves the map (correlations in flight stay;
@@ -583,6 +621,15 @@ class DeviceActivity:
         probe that began after the request, then lowers it (keep_request: the caller closes every link
         next, this one included). False when the agent did not answer."""
         return self._request(bpf, target, lambda af: af.request, lambda f, t0: f.started_ns >= t0, timeout_s, keep_request)
+
+    def finish(self, bpf: Any, target: Target, exited: bool) -> None:
+        """The capture's sampling ended: the agent hands over its last records (an exiting one flushed at
+        exit)."""
+        if exited:
+            return
+        if not self.stop(bpf, target, self.flush_timeout_s):
+            target.warnings.append("the CUPTI agent did not hand over its last records in time: device "
+                                   "activity at the end of the window may be missing")
 
     def stop(self, bpf: Any, target: Target, timeout_s: float = 1.0) -> bool:
         """Asks the agent to stop recording and hand over every record, and waits until it says it is idle

@@ -1,9 +1,24 @@
-"""The lifecycle every probe family follows (CPU sampler, Python stacks, native unwinder, GPU APIs, ...).
+"""The lifecycle every probe family follows (CPU sampler, Python stacks, native unwinder, GPU APIs, device
+activity, ...): load, attach(process), read or window, contribute to the tree, detach.
 
-A capture session composes one BPF program from the families it needs: each family contributes
-C source (its `*.bpf.c` / `*.bpf.h`) and `#define`s, then, once compiled, attaches per target pid,
-is polled while the capture runs, and reads back what it aggregated. Families later in the list may
-use helpers that earlier ones define (the sampler calls the Python walker and the native unwinder).
+A program is composed from the families a capture needs: each family contributes C source (its `*.bpf.c` /
+`*.bpf.h`) and `#define`s. The defines carry the daemon's settings only (map sizes): what a capture or a
+target asks for (rate, kernel stacks, modes, trace, the pid's interpreter layout ...) goes into maps at
+attach, so the program text is the same for every capture of its kind, and probes/programs.py compiles and
+loads it once per daemon (load: the verifier runs there) and hands it from capture to capture. Families
+later in the list may use helpers that earlier ones define (the sampler calls the Python walker and the
+native unwinder).
+
+The steps, in the order daemon/capture.py drives them (it names no family; daemon/probe_set.py chooses
+them and reads what they aggregated into the tree):
+  prepare(target)        before a program is taken: inspect the target (ValueError: a user-facing reason)
+  load(bpf)              once per program: load its BPF functions (not per capture)
+  attach(bpf, target)    fill the maps for the pid and attach events / uprobes
+  poll(bpf, target)      while the capture runs; busy() asks for faster polls
+  take_window(bpf) / clear_window(bpf)   continuous mode, around each window's build
+  finish(bpf, target, exited)            sampling ends (stop events, the agent's last records)
+  stats(bpf)             counters for the profile
+  detach(bpf, target)    take the pid's entries out of the maps, close its events: the program goes back
 """
 
 from __future__ import annotations
@@ -50,25 +65,69 @@ class ProbeFamily(Protocol):
         ...
 
     def defines(self) -> dict[str, int | str]:
-        """Settings passed as -D flags: never by editing C text."""
+        """Settings passed as -D flags: never by editing C text. The daemon's (sizes) only: the same for
+        every capture, or each capture compiles a program of its own."""
+        ...
+
+    def load(self, bpf: Any) -> None:
+        """Once per compiled program: load the BPF functions it attaches (bpf.load_func), so the verifier
+        runs when the program is built, not in a capture."""
         ...
 
     def prepare(self, target: Target) -> None:
-        """Before compiling: inspect the target (may raise a ValueError with a user-facing reason)."""
+        """Before a program is taken: inspect the target (may raise a ValueError with a user-facing reason)."""
         ...
 
     def attach(self, bpf: Any, target: Target) -> None:
-        """After compiling: fill maps for the pid, attach events/uprobes."""
+        """Fill maps for the pid (its settings included), attach events/uprobes."""
         ...
 
     def poll(self, bpf: Any, target: Target) -> None:
         """Called about twice a second during the capture (refresh threads, learn new libraries); every
-        50 ms while a family that has an optional `busy() -> bool` method returns True."""
+        50 ms while busy() says so."""
+        ...
+
+    def busy(self) -> bool:
+        ...
+
+    def take_window(self, bpf: Any) -> None:
+        """Continuous mode, at a window's cut: this window's counts leave the maps."""
+        ...
+
+    def clear_window(self, bpf: Any) -> None:
+        """Continuous mode, after the window was built."""
+        ...
+
+    def finish(self, bpf: Any, target: Target, exited: bool) -> None:
+        """Sampling ends (exited: the target is gone): stop events, take the last records."""
         ...
 
     def detach(self, bpf: Any, target: Target) -> None:
+        """Take the pid out of the maps and close its events: the program serves other captures after."""
         ...
 
     def stats(self, bpf: Any) -> dict[str, int]:
         """Counters for the profile's `stats` (lost, dropped, missed, truncated ...)."""
         ...
+
+
+class FamilyDefaults:
+    """The steps a family may leave out, as no-ops (a family inherits this and overrides what it does)."""
+
+    def load(self, bpf: Any) -> None:
+        pass
+
+    def poll(self, bpf: Any, target: Target) -> None:
+        pass
+
+    def busy(self) -> bool:
+        return False
+
+    def take_window(self, bpf: Any) -> None:
+        pass
+
+    def clear_window(self, bpf: Any) -> None:
+        pass
+
+    def finish(self, bpf: Any, target: Target, exited: bool) -> None:
+        pass

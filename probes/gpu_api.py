@@ -12,9 +12,9 @@ from typing import Any
 from deepctx.host import gpu_apis
 from deepctx.host.elf.symbols import ElfSymbols
 from deepctx.host.procfs import Mapping, ProcessGone, ProcessMemory, open_mapped_file
-from deepctx.probes.family import Target, read_source
+from deepctx.probes.family import FamilyDefaults, Target, read_source
 from deepctx.probes.maps import CountsMap, entry_count, items, percpu_sum
-from deepctx.probes.uprobes import UprobeAttacher
+from deepctx.probes.uprobes import UprobeAttacher, load_for_uprobes
 from deepctx.probes.usdt import vaddr_to_offset
 
 log = logging.getLogger("deepctx.gpu")
@@ -269,7 +269,7 @@ def left_to_agent(api: gpu_apis.Api) -> bool:
                                                or _async_copy_or_set(api))
 
 
-class GpuApi:
+class GpuApi(FamilyDefaults):
     """Probe family "gpu". mode "exact" captures the call path of every call; "sampled" of at most
     `sampled_paths_per_s` calls a second, spread over time (the first call after each interval on each
     CPU); every call is still counted, with its arguments, bytes and time."""
@@ -320,6 +320,9 @@ class GpuApi:
                 "GPU_NODE_ENTRIES": self.node_entries, "GPU_ADDR_ENTRIES": 8192, "GPU_NAME_ENTRIES": 65536,
                 "GPU_OBJECT_ENTRIES": 8192, **({"GPU_DWARF_STACKS": 1} if self.dwarf_stacks else {}),
                 "GPU_INFLIGHT_ENTRIES": 16384, "GPU_STACK_ENTRIES": self.stack_entries}
+
+    def load(self, bpf: Any) -> None:
+        load_for_uprobes(bpf, ["on_gpu_api_entry", "on_gpu_api_return"])
 
     def prepare(self, target: Target) -> None:
         if not self.required and not self._library_mappings(target):

@@ -106,12 +106,10 @@ class CountsMap:
         return bpf[f"{self.name}_{self.generation}".encode()]  # bcc wants bytes
 
     def bind(self, bpf: Any) -> None:
-        """Points the programs at the current generation, once per program (before its probes attach:
-        until then, every add finds no map and counts as a full one)."""
-        try:
-            bpf[self.name.encode()][ct.c_int(0)]
-        except KeyError:  # never set (the kernel answers ENOENT for an empty slot)
-            self._point(bpf)
+        """Points the programs at the current generation, once per capture before its probes attach (until
+        then, every add finds no map and counts as a full one). Always set: a program that served a
+        windowed capture before may point at the other generation."""
+        self._point(bpf)
 
     def _point(self, bpf: Any) -> None:
         """The programs add to the current generation from now on. The kernel returns from this update once

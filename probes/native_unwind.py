@@ -23,7 +23,7 @@ from deepctx.host.unwind.arch import Info
 from deepctx.host.unwind.cache import TableCache
 from deepctx.host.unwind.space import NO_ROWS, TableSpace, Upload
 from deepctx.host.unwind.table import UnwindTable
-from deepctx.probes.family import PROBES_DIR, Target, read_source
+from deepctx.probes.family import PROBES_DIR, FamilyDefaults, Target, read_source
 from deepctx.probes.maps import entry_count
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,12 @@ def _warn_refused(state: _ProcState, target: Target, path: str, key: str, table:
         state.warn(target, f"refused:{key}", f"native stacks: {path}: {table.warning}")
 
 
-class NativeUnwinder:
+def size_class(n: int) -> int:
+    """The map size for n entries: the next power of two."""
+    return 1 << max(0, n - 1).bit_length()
+
+
+class NativeUnwinder(FamilyDefaults):
     """Probe family "native_unwind" (see probes/family.py)."""
 
     name = "native_unwind"
@@ -216,8 +221,15 @@ class NativeUnwinder:
         with them)."""
         if self._frozen is None:
             c = self.config
-            rows = sum(len(t) for t in self._files.values()) + c.rows_headroom + self._reserved[0]
-            pages = sum(t.pages(c.page_shift) for t in self._files.values()) + c.pages_headroom + self._reserved[1]
+            # rounded up to a power of two: the program's text must not change with every target's files, or
+            # no capture could use a program loaded for another (probes/programs.py); same-program
+            # processes need the same rows and get the same size
+            # (at least twice the headroom: a program loaded before any target, at the daemon's start, fits the
+            # processes whose files need less than one headroom)
+            rows = max(size_class(sum(len(t) for t in self._files.values()) + c.rows_headroom + self._reserved[0]),
+                       2 * c.rows_headroom)
+            pages = max(size_class(sum(t.pages(c.page_shift) for t in self._files.values()) + c.pages_headroom
+                                   + self._reserved[1]), 2 * c.pages_headroom)
             self._frozen = {
                 "DEEPCTX_NATIVE_UNWIND": 1,  # tells families compiled after this one that the walker is there
                 "NATIVE_MAX_DEPTH": c.max_depth,

@@ -21,7 +21,7 @@ from deepctx.host.python.layouts import PyLayout
 from deepctx.host.python.pyframe import PyFrameInfo
 from deepctx.host.python.stacks import RawFrame, RawStack, prefetch, symbolize_stack
 from deepctx.host.python.threads import ThreadMapper, ThreadState
-from deepctx.probes.family import Target, read_source
+from deepctx.probes.family import FamilyDefaults, Target, read_source
 from deepctx.probes.maps import entry_count, percpu_sum
 
 log = logging.getLogger("deepctx.python")
@@ -140,7 +140,7 @@ class _Proc:
     last_refresh: float = 0.0
 
 
-class PythonStacks:
+class PythonStacks(FamilyDefaults):
     """Probe family "python". Compose it before the families that call python_stack_capture()."""
 
     name = "python"

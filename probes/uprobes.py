@@ -77,6 +77,22 @@ def bcc_attach_uprobe() -> ct._CFuncPtr:  # type: ignore[name-defined]
     return fn
 
 
+def load_for_uprobes(bpf: Any, names: list[str]) -> None:
+    """Loads BPF functions as UprobeAttacher and usdt.UsdtAttacher will attach them (uprobe_multi), so the
+    verifier runs when the program is loaded, not at the first attach. Where the kernel has no uprobe_multi
+    nothing is loaded here: the attach loads them plain."""
+    from bcc import BPF
+
+    for name in names:
+        try:
+            bpf.load_func(name.encode(), BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
+        except Exception:
+            fn = bpf.funcs.pop(name.encode(), None)
+            if fn is not None:
+                os.close(fn.fd)
+            return
+
+
 class UprobeAttacher:
     """Attaches one BPF entry handler and one return handler at many offsets of library files, in one process
     (pid) or, pid 0, in every process that maps them. A probe set on a file is a breakpoint in every process

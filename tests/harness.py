@@ -52,8 +52,11 @@ def start_daemon(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> D
     sock = str(tmp / "deepctxd.sock")
     log = tmp / "deepctxd.log"
     with open(log, "w") as out:
+        # no programs compiled ahead unless a test asks (--prewarm): on a shared 2-CPU machine the compiles
+        # of every test daemon's start would slow the captures they test
+        prewarm = [] if any(a.startswith("--prewarm") or a.startswith("--no-prewarm") for a in extra) else ["--no-prewarm"]
         proc = subprocess.Popen([*DEEPCTXD, "--foreground", "--socket", sock, "--log-format", "json",
-                                 *extra], stdout=out, stderr=subprocess.STDOUT,
+                                 *prewarm, *extra], stdout=out, stderr=subprocess.STDOUT,
                                 env={**os.environ, **env} if env else None)
     d = Daemon(proc, sock, log)
     r = d.cli("status", "--wait", "60")

@@ -12,17 +12,19 @@ import pytest
 from deepctx.daemon import capture
 from deepctx.daemon.capture import Capture, CaptureOptions, CaptureResult, _release, wait_released
 from deepctx.daemon.errors import NotFound
+from deepctx.daemon.probe_set import ProbeSet
 from deepctx.daemon.symbolize.native import SymbolCache
 from deepctx.host import procfs
 from deepctx.probes.family import Target
 
 
-class FakeBpf:
-    def __init__(self, calls: list[str]) -> None:
-        self.calls = calls
-
-    def cleanup(self) -> None:
-        self.calls.append("cleanup")
+def release(session: int, target: Target, fams: list, calls: list[str], background: bool,
+            delivered: threading.Event | None = None) -> None:
+    """_release as a capture calls it: its ProbeSet's detach, then the program back to the pool (noted
+    "kept" when every detach went well, else "freed")."""
+    probes = ProbeSet(CaptureOptions(duration_s=1, sample_hz=99), fams)
+    _release(session, target, lambda: probes.detach(object(), target),
+             lambda clean: calls.append("kept" if clean else "freed"), background=background, delivered=delivered)
 
 
 class FakeFamily:
@@ -42,13 +44,13 @@ def test_a_built_profile_does_not_wait_for_its_probes_to_detach() -> None:
     calls: list[str] = []
     go = threading.Event()
     fams = [FakeFamily("gpu", calls, go), FakeFamily("cpu", calls, go)]
-    _release(7, Target(4242, None, None), fams, FakeBpf(calls), background=True)  # type: ignore[arg-type]
+    release(7, Target(4242, None, None), fams, calls, background=True)  # type: ignore[arg-type]
     # returned while the first detach is still blocked
-    assert "cleanup" not in calls
+    assert "kept" not in calls
     assert wait_released(0.05) is False
     go.set()
     assert wait_released(10) is True
-    assert calls == ["gpu detach 4242", "cpu detach 4242", "cleanup"]
+    assert calls == ["gpu detach 4242", "cpu detach 4242", "kept"]
     assert not capture._releasing
 
 
@@ -66,12 +68,11 @@ def test_probes_detach_once_the_profile_is_delivered() -> None:
             super().detach(bpf, target)
 
     fams = [Family("gpu", calls, go), Family("cpu", calls, go)]
-    _release(9, Target(77, None, None), fams, FakeBpf(calls), background=True,  # type: ignore[arg-type]
-             delivered=delivered)
+    release(9, Target(77, None, None), fams, calls, background=True, delivered=delivered)  # type: ignore[arg-type]
     assert wait_released(0.05) is False and calls == []
     delivered.set()
     assert wait_released(10) is True
-    assert seen == [True, True] and calls == ["gpu detach 77", "cpu detach 77", "cleanup"]
+    assert seen == [True, True] and calls == ["gpu detach 77", "cpu detach 77", "kept"]
 
 
 def test_a_failed_capture_detaches_before_returning_and_a_failing_family_does_not_stop_the_rest() -> None:
@@ -79,8 +80,9 @@ def test_a_failed_capture_detaches_before_returning_and_a_failing_family_does_no
     go = threading.Event()
     go.set()
     fams = [FakeFamily("gpu", calls, go, fail=True), FakeFamily("cpu", calls, go)]
-    _release(8, Target(99, None, None), fams, FakeBpf(calls), background=False)  # type: ignore[arg-type]
-    assert calls == ["gpu detach 99", "cpu detach 99", "cleanup"]
+    release(8, Target(99, None, None), fams, calls, background=False)  # type: ignore[arg-type]
+    # the program whose detach failed is freed, not handed to the next capture
+    assert calls == ["gpu detach 99", "cpu detach 99", "freed"]
     assert wait_released(0) is True
 
 
@@ -119,7 +121,7 @@ def test_a_window_whose_build_fails_is_counted_and_the_next_is_cut_as_usual(monk
     stored: list[float] = []
     c = Capture(1, 4242, CaptureOptions(duration_s=600, sample_hz=19), SymbolCache(), threading.Event(),
                 on_window=lambda result, start, end: stored.append(start))
-    c.families = [WindowFamily(calls)]  # type: ignore[list-item]
+    c.probes = ProbeSet(c.opts, [WindowFamily(calls)])  # type: ignore[list-item]
     builds = iter([RuntimeError("a build that fails"), None])
 
     def build(*_: object) -> object:

@@ -15,8 +15,14 @@ def test_sample_key_matches_header(tmp_path: Path) -> None:
     assert c_values(tmp_path, ['"cpu_sampler.h"'], list(pairs)) == list(pairs.values())
 
 
+def test_sampler_target_matches_header(tmp_path: Path) -> None:
+    """The per-target settings the one loaded program reads (kernel stacks), not a -D per capture."""
+    pairs = struct_layout("sampler_target", cpu_sampler.SamplerTarget)
+    assert c_values(tmp_path, ['"cpu_sampler.h"'], list(pairs)) == list(pairs.values())
+
+
 def test_sampler_constants_match_header(tmp_path: Path) -> None:
-    names = ["SAMPLE_F_USER_STACK_LOST", "SAMPLE_F_KERNEL_MODE", "SAMPLE_F_PY_SHIFT", "SAMPLE_F_NATIVE_SHIFT",
+    names = ["SAMPLER_T_KERNEL_STACKS", "SAMPLE_F_USER_STACK_LOST", "SAMPLE_F_KERNEL_MODE", "SAMPLE_F_PY_SHIFT", "SAMPLE_F_NATIVE_SHIFT",
              "CPU_STAT_SAMPLES", "CPU_STAT_USER_STACK_LOST", "CPU_STAT_KERNEL_STACK_LOST", "CPU_STAT_COUNTS_FULL",
              "CPU_STAT__COUNT"]
     assert c_values(tmp_path, ['"cpu_sampler.h"'], names) == [getattr(cpu_sampler, n) for n in names]

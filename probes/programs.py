@@ -1,0 +1,294 @@
+"""Loaded BPF programs, compiled and loaded once per daemon and handed from one capture to the next (#30.1).
+
+Compiling a program costs 2.2 to 2.6 s of clang on the CI VM and loading its functions about 2 s of
+verifier; both used to happen for every capture. The program text is now a function of the probe families
+and the daemon's settings only (what changes per capture or per target is in maps: probes/family.py), so a
+program is kept by the hash of its text and flags. A capture takes an idle one, or compiles one when none
+is idle; once its families detached, the program's maps are emptied and it goes back, loaded functions and
+all, for the next capture of that kind. A program being compiled ahead (prewarm) or being emptied after a
+capture is waited for rather than compiled a second time. The counters prove it: `deepctx status` shows
+them, and a second capture leaves `compiled` and `loaded` where they were.
+
+Maps are not shared between captures that run at once: two at once get two programs (the second one
+compiled), so that nothing a capture reads was written for another.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import hashlib
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from deepctx.probes import compose
+from deepctx.probes.family import ProbeFamily
+
+log = logging.getLogger("deepctx.programs")
+
+# bpf_map_type values (uapi/linux/bpf.h)
+_HASHES = {1, 5, 9, 10}  # HASH, PERCPU_HASH, LRU_HASH, LRU_PERCPU_HASH
+_ARRAYS = {2, 6}  # ARRAY, PERCPU_ARRAY
+_STACK_TRACE = 7
+_QUEUES = {22, 23}  # QUEUE, STACK
+# Arrays up to this size are zeroed between captures (counters, configs, scratch, ring cursors). Larger
+# ones (unwind rows, the correlation rings) are written before they are read: their indexes (hashes) are
+# emptied, and the join checks the pid and the correlation id of a slot.
+ZEROED_ARRAY_MAX = 4096
+MAX_IDLE = 4  # idle programs kept (their maps hold kernel memory); the least recently used one goes first
+WAIT_S = 10.0  # how long a capture waits for a program of its kind being compiled ahead or emptied
+
+
+def program_key(families: Sequence[ProbeFamily]) -> str:
+    """What makes two programs the same: their text and their compile flags."""
+    text = compose.compose_source(families) + "\0" + "\0".join(compose.compose_cflags(families))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Program:
+    """One compiled program (a bcc BPF object) and what the pool knows about it."""
+
+    key: str
+    bpf: Any
+    funcs_counted: int = 0  # its loaded functions already counted in ProgramPool.loaded
+    captures: int = 0  # captures it served
+
+
+@dataclass
+class ProgramCounters:
+    compiled: int = 0  # programs compiled (clang)
+    loaded: int = 0  # BPF functions loaded into the kernel (verifier runs)
+    reused: int = 0  # captures that got an already loaded program
+    captures_served: int = 0  # captures that got a program
+    discarded: int = 0  # programs freed: evicted, or not reusable after a capture
+
+    def as_totals(self) -> dict[str, int]:
+        """The daemon's Status totals (map<string, int64>: fields added, none changed)."""
+        return {"bpf_programs_compiled": self.compiled, "bpf_programs_loaded": self.loaded,
+                "bpf_programs_reused": self.reused, "bpf_programs_discarded": self.discarded,
+                "captures_served": self.captures_served}
+
+
+class ProgramPool:
+    """The daemon's loaded programs (one pool per daemon; tests make their own)."""
+
+    def __init__(self, max_idle: int = MAX_IDLE, wait_s: float = WAIT_S,
+                 compile_fn: Callable[[Sequence[ProbeFamily]], Any] = compose.compile_program,
+                 free_fn: Callable[[Any], None] = compose.cleanup_program) -> None:
+        self.max_idle = max_idle
+        self.wait_s = wait_s
+        self.counters = ProgramCounters()
+        self._compile = compile_fn
+        self._free = free_fn
+        self._cond = threading.Condition()
+        self._idle: OrderedDict[int, Program] = OrderedDict()  # by id(), least recently used first
+        self._pending: dict[str, int] = {}  # programs of a key being compiled ahead or emptied
+
+    # --- taking and giving back ----------------------------------------------------------------------
+
+    def acquire(self, families: Sequence[ProbeFamily]) -> Program:
+        """A loaded program for these families: an idle one, one that is about to be idle, or a new one."""
+        key = program_key(families)
+        deadline = time.monotonic() + self.wait_s
+        with self._cond:
+            while True:
+                prog = self._take_idle(key)
+                if prog is not None:
+                    self.counters.reused += 1
+                    self.counters.captures_served += 1
+                    prog.captures += 1
+                    return prog
+                left = deadline - time.monotonic()
+                if not self._pending.get(key) or left <= 0:
+                    break
+                self._cond.wait(left)
+        prog = self._build(key, families)
+        with self._cond:
+            self.counters.captures_served += 1
+            prog.captures += 1
+        return prog
+
+    def release(self, prog: Program, reusable: bool = True) -> None:
+        """After the capture's families detached: the program's maps are emptied and it waits for the next
+        capture of its kind, or it is freed (reusable False, or something is still attached to it)."""
+        self.count_loads(prog)
+        why = "" if reusable else "the capture did not detach cleanly"
+        if not why:
+            why = _still_attached(prog.bpf)
+        if not why:
+            try:
+                reset_maps(prog.bpf)
+            except Exception as e:  # a map that would not empty: a fresh program is safer than stale counts
+                why = f"its maps could not be emptied: {e}"
+        evicted: list[Program] = []
+        with self._cond:
+            self._done_pending(prog.key)
+            if not why:
+                self._idle[id(prog)] = prog
+                while len(self._idle) > self.max_idle:
+                    evicted.append(self._idle.popitem(last=False)[1])
+            self._cond.notify_all()
+        if why:
+            log.info("program not kept", extra={"program": prog.key, "reason": why})
+            evicted.append(prog)
+        for old in evicted:
+            self._discard(old)
+
+    def releasing(self, prog: Program) -> None:
+        """The capture that holds prog is about to detach and release it: a capture of the same kind that
+        starts meanwhile waits for it instead of compiling another."""
+        with self._cond:
+            self._pending[prog.key] = self._pending.get(prog.key, 0) + 1
+
+    def prewarm(self, families: Sequence[ProbeFamily]) -> None:
+        """Compiles and loads a program before any capture asks for it (at daemon start, in a thread of its
+        own): the first capture of that kind then only attaches."""
+        key = program_key(families)
+        with self._cond:
+            self._pending[key] = self._pending.get(key, 0) + 1
+        try:
+            prog = self._build(key, families)
+        except Exception:
+            with self._cond:
+                self._done_pending(key)
+                self._cond.notify_all()
+            log.exception("program not compiled ahead", extra={"program": key})
+            return
+        with self._cond:
+            self._done_pending(key)
+            self._idle[id(prog)] = prog
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Frees every idle program (the daemon stops)."""
+        with self._cond:
+            idle = list(self._idle.values())
+            self._idle.clear()
+        for prog in idle:
+            self._discard(prog)
+
+    # --- counters --------------------------------------------------------------------------------------
+
+    def count_loads(self, prog: Program) -> None:
+        """Counts the functions bcc loaded into the kernel for prog since the last count (bcc loads a
+        function the first time it is attached, and keeps its fd for the next attach)."""
+        n = len(getattr(prog.bpf, "funcs", {}))
+        with self._cond:
+            if n > prog.funcs_counted:
+                self.counters.loaded += n - prog.funcs_counted
+                prog.funcs_counted = n
+
+    def totals(self) -> dict[str, int]:
+        with self._cond:
+            out = self.counters.as_totals()
+            out["bpf_programs_idle"] = len(self._idle)
+            return out
+
+    # --- inside --------------------------------------------------------------------------------------
+
+    def _take_idle(self, key: str) -> Program | None:
+        for ident, prog in reversed(self._idle.items()):  # the most recently used first (warm caches)
+            if prog.key == key:
+                del self._idle[ident]
+                return prog
+        return None
+
+    def _done_pending(self, key: str) -> None:
+        n = self._pending.get(key, 0) - 1
+        if n > 0:
+            self._pending[key] = n
+        else:
+            self._pending.pop(key, None)
+
+    def _build(self, key: str, families: Sequence[ProbeFamily]) -> Program:
+        t0 = time.monotonic()
+        bpf = self._compile(families)
+        prog = Program(key, bpf)
+        with self._cond:
+            self.counters.compiled += 1
+        try:
+            for fam in families:
+                fam.load(bpf)  # the verifier runs here, once per program
+        except Exception:
+            self._free(bpf)
+            raise
+        self.count_loads(prog)
+        log.info("program loaded", extra={"program": key, "families": [f.name for f in families],
+                                          "functions": prog.funcs_counted, "load_s": round(time.monotonic() - t0, 3)})
+        return prog
+
+    def _discard(self, prog: Program) -> None:
+        with self._cond:
+            self.counters.discarded += 1
+        try:
+            self._free(prog.bpf)
+        except Exception:
+            log.exception("program not freed", extra={"program": prog.key})
+
+
+def _still_attached(bpf: Any) -> str:
+    """Why the program cannot go back to the pool: an event bcc still holds for it ("" when none)."""
+    for attr in ("open_perf_events", "kprobe_fds", "uprobe_fds", "tracepoint_fds", "raw_tracepoint_fds"):
+        if getattr(bpf, attr, None):
+            return f"{attr} still open"
+    return ""
+
+
+def map_names(bpf: Any) -> list[tuple[str, int, int]]:
+    """(name, bpf_map_type, max_entries) of every map of a bcc program."""
+    from bcc.libbcc import lib
+
+    lib.bpf_num_tables.restype = ct.c_size_t
+    lib.bpf_num_tables.argtypes = [ct.c_void_p]
+    lib.bpf_table_name.restype = ct.c_char_p
+    lib.bpf_table_name.argtypes = [ct.c_void_p, ct.c_size_t]
+    out = []
+    for i in range(lib.bpf_num_tables(bpf.module)):
+        name = lib.bpf_table_name(bpf.module, i)
+        out.append((name.decode(), lib.bpf_table_type_id(bpf.module, i), int(lib.bpf_table_max_entries_id(bpf.module, i))))
+    return out
+
+
+def reset_maps(bpf: Any) -> None:
+    """Empties what one capture left in a program's maps before the next one gets it: every hash and stack
+    map, queued entries, and the small arrays (counters, settings, scratch, cursors) zeroed."""
+    from deepctx.probes.maps import take_raw_items
+
+    for name, kind, entries in map_names(bpf):
+        if kind in _HASHES:
+            take_raw_items(bpf[name.encode()])  # batch lookup-and-delete: a syscall per 4096 entries
+        elif kind == _STACK_TRACE:
+            bpf[name.encode()].clear()
+        elif kind in _ARRAYS and entries <= ZEROED_ARRAY_MAX:
+            table = bpf[name.encode()]
+            zero = table.Leaf()
+            for i in range(entries):
+                table[ct.c_int(i)] = zero
+        elif kind in _QUEUES:
+            table = bpf[name.encode()]
+            while True:
+                try:
+                    table.pop()
+                except KeyError:
+                    break
+    drain = getattr(bpf, "deepctx_ring_drain", None)  # a ring buffer's leftover events (see device_activity)
+    if drain is not None:
+        drain()
+
+
+_DAEMON_POOL: ProgramPool | None = None
+_DAEMON_POOL_LOCK = threading.Lock()
+
+
+def daemon_pool() -> ProgramPool:
+    """The pool of this process (deepctxd's): every capture takes its program from it."""
+    global _DAEMON_POOL
+    with _DAEMON_POOL_LOCK:
+        if _DAEMON_POOL is None:
+            _DAEMON_POOL = ProgramPool()
+        return _DAEMON_POOL

@@ -1,0 +1,169 @@
+"""probes/programs.py: a program is compiled and loaded once and handed from capture to capture (#30.1), and
+what a capture asks for does not change the program's text (it goes into maps)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from deepctx.daemon.capture import CaptureOptions
+from deepctx.daemon.probe_set import ProbeSet
+from deepctx.daemon.symbolize.native import SymbolCache
+from deepctx.probes.device_activity import DeviceActivity
+from deepctx.probes.native_unwind import NativeUnwinder, size_class
+from deepctx.probes.programs import ProgramPool, program_key
+
+
+class FakeBpf:
+    """What the pool reads of a bcc program: its loaded functions and its open events."""
+
+    def __init__(self) -> None:
+        self.funcs: dict[bytes, object] = {}
+        self.open_perf_events: dict[Any, Any] = {}
+        self.freed = False
+
+
+class Fam:
+    """A family whose text is its name and whose program has one function."""
+
+    def __init__(self, name: str, define: int = 1) -> None:
+        self.name, self.define = name, define
+
+    def source(self) -> str:
+        return f"/* {self.name} */"
+
+    def defines(self) -> dict[str, int | str]:
+        return {f"{self.name.upper()}_ENTRIES": self.define}
+
+    def load(self, bpf: Any) -> None:
+        bpf.funcs[f"on_{self.name}".encode()] = object()
+
+
+def pool(**kw: Any) -> tuple[ProgramPool, list[FakeBpf]]:
+    made: list[FakeBpf] = []
+
+    def compile_fn(families: Sequence[Any]) -> FakeBpf:
+        made.append(FakeBpf())
+        return made[-1]
+
+    def free(bpf: FakeBpf) -> None:
+        bpf.freed = True
+
+    p = ProgramPool(compile_fn=compile_fn, free_fn=free, **kw)
+    return p, made
+
+
+@pytest.fixture(autouse=True)
+def no_map_reset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("deepctx.probes.programs.reset_maps", lambda bpf: None)  # fake programs have no maps
+
+
+def test_a_second_capture_compiles_and_loads_nothing() -> None:
+    p, made = pool()
+    fams = [Fam("cpu")]
+    first = p.acquire(fams)
+    assert (p.counters.compiled, p.counters.loaded) == (1, 1)
+    p.release(first)
+    second = p.acquire([Fam("cpu")])  # another capture's own family objects, the same text
+    assert second is first and len(made) == 1
+    assert p.totals() == {"bpf_programs_compiled": 1, "bpf_programs_loaded": 1, "bpf_programs_reused": 1,
+                               "bpf_programs_discarded": 0, "captures_served": 2, "bpf_programs_idle": 0}
+
+
+def test_programs_of_other_text_or_sizes_are_other_programs() -> None:
+    p, made = pool()
+    a = p.acquire([Fam("cpu")])
+    p.release(a)
+    b = p.acquire([Fam("cpu", define=2)])  # the daemon's map sizes are in the text's flags
+    c = p.acquire([Fam("python"), Fam("cpu")])
+    assert len({id(a), id(b), id(c)}) == 3 and p.counters.compiled == 3 and p.counters.reused == 0
+
+
+def test_captures_at_once_get_programs_of_their_own() -> None:
+    """Maps are not shared: two captures at once, two programs (the second compiled)."""
+    p, _ = pool()
+    a, b = p.acquire([Fam("cpu")]), p.acquire([Fam("cpu")])
+    assert a is not b and p.counters.compiled == 2
+    p.release(a)
+    p.release(b)
+    assert p.acquire([Fam("cpu")]) in (a, b) and p.counters.compiled == 2
+
+
+def test_a_program_still_attached_or_not_detached_cleanly_is_freed() -> None:
+    p, made = pool()
+    a = p.acquire([Fam("cpu")])
+    a.bpf.open_perf_events[(1, 0)] = object()  # a perf event its family left open
+    p.release(a)
+    b = p.acquire([Fam("cpu")])
+    p.release(b, reusable=False)  # a detach failed
+    assert made[0].freed and made[1].freed and p.counters.discarded == 2
+    assert p.acquire([Fam("cpu")]).bpf is made[2]
+
+
+def test_idle_programs_beyond_the_cap_are_freed_least_recently_used_first() -> None:
+    p, made = pool(max_idle=2)
+    progs = [p.acquire([Fam(f"f{i}")]) for i in range(3)]
+    for prog in progs:
+        p.release(prog)
+    assert [b.freed for b in made] == [True, False, False] and p.totals()["bpf_programs_idle"] == 2
+
+
+def test_a_capture_waits_for_a_program_being_given_back_rather_than_compiling() -> None:
+    p, made = pool(wait_s=60)
+    a = p.acquire([Fam("cpu")])
+    p.releasing(a)  # the first capture is detaching behind its profile
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(p.acquire([Fam("cpu")])))
+    t.start()
+    p.release(a)
+    t.join(60)
+    assert got == [a] and len(made) == 1
+
+
+def test_a_prewarmed_program_serves_the_first_capture() -> None:
+    p, made = pool()
+    p.prewarm([Fam("cpu")])
+    assert (p.counters.compiled, p.counters.loaded, p.totals()["bpf_programs_idle"]) == (1, 1, 1)
+    assert p.acquire([Fam("cpu")]).bpf is made[0] and p.counters.compiled == 1 and p.counters.reused == 1
+
+
+def test_close_frees_idle_programs() -> None:
+    p, made = pool()
+    p.release(p.acquire([Fam("cpu")]))
+    p.close()
+    assert made[0].freed
+
+
+def opts(**kw: Any) -> CaptureOptions:
+    return CaptureOptions(duration_s=1.0, sample_hz=99, **kw)
+
+
+@pytest.mark.parametrize("other", [
+    {"sample_hz": 999}, {"kernel_stacks": True}, {"gpu_mode": "sampled"}, {"gpu": "on"}, {"duration_s": 60.0},
+    {"native_python": True}, {"gpu_duty": 0.1, "gpu_duty_period_s": 2.0}, {"autograd_nodes": False},
+])
+def test_what_a_capture_asks_for_leaves_the_program_text_alone(other: dict[str, Any]) -> None:
+    """Rates, kernel stacks, GPU modes, durations, duty cycles: each goes into maps or user space, so the
+    programs that captures asking for either take are one program."""
+    base = {"duration_s": 1.0, "sample_hz": 99}
+    a = ProbeSet.common_programs(opts(), SymbolCache(4), object())
+    b = ProbeSet.common_programs(CaptureOptions(**{**base, **other}), SymbolCache(4), object())
+    assert [program_key(f) for f in a] == [program_key(f) for f in b]
+
+
+def test_trace_mode_is_a_setting_of_the_device_program() -> None:
+    """Trace mode used to compile the ring buffer in (-DDEV_TRACE): now dev_config.trace says so."""
+    assert DeviceActivity(trace=True).defines() == DeviceActivity(trace=False).defines()
+    assert DeviceActivity(trace=True).source() == DeviceActivity(trace=False).source()
+
+
+def test_unwind_tables_are_sized_by_power_of_two_classes() -> None:
+    """Processes of one program need the same rows, and a program loaded before any target fits the
+    processes that need less than one headroom of rows."""
+    assert [size_class(n) for n in (1, 2, 3, 1000, 1 << 20, (1 << 20) + 1)] == [1, 2, 4, 1024, 1 << 20, 1 << 21]
+    unwinder = NativeUnwinder(cache=object())  # type: ignore[arg-type]
+    rows = unwinder.defines()["NATIVE_MAX_ROWS"]
+    assert rows == 2 * unwinder.config.rows_headroom
