@@ -4,6 +4,7 @@ after another one was captured).
 
     sudo .venv/bin/python bench/attach_latency.py [--runs 5] [--modes sampled,exact] [--json OUT]
                                                   [--daemon-log DIR] [--target cudart|torch|jax] [--gpu-activity]
+                                                  [--no-prewarm] [--wait-prewarm]
 
 GPU host, from the repository root:
 
@@ -22,11 +23,16 @@ process on the same daemon (warm) before the daemon stops. The daemons share the
 unwind tables (/var/cache/deepctx), as a restarted daemon does; --fresh-cache gives each an empty one (a first
 capture on a new host: on the H200, 3 to 6 s more for a PyTorch or JAX process).
 
+The daemon compiles and loads its common programs as it starts (prewarm_programs): a cold attach issued at once
+waits for the program it needs rather than compiling it again; --wait-prewarm issues it once they are loaded
+(a daemon that has been up a while), --no-prewarm makes the first capture compile its own.
+
 Per run, from the daemon's log (its "capture started" and "probes ready" lines):
   total      issued -> the next call counted
   cli        issued -> the daemon has the request (the CLI's start-up and connection, the access check)
   preparing  the request -> compiling: families chosen, interpreter found, unwind tables, symbols
-  compile    compile_s of "probes ready": the BPF program built
+  compile    compile_s of "probes ready": the BPF program taken (0 where a loaded one was there; waiting for
+             one compiled ahead or given back included)
   attach     attach_s of "probes ready": every family attached
   to_count   "probes ready" -> the next call seen counted (the call period and the polling)
 """
@@ -207,6 +213,18 @@ def status_poller(d: Any, how: str) -> Callable[[], dict[int, dict[str, Any]]]:
     return cli
 
 
+def wait_programs_loaded(d: Any, timeout_s: float = 600) -> None:
+    """Until the daemon's programs compiled ahead are loaded (its Status totals: none pending, one idle)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        r = d.cli("status", "--format", "json")
+        totals = json.loads(r.stdout).get("totals", {}) if r.returncode == 0 else {}
+        if int(totals.get("bpf_programs_idle", 0)) >= 2:  # a Python process's programs, with and without a GPU
+            return
+        time.sleep(0.2)  # polling another process's state, with a deadline
+    raise RuntimeError("the daemon's programs were not loaded in time")
+
+
 def measure(d: Any, deepctx: list[str], argv: list[str], mode: str, phase: str, args: argparse.Namespace,
             poll: Callable[[], dict[int, dict[str, Any]]], work: Path) -> dict[str, Any]:
     """One attach: a fresh target, `deepctx attach` timed to the next call counted, then stopped and ended."""
@@ -283,6 +301,12 @@ def main() -> int:
     ap.add_argument("--fresh-cache", action="store_true",
                     help="each daemon gets an empty unwind-table cache (cache_dir in its temp dir): a first capture "
                          "on a new host; by default the daemons share the configured one, as a restarted daemon does")
+    ap.add_argument("--prewarm", action=argparse.BooleanOptionalAction, default=True,
+                    help="the daemon compiles and loads its common programs as it starts (its default; "
+                         "--no-prewarm: each program when a capture first needs it)")
+    ap.add_argument("--wait-prewarm", action="store_true",
+                    help="the cold attach waits until the daemon's programs are loaded (a daemon that has been "
+                         "up a while); by default it is issued as soon as the daemon serves and the target is ready")
     ap.add_argument("--self-profile", action="store_true",
                     help="with --daemon-log: each daemon samples its own threads' stacks (DEEPCTX_SELF_PROFILE) into "
                          "DIR/self-RUN-MODE.folded, to see where the attach's time goes (it competes for the GIL: "
@@ -310,14 +334,16 @@ def main() -> int:
             t0 = time.monotonic()
             env = ({"DEEPCTX_SELF_PROFILE": str((log_dir / f"self-{run}-{mode}.folded").resolve())}
                    if args.self_profile and log_dir is not None else None)
-            extra: list[str] = []
+            extra: list[str] = ["--prewarm" if args.prewarm else "--no-prewarm"]
             if args.fresh_cache:
                 (work / "d.toml").write_text(f'cache_dir = "{work / "cache"}"\n')
-                extra = ["--config", str(work / "d.toml")]
+                extra += ["--config", str(work / "d.toml")]
             d = start_daemon(work, *extra, env=env)
             daemon_start_s = time.monotonic() - t0
             try:
                 poll = status_poller(d, args.status)
+                if args.prewarm and args.wait_prewarm:
+                    wait_programs_loaded(d)
                 for phase in ("cold", "warm"):
                     try:
                         row = measure(d, DEEPCTX, argv, mode, phase, args, poll, work)

@@ -72,8 +72,8 @@ BPF_PERCPU_ARRAY(py_scratch, struct py_scratch, 1);
 /* Code objects' tags by address, per CPU and direct-mapped: a frame whose code this CPU has tagged before
  * costs one read (the frame), not two. Code objects live as long as their functions, so an address keeps
  * its object; one freed and another made at its address while its slot holds it keeps the old tag,
- * which user space then finds does not match (the frame shows as unknown, counted). The maps are made
- * anew for each capture. */
+ * which user space then finds does not match (the frame shows as unknown, counted). The cache is zeroed
+ * between captures (probes/programs.py: a loaded program serves one capture after another). */
 #ifndef PY_TAG_SLOTS
 #define PY_TAG_SLOTS 1024
 #endif
