@@ -219,6 +219,7 @@ class ProgramPool:
             raise
         self.count_loads(prog)
         log.info("program loaded", extra={"program": key, "families": [f.name for f in families],
+                                          "defines": [f for f in compose.compose_cflags(families) if f.startswith("-D")],
                                           "functions": prog.funcs_counted, "load_s": round(time.monotonic() - t0, 3)})
         return prog
 

@@ -1,0 +1,108 @@
+"""Programs compiled once (#30.1), on real eBPF: a second capture of its kind compiles and loads nothing, what
+each capture asks for (GPU call-path mode, kernel stacks) takes effect on the one loaded program, and a program
+compiled as the daemon starts serves the first capture. Counts are the daemon's Status totals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import (
+    Daemon,
+    StdinTarget,
+    Target,
+    cuda_runtime,
+    profile_phase,
+    start_daemon,
+    stop_daemon,
+    wait_for,
+)
+from profile_paths import self_paths, total, walk
+
+RUNTIME_CALLS = Path(__file__).resolve().parents[1] / "targets" / "gpu" / "runtime_calls.py"
+N_LAUNCH = 11 + 2 * 4  # runtime_calls.py's cudaLaunchKernel calls (host stubs and kernel handles)
+N_CALLS = 7 + N_LAUNCH + 3 + 5  # with its cudaMalloc, cudaMemcpy and cudaDeviceSynchronize calls
+
+
+def totals(d: Daemon) -> dict[str, int]:
+    r = d.cli("status", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    return {k: int(v) for k, v in json.loads(r.stdout)["totals"].items()}  # int64 map values come as strings
+
+
+def inclusive(node: dict, metric: str) -> int:
+    return node["metrics"].get(metric, 0) + sum(inclusive(c, metric) for c in node["children"])
+
+
+def launches(doc: dict) -> int:
+    return sum(inclusive(n, "calls") for _, n in walk(doc) if n["kind"] == "api" and n["name"] == "cudaLaunchKernel")
+
+
+@pytest.fixture
+def fresh(tmp_path: Path) -> Iterator[Daemon]:
+    """A daemon of its own: its counters start at zero (no programs compiled ahead)."""
+    d = start_daemon(tmp_path)
+    yield d
+    assert stop_daemon(d) == 0, d.log.read_text()[-4000:]
+
+
+def test_second_capture_compiles_nothing_and_takes_its_own_mode(fresh: Daemon) -> None:
+    lib = cuda_runtime()
+    first = profile_phase(fresh, StdinTarget([sys.executable, str(RUNTIME_CALLS), "cuda", lib]), "--mode", "sampled")
+    after_first = totals(fresh)
+    assert after_first["bpf_programs_compiled"] == 1 and after_first["captures_served"] == 1
+    assert after_first["bpf_programs_loaded"] >= 2  # the sampler's and the GPU probes' functions
+    # another process of the same program (warm), another mode: the same loaded program, its mode from a map
+    second = profile_phase(fresh, StdinTarget([sys.executable, str(RUNTIME_CALLS), "cuda", lib]), "--mode", "exact")
+    # the release runs behind the profile: wait until the program is given back
+    wait_for(lambda: totals(fresh).get("bpf_programs_idle") == 1, what="the program given back", timeout=60)
+    after = totals(fresh)
+    assert after["bpf_programs_compiled"] == 1 and after["bpf_programs_loaded"] == after_first["bpf_programs_loaded"]
+    assert after["bpf_programs_reused"] == 1 and after["captures_served"] == 2
+    assert (first["mode"], second["mode"]) == ("sampled", "exact")
+    assert launches(first) == launches(second) == N_LAUNCH  # sampled mode's counts stay exact
+    # exact mode on the program the sampled capture configured: every call's path, and the counters started
+    # from zero again (the maps were emptied between the captures)
+    s1, s2 = first["stats"], second["stats"]
+    assert s2["gpu_api_calls_with_call_path"] == s2["gpu_api_calls"] == s1["gpu_api_calls"] == N_CALLS
+    assert s1["gpu_api_calls_with_call_path"] <= s1["gpu_api_calls"]
+
+
+def test_kernel_stacks_follow_each_capture_on_one_program(fresh: Daemon, tmp_path: Path) -> None:
+    """--kernel-stacks used to be a -D of the sampler: now a flag of the target's entry in its map."""
+    dd = shutil.which("dd")
+    assert dd
+    script = tmp_path / "k.sh"
+    script.write_text(f'echo "ready $$"; exec {dd} if=/dev/zero of=/dev/null bs=1M count=100000000\n')
+
+    def kernel_share(*args: str) -> tuple[int, int]:
+        with Target(["sh", str(script)]) as t:
+            doc = fresh.attach_json(t.pid, "--duration", "2", *args)
+        return sum(v for p, v in self_paths(doc) if p[-1]["module"] == "[kernel]"), total(doc)
+
+    with_k, n1 = kernel_share("--kernel-stacks")
+    compiled = totals(fresh)["bpf_programs_compiled"]
+    without_k, n2 = kernel_share()
+    assert with_k >= 0.5 * n1 and n2 > 0
+    assert without_k == 0  # the same program, asked for no kernel stacks this time
+    assert totals(fresh)["bpf_programs_compiled"] == compiled == 1
+
+
+def test_program_compiled_at_start_serves_the_first_capture(tmp_path: Path) -> None:
+    d = start_daemon(tmp_path, "--prewarm")
+    try:
+        # two programs: a Python process with a GPU runtime, and one without
+        wait_for(lambda: totals(d).get("bpf_programs_idle") == 2, what="programs compiled ahead", timeout=300)
+        before = totals(d)
+        assert before["bpf_programs_compiled"] == 2 and before["captures_served"] == 0
+        doc = profile_phase(d, StdinTarget([sys.executable, str(RUNTIME_CALLS), "cuda", cuda_runtime()]), "--mode", "exact")
+        after = totals(d)
+        assert launches(doc) == N_LAUNCH
+        assert after["bpf_programs_compiled"] == 2 and after["bpf_programs_reused"] == 1
+        assert after["bpf_programs_loaded"] == before["bpf_programs_loaded"]  # loaded at start: attached only
+    finally:
+        assert stop_daemon(d) == 0, d.log.read_text()[-4000:]
