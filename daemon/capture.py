@@ -295,7 +295,6 @@ class Capture:
         progress(Progress(0.0, opts.duration_s, 0, "loading probes"))
         self.state = "compiling"
         t_compile = time.monotonic()
-        compiled = self.programs.counters.compiled
         prog = self.programs.acquire(probes.families)  # a loaded one where a capture of this kind ran before
         bpf = self._bpf = prog.bpf
         self.clock_offset_ns = clock_offset_ns()  # trace events: BPF's clock -> Unix time
@@ -307,7 +306,7 @@ class Capture:
             t_attach = time.monotonic()
             probes.attach(bpf, target)
             log.info("probes ready", extra={"session": self.id, "pid": target.pid, "families": self.probe_names,
-                                            "program": prog.key, "compiled": self.programs.counters.compiled > compiled,
+                                            "program": prog.key, "compiled": prog.built_for == "capture",
                                             "compile_s": round(t_attach - t_compile, 3),
                                             "attach_s": round(time.monotonic() - t_attach, 3)})
             self.state = "capturing"

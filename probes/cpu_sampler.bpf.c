@@ -21,6 +21,10 @@ BPF_STACK_TRACE(stacks, SAMPLER_STACK_ENTRIES);
 COUNTS_MAP(counts, struct sample_key, __u64, SAMPLER_COUNT_ENTRIES, SAMPLER_COUNT_SPARE, 0);
 /* preallocated: perf_event programs may use no other hash map before Linux 6.1 */
 BPF_PERCPU_ARRAY(cpu_stats, __u64, CPU_STAT__COUNT);
+/* the sample's kernel stack id, kept in map memory until the key is counted: the verifier does not track
+ * what a map holds, so the paths with and without a kernel stack are one state again before the walks
+ * (held in a register or on the stack, the setting's branch doubled the load's time) */
+BPF_PERCPU_ARRAY(cpu_kstack, __s32, 1);
 
 static __always_inline void cpu_stat_inc(int idx) {
     __u64 *v = cpu_stats.lookup(&idx);
@@ -34,8 +38,17 @@ int on_cpu_sample(struct deepctx_perf_event_data *ctx) {
     struct sampler_target *t = targets.lookup(&pid);
     if (!t)
         return 0;
-    __u32 tflags = t->flags;
     cpu_stat_inc(CPU_STAT_SAMPLES);
+    int zero_idx = 0;
+    __s32 *kid = cpu_kstack.lookup(&zero_idx);
+    if (!kid)
+        return 0;
+    *kid = -1;
+    if ((t->flags & SAMPLER_T_KERNEL_STACKS) && (__s64)PT_REGS_IP(&ctx->regs) < 0) {
+        *kid = stacks.get_stackid(ctx, 0);
+        if (*kid < 0)
+            cpu_stat_inc(CPU_STAT_KERNEL_STACK_LOST);
+    }
 
     struct sample_key key = {};
     key.pid = pid;
@@ -63,17 +76,15 @@ int on_cpu_sample(struct deepctx_perf_event_data *ctx) {
     }
 #endif
 
-    if ((tflags & SAMPLER_T_KERNEL_STACKS) && (key.flags & SAMPLE_F_KERNEL_MODE)) {
-        key.kernel_stack_id = stacks.get_stackid(ctx, 0);
-        if (key.kernel_stack_id < 0)
-            cpu_stat_inc(CPU_STAT_KERNEL_STACK_LOST);
-    }
-
 #ifdef DEEPCTX_PYTHON
     __u32 pyflags = 0;
     key.py_stack = python_stack_capture(pid, key.tid, &pyflags);
     key.flags |= (pyflags & 0xff) << SAMPLE_F_PY_SHIFT;
 #endif
+
+    kid = cpu_kstack.lookup(&zero_idx);
+    if (kid)
+        key.kernel_stack_id = *kid;
 
     __u64 zero = 0;
     int slot = 0;

@@ -40,7 +40,9 @@ _QUEUES = {22, 23}  # QUEUE, STACK
 # emptied, and the join checks the pid and the correlation id of a slot.
 ZEROED_ARRAY_MAX = 4096
 MAX_IDLE = 4  # idle programs kept (their maps hold kernel memory); the least recently used one goes first
-WAIT_S = 10.0  # how long a capture waits for a program of its kind being compiled ahead or emptied
+# how long a capture waits for a program of its kind being compiled ahead or emptied: about as long as compiling
+# one (up to a minute on a busy 2-CPU machine); a compile of its own beside it would only slow both down
+WAIT_S = 120.0
 
 
 def program_key(families: Sequence[ProbeFamily]) -> str:
@@ -57,6 +59,7 @@ class Program:
     bpf: Any
     funcs_counted: int = 0  # its loaded functions already counted in ProgramPool.loaded
     captures: int = 0  # captures it served
+    built_for: str = ""  # "capture" while the capture that compiled it holds it, "" after (for the log)
 
 
 @dataclass
@@ -102,12 +105,14 @@ class ProgramPool:
                     self.counters.reused += 1
                     self.counters.captures_served += 1
                     prog.captures += 1
+                    prog.built_for = ""
                     return prog
                 left = deadline - time.monotonic()
                 if not self._pending.get(key) or left <= 0:
                     break
                 self._cond.wait(left)
         prog = self._build(key, families)
+        prog.built_for = "capture"
         with self._cond:
             self.counters.captures_served += 1
             prog.captures += 1
