@@ -81,7 +81,7 @@ mkdir -p "$VENV/bcc-site"
 ln -sfn "$bcc_dir/bcc" "$VENV/bcc-site/bcc"
 site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$VENV/bcc-site" > "$site/deepctx-bcc.pth"
-if ! "$VENV/bin/python" -c 'import deepctx.daemon.main, grpc, pytest' 2>/dev/null \
+if ! "$VENV/bin/python" -c 'import deepctx.daemon.main, grpc, pytest, xdist' 2>/dev/null \
    || [ pyproject.toml -nt "$VENV/.deepctx-installed" ]; then
   say "installing Python dependencies into the virtualenv"
   "$VENV/bin/python" -m pip install -q --upgrade pip
@@ -104,7 +104,16 @@ case "$JOB" in
   install) exit 0 ;;
   test)
     say "running the test suite"
-    exec "$VENV/bin/python" -m pytest -ra --durations=15 -p no:cacheprovider tests
+    # pytest-xdist: a worker per CPU, each taking whole test files; tests that share the machine's users,
+    # services or GPU keep to one worker each (tests/conftest.py). The few that measure rates, memory or calls
+    # against whatever else runs then run alone. PYTEST_ADDOPTS='-m "not slow"' leaves the slow tier out
+    # (pyproject.toml's markers); `.venv/bin/python -m pytest tests` runs everything in one process.
+    args=(-ra --durations=15 -p no:cacheprovider)
+    rc=0
+    "$VENV/bin/python" -m pytest "${args[@]}" -n auto --dist loadgroup --alone-tests without tests || rc=$?
+    say "running the tests that measure against the rest of the machine, alone"
+    "$VENV/bin/python" -m pytest "${args[@]}" -n 0 --alone-tests only tests || rc=$?
+    exit "$rc"
     ;;
   demo)
     exec "$VENV/bin/python" examples/demo.py

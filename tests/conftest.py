@@ -1,9 +1,13 @@
-"""Shared fixtures: built native targets, tiers that skip cleanly where their needs are missing."""
+"""Shared fixtures: built native targets, tiers that skip cleanly where their needs are missing, and how the
+tiers share workers when pytest-xdist runs them (`-n auto --dist loadgroup`, as `./install.sh test` does)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -11,21 +15,84 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 TARGETS = TESTS / "targets"
 REPO = TESTS.parent
+# Tests that measure rates, memory or calls against whatever else runs on the machine: `./install.sh test`
+# runs them alone, after the rest (--alone-tests only), and the rest with xdist (--alone-tests without).
+ALONE_FILES = {
+    "integration/test_compile_pages.py",  # pages only this process maps: another process's compile shares them
+    "integration/test_uprobe_links.py",  # its control probes libc for every process and counts their calls
+    "integration/test_map_reads.py",  # processes calling without pause against takes, every call counted
+    "integration/test_capture_exit.py",  # a target's exit raced against a re-attach
+    "integration/test_gpu_duty.py",  # shares of each period, scaled by time
+    "integration/device/test_device_busy.py",  # a mock GPU's busy time against NVML's samples
+    "integration/device/test_device_duty.py",  # device time scaled by the recorded share
+}
+# The integration and GPU tiers run in one xdist group (one worker, in their order, as without xdist): their
+# daemons, probes and targets compete for the CPUs and the machine's users, services, sysctls and GPU. The
+# unit and views tiers' files run on the other workers meanwhile.
+SERIAL_TIERS = ("integration", "gpu")
+SERIAL_GROUP = "root-and-gpu-tiers"
 
 
 def is_root() -> bool:
     return os.geteuid() == 0
 
 
+def xdist_group(rel: str) -> str:
+    """SERIAL_GROUP for the integration and GPU tiers; else a group per file, so that a file's module
+    fixtures are made once and its tests keep their order."""
+    return SERIAL_GROUP if rel.split("/", 1)[0] in SERIAL_TIERS else rel
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist worker's temporary folders under pytest-N/gwK, not pytest-N/popen-gwK: the daemons' sockets
+    live in tmp_path, with a private folder beside them, and a Unix socket's path has at most 107 bytes.
+    Runs before the tmp_path plugin reads the option."""
+    worker = getattr(config, "workerinput", None)
+    if worker is not None and config.option.basetemp:
+        base = Path(config.option.basetemp)
+        if base.name == f"popen-{worker['workerid']}":
+            config.option.basetemp = str(base.with_name(worker["workerid"]))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--alone-tests", choices=("with", "without", "only"), default="with",
+                     help="the tests that must run alone (tests/conftest.py ALONE_FILES): run them with the "
+                          "rest (default), leave them out, or run only them")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip_root = pytest.mark.skip(reason="needs root and a kernel with BPF (integration tier)")
+    alone = config.getoption("--alone-tests")
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     for item in items:
         if "integration" in item.path.parts and not is_root():
             item.add_marker(skip_root)
+        rel = item.path.relative_to(TESTS).as_posix() if item.path.is_relative_to(TESTS) else ""
+        item.add_marker(pytest.mark.xdist_group(xdist_group(rel)))
+        is_alone = rel in ALONE_FILES
+        (kept if alone == "with" or is_alone == (alone == "only") else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+@contextmanager
+def folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on a folder (flock on its descriptor: no file left behind), for builds that two
+    xdist workers could start at once."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 @pytest.fixture(scope="session")
 def native_targets() -> Path:
-    """tests/targets/bin, built with make (frame pointers on, debug info kept)."""
-    subprocess.run(["make", "-s", "-C", str(TARGETS)], check=True)
+    """tests/targets/bin, built with make (frame pointers on, debug info kept); one worker builds at a time."""
+    with folder_lock(TARGETS):
+        subprocess.run(["make", "-s", "-C", str(TARGETS)], check=True)
     return TARGETS / "bin"

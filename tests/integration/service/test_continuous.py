@@ -157,14 +157,11 @@ def test_device_activity_follows_the_duty_cycle(service_dir, stopped) -> None:
     so before the agent is there: the capture attaches to the agent when it loads. While the probes are
     detached the agent lets CUPTI go (no callback, no record: the process pays nothing), while attached it
     reports again, and the stored window holds its device time."""
-    import subprocess
-
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "device"))
-    from device_paths import AGENT, MOCKS, REPO
+    from device_paths import AGENT, MOCKS, make_agents_and_mocks
     from device_paths import TARGET as MOCK_TARGET
 
-    for folder in (REPO / "native", REPO / "tests" / "mocks"):
-        subprocess.run(["make", "-s", "-C", str(folder), f"PYTHON={sys.executable}"], check=True)
+    make_agents_and_mocks()
     if not AGENT.exists() or not (MOCKS / "libcupti.so.13").exists():
         import pytest
 
