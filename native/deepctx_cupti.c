@@ -31,6 +31,7 @@
 
 #include "agent_common.h"
 #include "cupti_tracked.h"
+#include "pc_sampling.h"
 
 struct cupti_api {
     CUptiResult (*Subscribe)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
@@ -147,6 +148,7 @@ static int load_cupti(void) {
         AGENT_SYM(cupti, GetResultString, "cuptiGetResultString", 0),
         AGENT_SYM(cupti, GetTimestamp, "cuptiGetTimestamp", 0),
     };
+    pcs_load(h);  /* optional: only `--pc-sampling` needs it, and says so when it is missing */
     return agent_bind(h, syms, sizeof(syms) / sizeof(syms[0]), "libcupti lacks %s");
 }
 
@@ -154,6 +156,10 @@ static int load_cupti(void) {
 
 static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data) {
     (void)userdata;
+    if (domain == CUPTI_CB_DOMAIN_RESOURCE) {  /* enabled only for PC sampling (pcs_start) */
+        pcs_on_resource(cbid, data);
+        return;
+    }
     if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API)
         return;
     const CUpti_CallbackData *cb = data;
@@ -331,6 +337,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 
 static int flush_cupti(int forced) {
     measure_clock_offset();  /* the records this flush hands over are converted with it */
+    pcs_collect(forced);  /* forced: the stop's or the exit's flush, the last one */
     return cupti.ActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0) == CUPTI_SUCCESS ? 0 : -1;
 }
 
@@ -369,6 +376,7 @@ static int start_cupti(void) {
         enable_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE);
         enable_callbacks(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE);
     }
+    pcs_start(subscriber, cupti.EnableCallback);
     agent_timed("start: callbacks on", &t);
     int sync_activity = (int)agent_env_u64("DEEPCTX_SYNC_ACTIVITY", 1);
     for (size_t i = 0; i < sizeof(KINDS) / sizeof(KINDS[0]); i++) {

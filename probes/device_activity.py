@@ -27,6 +27,7 @@ from deepctx.probes import usdt
 from deepctx.probes.family import FamilyDefaults, Target, read_source
 from deepctx.probes.gpu_api import GpuCorrKey, GpuKey
 from deepctx.probes.maps import CountsMap, items, percpu_sum
+from deepctx.probes.pc_sampling import PcSampling, PcsOptions
 
 log = logging.getLogger("deepctx.device")
 
@@ -331,11 +332,12 @@ class DeviceActivity(FamilyDefaults):
         # attach when it appears (poll), as for an agent loaded by dlopen.
         self.expected_agent: str | None = None
         self._sealed: Any = None  # the injected agent's sealed memfd (inject.memfd.SealedAgent) while attached
+        self.pcs: PcSampling | None = None  # PC sampling, when the target's environment asks (prepare)
 
     # --- ProbeFamily ------------------------------------------------------------------------------
 
     def source(self) -> str:
-        return read_source("device_activity.bpf.c")
+        return read_source("device_activity.bpf.c") + (self.pcs.source() if self.pcs else "")
 
     def defines(self) -> dict[str, int | str]:
         return {"DEV_CORR_ENTRIES": self.corr_entries, "DEV_CORR_IDS": self.corr_ids,
@@ -344,7 +346,8 @@ class DeviceActivity(FamilyDefaults):
                 "DEV_COUNT_FLAGS": self.counts.flags(),
                 "DEV_NAME_ENTRIES": self.name_entries, "DEV_SITE_ENTRIES": 256,
                 "DEV_RINGBUF_PAGES": self.ringbuf_pages,
-                "GPU_LAST_CALL": 1}  # gpu_api.bpf.c keeps each thread's last entry-only call for the join
+                "GPU_LAST_CALL": 1,  # gpu_api.bpf.c keeps each thread's last entry-only call for the join
+                **(self.pcs.defines() if self.pcs else {})}
 
     def load(self, bpf: Any) -> None:
         from deepctx.probes.uprobes import load_for_uprobes
@@ -356,6 +359,11 @@ class DeviceActivity(FamilyDefaults):
         return "rocprof" if os.path.basename(path).startswith("libdeepctx_rocprof") else "cupti"
 
     def prepare(self, target: Target) -> None:
+        # --- PC sampling (probes/pc_sampling.py): asked for through the environment (`deepctx run --pc-sampling`)
+        options = PcsOptions.from_environment(lambda name: environ_value(target.pid, name))
+        self.pcs = PcSampling(options) if options is not None else None
+        if self.pcs is not None:
+            self.pcs.warnings = target.warnings  # said at the build, where the samples meet the kernels
         mapped = agent_mappings(target.space.mappings)
         if mapped:
             self.agent_kind = self.kind_of(mapped[0].path)
@@ -388,6 +396,8 @@ class DeviceActivity(FamilyDefaults):
         self._attacher = usdt.UsdtAttacher(bpf)
         self.start_ns = time.monotonic_ns()  # CLOCK_MONOTONIC: bpf_ktime_get_ns()'s clock
         self.write_config(bpf)
+        if self.pcs is not None:
+            self.pcs.open(bpf, target.pid)
         if self.trace:
             ring_sink(bpf).fn = self._on_event
             self._ringbuf_open = True
@@ -453,6 +463,8 @@ class DeviceActivity(FamilyDefaults):
         out["device_probes_attached"] = int(self._attacher is not None and not self.paused)
         out["device_agent_awaited"] = int(bool(self.expected_agent) and not self._files)
         out["device_probe_resumes"] = self.resumes
+        if self.pcs is not None:
+            out.update(self.pcs.stats(bpf))
         return out
 
     # --- attaching ----------------------------------------------------------------------------------
@@ -484,6 +496,8 @@ class DeviceActivity(FamilyDefaults):
     def _attach_handlers(self, af: _AgentFile) -> None:
         """The probes a capture watches (their semaphores rise: the agent starts reporting)."""
         assert self._attacher is not None
+        if self.pcs is not None:  # before the batch probe: the agent decides at its start
+            self.pcs.attach(self._attacher, af.path, self._pid, af.probes)
         if self.sampling:  # first, so that the agent's first announcement already samples
             self._attacher.attach("on_dev_request", af.path, self._pid, [p for p in af.probes if p.name == "sampling"])
         for probe_name, fn in HANDLERS.items():
@@ -683,7 +697,7 @@ class DeviceActivity(FamilyDefaults):
 
     def drain(self, bpf: Any) -> None:
         """Trace mode: moves the ring buffer's events into self.events."""
-        if self._ringbuf_open:
+        if self._ringbuf_open or self.pcs is not None:  # every ring buffer opened (trace events, PC samples)
             bpf.ring_buffer_consume()
 
     def buckets(self, bpf: Any) -> list[DeviceBucket]:

@@ -13,6 +13,7 @@ void mockcupti_memcpy(uint32_t corr, uint64_t bytes, uint8_t copy_kind, uint64_t
                       uint32_t stream);
 void mockcupti_memset(uint32_t corr, uint64_t bytes, uint64_t start, uint64_t end, uint32_t stream);
 void mockcupti_sync(uint32_t corr, uint32_t type, uint64_t start, uint64_t end);
+void mockcupti_resource(uint32_t cbid, void *data);  /* a CUpti_ResourceData */
 
 /* libcuda.so.1 (mock); cuInit and cuLaunchKernel as cuda.h declares them */
 uint64_t mock_device_run(uint64_t duration);

@@ -35,6 +35,62 @@ static int nkernels;
 static int initialized;
 static uint64_t device_free_at;
 
+/* The simulated device: MOCK_SM_COUNT multiprocessors (default 132), compute capability 9.0. */
+static int mock_context;  /* its address is the one context */
+
+EXPORT CUresult cuCtxGetDevice(CUdevice *dev) {
+    *dev = 0;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxPushCurrent(CUcontext ctx) {
+    (void)ctx;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxPopCurrent(CUcontext *ctx) {
+    *ctx = (CUcontext)&mock_context;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, CUdevice dev) {
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    const char *sms = getenv("MOCK_SM_COUNT");
+    switch (attr) {
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = sms && *sms ? atoi(sms) : 132; return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    snprintf(name, (size_t)len, "Mock H200");
+    return CUDA_SUCCESS;
+}
+
+/* After the injection (first cuInit): the context is created and, with MOCK_CUBIN naming a cubin file,
+ * a module of it loaded: CUPTI's resource callbacks, as a real driver makes them. */
+static void load_module(void) {
+    CUpti_ResourceData ctx;
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.context = (CUcontext)&mock_context;
+    mockcupti_resource(CUPTI_CBID_RESOURCE_CONTEXT_CREATED, &ctx);
+    const char *path = getenv("MOCK_CUBIN");
+    FILE *f = path && *path ? fopen(path, "rb") : NULL;
+    if (!f)
+        return;
+    static char cubin[1 << 20];
+    size_t n = fread(cubin, 1, sizeof(cubin), f);
+    fclose(f);
+    CUpti_ModuleResourceData mod = {1, n, cubin};
+    ctx.resourceDescriptor = &mod;
+    mockcupti_resource(CUPTI_CBID_RESOURCE_MODULE_LOADED, &ctx);
+}
+
 EXPORT CUresult cuInit(unsigned flags) {
     (void)flags;
     pthread_mutex_lock(&lock);
@@ -52,6 +108,7 @@ EXPORT CUresult cuInit(unsigned flags) {
         else
             init();
     }
+    load_module();
     return CUDA_SUCCESS;
 }
 

@@ -314,6 +314,16 @@ static void callback(CUpti_CallbackDomain domain, uint32_t cbid, CUpti_ApiCallba
     f(data, domain, cbid, &cb);
 }
 
+/* A resource event (context created, module loaded ...): the subscriber's callback, when it enabled it. */
+EXPORT void mockcupti_resource(uint32_t cbid, void *data) {
+    pthread_mutex_lock(&lock);
+    CUpti_CallbackFunc f = subscribed && cbid < MAX_CBID && enabled[CUPTI_CB_DOMAIN_RESOURCE][cbid] ? subscriber_fn : NULL;
+    void *userdata = subscriber_data;
+    pthread_mutex_unlock(&lock);
+    if (f)
+        f(userdata, CUPTI_CB_DOMAIN_RESOURCE, cbid, data);
+}
+
 /* An API call starts: a new correlation id, and the subscriber's enter callback in this thread. */
 EXPORT uint32_t mockcupti_api_enter(int domain, uint32_t cbid, const char *fn, const char *symbol) {
     uint32_t corr = __atomic_fetch_add(&next_correlation, 1, __ATOMIC_RELAXED);
@@ -367,8 +377,11 @@ EXPORT void mockcupti_spin_env(const char *name, long long *cache) {
  * launching thread spins this long), so that a job runs slower while recorded, as a real one does. */
 static long long recording_spin_ns = -1;
 
+void mockcupti_pcs_kernel(const char *name);  /* mock_cupti_pcs.c */
+
 EXPORT void mockcupti_kernel(uint32_t corr, const char *name, uint64_t start, uint64_t end, uint32_t stream,
                              uint64_t graph_node, const uint32_t *shape) {
+    mockcupti_pcs_kernel(name);
     if (kinds[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL])
         mockcupti_spin_env("MOCK_RECORDING_SPIN_NS", &recording_spin_ns);
     pthread_mutex_lock(&lock);

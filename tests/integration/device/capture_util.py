@@ -33,8 +33,11 @@ class Result:
 
 def run_capture(pid: int, work: Callable[[], None], device: DeviceActivity, python: bool = True,
                 before_flush: Callable[[Any], None] | None = None, gpu_mode: str = "exact",
-                agent_calls: bool = False, after_flush: Callable[[Any], None] | None = None) -> Result:
-    """agent_calls: launches and async copies/sets are left to the agent (GpuApi.agent_reports_calls)."""
+                agent_calls: bool = False, after_flush: Callable[[Any], None] | None = None,
+                stop: bool = False) -> Result:
+    """agent_calls: launches and async copies/sets are left to the agent (GpuApi.agent_reports_calls).
+    stop: after after_flush, the capture's end as deepctxd makes it (DeviceActivity.stop: the agent's last,
+    forced flush)."""
     info = procfs.process_info(pid)
     target = Target(pid, info, procfs.AddressSpace(procfs.read_maps(pid)))
     families: list[Any] = []
@@ -62,6 +65,8 @@ def run_capture(pid: int, work: Callable[[], None], device: DeviceActivity, pyth
         flushed = device.flush(bpf, target)
         if after_flush is not None:
             after_flush(bpf)
+        if stop:
+            flushed = device.stop(bpf, target) and flushed
         for f in families:
             f.poll(bpf, target)
         tree = CallTree(info.command)

@@ -1,0 +1,441 @@
+/* PC sampling in the CUPTI agent (pc_sampling.h). Everything it learns goes out through one USDT probe,
+ * pcs(kind, data, len) (probes/pc_samples.h): sample records, the names they refer to (functions, stall
+ * reasons), the cubins they are in (so deepctxd can disassemble them after the process is gone), the
+ * device, and statuses that say why sampling did not run. */
+#define _GNU_SOURCE
+#include "pc_sampling.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cupti_pcsampling.h>
+
+#include "agent_common.h"
+#include "pc_samples.h"
+
+/* The pcs probe's semaphore: raised while deepctxd reads the probe, its request to sample. */
+__extension__ unsigned short deepctx_pcs_semaphore __attribute__((unused, section(".probes")));
+
+#define MAX_CONTEXTS 16
+#define MAX_CUBINS 1024
+#define NAME_SLOTS 4096     /* function names interned (open addressing, a power of two) */
+#define COLLECT_PCS 1024    /* PCs per GetData call */
+#define RECORDS_PER_MSG (PCS_CHUNK / sizeof(struct pcs_record))
+
+struct pcs_api {
+    CUptiResult (*Enable)(CUpti_PCSamplingEnableParams *);
+    CUptiResult (*Disable)(CUpti_PCSamplingDisableParams *);
+    CUptiResult (*SetConfigurationAttribute)(CUpti_PCSamplingConfigurationInfoParams *);
+    CUptiResult (*GetData)(CUpti_PCSamplingGetDataParams *);
+    CUptiResult (*GetNumStallReasons)(CUpti_PCSamplingGetNumStallReasonsParams *);
+    CUptiResult (*GetStallReasons)(CUpti_PCSamplingGetStallReasonsParams *);
+    CUptiResult (*GetCubinCrc)(CUpti_GetCubinCrcParams *);
+    CUptiResult (*GetResultString)(CUptiResult, const char **);
+};
+
+struct pcs_context {
+    CUcontext ctx;
+    int on;
+    uint64_t started_ns;
+    CUpti_PCSamplingData data;    /* GetData's */
+    CUpti_PCSamplingData config;  /* the configured buffer: what Disable leaves behind */
+};
+
+struct pcs_cubin {
+    uint64_t crc;
+    uint32_t module;
+    size_t size;
+    char *bytes;
+    int sent;
+};
+
+struct pcs_name_slot {
+    uint64_t hash;
+    uint64_t id;
+    const char *name;  /* CUPTI's string (it asks that it be kept), or our copy */
+};
+
+static struct pcs_api api;
+static pthread_mutex_t pcs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pcs_context contexts[MAX_CONTEXTS];
+static struct pcs_cubin cubins[MAX_CUBINS];
+static int ncubins;
+static struct pcs_name_slot names[NAME_SLOTS];
+static uint64_t next_name_id = 1;
+static unsigned char stall_sent[1024];
+static size_t num_stalls;
+static uint32_t *stall_index;
+static uint64_t total_samples, dropped_samples, non_user_samples;
+static int active;
+
+static void send(uint32_t kind, const void *data, uint32_t len) {
+    if (WATCHED(pcs))
+        STAP_PROBE3(deepctx, pcs, kind, data, len);
+}
+
+static void send_status(int32_t code, uint32_t period, const char *text) {
+    unsigned char buf[sizeof(struct pcs_status) + 256];
+    struct pcs_status st = {code, period, total_samples, dropped_samples, non_user_samples};
+    memcpy(buf, &st, sizeof(st));
+    size_t n = text ? strnlen(text, 256) : 0;
+    memcpy(buf + sizeof(st), text, n);
+    send(PCS_MSG_STATUS, buf, (uint32_t)(sizeof(st) + n));
+}
+
+static const char *error_text(CUptiResult r) {
+    const char *s = NULL;
+    if (api.GetResultString && api.GetResultString(r, &s) == CUPTI_SUCCESS && s)
+        return s;
+    static __thread char buf[32];
+    snprintf(buf, sizeof(buf), "CUPTI error %d", (int)r);
+    return buf;
+}
+
+/* A failed call: unsupported devices say so in their own words, anything else is CUPTI's error. */
+static void report_failure(const char *call, CUptiResult r) {
+    char text[224];
+    snprintf(text, sizeof(text), "%s: %s", call, error_text(r));
+    send_status(r == CUPTI_ERROR_NOT_SUPPORTED ? PCS_E_UNSUPPORTED : PCS_E_CUPTI, 0, text);
+}
+
+void pcs_load(void *h) {
+    api.Enable = (void *)dlsym(h, "cuptiPCSamplingEnable");
+    api.Disable = (void *)dlsym(h, "cuptiPCSamplingDisable");
+    api.SetConfigurationAttribute = (void *)dlsym(h, "cuptiPCSamplingSetConfigurationAttribute");
+    api.GetData = (void *)dlsym(h, "cuptiPCSamplingGetData");
+    api.GetNumStallReasons = (void *)dlsym(h, "cuptiPCSamplingGetNumStallReasons");
+    api.GetStallReasons = (void *)dlsym(h, "cuptiPCSamplingGetStallReasons");
+    api.GetCubinCrc = (void *)dlsym(h, "cuptiGetCubinCrc");
+    api.GetResultString = (void *)dlsym(h, "cuptiGetResultString");
+}
+
+int pcs_wanted(void) { return WATCHED(pcs) && agent_env_u64("DEEPCTX_PC_SAMPLING", 0) != 0; }
+
+void pcs_start(CUpti_SubscriberHandle subscriber,
+               CUptiResult (*enable)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain, CUpti_CallbackId)) {
+    active = pcs_wanted();
+    if (!active)
+        return;
+    if (!api.Enable || !api.Disable || !api.SetConfigurationAttribute || !api.GetData || !api.GetNumStallReasons ||
+        !api.GetStallReasons || !api.GetCubinCrc) {
+        send_status(PCS_E_NO_API, 0, "this libcupti has no PC sampling API (cupti_pcsampling.h)");
+        active = 0;
+        return;
+    }
+    enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
+    enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
+    enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
+}
+
+/* --- names and cubins ------------------------------------------------------------------------------ */
+
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h ? h : 1;
+}
+
+static void send_named(uint32_t kind, uint64_t id, const char *name) {
+    unsigned char buf[PCS_CHUNK];
+    struct pcs_name_head head = {id};
+    size_t n = strnlen(name, sizeof(buf) - sizeof(head));
+    memcpy(buf, &head, sizeof(head));
+    memcpy(buf + sizeof(head), name, n);
+    send(kind, buf, (uint32_t)(sizeof(head) + n));
+}
+
+/* The function's id, its name sent the first time it is seen. 0: the table is full. */
+static uint64_t name_id(const char *name) {
+    if (!name)
+        return 0;
+    uint64_t h = fnv1a(name);
+    for (uint32_t i = 0; i < NAME_SLOTS; i++) {
+        struct pcs_name_slot *s = &names[(h + i) & (NAME_SLOTS - 1)];
+        if (!s->hash) {
+            s->hash = h;
+            s->name = name;
+            s->id = next_name_id++;
+            send_named(PCS_MSG_NAME, s->id, name);
+            return s->id;
+        }
+        if (s->hash == h && strcmp(s->name, name) == 0)
+            return s->id;
+    }
+    return 0;
+}
+
+static void send_cubin(struct pcs_cubin *c) {
+    unsigned char buf[PCS_CHUNK];
+    struct pcs_cubin_head head = {c->crc, c->size, 0, c->module, 0};
+    size_t room = sizeof(buf) - sizeof(head);
+    for (size_t off = 0; off < c->size; off += room) {
+        size_t n = c->size - off < room ? c->size - off : room;
+        head.offset = off;
+        memcpy(buf, &head, sizeof(head));
+        memcpy(buf + sizeof(head), c->bytes + off, n);
+        send(PCS_MSG_CUBIN, buf, (uint32_t)(sizeof(head) + n));
+    }
+    c->sent = 1;
+}
+
+/* The cubin a sample is in, handed over with its first sample (most loaded modules are never sampled). */
+static void need_cubin(uint64_t crc) {
+    for (int i = 0; i < ncubins; i++) {
+        if (cubins[i].crc == crc) {
+            if (!cubins[i].sent)
+                send_cubin(&cubins[i]);
+            return;
+        }
+    }
+}
+
+static void module_loaded(const CUpti_ModuleResourceData *m) {
+    if (!m || !m->pCubin || !m->cubinSize || ncubins >= MAX_CUBINS)
+        return;
+    CUpti_GetCubinCrcParams p = {CUpti_GetCubinCrcParamsSize, m->cubinSize, m->pCubin, 0};
+    if (api.GetCubinCrc(&p) != CUPTI_SUCCESS)
+        return;
+    for (int i = 0; i < ncubins; i++)
+        if (cubins[i].crc == p.cubinCrc)
+            return;
+    char *copy = malloc(m->cubinSize);  /* valid only inside the callback */
+    if (!copy)
+        return;
+    memcpy(copy, m->pCubin, m->cubinSize);
+    cubins[ncubins++] = (struct pcs_cubin){p.cubinCrc, m->moduleId, m->cubinSize, copy, 0};
+}
+
+/* --- contexts ---------------------------------------------------------------------------------------- */
+
+static int alloc_data(CUpti_PCSamplingData *d) {
+    memset(d, 0, sizeof(*d));
+    d->size = sizeof(*d);
+    d->collectNumPcs = COLLECT_PCS;
+    d->pPcData = calloc(COLLECT_PCS, sizeof(CUpti_PCSamplingPCData));
+    if (!d->pPcData)
+        return -1;
+    for (size_t i = 0; i < COLLECT_PCS; i++) {
+        d->pPcData[i].size = sizeof(CUpti_PCSamplingPCData);
+        d->pPcData[i].stallReason = calloc(num_stalls ? num_stalls : 1, sizeof(CUpti_PCSamplingStallReason));
+        if (!d->pPcData[i].stallReason)
+            return -1;
+    }
+    return 0;
+}
+
+static void send_stall_names(CUcontext ctx) {
+    char **text = calloc(num_stalls, sizeof(char *));
+    uint32_t *index = calloc(num_stalls, sizeof(uint32_t));
+    for (size_t i = 0; text && i < num_stalls; i++)
+        text[i] = calloc(1, CUPTI_STALL_REASON_STRING_SIZE);
+    CUpti_PCSamplingGetStallReasonsParams p = {CUpti_PCSamplingGetStallReasonsParamsSize, NULL, ctx, num_stalls,
+                                               index, text};
+    if (text && index && api.GetStallReasons(&p) == CUPTI_SUCCESS) {
+        for (size_t i = 0; i < num_stalls; i++) {
+            if (index[i] < sizeof(stall_sent) && !stall_sent[index[i]] && text[i]) {
+                stall_sent[index[i]] = 1;
+                send_named(PCS_MSG_STALL, index[i], text[i]);
+            }
+        }
+        free(stall_index);
+        stall_index = index;  /* every reason is collected: the configuration names them all */
+        index = NULL;
+    }
+    for (size_t i = 0; text && i < num_stalls; i++)
+        free(text[i]);
+    free(text);
+    free(index);
+}
+
+/* The device the context runs on, from the driver (the analyzer reads its SM count and architecture). */
+static void send_device(CUcontext ctx) {
+    void *cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);  /* loaded: it called us */
+    if (!cu)
+        return;
+    CUresult (*get_device)(CUdevice *) = (void *)dlsym(cu, "cuCtxGetDevice");
+    CUresult (*attribute)(int *, CUdevice_attribute, CUdevice) = (void *)dlsym(cu, "cuDeviceGetAttribute");
+    CUresult (*get_name)(char *, int, CUdevice) = (void *)dlsym(cu, "cuDeviceGetName");
+    CUresult (*push)(CUcontext) = (void *)dlsym(cu, "cuCtxPushCurrent_v2");
+    CUresult (*pop)(CUcontext *) = (void *)dlsym(cu, "cuCtxPopCurrent_v2");
+    dlclose(cu);  /* the NOLOAD reference only */
+    CUdevice dev = 0;
+    if (!get_device || !attribute)
+        return;
+    int pushed = push && pop && push(ctx) == CUDA_SUCCESS;  /* cuCtxGetDevice asks the current context */
+    CUresult r = get_device(&dev);
+    if (pushed) {
+        CUcontext popped;
+        pop(&popped);
+    }
+    if (r != CUDA_SUCCESS)
+        return;
+    struct pcs_device d;
+    memset(&d, 0, sizeof(d));
+    int v = 0;
+    d.ordinal = (uint32_t)dev;
+    if (attribute(&v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) == CUDA_SUCCESS)
+        d.sm_count = (uint32_t)v;
+    if (attribute(&v, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) == CUDA_SUCCESS)
+        d.cc_major = (uint32_t)v;
+    if (attribute(&v, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) == CUDA_SUCCESS)
+        d.cc_minor = (uint32_t)v;
+    if (get_name)
+        get_name(d.name, (int)sizeof(d.name) - 1, dev);
+    send(PCS_MSG_DEVICE, &d, sizeof(d));
+}
+
+static void context_created(CUcontext ctx) {
+    struct pcs_context *c = NULL;
+    for (int i = 0; i < MAX_CONTEXTS && !c; i++)
+        if (!contexts[i].ctx)
+            c = &contexts[i];
+    if (!c)
+        return;
+    send_device(ctx);
+    CUpti_PCSamplingEnableParams en = {CUpti_PCSamplingEnableParamsSize, NULL, ctx};
+    CUptiResult r = api.Enable(&en);
+    if (r != CUPTI_SUCCESS) {
+        report_failure("cuptiPCSamplingEnable", r);
+        return;
+    }
+    size_t n = 0;
+    CUpti_PCSamplingGetNumStallReasonsParams np = {CUpti_PCSamplingGetNumStallReasonsParamsSize, NULL, ctx, &n};
+    r = api.GetNumStallReasons(&np);
+    if (r != CUPTI_SUCCESS || !n) {
+        report_failure("cuptiPCSamplingGetNumStallReasons", r);
+        CUpti_PCSamplingDisableParams dis = {CUpti_PCSamplingDisableParamsSize, NULL, ctx};
+        api.Disable(&dis);
+        return;
+    }
+    if (n > num_stalls)
+        num_stalls = n;
+    send_stall_names(ctx);
+    c->ctx = ctx;
+    if (alloc_data(&c->data) != 0 || alloc_data(&c->config) != 0) {
+        send_status(PCS_E_CUPTI, 0, "out of memory for the PC sampling buffers");
+        return;
+    }
+    uint32_t period = (uint32_t)agent_env_u64("DEEPCTX_PC_PERIOD", 0);
+    CUpti_PCSamplingConfigurationInfo info[6];
+    memset(info, 0, sizeof(info));
+    size_t k = 0;
+    info[k].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_STALL_REASON;
+    info[k].attributeData.stallReasonData.stallReasonCount = num_stalls;
+    info[k++].attributeData.stallReasonData.pStallReasonIndex = stall_index;
+    info[k].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_SAMPLING_DATA_BUFFER;
+    info[k++].attributeData.samplingDataBufferData.samplingDataBuffer = &c->config;
+    info[k].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_COLLECTION_MODE;
+    info[k++].attributeData.collectionModeData.collectionMode = CUPTI_PC_SAMPLING_COLLECTION_MODE_CONTINUOUS;
+    info[k].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_OUTPUT_DATA_FORMAT;
+    info[k++].attributeData.outputDataFormatData.outputDataFormat = CUPTI_PC_SAMPLING_OUTPUT_DATA_FORMAT_PARSED;
+    if (period) {
+        info[k].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_SAMPLING_PERIOD;
+        info[k++].attributeData.samplingPeriodData.samplingPeriod = period;
+    }
+    CUpti_PCSamplingConfigurationInfoParams cp = {CUpti_PCSamplingConfigurationInfoParamsSize, NULL, ctx, k, info};
+    r = api.SetConfigurationAttribute(&cp);
+    if (r != CUPTI_SUCCESS) {
+        report_failure("cuptiPCSamplingSetConfigurationAttribute", r);
+        CUpti_PCSamplingDisableParams dis = {CUpti_PCSamplingDisableParamsSize, NULL, ctx};
+        api.Disable(&dis);
+        c->ctx = NULL;
+        return;
+    }
+    c->on = 1;
+    c->started_ns = agent_monotonic_ns();
+    send_status(PCS_ON, period, NULL);
+}
+
+/* --- records ----------------------------------------------------------------------------------------- */
+
+static void send_records(const CUpti_PCSamplingData *d) {
+    struct pcs_record batch[RECORDS_PER_MSG];
+    uint32_t n = 0;
+    for (size_t i = 0; i < d->totalNumPcs && i < d->collectNumPcs; i++) {
+        const CUpti_PCSamplingPCData *pc = &d->pPcData[i];
+        uint64_t id = name_id(pc->functionName);
+        need_cubin(pc->cubinCrc);
+        for (size_t s = 0; s < pc->stallReasonCount; s++) {
+            if (!pc->stallReason[s].samples)
+                continue;
+            uint32_t reason = pc->stallReason[s].pcSamplingStallReasonIndex;
+            batch[n++] = (struct pcs_record){pc->cubinCrc, pc->pcOffset, id, reason, pc->stallReason[s].samples,
+                                             pc->correlationId, pc->functionIndex};
+            if (n == RECORDS_PER_MSG) {
+                send(PCS_MSG_RECORDS, batch, (uint32_t)(n * sizeof(batch[0])));
+                n = 0;
+            }
+        }
+    }
+    if (n)
+        send(PCS_MSG_RECORDS, batch, (uint32_t)(n * sizeof(batch[0])));
+    total_samples += d->totalSamples;
+    dropped_samples += d->droppedSamples;
+    non_user_samples += d->nonUsrKernelsTotalSamples;
+}
+
+/* Everything CUPTI holds for c; final: then sampling ends there (Disable leaves the rest in the
+ * configured buffer). */
+static void drain_context(struct pcs_context *c, int final) {
+    if (!c->on)
+        return;
+    for (int rounds = 0; rounds < 64; rounds++) {
+        c->data.totalNumPcs = 0;
+        c->data.remainingNumPcs = 0;
+        CUpti_PCSamplingGetDataParams gp = {CUpti_PCSamplingGetDataParamsSize, NULL, c->ctx, &c->data};
+        CUptiResult r = api.GetData(&gp);
+        if (r != CUPTI_SUCCESS) {
+            report_failure("cuptiPCSamplingGetData", r);
+            final = 1;
+            break;
+        }
+        send_records(&c->data);
+        if (!c->data.remainingNumPcs)
+            break;
+    }
+    if (!final)
+        return;
+    CUpti_PCSamplingDisableParams dis = {CUpti_PCSamplingDisableParamsSize, NULL, c->ctx};
+    c->config.totalNumPcs = 0;
+    if (api.Disable(&dis) == CUPTI_SUCCESS)
+        send_records(&c->config);
+    c->on = 0;
+    send_status(PCS_DONE, 0, NULL);
+}
+
+void pcs_collect(int final) {
+    if (!active)
+        return;
+    pthread_mutex_lock(&pcs_lock);
+    uint64_t limit_ns = agent_env_u64("DEEPCTX_PC_DURATION_MS", 30000) * 1000000ull;
+    uint64_t now = agent_monotonic_ns();
+    for (int i = 0; i < MAX_CONTEXTS; i++) {
+        struct pcs_context *c = &contexts[i];
+        if (c->ctx && c->on)
+            drain_context(c, final || now - c->started_ns >= limit_ns);  /* the bounded duration */
+    }
+    pthread_mutex_unlock(&pcs_lock);
+}
+
+void pcs_on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData *data) {
+    if (!active || !data)
+        return;
+    pthread_mutex_lock(&pcs_lock);
+    if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
+        context_created(data->context);
+    } else if (cbid == CUPTI_CBID_RESOURCE_MODULE_LOADED) {
+        module_loaded(data->resourceDescriptor);
+    } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
+        for (int i = 0; i < MAX_CONTEXTS; i++) {
+            if (contexts[i].ctx == data->context) {
+                drain_context(&contexts[i], 1);
+                contexts[i].ctx = NULL;
+            }
+        }
+    }
+    pthread_mutex_unlock(&pcs_lock);
+}

@@ -1,0 +1,51 @@
+"""Launches the kernels of tests/fixtures/cubin/pcs_kernels.cu on the mock CUDA driver, whose mock CUPTI
+samples PCs as MOCK_PCS_SAMPLES says (tests/mocks/mock_cupti_pcs.c):
+
+    python pcs_target.py MOCK_LIB_DIR AGENT [--auto]
+
+Loads the agent (so its probes can be attached) and prints "ready <pid>"; on "go" starts CUDA (the agent
+starts, the context is created, the fixture's cubin loaded: MOCK_CUBIN), runs N_SAXPY saxpy launches,
+prints "half"; on the next "go" N_STRIDED strided_copy launches, prints "done"; then waits for stdin to
+close. --auto: no handshake (`deepctx run`); the agent is left to CUDA_INJECTION64_PATH.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+N_SAXPY, N_STRIDED = 3, 2
+KERNEL_NS = 2000
+
+
+def main() -> None:
+    lib, agent = sys.argv[1], sys.argv[2]
+    auto = "--auto" in sys.argv
+    cu = ctypes.CDLL(os.path.join(lib, "libcuda.so.1"))
+    ctypes.CDLL(os.path.join(lib, "libcudart.so.13"))
+    if not auto:
+        ctypes.CDLL(agent)  # mapped before the capture attaches; CUDA starts it on "go"
+    handles = ctypes.create_string_buffer(128)  # bare handles: CUPTI alone names the kernels
+    saxpy, strided = ctypes.addressof(handles), ctypes.addressof(handles) + 64
+    cu.mockRegisterKernel.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64]
+    cu.mockRegisterKernel(saxpy, b"saxpy", KERNEL_NS)
+    cu.mockRegisterKernel(strided, b"strided_copy", KERNEL_NS)
+    if not auto:
+        print(f"ready {os.getpid()}", flush=True)
+        sys.stdin.readline()
+    cu.cuInit(0)
+    for _ in range(N_SAXPY):
+        cu.cuLaunchKernel(ctypes.c_void_p(saxpy), 64, 1, 1, 256, 1, 1, 0, None, None, None)  # LINE_SAXPY
+    if not auto:
+        print("half", flush=True)
+        sys.stdin.readline()
+    for _ in range(N_STRIDED):
+        cu.cuLaunchKernel(ctypes.c_void_p(strided), 8, 1, 1, 128, 1, 1, 0, None, None, None)  # LINE_STRIDED
+    if not auto:
+        print("done", flush=True)
+        sys.stdin.readline()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""PC sampling end to end without a GPU: the real CUPTI agent (native/pc_sampling.c) samples through the mock
+PC Sampling API (tests/mocks/mock_cupti_pcs.c), its pcs probe reaches the real BPF program, and the daemon's
+reader gets back exactly the samples, names, stall reasons, cubin and device the mock made (root)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from c_layout import c_values, struct_layout
+from capture_util import Result, run_capture
+from device_paths import REPO
+from harness import StdinTarget
+
+from deepctx.probes import pc_sampling as pcs
+from deepctx.probes.device_activity import DeviceActivity
+
+TARGET = Path(__file__).resolve().parent / "pcs_target.py"
+CUBIN = REPO / "tests" / "fixtures" / "cubin" / "pcs_kernels.sm_90.cubin"
+SAMPLES = "saxpy@0xd0:11:3,saxpy@0x100:12:1,strided_copy@0x250:11:5"
+sys.path.insert(0, str(TARGET.parent))
+import pcs_target as pt  # noqa: E402
+
+
+def start(built: tuple[Path, Path], **extra_env: str) -> StdinTarget:
+    agent, lib = built
+    env = dict(os.environ) | {"CUDA_INJECTION64_PATH": str(agent), "MOCK_CUBIN": str(CUBIN),
+                              "MOCK_PCS_SAMPLES": SAMPLES} | extra_env
+    return StdinTarget([sys.executable, str(TARGET), str(lib), str(agent)], env=env)
+
+
+def capture(built: tuple[Path, Path], **extra_env: str) -> tuple[Result, DeviceActivity]:
+    """Half the launches, a periodic flush (cuptiPCSamplingGetData), the rest, then the capture's stop (the
+    agent's last collection: GetData, then cuptiPCSamplingDisable's leftovers)."""
+    t = start(built, **extra_env)
+    device = DeviceActivity()
+
+    def first() -> None:
+        t.go()
+        t.expect("half")
+
+    def second(bpf: object) -> None:
+        t.go()
+        t.expect("done")
+
+    try:
+        return run_capture(t.pid, first, device, after_flush=second, stop=True), device
+    finally:
+        t.stop()
+
+
+@pytest.fixture(scope="module")
+def sampled(built: tuple[Path, Path]) -> tuple[Result, DeviceActivity]:
+    return capture(built, DEEPCTX_PC_SAMPLING="1")
+
+
+def test_layouts_match_the_header(tmp_path: Path) -> None:
+    pairs: dict[str, int] = {}
+    for c_name, mirror in (("pcs_record", pcs.PcsRecord), ("pcs_cubin_head", pcs.PcsCubinHead),
+                           ("pcs_status", pcs.PcsStatus), ("pcs_device", pcs.PcsDevice), ("pcs_event", pcs.PcsEvent)):
+        pairs |= struct_layout(c_name, mirror)
+    pairs |= {"PCS_CHUNK": pcs.PCS_CHUNK, "PCS_DATA": pcs.PCS_DATA, "PCS_MSG_RECORDS": pcs.PCS_MSG_RECORDS,
+              "PCS_MSG_NAME": pcs.PCS_MSG_NAME, "PCS_MSG_CUBIN": pcs.PCS_MSG_CUBIN, "PCS_MSG_STALL": pcs.PCS_MSG_STALL,
+              "PCS_MSG_STATUS": pcs.PCS_MSG_STATUS, "PCS_MSG_DEVICE": pcs.PCS_MSG_DEVICE, "PCS_ON": pcs.PCS_ON,
+              "PCS_DONE": pcs.PCS_DONE, "PCS_E_UNSUPPORTED": pcs.PCS_E_UNSUPPORTED, "PCS_E_CUPTI": pcs.PCS_E_CUPTI,
+              "PCS_E_NO_API": pcs.PCS_E_NO_API}
+    assert c_values(tmp_path, ['"pc_samples.h"'], list(pairs)) == list(pairs.values())
+
+
+def test_every_sample_arrives_with_its_pc_and_stall_reason(sampled: tuple[Result, DeviceActivity]) -> None:
+    _, device = sampled
+    assert device.pcs is not None
+    d = device.pcs.data
+    by_name = {(d.names[n], pc, stall): v for (n, _crc, pc, stall), v in d.samples.items()}
+    assert by_name == {("saxpy", 0xD0, 11): 3 * pt.N_SAXPY, ("saxpy", 0x100, 12): 1 * pt.N_SAXPY,
+                       ("strided_copy", 0x250, 11): 5 * pt.N_STRIDED}
+    # CUPTI's indices, with their names (the mock numbers them from 10)
+    assert d.stalls[11] == "smsp__pcsamp_warps_issue_stalled_long_scoreboard"
+    assert d.stalls[12] == "smsp__pcsamp_warps_issue_stalled_math_pipe_throttle"
+    totals = d.totals()
+    assert totals is not None and totals.total_samples == 4 * pt.N_SAXPY + 5 * pt.N_STRIDED
+    assert d.failure() is None
+
+
+def test_the_sampled_cubin_arrives_whole(sampled: tuple[Result, DeviceActivity]) -> None:
+    _, device = sampled
+    assert device.pcs is not None
+    d = device.pcs.data
+    crcs = {crc for (_n, crc, _pc, _s) in d.samples}
+    assert len(crcs) == 1 and crcs == set(d.cubins)
+    cubin = d.cubins[crcs.pop()]
+    assert cubin.complete and bytes(cubin.data) == CUBIN.read_bytes()
+
+
+def test_the_device_is_read_from_the_driver(sampled: tuple[Result, DeviceActivity]) -> None:
+    result, device = sampled
+    assert device.pcs is not None
+    assert device.pcs.data.device == {"name": "Mock H200", "sm_count": 132, "compute_capability": "9.0"}
+    assert result.stats["device_sm_count"] == 132
+    assert result.stats["pc_sampling_messages_lost"] == 0
+
+
+def test_a_gpu_without_pc_sampling_says_so(built: tuple[Path, Path]) -> None:
+    result, device = capture(built, DEEPCTX_PC_SAMPLING="1", MOCK_PCS_UNSUPPORTED="1")
+    assert device.pcs is not None
+    failure = device.pcs.data.failure()
+    assert failure is not None and failure.code == pcs.PCS_E_UNSUPPORTED
+    assert failure.text.startswith("cuptiPCSamplingEnable: ")
+    assert not device.pcs.data.samples
+    assert result.stats["device_records"] == pt.N_SAXPY + pt.N_STRIDED  # device activity goes on
+
+
+def test_off_by_default(built: tuple[Path, Path]) -> None:
+    result, device = capture(built)
+    assert device.pcs is None
+    assert "pc_sampling_messages" not in result.stats
+    assert "on_dev_pcs" not in device.source()
+    assert result.stats["device_records"] == pt.N_SAXPY + pt.N_STRIDED
