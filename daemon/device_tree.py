@@ -19,6 +19,7 @@ from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.gpu_tree import UNNAMED_KERNEL, KernelNamer, apportion, caller_node, in_module
 from deepctx.daemon.gpu_tree import child_frame as api_child
 from deepctx.daemon.origins import Origins
+from deepctx.daemon.pc_tree import add_pc_samples
 from deepctx.daemon.tree import CallTree, PathNodes
 from deepctx.host import gpu_apis
 from deepctx.host.demangle import demangle
@@ -42,6 +43,7 @@ from deepctx.probes.device_activity import (
     bucket_of,
 )
 from deepctx.probes.gpu_api import AGENT_LIBRARIES, GPU_KEY_F_SAMPLED, GPU_KEY_F_STACK_LOST, GpuKey
+from deepctx.probes.pc_sampling import PcSampling
 
 UNKNOWN_ORIGIN = Frame("thread", "[GPU work whose launch was not seen]", tid=0)
 UNPROBED_API = "[CUDA call]"
@@ -248,6 +250,7 @@ class DeviceView:
 
     buckets: list[DeviceBucket]
     names: dict[int, str]
+    pcs: PcSampling | None = None  # PC sampling's part of the family, when the capture sampled PCs
 
     @classmethod
     def read(cls, family: DeviceActivity, bpf: Any, pid: int,
@@ -259,13 +262,13 @@ class DeviceView:
             buckets = [b for b in family.buckets(bpf) if b.pid == pid]
         else:
             buckets = coalesced(family.raw_counts(bpf), pid, stack_key)
-        return cls(buckets, family.names(bpf, pid, family.name_ids(buckets)))
+        return cls(buckets, family.names(bpf, pid, family.name_ids(buckets)), family.pcs)
 
     def scaled(self, factor: float) -> DeviceView:
         """Counts, times and bytes seen while the agent reported for part of a window, scaled up to it."""
         return DeviceView([replace(b, count=round(b.count * factor), time_ns=round(b.time_ns * factor),
                                    bytes=round(b.bytes * factor), api_time_ns=round(b.api_time_ns * factor))
-                           for b in self.buckets], self.names)
+                           for b in self.buckets], self.names, self.pcs)
 
     def kernel_names(self) -> dict[tuple[int, int], str]:
         """For KernelNamer's handle names (see cupti_kernel_names)."""
@@ -273,7 +276,13 @@ class DeviceView:
 
     def add_to(self, tree: CallTree, resolver: CallPathResolver, namer: KernelNamer,
                api_module: Callable[[gpu_apis.Api], str | None], origins: Origins | None = None) -> dict[str, int]:
-        return add_device_buckets(tree, self.buckets, resolver, namer, api_module, self.names, origins)
+        stats = add_device_buckets(tree, self.buckets, resolver, namer, api_module, self.names, origins)
+        if self.pcs is not None:  # under the kernel nodes just made (daemon/pc_tree.py)
+            pcs = add_pc_samples(tree, self.pcs.data, self.pcs.options)
+            stats.update(pcs.stats)
+            if self.pcs.warnings is not None:  # the target's list: the capture's warnings are made from it after
+                self.pcs.warnings.extend(pcs.warnings)
+        return stats
 
 
 def device_warnings(stats: dict[str, int]) -> list[str]:

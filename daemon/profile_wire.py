@@ -4,16 +4,25 @@ from __future__ import annotations
 
 from deepctx.daemon.capture import CaptureResult
 from deepctx.daemon.label_stats import label_stats, label_warnings, superseded
+from deepctx.daemon.tree import CallTree
 from deepctx.profile.document import SCHEMA
 from deepctx.profile.metrics import METRICS
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 
+def _metrics(tree: CallTree) -> list[str]:
+    """METRICS, then the PC-sampling metrics the tree has (pc_samples, stall_*: only in captures that
+    sampled PCs, whose stall reasons depend on the GPU)."""
+    extra = {m for n in tree.nodes if n.frame.kind == "gpu_instruction" for m in n.metrics}
+    return [*METRICS, *sorted(extra - set(METRICS), key=lambda m: (m != "pc_samples", m))]
+
+
 def to_message(result: CaptureResult) -> pb.Profile:
     tree = result.tree
+    metrics = _metrics(tree)
     msg = pb.Profile(
         schema=SCHEMA, pid=result.pid, command=result.command, duration_s=result.duration_s,
-        metrics=list(METRICS), sample_hz=result.sample_hz, ended=result.ended,
+        metrics=metrics, sample_hz=result.sample_hz, ended=result.ended,
         started_unix=result.started_unix, hostname=result.hostname, mode=result.mode,
     )
     stats = {**result.stats, **label_stats(tree)}
@@ -21,7 +30,7 @@ def to_message(result: CaptureResult) -> pb.Profile:
     msg.warnings.extend([w for w in result.warnings if not superseded(w)] + label_warnings(stats))
     # one add() with keyword fields per node, and a shared list of zeros for the many nodes with no self
     # value: a third faster than setting fields one by one on ResNet-50's 80k-node profiles
-    zeros = [0] * len(METRICS)
+    zeros = [0] * len(metrics)
     index: dict[int, int] = {}
     add = msg.nodes.add
     nodes = tree.nodes
@@ -44,7 +53,7 @@ def to_message(result: CaptureResult) -> pb.Profile:
         if f.stream is not None:
             fields["stream"] = f.stream
         m = node.metrics
-        fields["metrics"] = [m.get(name, 0) for name in METRICS] if m else zeros
+        fields["metrics"] = [m.get(name, 0) for name in metrics] if m else zeros
         add(**fields)
         index[idx] = pos
     for ev in result.trace:

@@ -6,7 +6,8 @@ import re
 from typing import NamedTuple
 
 # Node kinds of the profile schema (docs/formats.md). Frames use the subset that can appear on a path.
-NODE_KINDS = ("root", "thread", "python", "native", "op", "api", "kernel", "memcpy", "memset", "sync")
+NODE_KINDS = ("root", "thread", "python", "native", "op", "api", "kernel", "memcpy", "memset", "sync",
+              "gpu_function", "gpu_line", "gpu_instruction")  # the last three: inside a kernel (PC samples)
 
 
 class Frame(NamedTuple):

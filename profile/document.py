@@ -58,4 +58,17 @@ def to_doc(p: pb.Profile) -> dict[str, Any]:
     }
     if p.trace:
         doc["trace"] = [trace_event(e) for e in p.trace]
+    device = device_part(doc["stats"])
+    if device:
+        doc["device"] = device
     return doc
+
+
+def device_part(stats: dict[str, int]) -> dict[str, Any] | None:
+    """The optional `device` part, from what the CUPTI agent read from the driver (PC-sampling captures):
+    the multiprocessor count and the compute capability (major x 10 + minor in the stats)."""
+    sms = stats.get("device_sm_count", 0)
+    if not sms:
+        return None
+    cc = stats.get("device_compute_capability", 0)
+    return {"name": None, "sm_count": sms, "compute_capability": f"{cc // 10}.{cc % 10}" if cc else None}

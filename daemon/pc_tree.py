@@ -1,0 +1,140 @@
+"""PC samples into the calling context tree: under each kernel node, the kernel's function, its source
+lines and its SASS instructions (gpu_function -> gpu_line -> gpu_instruction), each instruction carrying
+`pc_samples` and one `stall_<reason>` metric per stall reason CUPTI named (docs/formats.md).
+
+Samples are collected continuously (kernels are not serialized), so they carry no launch: a function's
+samples go to the kernel nodes of that name, in proportion to their GPU time (else their launches). A kernel
+launched from two lines therefore shares its samples between them by time, which is exact only when both
+launches run the same code path. Line info and SASS come from the cubin the agent sent, through nvdisasm
+(host/sass.py); without it the instruction nodes are bare PC offsets, and a warning says why."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from deepctx.daemon.gpu_tree import apportion
+from deepctx.daemon.tree import CallTree
+from deepctx.host import sass
+from deepctx.host.demangle import demangle
+from deepctx.host.frames import Frame
+from deepctx.probes.pc_sampling import PCS_E_NO_API, PCS_E_UNSUPPORTED, PcsData, PcsOptions
+
+PC_SAMPLES = "pc_samples"
+_STALL_PREFIXES = ("smsp__pcsamp_warps_issue_stalled_", "smsp__pcsamp_warps_issue_", "smsp__pcsamp_")
+NOT_LAUNCHED = Frame("thread", "[PC samples of kernels whose launch was not seen]", tid=0)
+NO_LINE = "[no line info]"
+
+
+def stall_metric(reason: str) -> str:
+    """CUPTI's stall reason name as a metric: smsp__pcsamp_warps_issue_stalled_long_scoreboard ->
+    stall_long_scoreboard."""
+    for prefix in _STALL_PREFIXES:
+        if reason.startswith(prefix):
+            return "stall_" + reason[len(prefix):]
+    return "stall_" + reason
+
+
+def is_pc_metric(name: str) -> bool:
+    return name == PC_SAMPLES or name.startswith("stall_")
+
+
+@dataclass
+class PcAttribution:
+    stats: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _weights(tree: CallTree, nodes: list[int]) -> list[int]:
+    for metric in ("gpu_time_ns", "calls"):
+        w = [tree.nodes[i].metrics.get(metric, 0) for i in nodes]
+        if sum(w):
+            return w
+    return [1] * len(nodes)
+
+
+def _disassemblies(data: PcsData, crcs: set[int], disassemble: Callable[[bytes], sass.Disassembly],
+                   out: PcAttribution) -> dict[int, sass.Disassembly]:
+    result: dict[int, sass.Disassembly] = {}
+    for crc in sorted(crcs):
+        cubin = data.cubins.get(crc)
+        if cubin is None or not cubin.complete:
+            out.warnings.append(f"PC samples of cubin {crc:#x}: the cubin did not arrive whole (its lines and "
+                                "instructions are unknown)")
+            continue
+        try:
+            result[crc] = disassemble(bytes(cubin.data))
+        except FileNotFoundError as e:
+            out.warnings.append(f"PC samples have no source lines or SASS: {e}; install the CUDA toolkit's "
+                                "nvdisasm (or pip install nvidia-cuda-nvdisasm) where deepctxd runs")
+            break  # the same for every cubin
+        except OSError as e:
+            out.warnings.append(f"PC samples of cubin {crc:#x} have no source lines or SASS: {e}")
+    return result
+
+
+def _location(dis: sass.Disassembly | None, function: str, pc: int) -> tuple[Frame, Frame]:
+    """The (line, instruction) frames of a PC."""
+    ins = dis.at(function, pc) if dis is not None else None
+    if ins is None:
+        return Frame("gpu_line", NO_LINE), Frame("gpu_instruction", f"{pc:#06x}")
+    if ins.file is None or ins.line is None:
+        line = Frame("gpu_line", NO_LINE)
+    else:
+        line = Frame("gpu_line", f"{os.path.basename(ins.file)}:{ins.line}", file=ins.file, line=ins.line)
+    return line, Frame("gpu_instruction", f"{pc:#06x}  {ins.text}", line=ins.line)
+
+
+def add_pc_samples(tree: CallTree, data: PcsData, options: PcsOptions,
+                   disassemble: Callable[[bytes], sass.Disassembly] = sass.disassemble) -> PcAttribution:
+    out = PcAttribution()
+    failure = data.failure()
+    if failure is not None:
+        reason = {PCS_E_UNSUPPORTED: "the GPU or driver does not support PC sampling",
+                  PCS_E_NO_API: "the process's CUPTI has no PC sampling API"}.get(failure.code, "a CUPTI call failed")
+        out.warnings.append(f"no PC samples: {reason} ({failure.text})")
+    kernels: dict[str, list[int]] = defaultdict(list)
+    for idx, node in enumerate(tree.nodes):
+        if node.frame.kind == "kernel":
+            kernels[node.frame.name].append(idx)
+    by_function: dict[int, list[tuple[int, int, int, int]]] = defaultdict(list)  # name id -> (crc, pc, stall, n)
+    for (name_id, crc, pc, stall), n in data.samples.items():
+        by_function[name_id].append((crc, pc, stall, n))
+    chosen = {nid: recs for nid, recs in by_function.items()
+              if options.matches(demangle(data.names.get(nid, "")), data.names.get(nid, ""))}
+    dis = _disassemblies(data, {crc for recs in chosen.values() for crc, *_ in recs}, disassemble, out)
+    placed = unlaunched = 0
+    for nid, recs in chosen.items():
+        raw = data.names.get(nid, "[unknown function]")
+        pretty = demangle(raw)
+        targets = kernels.get(pretty) or kernels.get(raw)
+        if not targets:
+            targets = [tree.node_for([NOT_LAUNCHED, Frame("kernel", pretty)])]
+            unlaunched += sum(r[3] for r in recs)
+        weights = _weights(tree, targets)
+        for crc, pc, stall, n in recs:
+            line, ins = _location(dis.get(crc), raw, pc)
+            metric = stall_metric(data.stalls.get(stall, f"reason_{stall}"))
+            for node, part in zip(targets, apportion(n, weights), strict=True):
+                if not part:
+                    continue
+                fn = Frame("gpu_function", pretty, module=f"cubin:{crc:016x}")
+                leaf = tree.node_for([fn, line, ins], start=node)
+                tree.add_at(leaf, PC_SAMPLES, part)
+                tree.add_at(leaf, metric, part)
+                placed += part
+    total = sum(data.samples.values())
+    out.stats = {"pc_samples_in_profile": placed, "pc_samples_filtered": total - sum(
+        r[3] for recs in chosen.values() for r in recs), "pc_samples_without_launch": unlaunched,
+        "pc_sampled_kernels": len(by_function), "pc_kernels_matched": len(chosen)}
+    if options.kernel is not None and not chosen:
+        names = sorted({demangle(data.names.get(n, "")) for n in by_function} | set(kernels))
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        out.warnings.append(f"--kernel {options.kernel!r} matched none of the {len(names)} kernels that ran"
+                            + (f" ({shown})" if names else ""))
+    if data.messages and not total and failure is None:
+        out.warnings.append("PC sampling ran but CUPTI took no sample (kernels too short for the period, or none "
+                            "ran while it sampled)")
+    return out
