@@ -20,7 +20,7 @@ from deepctx.daemon.tree import CallTree
 from deepctx.host import sass
 from deepctx.host.demangle import demangle
 from deepctx.host.frames import Frame
-from deepctx.probes.pc_sampling import PCS_E_NO_API, PCS_E_UNSUPPORTED, PcsData, PcsOptions
+from deepctx.probes.pc_sampling import PCS_E_NO_API, PCS_E_UNSUPPORTED, PCS_ON, PcsData, PcsOptions
 
 PC_SAMPLES = "pc_samples"
 _STALL_PREFIXES = ("smsp__pcsamp_warps_issue_stalled_", "smsp__pcsamp_warps_issue_", "smsp__pcsamp_")
@@ -134,7 +134,11 @@ def add_pc_samples(tree: CallTree, data: PcsData, options: PcsOptions,
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         out.warnings.append(f"--kernel {options.kernel!r} matched none of the {len(names)} kernels that ran"
                             + (f" ({shown})" if names else ""))
-    if data.messages and not total and failure is None:
+    started = any(s.code == PCS_ON for s in data.statuses)
+    if not started and failure is None:
+        out.warnings.append("no PC samples: PC sampling never started (no CUDA context was created while the agent "
+                            "watched: no GPU, or CUDA started before the capture)")
+    elif data.messages and not total and failure is None:
         out.warnings.append("PC sampling ran but CUPTI took no sample (kernels too short for the period, or none "
                             "ran while it sampled)")
     return out

@@ -71,8 +71,13 @@ class PcsOptions:
             return None
         period = environ(ENV_PERIOD) or "0"
         duration = environ(ENV_DURATION) or "0"
-        return cls(environ(ENV_KERNEL) or None, int(period) if period.isdigit() else 0,
-                   int(duration) if duration.isdigit() else 0)
+        kernel = environ(ENV_KERNEL) or None
+        if kernel is not None:
+            try:
+                re.compile(kernel)
+            except re.error:  # the CLI refuses these; one set by hand is taken literally
+                kernel = re.escape(kernel)
+        return cls(kernel, int(period) if period.isdigit() else 0, int(duration) if duration.isdigit() else 0)
 
     def matches(self, *names: str) -> bool:
         return self.kernel is None or any(re.search(self.kernel, n) for n in names if n)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any
 
@@ -22,7 +23,7 @@ from deepctx.cli.views.python_self import SELF_MODES, default_self_mode, python_
 from deepctx.profile.metrics import RANK_ORDER
 from deepctx.profile.tree import ViewNode, from_doc, nonzero_metrics, pick_metric
 
-VIEWS = ("top-down", "bottom-up", "flat")
+VIEWS = ("top-down", "bottom-up", "flat", "kernel-lines")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--save", metavar="FILE", help="with --pid: also write the captured profile (JSON) here")
     p.add_argument("--view", choices=VIEWS, default="top-down",
                    help="top-down: callers above callees (default); bottom-up: from the frames where the metric "
-                        "is spent up to their callers; flat: one row per frame")
+                        "is spent up to their callers; flat: one row per frame; kernel-lines: each PC-sampled "
+                        "kernel's hot source lines and SASS instructions with their stall reasons (--focus: a "
+                        "regex on kernel names; --limit: lines per kernel)")
     p.add_argument("--sort", metavar="METRIC",
                    help="metric to sort by and take percentages of (default: the first measured of "
                         f"{', '.join(RANK_ORDER)}: GPU time where the profile has it)")
@@ -153,9 +156,17 @@ def run(args: argparse.Namespace) -> int:
         if args.html != "-":
             Console(stderr=True).print(f"report written to {args.html}")
         return 0
+    console = console_for(args)
+    if args.view == "kernel-lines":  # the PC-sampling levels, not the call tree's metrics
+        from deepctx.cli.formats.kernel_lines import KernelLinesText
+
+        try:
+            KernelLinesText(lines=args.limit if args.limit != 50 else 5).render(doc, console, args.focus)
+        except re.error as e:
+            raise CliError(f"--focus {args.focus!r}: not a regular expression ({e})", 2) from None
+        return 0
     root = from_doc(doc, fold_of(args))
     opts = options(args, root)
-    console = console_for(args)
     if args.view == "bottom-up":
         TreeTable("bottom-up" + (f" (callers of {args.focus})" if args.focus else "")).render(
             doc, bottom_up(root, args.focus), opts, console)

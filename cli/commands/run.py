@@ -37,6 +37,7 @@ from deepctx.cli.commands.attach import (
     emit,
 )
 from deepctx.cli.escape import literal
+from deepctx.cli.pc_args import add_pc_arguments, check_pc_arguments, pc_environment
 from deepctx.cli.view_args import add_fold_arguments
 from deepctx.host.gpu_runtimes import INJECTION_VARS
 from deepctx.profile.document import to_doc
@@ -62,6 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", action="store_true",
                    help="record every API call and device record; with -o FILE, write a Chrome/Perfetto trace")
     add_duty_arguments(p)
+    add_pc_arguments(p)
     p.add_argument("--format", choices=["tree", "json"], default="tree",
                    help="tree: the top-down tree on the terminal (default); json: the profile document (docs/formats.md)")
     p.add_argument("-o", "--output", help="write the profile (JSON; Chrome trace with --trace) here")
@@ -194,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
     if not cmd:
         raise CliError("nothing to run: deepctx run [options] -- CMD [ARGS...]", 2)
     check_rate(args.sample_hz)  # before the command starts
+    check_pc_arguments(args)  # run always records device activity
     args.gpu_duty, args.gpu_duty_period = check_duty(args.gpu_duty, args.gpu_duty_period)  # as the request has them
     for var in INJECTION_VARS:
         if os.environ.get(var):
@@ -205,7 +208,8 @@ def run(args: argparse.Namespace) -> int:
     show = not args.quiet
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # the kernel names each sender (see refusal)
-    env = dict(os.environ, **agents, DEEPCTX_NOTIFY_FD=str(theirs.fileno()), DEEPCTX_AGENT_WAIT_MS=str(AGENT_WAIT_MS))
+    env = dict(os.environ, **agents, **pc_environment(args), DEEPCTX_NOTIFY_FD=str(theirs.fileno()),
+               DEEPCTX_AGENT_WAIT_MS=str(AGENT_WAIT_MS))
     try:
         proc = subprocess.Popen(cmd, env=env, pass_fds=(theirs.fileno(),))
     except OSError as e:
@@ -221,6 +225,10 @@ def run(args: argparse.Namespace) -> int:
         ours.close()
     rc = proc.wait()
     if capture is None:
+        if args.pc_sampling:  # said with --quiet too: the user asked for GPU samples and there was no GPU work
+            err.print("deepctx: error: --pc-sampling: the command never initialized CUDA (no GPU, or no GPU work): "
+                      "no PC samples", style="red", markup=False)
+            return rc or 2
         if show:
             err.print("[yellow]warning:[/] the command never initialized CUDA or HIP: nothing was profiled")
         return rc

@@ -1,12 +1,13 @@
 """Launches the kernels of tests/fixtures/cubin/pcs_kernels.cu on the mock CUDA driver, whose mock CUPTI
 samples PCs as MOCK_PCS_SAMPLES says (tests/mocks/mock_cupti_pcs.c):
 
-    python pcs_target.py MOCK_LIB_DIR AGENT [--auto]
+    python pcs_target.py MOCK_LIB_DIR AGENT [--run | --auto]
 
 Loads the agent (so its probes can be attached) and prints "ready <pid>"; on "go" starts CUDA (the agent
 starts, the context is created, the fixture's cubin loaded: MOCK_CUBIN), runs N_SAXPY saxpy launches,
 prints "half"; on the next "go" N_STRIDED strided_copy launches, prints "done"; then waits for stdin to
-close. --auto: no handshake (`deepctx run`); the agent is left to CUDA_INJECTION64_PATH.
+close. Under `deepctx run` (the agent comes from CUDA_INJECTION64_PATH): --run starts CUDA before "ready"
+(the agent holds it until the capture runs) and runs every launch on one "go"; --auto has no handshake.
 """
 
 from __future__ import annotations
@@ -21,23 +22,25 @@ KERNEL_NS = 2000
 
 def main() -> None:
     lib, agent = sys.argv[1], sys.argv[2]
-    auto = "--auto" in sys.argv
+    auto, run = "--auto" in sys.argv, "--run" in sys.argv
     cu = ctypes.CDLL(os.path.join(lib, "libcuda.so.1"))
     ctypes.CDLL(os.path.join(lib, "libcudart.so.13"))
-    if not auto:
+    if not auto and not run:
         ctypes.CDLL(agent)  # mapped before the capture attaches; CUDA starts it on "go"
     handles = ctypes.create_string_buffer(128)  # bare handles: CUPTI alone names the kernels
     saxpy, strided = ctypes.addressof(handles), ctypes.addressof(handles) + 64
     cu.mockRegisterKernel.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64]
     cu.mockRegisterKernel(saxpy, b"saxpy", KERNEL_NS)
     cu.mockRegisterKernel(strided, b"strided_copy", KERNEL_NS)
+    if run:
+        cu.cuInit(0)
     if not auto:
         print(f"ready {os.getpid()}", flush=True)
         sys.stdin.readline()
     cu.cuInit(0)
     for _ in range(N_SAXPY):
         cu.cuLaunchKernel(ctypes.c_void_p(saxpy), 64, 1, 1, 256, 1, 1, 0, None, None, None)  # LINE_SAXPY
-    if not auto:
+    if not auto and not run:
         print("half", flush=True)
         sys.stdin.readline()
     for _ in range(N_STRIDED):

@@ -4,7 +4,9 @@ reader gets back exactly the samples, names, stall reasons, cubin and device the
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -118,3 +120,68 @@ def test_off_by_default(built: tuple[Path, Path]) -> None:
     assert "pc_sampling_messages" not in result.stats
     assert "on_dev_pcs" not in device.source()
     assert result.stats["device_records"] == pt.N_SAXPY + pt.N_STRIDED
+
+
+def test_run_pc_sampling_puts_stall_reasons_on_the_launching_lines_instructions(daemon, built: tuple[Path, Path],
+                                                                                 tmp_path: Path) -> None:
+    """`deepctx run --pc-sampling --kernel` through deepctxd, stopped while the target lives (so its Python
+    frames are named): each sample lands under the Python line that launched its kernel, on its SASS
+    instruction."""
+    from harness import DEEPCTX, line_of, session_of, wait_for
+    from profile_paths import walk
+
+    agent, lib = built
+    out = tmp_path / "pcs.json"
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"} | {
+        "DEEPCTX_SOCKET": daemon.socket, "MOCK_CUBIN": str(CUBIN), "MOCK_PCS_SAMPLES": SAMPLES}
+    run = StdinTarget([*DEEPCTX, "run", "--quiet", "--mode", "exact", "--pc-sampling", "--kernel", "^saxpy$",
+                       "--pc-period", "9", "-o", str(out), "--format", "json", "--", sys.executable, str(TARGET),
+                       str(lib), str(agent), "--run"], env=env)
+    try:
+        run.go()
+        run.expect("done")
+        wait_for(lambda: (session_of(daemon, run.pid) or {}).get("state") == "capturing", what="capture running")
+        stop = daemon.cli("stop", str(run.pid))
+        assert stop.returncode == 0, stop.stderr
+        wait_for(lambda: session_of(daemon, run.pid) is None, what="the capture to end")
+        assert run.proc.stdin is not None
+        run.proc.stdin.close()
+        assert run.proc.wait(timeout=120) == 0
+    finally:
+        run.stop()
+    doc = json.loads(out.read_text())
+    line = line_of(TARGET, "LINE_SAXPY")
+    found = {}
+    for anc, node in walk(doc):
+        if node["kind"] == "gpu_instruction":
+            kinds = [(a["kind"], a["name"], a["line"]) for a in anc]
+            assert ("python", "main", line) in kinds and ("kernel", "saxpy", None) in kinds
+            assert anc[-2]["kind"] == "gpu_function" and anc[-1]["kind"] == "gpu_line"
+            found[(anc[-1]["name"], node["name"])] = {k: v for k, v in node["metrics"].items() if v}
+    assert found == {
+        ("pcs_kernels.cu:12", "0x00d0  LDG.E R2, desc[UR4][R2.64]"):
+            {"pc_samples": 3 * pt.N_SAXPY, "stall_long_scoreboard": 3 * pt.N_SAXPY},
+        ("pcs_kernels.cu:12", "0x0100  FFMA R7, R2, UR6, R7"):
+            {"pc_samples": pt.N_SAXPY, "stall_math_pipe_throttle": pt.N_SAXPY},
+    }
+    assert doc["metrics"][6:] == ["pc_samples", "stall_long_scoreboard", "stall_math_pipe_throttle"]
+    assert doc["stats"]["pc_samples_filtered"] == 5 * pt.N_STRIDED  # strided_copy: not chosen by --kernel
+    assert doc["device"] == {"name": None, "sm_count": 132, "compute_capability": "9.0"}
+    assert not [w for w in doc["warnings"] if "PC" in w or "kernel" in w], doc["warnings"]
+
+
+def test_run_pc_sampling_says_when_the_regex_matches_no_kernel(daemon, built: tuple[Path, Path],
+                                                               tmp_path: Path) -> None:
+    from harness import DEEPCTX
+
+    agent, lib = built
+    out = tmp_path / "pcs.json"
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"} | {
+        "DEEPCTX_SOCKET": daemon.socket, "MOCK_CUBIN": str(CUBIN), "MOCK_PCS_SAMPLES": SAMPLES}
+    r = subprocess.run([*DEEPCTX, "run", "--quiet", "--pc-sampling", "--kernel", "gemm", "-o", str(out), "--format",
+                        "json", "--", sys.executable, str(TARGET), str(lib), str(agent), "--auto"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    warning = "--kernel 'gemm' matched none of the 2 kernels that ran (saxpy, strided_copy)"
+    assert warning in json.loads(out.read_text())["warnings"]
+    assert f"warning: {warning}" in " ".join(r.stderr.split())  # wrapped at the terminal's width
