@@ -16,7 +16,7 @@ from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.tree import CallTree
 from deepctx.host import sass
 from deepctx.host.frames import Frame
-from deepctx.probes.pc_sampling import PCS_E_UNSUPPORTED, Cubin, PcsData, PcsOptions, PcsStatusMessage
+from deepctx.probes.pc_sampling import PCS_E_UNSUPPORTED, PCS_ON, Cubin, PcsData, PcsOptions, PcsStatusMessage
 from deepctx.profile.document import to_doc
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cubin"
@@ -37,6 +37,7 @@ def data() -> PcsData:
         d.names[fn], d.stalls[stall] = s["function"], s["stall"]
         d.samples[(fn, CRC, int(s["pc"], 16), stall)] += s["samples"]
     d.messages = 1
+    d.statuses.append(PcsStatusMessage(PCS_ON, 0, 0, 0, 0, ""))  # the agent's word that sampling started
     return d
 
 
@@ -133,6 +134,12 @@ def test_an_unsupported_gpu_is_a_warning() -> None:
     out = add_pc_samples(CallTree("p"), d, PcsOptions())
     assert out.warnings == ["no PC samples: the GPU or driver does not support PC sampling "
                             "(cuptiPCSamplingEnable: not supported)"]
+
+
+def test_sampling_that_never_started_is_a_warning() -> None:
+    out = add_pc_samples(CallTree("p"), PcsData(), PcsOptions())
+    assert out.warnings == ["no PC samples: PC sampling never started (no CUDA context was created while the agent "
+                            "watched: no GPU, or CUDA started before the capture)"]
 
 
 def test_stall_metric_names() -> None:
