@@ -15,6 +15,7 @@ from deepctx.profile.analyzer.names import (
     is_library_frame,
     operator_of,
 )
+from deepctx.profile.analyzer.pcs import KernelPcs, kernel_pcs
 
 GPU_KINDS = frozenset({"kernel", "memcpy", "memset", "sync"})
 
@@ -104,6 +105,7 @@ class GpuRecord:
     grid: tuple[int, ...] | None = None
     block: tuple[int, ...] | None = None
     stream: int | None = None
+    pcs: KernelPcs | None = None  # kernel nodes of PC-sampling captures: their instructions (pcs.py)
 
     @property
     def blocks(self) -> int | None:
@@ -321,7 +323,8 @@ def _add_gpu(idx: ProfileIndex, ctx: Context, node: dict[str, Any], m: dict[str,
                     gpu_time_ns=int(m.get("gpu_time_ns", 0)), bytes=int(m.get("bytes", 0)),
                     sync_wait_ns=int(m.get("sync_wait_ns", 0)),
                     grid=tuple(node["grid"]) if node.get("grid") else None,
-                    block=tuple(node["block"]) if node.get("block") else None, stream=node.get("stream"))
+                    block=tuple(node["block"]) if node.get("block") else None, stream=node.get("stream"),
+                    pcs=kernel_pcs(node) if kind == "kernel" else None)
     idx.gpu.append(rec)
     t = idx.threads.get(ctx.tid) if ctx.tid is not None else None
     if t is not None:

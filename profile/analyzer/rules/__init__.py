@@ -9,6 +9,12 @@ from deepctx.profile.analyzer.rules import (  # noqa: F401
     fp32_gemm,
     host_bound,
     launch_bound,
+    pc_bank_conflicts,
+    pc_divergence,
+    pc_fp32_fma,
+    pc_long_scoreboard,
+    pc_occupancy,
+    pc_uncoalesced,
     small_grid,
     sync_in_loop,
 )

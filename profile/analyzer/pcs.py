@@ -1,0 +1,62 @@
+"""The PC samples under a kernel node (docs/formats.md, "Inside a kernel"): its SASS instructions with their
+source line and stall reasons, for the rules that read them (rules/pc_*.py)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_INSTRUCTION = re.compile(r"^0x([0-9a-fA-F]+)(?:\s+(.*))?$")
+
+
+@dataclass(frozen=True)
+class PcInstruction:
+    function: str
+    file: str | None
+    line: int | None
+    offset: int
+    text: str  # the SASS ("" without nvdisasm)
+    samples: int
+    stalls: dict[str, int]  # reason (stall_ dropped) -> samples
+
+    @property
+    def opcode(self) -> str:
+        """The operation without predicate and operands: 'LDG.E' for '@P0 LDG.E R2, ...'."""
+        parts = [p for p in self.text.split() if not p.startswith("@")]
+        return parts[0] if parts else ""
+
+    def where(self) -> str:
+        base = (self.file or "").rsplit("/", 1)[-1]
+        return f"{base}:{self.line}" if self.line is not None else "[no line info]"
+
+    def label(self) -> str:
+        return f"{self.offset:#06x} {self.text}".strip()
+
+
+@dataclass(frozen=True)
+class KernelPcs:
+    instructions: tuple[PcInstruction, ...]
+
+    @property
+    def samples(self) -> int:
+        return sum(i.samples for i in self.instructions)
+
+
+def kernel_pcs(node: dict[str, Any]) -> KernelPcs | None:
+    """The instructions of a kernel node's gpu_function -> gpu_line -> gpu_instruction children; None when
+    it has none (no PC sampling)."""
+    out = []
+    for fn in node.get("children") or []:
+        if fn["kind"] != "gpu_function":
+            continue
+        for ln in fn["children"]:
+            for ins in ln["children"]:
+                m = _INSTRUCTION.match(ins["name"])
+                metrics = ins.get("metrics") or {}
+                if not m or not metrics.get("pc_samples"):
+                    continue
+                stalls = {k[len("stall_"):]: int(v) for k, v in metrics.items() if k.startswith("stall_") and v}
+                out.append(PcInstruction(fn["name"], ln.get("file"), ln.get("line"), int(m.group(1), 16),
+                                         " ".join((m.group(2) or "").split()), int(metrics["pc_samples"]), stalls))
+    return KernelPcs(tuple(out)) if out else None

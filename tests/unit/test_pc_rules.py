@@ -1,0 +1,113 @@
+"""The PC-sampling rules (profile/analyzer/rules/pc_*.py) on constructed profiles: one kernel of known GPU
+time launched from a Python line, with PC samples at known instructions; each rule fires on its pattern
+with the line, the instruction and the estimate of its stated model, and stays quiet on the others."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from deepctx.profile.analyzer import analyze
+
+GPU_NS = 1_000_000_000  # the kernel is the whole device time: T = its GPU time
+
+
+def node(kind: str, name: str, children: list[dict[str, Any]] | None = None, file: str | None = None,
+         line: int | None = None, **metrics: int) -> dict[str, Any]:
+    return {"kind": kind, "name": name, "file": file, "line": line, "module": None, "metrics": metrics,
+            "children": children or []}
+
+
+def profile(kernel: str, instructions: list[tuple[int, str, int, dict[str, int]]],
+            sm_count: int = 132) -> dict[str, Any]:
+    """One kernel launched 100 times at train.py:7; instructions: (offset, SASS, source line, stalls)."""
+    lines: dict[int, list[dict[str, Any]]] = {}
+    for offset, text, src, stalls in instructions:
+        m = {"pc_samples": sum(stalls.values()), **{f"stall_{k}": v for k, v in stalls.items()}}
+        lines.setdefault(src, []).append(node("gpu_instruction", f"{offset:#06x}  {text}", line=src, **m))
+    fn = node("gpu_function", kernel, [node("gpu_line", f"k.cu:{src}", ins, file="/src/k.cu", line=src)
+                                       for src, ins in lines.items()])
+    k = node("kernel", kernel, [fn], gpu_time_ns=GPU_NS, calls=100)
+    k.update(grid=[1024, 1, 1], block=[256, 1, 1], shared_mem=0)
+    api = node("api", "cudaLaunchKernel", [k], calls=100, api_time_ns=1_000_000)
+    py = node("python", "step", [api], file="/srv/train.py", line=7)
+    thread = node("thread", "python", [py])
+    thread["tid"] = 42
+    root = node("root", "python train.py", [thread])
+    metrics = ["cpu_samples", "calls", "api_time_ns", "gpu_time_ns", "bytes", "sync_wait_ns", "pc_samples"]
+    return {"schema": "deepctx.profile/v1", "pid": 42, "command": "python train.py", "hostname": "h",
+            "started_unix": 0.0, "duration_s": 1.0, "ended": "duration", "sample_hz": 99, "mode": "exact",
+            "metrics": metrics, "root": root, "stats": {}, "warnings": [],
+            "device": {"name": None, "sm_count": sm_count, "compute_capability": "9.0"}}
+
+
+def fired(doc: dict[str, Any], rule: str) -> list[dict[str, Any]]:
+    a = analyze(doc, rules=[rule])
+    return [f.to_json() for f in a.findings]
+
+
+def test_long_scoreboard_names_the_line_the_instruction_and_its_estimate() -> None:
+    doc = profile("_Z4copyPfS_", [(0x80, "LDG.E R2, desc[UR4][R2.64]", 5, {"selected": 10}),
+                                  (0x90, "FADD R3, R2, R2", 6, {"long_scoreboard": 60, "selected": 10}),
+                                  (0xA0, "STG.E desc[UR4][R4.64], R3", 6, {"long_scoreboard": 20})])
+    (f,) = fired(doc, "long-scoreboard")
+    assert f["location"] == {"file": "/srv/train.py", "line": 7, "function": "step"}
+    assert f["title"] == "copy: 80% of its samples wait on global loads (long scoreboard) at k.cu:6"
+    ev = f["evidence"]
+    assert (ev["pc_samples"], ev["stall_samples"], ev["kernel_line"], ev["line_stall_samples"]) == (100, 80, "k.cu:6", 80)
+    assert (ev["instruction"], ev["instruction_stall_samples"]) == ("0x0090 FADD R3, R2, R2", 60)
+    # R = 1 s x 80/100 x 0.5 = 0.4 s of T = 1 s (the device's busy time): 1 / 0.6
+    assert ev["removable_ns"] == 400_000_000 and f["estimated_speedup"] == 1.67
+    assert "h = 0.5" in f["speedup_model"]
+
+
+def test_uncoalesced_counts_only_memory_instructions() -> None:
+    doc = profile("strided", [(0x230, "LDG.E R3, desc[UR4][R2.64]", 6, {"lg_throttle": 30, "long_scoreboard": 20}),
+                              (0x100, "IMAD R4, R5, R3, R4", 6, {"lg_throttle": 5, "selected": 45})])
+    (f,) = fired(doc, "uncoalesced-access")
+    assert f["evidence"]["stall_samples"] == 30 and f["evidence"]["instruction"] == "0x0230 LDG.E R3, desc[UR4][R2.64]"
+    assert f["estimated_speedup"] == 1.43  # R = 1 s x 0.3 x 1.0
+    assert fired(profile("k", [(0x10, "IMAD R4, R5, R3, R4", 6, {"lg_throttle": 90, "selected": 10})]),
+                 "uncoalesced-access") == []  # not a memory instruction
+
+
+def test_bank_conflicts_on_shared_loads() -> None:
+    doc = profile("transpose", [(0x40, "LDS R2, [R3]", 9, {"mio_throttle": 25, "short_scoreboard": 15}),
+                                (0x50, "STG.E desc[UR4][R4.64], R2", 10, {"selected": 60})])
+    (f,) = fired(doc, "bank-conflicts")
+    assert (f["evidence"]["kernel_line"], f["evidence"]["stall_samples"]) == ("k.cu:9", 40)
+    assert f["estimated_speedup"] == 1.25  # R = 1 s x 0.4 x 0.5
+
+
+def test_divergence_from_branch_resolving_and_reconvergence_waits() -> None:
+    doc = profile("branchy", [(0x60, "BRA 0x90", 12, {"branch_resolving": 20, "selected": 20}),
+                              (0x90, "BSYNC B0", 14, {"wait": 15, "barrier": 5}),
+                              (0xA0, "FADD R1, R1, R2", 13, {"wait": 40})])
+    (f,) = fired(doc, "warp-divergence")
+    assert f["evidence"]["stall_samples"] == 40  # 20 branch_resolving + 20 at BSYNC, not the FADD's wait
+    assert f["evidence"]["instruction"] in ("0x0060 BRA 0x90", "0x0090 BSYNC B0")
+
+
+def test_fp32_fma_fires_on_fma_issue_not_on_fmas_waiting_for_loads() -> None:
+    fma = profile("sgemm_naive", [(0x200, "FFMA R8, R2, R3, R8", 20, {"selected": 40, "math_pipe_throttle": 25}),
+                                  (0x210, "LDS R2, [R5]", 19, {"short_scoreboard": 35})])
+    (f,) = fired(fma, "fp32-fma")
+    assert f["evidence"]["stall_samples"] == 65 and f["estimated_speedup"] == pytest.approx(1 / (1 - 0.65 * 0.75), abs=0.01)
+    waiting = profile("saxpy", [(0x100, "FFMA R7, R2, UR6, R7", 12, {"long_scoreboard": 90, "selected": 10})])
+    assert fired(waiting, "fp32-fma") == []
+
+
+def test_rules_say_why_they_did_not_run_without_samples() -> None:
+    doc = profile("k", [])
+    doc["root"]["children"][0]["children"][0]["children"][0]["children"][0]["children"] = []
+    reports = {r.rule: r for r in analyze(doc).rules}
+    for rule in ("long-scoreboard", "uncoalesced-access", "bank-conflicts", "warp-divergence", "fp32-fma",
+                 "low-occupancy"):
+        assert reports[rule].status == "not_evaluated" and "deepctx run --pc-sampling" in reports[rule].reason
+
+
+def test_low_occupancy_is_not_guessed() -> None:
+    doc = profile("k", [(0x10, "FFMA R1, R2, R3, R1", 3, {"selected": 50})])
+    (report,) = [r for r in analyze(doc).rules if r.rule == "low-occupancy"]
+    assert report.status == "not_evaluated" and "registers per thread" in report.reason
