@@ -1,0 +1,216 @@
+"""PC sampling and its rules on a GPU host (root, the H200): each planted kernel pair of
+examples/inefficiencies/kernels/planted.cu (bad and fixed, launched from examples/inefficiencies/<rule>.py)
+is timed unprofiled, the bad variant is profiled with `deepctx run --pc-sampling`, and its rule must fire at
+the example's marked line naming a source line of planted.cu; the fixed variant must not fire it. The table of
+estimated against measured speedup is printed and, with $DEEPCTX_ARTIFACTS, written there
+(pc_rules_speedups.md, .json) with every profile (analyzer_<rule>_<variant>.json.gz: the recordings the CPU
+tests want, tests/fixtures/profiles/analyzer/). With ncu on PATH, two kernels' stall reasons are set beside
+Nsight Compute's (pc_rules_ncu.md).
+
+Needs nvcc (CUDA_HOME, default /usr/local/cuda) to build the planted kernels. Environment:
+DEEPCTX_PC_RULES=r1,r2 (a subset), DEEPCTX_PC_REPEATS (unprofiled runs per variant, the fastest counts;
+default 3), DEEPCTX_PC_PERIOD (--pc-period; default CUPTI's)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import DEEPCTX, StdinTarget, line_of, session_of, wait_for
+
+from deepctx.profile.analyzer import annotate
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "inefficiencies"
+KERNELS = EXAMPLES / "kernels"
+AGENT = REPO / "native" / "build" / "libdeepctx_cupti.so"
+PC_RULES = ("long-scoreboard", "uncoalesced-access", "bank-conflicts", "warp-divergence", "fp32-fma",
+            "low-occupancy")
+RULES = [r for r in PC_RULES if r in os.environ.get("DEEPCTX_PC_RULES", ",".join(PC_RULES)).split(",")]
+REPEATS = int(os.environ.get("DEEPCTX_PC_REPEATS", "3"))
+NCU_KERNELS = {"long-scoreboard": "sum_dependent", "bank-conflicts": "transpose_tiled"}
+STALLS = ("long_scoreboard", "lg_throttle", "mio_throttle", "short_scoreboard", "branch_resolving",
+          "math_pipe_throttle", "selected", "wait", "barrier", "not_selected")
+
+
+def script(rule: str) -> Path:
+    return EXAMPLES / (rule.replace("-", "_") + ".py")
+
+
+@pytest.fixture(scope="module")
+def built() -> None:
+    cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    if not shutil.which("nvcc") and not Path(cuda, "bin", "nvcc").exists():
+        pytest.skip(f"nvcc not found (PATH, {cuda}/bin): the planted kernels cannot be built")
+    subprocess.run(["make", "-s", "-C", str(KERNELS), f"CUDA_HOME={cuda}"], check=True)
+    subprocess.run(["make", "-s", "-C", str(REPO / "native"), f"PYTHON={sys.executable}"], check=True)
+    assert AGENT.exists(), "the CUPTI agent was not built (CUPTI headers?)"
+
+
+def timed(rule: str, fixed: bool) -> float:
+    """The fastest of REPEATS unprofiled runs (seconds)."""
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"}
+    t = StdinTarget([sys.executable, str(script(rule)), *(["--fixed"] if fixed else [])], env=env)
+    try:
+        times = []
+        for _ in range(REPEATS):
+            t.go()
+            times.append(float(t.expect("done").split()[1]))
+        return min(times)
+    finally:
+        t.stop()
+
+
+def profiled(daemon, rule: str, fixed: bool, tmp: Path) -> dict[str, Any]:
+    """One run under `deepctx run --pc-sampling`, stopped while the example lives (its frames named)."""
+    out = tmp / f"{rule}_{'fixed' if fixed else 'bad'}.json"
+    period = os.environ.get("DEEPCTX_PC_PERIOD")
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"} | {"DEEPCTX_SOCKET": daemon.socket}
+    run = StdinTarget([*DEEPCTX, "run", "--quiet", "--mode", "exact", "--pc-sampling",
+                       *(["--pc-period", period] if period else []), "-o", str(out), "--format", "json", "--",
+                       sys.executable, str(script(rule)), *(["--fixed"] if fixed else [])], env=env)
+    try:
+        run.go()
+        run.expect("done")
+        wait_for(lambda: (session_of(daemon, run.pid) or {}).get("state") == "capturing", what="capture running")
+        stop = daemon.cli("stop", str(run.pid))
+        assert stop.returncode == 0, stop.stderr
+        wait_for(lambda: session_of(daemon, run.pid) is None, what="the capture to end", timeout=120)
+        assert run.proc.stdin is not None
+        run.proc.stdin.close()
+        assert run.proc.wait(timeout=120) == 0
+    finally:
+        run.stop()
+    doc = json.loads(out.read_text())
+    annotate(doc)
+    artifacts = os.environ.get("DEEPCTX_ARTIFACTS")
+    if artifacts:
+        name = f"analyzer_{rule.replace('-', '_')}_{'fixed' if fixed else 'inefficient'}.json.gz"
+        with gzip.open(Path(artifacts) / name, "wt") as f:
+            json.dump(doc, f, separators=(",", ":"))
+    return doc
+
+
+@pytest.fixture(scope="module")
+def results(daemon, built: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("pc_rules")
+    out: dict[str, dict[str, Any]] = {}
+    for rule in RULES:
+        try:
+            bad_s, fixed_s = timed(rule, False), timed(rule, True)
+            out[rule] = {"bad_s": bad_s, "fixed_s": fixed_s, "bad": profiled(daemon, rule, False, tmp),
+                         "fixed": profiled(daemon, rule, True, tmp)}
+        except Exception as e:  # noqa: BLE001  (reported by the rule's own test)
+            out[rule] = {"error": e}
+        print(f"{rule}: {out[rule].get('bad_s')} s bad, {out[rule].get('fixed_s')} s fixed", flush=True)
+    yield out
+    write_table(out)
+
+
+def at_marker(doc: dict[str, Any], rule: str) -> list[dict[str, Any]]:
+    path, line = script(rule).resolve(), line_of(script(rule), "LINE_" + rule.upper().replace("-", "_"))
+    return [f for f in doc.get("findings", []) if f["rule"] == rule and f["location"]["file"]
+            and Path(f["location"]["file"]).resolve() == path and f["location"]["line"] == line]
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_rule_fires_on_its_planted_kernel_and_not_when_fixed(results: dict[str, dict[str, Any]], rule: str) -> None:
+    r = results[rule]
+    if "error" in r:
+        raise r["error"]
+    bad = r["bad"]
+    assert bad["stats"].get("pc_sampling_samples", 0) > 0, bad["warnings"]
+    assert bad["device"]["sm_count"] > 0
+    status = next(s for s in bad["analysis"]["rules"] if s["rule"] == rule)
+    if rule == "low-occupancy":
+        assert status["status"] == "not_evaluated"
+        pytest.skip(status["reason"])
+    found = at_marker(bad, rule)
+    assert found, (status, [(f["rule"], f["location"]) for f in bad.get("findings", [])])
+    assert found[0]["evidence"]["kernel_line"].startswith("planted.cu:")
+    assert at_marker(r["fixed"], rule) == []
+    assert r["fixed_s"] < r["bad_s"], "the fix is not faster"
+
+
+def write_table(results: dict[str, dict[str, Any]]) -> None:
+    rows = ["| rule | kernel line | instruction | stall share | estimated | measured (bad / fixed) |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    data = []
+    for rule, r in results.items():
+        if "error" in r:
+            rows.append(f"| {rule} | error: {r['error']} | | | | |")
+            continue
+        f = (at_marker(r["bad"], rule) or [None])[0]
+        ev = f["evidence"] if f else {}
+        measured = r["bad_s"] / r["fixed_s"] if r["fixed_s"] else None
+        est = f["estimated_speedup"] if f else None
+        rows.append(f"| {rule} | {ev.get('kernel_line', '-')} | {ev.get('instruction', '-')} | "
+                    f"{ev.get('stall_share', '-')} | {est or '-'} | {measured:.2f}x |")
+        data.append({"rule": rule, "estimated_speedup": est, "measured_speedup": measured, "evidence": ev,
+                     "bad_s": r["bad_s"], "fixed_s": r["fixed_s"]})
+    print("\n" + "\n".join(rows), flush=True)
+    out = os.environ.get("DEEPCTX_ARTIFACTS")
+    if out:
+        Path(out, "pc_rules_speedups.md").write_text("\n".join(rows) + "\n")
+        Path(out, "pc_rules_speedups.json").write_text(json.dumps(data, indent=1))
+
+
+def stall_shares(doc: dict[str, Any], kernel: str) -> dict[str, float]:
+    """deepctx's stall reasons of a kernel: share of its PC samples per reason."""
+    totals: dict[str, int] = {}
+    stack = [doc["root"]]
+    while stack:
+        n = stack.pop()
+        stack += n["children"]
+        if n["kind"] == "kernel" and kernel in n["name"]:
+            inner = list(n["children"])
+            while inner:
+                m = inner.pop()
+                inner += m["children"]
+                for k, v in m["metrics"].items():
+                    if m["kind"] == "gpu_instruction" and (k == "pc_samples" or k.startswith("stall_")):
+                        totals[k] = totals.get(k, 0) + v
+    n = totals.get("pc_samples", 0)
+    return {k[len("stall_"):]: round(v / n, 3) for k, v in totals.items() if k.startswith("stall_") and n}
+
+
+@pytest.mark.skipif(shutil.which("ncu") is None, reason="Nsight Compute (ncu) not on PATH")
+def test_stall_reasons_beside_nsight_compute(results: dict[str, dict[str, Any]]) -> None:
+    """Two kernels' stall shares from deepctx's PC samples and from ncu's own PC sampling (the
+    smsp__pcsamp_warps_issue_stalled_* counters), side by side; written, not asserted beyond both having data
+    (the two sample different runs)."""
+    rows = ["| kernel | stall | deepctx share | ncu share |", "| --- | --- | --- | --- |"]
+    metrics = ",".join([f"smsp__pcsamp_warps_issue_stalled_{s}" for s in STALLS] + ["smsp__pcsamp_sample_count"])
+    for rule, kernel in NCU_KERNELS.items():
+        r = results.get(rule) or {}
+        if "bad" not in r:
+            continue
+        ours = stall_shares(r["bad"], kernel)
+        p = subprocess.run(["ncu", "--clock-control", "none", "--metrics", metrics, "--csv", "-k", f"regex:{kernel}",
+                            "-c", "1", sys.executable, str(script(rule)), "--once", "--steps", "1"],
+                           capture_output=True, text=True, timeout=600, check=False)
+        values: dict[str, float] = {}
+        for line in p.stdout.splitlines():
+            cells = [c.strip('"') for c in line.split('","')]
+            if len(cells) > 3 and cells[-3].startswith("smsp__pcsamp"):
+                try:
+                    values[cells[-3]] = float(cells[-1].replace(",", ""))
+                except ValueError:
+                    pass
+        total = values.get("smsp__pcsamp_sample_count") or sum(values.values())
+        assert ours and total, (ours, p.stderr[-2000:])
+        for s in STALLS:
+            theirs = values.get(f"smsp__pcsamp_warps_issue_stalled_{s}", 0.0) / total
+            if ours.get(s) or theirs > 0.01:
+                rows.append(f"| {kernel} | {s} | {ours.get(s, 0.0):.3f} | {theirs:.3f} |")
+    print("\n" + "\n".join(rows), flush=True)
+    out = os.environ.get("DEEPCTX_ARTIFACTS")
+    if out:
+        Path(out, "pc_rules_ncu.md").write_text("\n".join(rows) + "\n")
