@@ -16,6 +16,7 @@ from capture_util import Result, run_capture
 from device_paths import REPO
 from harness import StdinTarget
 
+from deepctx.host import sass
 from deepctx.probes import pc_sampling as pcs
 from deepctx.probes.device_activity import DeviceActivity
 
@@ -122,6 +123,7 @@ def test_off_by_default(built: tuple[Path, Path]) -> None:
     assert result.stats["device_records"] == pt.N_SAXPY + pt.N_STRIDED
 
 
+@pytest.mark.skipif(sass.find_nvdisasm() is None, reason="nvdisasm not found (pip install nvidia-cuda-nvdisasm)")
 def test_run_pc_sampling_puts_stall_reasons_on_the_launching_lines_instructions(daemon, built: tuple[Path, Path],
                                                                                  tmp_path: Path) -> None:
     """`deepctx run --pc-sampling --kernel` through deepctxd, stopped while the target lives (so its Python
