@@ -146,9 +146,10 @@ def diff_payload(before: dict[str, Any], after: dict[str, Any], root: DiffNode, 
 
 
 def read_sources(root: ViewNode, owner_uid: int | None = None) -> dict[str, str]:
-    """The text of the Python files that Python frames name, read now (at report time), where it is safe to:
-    see source_text. owner_uid: the profiled process's owner, where known."""
-    names = sorted({n.frame.file for n in root.walk() if n.frame.kind == "python" and n.frame.file})
+    """The text of the Python files that Python frames name, and of the CUDA sources PC-sampled kernels'
+    lines name (gpu_line), read now (at report time), where it is safe to: see source_text. owner_uid: the
+    profiled process's owner, where known."""
+    names = sorted({n.frame.file for n in root.walk() if n.frame.kind in ("python", "gpu_line") and n.frame.file})
     out: dict[str, str] = {}
     budget = MAX_SOURCES_BYTES
     for name in names:

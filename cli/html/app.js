@@ -105,6 +105,8 @@
   const fill = childStart.slice(0, n);
   for (let i = 1; i < n; i++) childList[fill[parent[i]]++] = i;
   const kindOf = (i) => KIND[N.kind[i]];
+  // Frames with a source line the source pane shows: Python lines, and a PC-sampled kernel's CUDA lines.
+  const sourced = (i) => (KIND[N.kind[i]] === "python" || KIND[N.kind[i]] === "gpu_line") && N.file[i] >= 0;
   const nameOf = (i) => S[N.name[i]];
   const fileOf = (i) => (N.file[i] >= 0 ? S[N.file[i]] : null);
   const moduleOf = (i) => (N.module[i] >= 0 ? S[N.module[i]] : null);
@@ -440,12 +442,12 @@
   for (const f of files) { const o = document.createElement("option"); o.value = f; o.textContent = f; $("source-file").appendChild(o); }
   let sourceFile = files[0] || null, sourceLine = 0;
   function lineValues() {
-    // Per file:line of Python frames: self sum, and totals counting each call path once.
+    // Per file:line of Python frames (and kernels' CUDA lines): self sum, and totals counting each call path once.
     const self = selfOf[metric], tot = totalOf[metric], out = new Map(), active = new Map();
     const st = [[0, false]];
     while (st.length) {
       const [i, leaving] = st.pop();
-      const py = kindOf(i) === "python" && N.file[i] >= 0;
+      const py = sourced(i);
       const key = py ? S[N.file[i]] + ":" + N.line[i] : null;
       if (leaving) { active.set(key, active.get(key) - 1); continue; }
       if (py) {
@@ -489,7 +491,7 @@
     document.body.dataset.selected = String(i);
     // Python frame of the selection, or of its nearest Python caller.
     let j = i;
-    while (j > 0 && !(kindOf(j) === "python" && N.file[j] >= 0)) j = parent[j];
+    while (j > 0 && !sourced(j)) j = parent[j];
     if (j > 0) {
       sourceFile = S[N.file[j]]; sourceLine = N.line[j];
       if (from === "flame") showTab("source"); else stale.source = true;

@@ -3,6 +3,7 @@ timeline, diff, screenshots of each view, and a 100k-node profile that reacts wi
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -223,5 +224,32 @@ def test_fold_toggles_rebuild_the_tree(browser: Any, tmp_path: Path, shots: Any)
         assert (nodes, fold) == expected
     assert names.count("<module>") == 3 and names.count("Module._call_impl") == 3 and "Py_RunMain" in names
     assert page.is_checked("#show-startup") and page.is_checked("#show-plumbing")
+    assert requests == []
+    page.context.close()
+
+
+def test_a_sampled_instruction_shows_its_cuda_line(browser: Any, tmp_path: Path, shots: Any) -> None:
+    """PC sampling: clicking a kernel's SASS instruction opens the CUDA source at its line, with the line's
+    PC samples (the constructed profile, its lines pointed at a copy of the fixture's source)."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    cu = tmp_path / "pcs_kernels.cu"
+    cu.write_text((fixtures / "cubin" / "pcs_kernels.cu").read_text())
+    doc = json.loads((fixtures / "profiles" / "pcs_constructed.json").read_text())
+    stack = [doc["root"]]
+    while stack:
+        n = stack.pop()
+        stack += n["children"]
+        if n["kind"] == "gpu_line":
+            n["file"] = str(cu)
+    page, requests = open_report(browser, write(tmp_path, "pcs.html", HtmlReport().render(doc, owner_uid=os.geteuid())))
+    page.select_option("#metric", "pc_samples")
+    page.wait_for_function("() => document.body.dataset.metric === 'pc_samples'")
+    page.locator("#flame g.frame[name='0x0250  STG.E desc[UR4][R4.64], R3']").click()
+    page.wait_for_function("() => document.body.dataset.tab === 'source'")
+    line = page.locator("#source .line.hl")
+    assert line.count() == 1 and line.get_attribute("data-line") == "6"
+    assert "out[i] = in[(i * stride) % n];  // LINE_LOAD" in line.inner_text()
+    assert line.locator(".m").all_inner_texts() == ["", "39"]  # strided_copy's samples, all at line 6
+    shots(page, "source-pcs")
     assert requests == []
     page.context.close()

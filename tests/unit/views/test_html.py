@@ -93,3 +93,21 @@ def test_a_profile_with_gpu_time_opens_on_gpu_time(gpu_doc, torch_doc) -> None:
     """As `deepctx profile` does: GPU time where the profile has any (#34.9), CPU samples otherwise."""
     assert payload(HtmlReport().render(gpu_doc))["defaultMetric"] == "gpu_time_ns"
     assert payload(HtmlReport().render(torch_doc))["defaultMetric"] == "cpu_samples"  # no device times in it
+
+
+def test_a_pc_sampled_kernels_cuda_source_is_embedded(tmp_path: Path) -> None:
+    """The source pane shows the CUDA file a PC-sampled kernel's lines name (gpu_line nodes), like a Python
+    file: the constructed profile's lines, pointed at a copy of the fixture's source."""
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures"
+    cu = tmp_path / "pcs_kernels.cu"
+    cu.write_text((fixtures / "cubin" / "pcs_kernels.cu").read_text())
+    doc = json.loads((fixtures / "profiles" / "pcs_constructed.json").read_text())
+    stack = [doc["root"]]
+    while stack:
+        n = stack.pop()
+        stack += n["children"]
+        if n["kind"] == "gpu_line":
+            n["file"] = str(cu)
+    data = payload(HtmlReport().render(doc, owner_uid=os.geteuid()))
+    assert data["sources"] == {str(cu): cu.read_text()}
+    assert "gpu_line" in data["kinds"] and "gpu_instruction" in data["kinds"]
