@@ -111,3 +111,14 @@ def test_low_occupancy_is_not_guessed() -> None:
     doc = profile("k", [(0x10, "FFMA R1, R2, R3, R1", 3, {"selected": 50})])
     (report,) = [r for r in analyze(doc).rules if r.rule == "low-occupancy"]
     assert report.status == "not_evaluated" and "registers per thread" in report.reason
+
+
+def test_small_grid_carries_pc_evidence() -> None:
+    doc = profile("reduce_rows", [(0x40, "LDG.E R2, desc[UR4][R2.64]", 8, {"long_scoreboard": 70, "selected": 5}),
+                                  (0x50, "FADD R3, R2, R3", 9, {"selected": 25})])
+    doc["root"]["children"][0]["children"][0]["children"][0]["children"][0]["grid"] = [8, 1, 1]
+    (f,) = fired(doc, "small-grid")
+    ev = f["evidence"]
+    assert (ev["grid_blocks"], ev["sm_count"], ev["sm_count_source"]) == (8, 132, "profile")
+    assert ev["pc_samples"] == 100 and ev["kernel_line"] == "k.cu:8"
+    assert ev["top_stalls"] == {"long_scoreboard": 70, "selected": 30}

@@ -23,6 +23,23 @@ NO_SAMPLES = ("the profile has no PC samples (capture with `deepctx run --pc-sam
               "reasons per instruction)")
 
 
+def pc_evidence(recs: list[GpuRecord]) -> dict[str, object]:
+    """What PC samples add to another rule's finding on these kernel records (empty without them): the
+    samples, the hottest source line and the top stall reasons."""
+    instructions = [i for r in recs if r.pcs is not None for i in r.pcs.instructions]
+    if not instructions:
+        return {}
+    stalls: dict[str, int] = defaultdict(int)
+    lines: dict[str, int] = defaultdict(int)
+    for i in instructions:
+        lines[i.where()] += i.samples
+        for k, v in i.stalls.items():
+            stalls[k] += v
+    top = sorted(stalls.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    return {"pc_samples": sum(i.samples for i in instructions),
+            "kernel_line": max(lines.items(), key=lambda kv: (kv[1], kv[0]))[0], "top_stalls": dict(top)}
+
+
 class PcStallRule(Rule):
     needs = "device"
     reasons: ClassVar[tuple[str, ...]]  # stall reasons counted (metric names without stall_)

@@ -9,6 +9,7 @@ from deepctx.profile.analyzer.index import GpuRecord, Site
 from deepctx.profile.analyzer.names import is_bounded_work_kernel, short_kernel_name
 from deepctx.profile.analyzer.registry import Context, NotEvaluated, Rule, register
 from deepctx.profile.analyzer.rules.common import launches, site_text
+from deepctx.profile.analyzer.rules.pc_common import pc_evidence
 
 LONG_KERNEL_NS = 20_000  # shorter kernels are a launch-overhead matter, not an occupancy one
 
@@ -42,6 +43,7 @@ class SmallGrid(Rule):
                 "threads_per_block": max((r.threads or 0) // max(1, r.blocks or 1) for r in recs),
                 "sm_count": sms, "sm_count_source": ctx.device.source, "idle_sm_share": round(idle_sms, 3),
             }
+            evidence.update(pc_evidence(recs))
             confidence = 0.6 if measured else 0.3
             if ctx.device.assumed:
                 confidence -= 0.1
