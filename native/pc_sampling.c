@@ -128,6 +128,7 @@ void pcs_start(CUpti_SubscriberHandle subscriber,
     enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
     enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
     enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
+    enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING);
 }
 
 /* --- names and cubins ------------------------------------------------------------------------------ */
@@ -429,6 +430,11 @@ void pcs_on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData *data) {
         context_created(data->context);
     } else if (cbid == CUPTI_CBID_RESOURCE_MODULE_LOADED) {
         module_loaded(data->resourceDescriptor);
+    } else if (cbid == CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING) {
+        /* continuous collection: CUPTI asks for the data before a module goes (its PCs may be reused) */
+        for (int i = 0; i < MAX_CONTEXTS; i++)
+            if (contexts[i].ctx == data->context)
+                drain_context(&contexts[i], 0);
     } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
         for (int i = 0; i < MAX_CONTEXTS; i++) {
             if (contexts[i].ctx == data->context) {

@@ -68,17 +68,19 @@ def timed(rule: str, fixed: bool) -> float:
         t.stop()
 
 
-def profiled(daemon, rule: str, fixed: bool, tmp: Path) -> dict[str, Any]:
-    """One run under `deepctx run --pc-sampling`, stopped while the example lives (its frames named)."""
-    out = tmp / f"{rule}_{'fixed' if fixed else 'bad'}.json"
-    period = os.environ.get("DEEPCTX_PC_PERIOD")
+def profiled(daemon, rule: str, fixed: bool, tmp: Path, period: str | None = None,
+             save: bool = True) -> dict[str, Any]:
+    """One run under `deepctx run --pc-sampling`, stopped while the example lives (its frames named); the
+    document, with the run's own time in doc["timed_s"]."""
+    out = tmp / f"{rule}_{'fixed' if fixed else 'bad'}_{period}.json"
+    period = period or os.environ.get("DEEPCTX_PC_PERIOD")
     env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"} | {"DEEPCTX_SOCKET": daemon.socket}
     run = StdinTarget([*DEEPCTX, "run", "--quiet", "--mode", "exact", "--pc-sampling",
                        *(["--pc-period", period] if period else []), "-o", str(out), "--format", "json", "--",
                        sys.executable, str(script(rule)), *(["--fixed"] if fixed else [])], env=env)
     try:
         run.go()
-        run.expect("done")
+        seconds = float(run.expect("done").split()[1])
         wait_for(lambda: (session_of(daemon, run.pid) or {}).get("state") == "capturing", what="capture running")
         stop = daemon.cli("stop", str(run.pid))
         assert stop.returncode == 0, stop.stderr
@@ -90,8 +92,9 @@ def profiled(daemon, rule: str, fixed: bool, tmp: Path) -> dict[str, Any]:
         run.stop()
     doc = json.loads(out.read_text())
     annotate(doc)
+    doc["timed_s"] = seconds
     artifacts = os.environ.get("DEEPCTX_ARTIFACTS")
-    if artifacts:
+    if artifacts and save:
         name = f"analyzer_{rule.replace('-', '_')}_{'fixed' if fixed else 'inefficient'}.json.gz"
         with gzip.open(Path(artifacts) / name, "wt") as f:
             json.dump(doc, f, separators=(",", ":"))
@@ -214,3 +217,24 @@ def test_stall_reasons_beside_nsight_compute(results: dict[str, dict[str, Any]])
     out = os.environ.get("DEEPCTX_ARTIFACTS")
     if out:
         Path(out, "pc_rules_ncu.md").write_text("\n".join(rows) + "\n")
+
+
+COST_PERIODS = ("8", "12", "16", "20")  # 2^N cycles between samples
+
+
+def test_cost_per_period(daemon, built: None, tmp_path: Path) -> None:
+    """What PC sampling costs a GPU-bound run (fp32-fma's bad SGEMM) at several periods: its timed steps
+    unprofiled, and under `deepctx run --pc-sampling --pc-period N` (the run's own clock, so the capture's
+    start and stop are not in it). Written to pc_sampling_cost.md; asserted only to be measured."""
+    base = timed("fp32-fma", False)
+    rows = ["| --pc-period | 2^N cycles | seconds | slowdown | samples |", "| --- | --- | --- | --- | --- |",
+            f"| off | - | {base:.3f} | 1.00x | - |"]
+    for period in COST_PERIODS:
+        doc = profiled(daemon, "fp32-fma", False, tmp_path, period=period, save=False)
+        rows.append(f"| {period} | {1 << int(period)} | {doc['timed_s']:.3f} | {doc['timed_s'] / base:.2f}x | "
+                    f"{doc['stats'].get('pc_sampling_samples', 0)} |")
+        assert doc["stats"].get("pc_sampling_samples", 0) > 0, doc["warnings"]
+    print("\n" + "\n".join(rows), flush=True)
+    out = os.environ.get("DEEPCTX_ARTIFACTS")
+    if out:
+        Path(out, "pc_sampling_cost.md").write_text("\n".join(rows) + "\n")
