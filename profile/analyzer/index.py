@@ -106,6 +106,7 @@ class GpuRecord:
     block: tuple[int, ...] | None = None
     stream: int | None = None
     pcs: KernelPcs | None = None  # kernel nodes of PC-sampling captures: their instructions (pcs.py)
+    shared_mem: int | None = None  # kernel nodes: dynamic shared memory per block (bytes)
 
     @property
     def blocks(self) -> int | None:
@@ -324,7 +325,7 @@ def _add_gpu(idx: ProfileIndex, ctx: Context, node: dict[str, Any], m: dict[str,
                     sync_wait_ns=int(m.get("sync_wait_ns", 0)),
                     grid=tuple(node["grid"]) if node.get("grid") else None,
                     block=tuple(node["block"]) if node.get("block") else None, stream=node.get("stream"),
-                    pcs=kernel_pcs(node) if kind == "kernel" else None)
+                    pcs=kernel_pcs(node) if kind == "kernel" else None, shared_mem=node.get("shared_mem"))
     idx.gpu.append(rec)
     t = idx.threads.get(ctx.tid) if ctx.tid is not None else None
     if t is not None:

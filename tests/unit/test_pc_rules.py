@@ -107,10 +107,26 @@ def test_rules_say_why_they_did_not_run_without_samples() -> None:
         assert reports[rule].status == "not_evaluated" and "deepctx run --pc-sampling" in reports[rule].reason
 
 
-def test_low_occupancy_is_not_guessed() -> None:
-    doc = profile("k", [(0x10, "FFMA R1, R2, R3, R1", 3, {"selected": 50})])
-    (report,) = [r for r in analyze(doc).rules if r.rule == "low-occupancy"]
-    assert report.status == "not_evaluated" and "registers per thread" in report.reason
+def test_occupancy_from_block_size_and_shared_memory() -> None:
+    from deepctx.profile.analyzer.occupancy import Occupancy, occupancy
+
+    assert occupancy(256, 96 << 10, "9.0") == Occupancy(2, 16, 0.25, "shared memory")  # (228 KiB) // (97 KiB)
+    assert occupancy(256, 4, "9.0") == Occupancy(8, 64, 1.0, "warps")
+    assert occupancy(32, 0, "8.6") == Occupancy(16, 16, 0.333, "blocks")
+    assert occupancy(256, 0, "6.1") is None  # no table: not guessed
+
+
+def test_low_occupancy_from_shared_memory_with_latency_stalls() -> None:
+    doc = profile("scale_hog", [(0x80, "LDG.E R2, desc[UR4][R2.64]", 9, {"selected": 20}),
+                                (0x90, "FMUL R3, R2, R5", 9, {"long_scoreboard": 60, "selected": 20})])
+    doc["root"]["children"][0]["children"][0]["children"][0]["children"][0]["shared_mem"] = 96 << 10
+    (f,) = fired(doc, "low-occupancy")
+    ev = f["evidence"]
+    assert (ev["occupancy_upper_bound"], ev["limited_by"], ev["resident_warps"]) == (0.25, "shared memory", 16)
+    assert ev["registers_per_thread"] is None and ev["latency_stall_share"] == 0.6
+    assert f["estimated_speedup"] == 1.43  # R = 1 s x 0.6 x 0.5
+    assert fired(profile("scale", [(0x90, "FMUL R3, R2, R5", 9, {"long_scoreboard": 60, "selected": 20})]),
+                 "low-occupancy") == []  # no shared memory: full occupancy
 
 
 def test_small_grid_carries_pc_evidence() -> None:
