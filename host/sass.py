@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 NVDISASM_TIMEOUT_S = 60.0  # a large cubin (PyTorch's) takes seconds; a hung tool must not hold a build
@@ -32,13 +32,15 @@ class Instruction:
 class Disassembly:
     functions: dict[str, list[Instruction]]  # by the function's symbol (mangled) name, in offset order
     tool: str
+    _by_offset: dict[str, dict[int, Instruction]] = field(default_factory=dict, compare=False, repr=False)
 
     def at(self, function: str, offset: int) -> Instruction | None:
-        """The instruction at a PC offset of function (None: not in this cubin)."""
-        for ins in self.functions.get(function, ()):
-            if ins.offset == offset:
-                return ins
-        return None
+        """The instruction at a PC offset of function (None: not in this cubin). Indexed per function at
+        its first look-up: a large kernel has thousands of instructions, and as many sampled PCs."""
+        index = self._by_offset.get(function)
+        if index is None:
+            index = self._by_offset[function] = {i.offset: i for i in self.functions.get(function, ())}
+        return index.get(offset)
 
 
 def nvdisasm_candidates() -> list[str]:
