@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from deepctx.daemon.gpu_tree import apportion
 from deepctx.daemon.tree import CallTree
-from deepctx.host import sass
+from deepctx.host import cubin_resources, sass
 from deepctx.host.demangle import demangle
 from deepctx.host.frames import Frame
 from deepctx.probes.pc_sampling import PCS_E_NO_API, PCS_E_UNSUPPORTED, PCS_ON, PcsData, PcsOptions
@@ -56,7 +56,8 @@ def _weights(tree: CallTree, nodes: list[int]) -> list[int]:
 
 
 def _disassemblies(data: PcsData, crcs: set[int], disassemble: Callable[[bytes], sass.Disassembly],
-                   out: PcAttribution) -> dict[int, sass.Disassembly]:
+                   out: PcAttribution, resources: dict[int, dict[str, cubin_resources.KernelResources]],
+                   ) -> dict[int, sass.Disassembly]:
     result: dict[int, sass.Disassembly] = {}
     for crc in sorted(crcs):
         cubin = data.cubins.get(crc)
@@ -64,6 +65,7 @@ def _disassemblies(data: PcsData, crcs: set[int], disassemble: Callable[[bytes],
             out.warnings.append(f"PC samples of cubin {crc:#x}: the cubin did not arrive whole (its lines and "
                                 "instructions are unknown)")
             continue
+        resources[crc] = cubin_resources.resources(bytes(cubin.data))  # needs no toolkit
         try:
             result[crc] = disassemble(bytes(cubin.data))
         except FileNotFoundError as e:
@@ -104,7 +106,8 @@ def add_pc_samples(tree: CallTree, data: PcsData, options: PcsOptions,
         by_function[name_id].append((crc, pc, stall, n))
     chosen = {nid: recs for nid, recs in by_function.items()
               if options.matches(demangle(data.names.get(nid, "")), data.names.get(nid, ""))}
-    dis = _disassemblies(data, {crc for recs in chosen.values() for crc, *_ in recs}, disassemble, out)
+    res: dict[int, dict[str, cubin_resources.KernelResources]] = {}
+    dis = _disassemblies(data, {crc for recs in chosen.values() for crc, *_ in recs}, disassemble, out, res)
     placed = unlaunched = 0
     for nid, recs in chosen.items():
         raw = data.names.get(nid, "[unknown function]")
@@ -120,7 +123,9 @@ def add_pc_samples(tree: CallTree, data: PcsData, options: PcsOptions,
             for node, part in zip(targets, apportion(n, weights), strict=True):
                 if not part:
                     continue
-                fn = Frame("gpu_function", pretty, module=f"cubin:{crc:016x}")
+                r = res.get(crc, {}).get(raw)
+                fn = Frame("gpu_function", pretty, module=f"cubin:{crc:016x}",
+                           resources=(r.registers, r.static_shared) if r and r.registers is not None else None)
                 leaf = tree.node_for([fn, line, ins], start=node)
                 tree.add_at(leaf, PC_SAMPLES, part)
                 tree.add_at(leaf, metric, part)

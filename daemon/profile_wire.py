@@ -52,6 +52,8 @@ def to_message(result: CaptureResult) -> pb.Profile:
             fields["shared_mem"] = f.launch[6]
         if f.stream is not None:
             fields["stream"] = f.stream
+        if f.resources is not None:
+            fields["registers"], fields["static_shared"] = f.resources
         m = node.metrics
         fields["metrics"] = [m.get(name, 0) for name in metrics] if m else zeros
         add(**fields)

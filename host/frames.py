@@ -21,6 +21,7 @@ class Frame(NamedTuple):
     tid     thread id, for `thread` frames only
     launch  (grid x, y, z, block x, y, z, dynamic shared memory bytes), for `kernel` frames
     stream  the stream handle of GPU work (0: the default stream), for kernel/memcpy/memset/sync frames
+    resources  (registers per thread, static shared memory bytes per block), for gpu_function frames
     """
 
     kind: str
@@ -31,6 +32,7 @@ class Frame(NamedTuple):
     tid: int | None = None
     launch: tuple[int, int, int, int, int, int, int] | None = None
     stream: int | None = None
+    resources: tuple[int, int] | None = None
 
 
 # What a thread does, from its name: runtimes name their threads (PyTorch's autograd device threads

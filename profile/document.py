@@ -13,7 +13,7 @@ _TRACE_DEVICE = ("kind", "name", "device", "stream", "start_ns", "dur_ns", "corr
                  "tid")
 
 
-_NODE_OPTIONAL = frozenset(("file", "line", "module", "tid", "stream"))
+_NODE_OPTIONAL = frozenset(("file", "line", "module", "tid", "stream", "registers", "static_shared"))
 
 
 def trace_event(e: pb.TraceEvent) -> dict[str, Any]:

@@ -37,6 +37,8 @@ class PcInstruction:
 @dataclass(frozen=True)
 class KernelPcs:
     instructions: tuple[PcInstruction, ...]
+    registers: int | None = None  # per thread, from the cubin (the gpu_function node)
+    static_shared: int = 0  # bytes per block, from the cubin
 
     @property
     def samples(self) -> int:
@@ -47,9 +49,12 @@ def kernel_pcs(node: dict[str, Any]) -> KernelPcs | None:
     """The instructions of a kernel node's gpu_function -> gpu_line -> gpu_instruction children; None when
     it has none (no PC sampling)."""
     out = []
+    registers, static_shared = None, 0
     for fn in node.get("children") or []:
         if fn["kind"] != "gpu_function":
             continue
+        registers = fn.get("registers", registers)
+        static_shared = max(static_shared, fn.get("static_shared") or 0)
         for ln in fn["children"]:
             for ins in ln["children"]:
                 m = _INSTRUCTION.match(ins["name"])
@@ -59,4 +64,4 @@ def kernel_pcs(node: dict[str, Any]) -> KernelPcs | None:
                 stalls = {k[len("stall_"):]: int(v) for k, v in metrics.items() if k.startswith("stall_") and v}
                 out.append(PcInstruction(fn["name"], ln.get("file"), ln.get("line"), int(m.group(1), 16),
                                          " ".join((m.group(2) or "").split()), int(metrics["pc_samples"]), stalls))
-    return KernelPcs(tuple(out)) if out else None
+    return KernelPcs(tuple(out), registers, static_shared) if out else None

@@ -282,7 +282,7 @@ class TraceEvent(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., tid: _Optional[int] = ..., device: _Optional[int] = ..., stream: _Optional[int] = ..., start_ns: _Optional[int] = ..., dur_ns: _Optional[int] = ..., correlation: _Optional[int] = ..., bytes: _Optional[int] = ..., graph_node: _Optional[int] = ..., at: _Optional[str] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("parent", "kind", "name", "file", "line", "module", "metrics", "tid", "grid", "block", "shared_mem", "stream")
+    __slots__ = ("parent", "kind", "name", "file", "line", "module", "metrics", "tid", "grid", "block", "shared_mem", "stream", "registers", "static_shared")
     PARENT_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -295,6 +295,8 @@ class Node(_message.Message):
     BLOCK_FIELD_NUMBER: _ClassVar[int]
     SHARED_MEM_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
+    REGISTERS_FIELD_NUMBER: _ClassVar[int]
+    STATIC_SHARED_FIELD_NUMBER: _ClassVar[int]
     parent: int
     kind: str
     name: str
@@ -307,7 +309,9 @@ class Node(_message.Message):
     block: _containers.RepeatedScalarFieldContainer[int]
     shared_mem: int
     stream: int
-    def __init__(self, parent: _Optional[int] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., file: _Optional[str] = ..., line: _Optional[int] = ..., module: _Optional[str] = ..., metrics: _Optional[_Iterable[int]] = ..., tid: _Optional[int] = ..., grid: _Optional[_Iterable[int]] = ..., block: _Optional[_Iterable[int]] = ..., shared_mem: _Optional[int] = ..., stream: _Optional[int] = ...) -> None: ...
+    registers: int
+    static_shared: int
+    def __init__(self, parent: _Optional[int] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., file: _Optional[str] = ..., line: _Optional[int] = ..., module: _Optional[str] = ..., metrics: _Optional[_Iterable[int]] = ..., tid: _Optional[int] = ..., grid: _Optional[_Iterable[int]] = ..., block: _Optional[_Iterable[int]] = ..., shared_mem: _Optional[int] = ..., stream: _Optional[int] = ..., registers: _Optional[int] = ..., static_shared: _Optional[int] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ()

@@ -20,7 +20,7 @@ def node(kind: str, name: str, children: list[dict[str, Any]] | None = None, fil
 
 
 def profile(kernel: str, instructions: list[tuple[int, str, int, dict[str, int]]],
-            sm_count: int = 132) -> dict[str, Any]:
+            sm_count: int = 132, registers: int | None = None) -> dict[str, Any]:
     """One kernel launched 100 times at train.py:7; instructions: (offset, SASS, source line, stalls)."""
     lines: dict[int, list[dict[str, Any]]] = {}
     for offset, text, src, stalls in instructions:
@@ -28,6 +28,8 @@ def profile(kernel: str, instructions: list[tuple[int, str, int, dict[str, int]]
         lines.setdefault(src, []).append(node("gpu_instruction", f"{offset:#06x}  {text}", line=src, **m))
     fn = node("gpu_function", kernel, [node("gpu_line", f"k.cu:{src}", ins, file="/src/k.cu", line=src)
                                        for src, ins in lines.items()])
+    if registers is not None:
+        fn.update(registers=registers, static_shared=0)
     k = node("kernel", kernel, [fn], gpu_time_ns=GPU_NS, calls=100)
     k.update(grid=[1024, 1, 1], block=[256, 1, 1], shared_mem=0)
     api = node("api", "cudaLaunchKernel", [k], calls=100, api_time_ns=1_000_000)
@@ -114,6 +116,9 @@ def test_occupancy_from_block_size_and_shared_memory() -> None:
     assert occupancy(256, 4, "9.0") == Occupancy(8, 64, 1.0, "warps")
     assert occupancy(32, 0, "8.6") == Occupancy(16, 16, 0.333, "blocks")
     assert occupancy(256, 0, "6.1") is None  # no table: not guessed
+    # 128 registers: 4096 per warp, 16 warps of 64 fit, two blocks of 8 warps
+    assert occupancy(256, 0, "9.0", registers=128) == Occupancy(2, 16, 0.25, "registers")
+    assert occupancy(256, 0, "9.0", registers=24) == Occupancy(8, 64, 1.0, "warps")  # 768 per warp: 10 blocks
 
 
 def test_low_occupancy_from_shared_memory_with_latency_stalls() -> None:
@@ -127,6 +132,14 @@ def test_low_occupancy_from_shared_memory_with_latency_stalls() -> None:
     assert f["estimated_speedup"] == 1.43  # R = 1 s x 0.6 x 0.5
     assert fired(profile("scale", [(0x90, "FMUL R3, R2, R5", 9, {"long_scoreboard": 60, "selected": 20})]),
                  "low-occupancy") == []  # no shared memory: full occupancy
+
+
+def test_low_occupancy_from_the_cubins_registers() -> None:
+    doc = profile("regs_hog", [(0x90, "FMUL R3, R2, R5", 9, {"long_scoreboard": 50, "selected": 50})], registers=128)
+    (f,) = fired(doc, "low-occupancy")
+    ev = f["evidence"]
+    assert (ev["limited_by"], ev["registers_per_thread"], ev["occupancy_upper_bound"]) == ("registers", 128, 0.25)
+    assert "its 128 registers per thread" in f["suggestion"] and "registers unknown" not in f["speedup_model"]
 
 
 def test_small_grid_carries_pc_evidence() -> None:

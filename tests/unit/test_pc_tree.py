@@ -165,4 +165,12 @@ def test_the_document_carries_the_new_metrics_and_kinds() -> None:
         kinds.add(n["kind"])
         stack += n["children"]
     assert {"gpu_function", "gpu_line", "gpu_instruction"} <= kinds
+    fns = {}
+    stack = [doc["root"]]
+    while stack:
+        n = stack.pop()
+        stack += n["children"]
+        if n["kind"] == "gpu_function":
+            fns[n["name"]] = (n.get("registers"), n.get("static_shared"))
+    assert fns == {"saxpy": (10, 0), "strided_copy": (12, 0)}  # the cubin's .nv.info, as ptxas reports them
     jsonschema.validate(doc, SCHEMA)
