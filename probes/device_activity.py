@@ -441,6 +441,9 @@ class DeviceActivity(FamilyDefaults):
             self.drain(bpf)
             ring_sink(bpf).fn = RingSink.drop  # the program serves other captures next
             self._ringbuf_open = False
+        if self.pcs is not None:  # PC sampling (probes/pc_sampling.py): its last messages, then its ring let go
+            self.drain(bpf)
+            self.pcs.close(bpf)
 
     def take_window(self, bpf: Any) -> None:
         """Continuous mode, at a window's cut: its device time leaves the map (correlations in flight stay;
