@@ -1,10 +1,20 @@
-"""deepctxd's memory across back-to-back captures.
+"""deepctxd's memory with several targets captured at once, and across back-to-back captures (issue #30).
 
-    sudo .venv/bin/python bench/daemon_memory.py [--captures 30] [--duration 0.3]
+    sudo .venv/bin/python bench/daemon_memory.py [--targets 1,5,10] [--target cudart|torch|jax] [--settle 5]
+    sudo .venv/bin/python bench/daemon_memory.py --captures 30 [--duration 0.3]
     .venv/bin/python bench/daemon_memory.py --tables FILE [FILE ...]
 
-Starts a daemon on a private socket, captures tests/targets/bin/cpu_burner again and again, and prints
-the daemon's anonymous and file-backed resident memory (MB) after each capture.
+--targets (the default): starts a daemon on a private socket (its own cache folder), reads its resident
+memory with no target, then starts CPython targets (bench/targets/steady_calls.py: cudart loads the real
+CUDA runtime; torch and jax run a training step on the GPU host) and attaches to each (Python walker, GPU
+probes, CPU sampler, native unwinder), up to each count in turn. With all those captures running it reads
+the daemon's RSS (the most seen over --settle seconds) and its peak, and prints them side by side. Then,
+in this process, it loads what the daemon's host cache holds for those targets (symbol tables, unwind tables,
+interpreter layouts, as the captures do; host/file_cache.py) and prints its sizes per kind and the largest
+allocations behind them (tracemalloc).
+
+--captures: captures tests/targets/bin/cpu_burner again and again and prints the daemon's anonymous and
+file-backed resident memory (MB) after each capture.
 
 --tables: the unwind tables of the given ELF files, built as deepctxd builds them, once inside the
 process and once in build_child processes (host/unwind/cache.py), each in a fresh interpreter: its
@@ -15,24 +25,37 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
+import tracemalloc
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
 
 from harness import Target, start_daemon, stop_daemon  # noqa: E402
 
+MB = 1 << 20
+
+
+def memory_mb(pid: int) -> dict[str, float]:
+    """VmRSS, RssAnon, RssFile and VmHWM (peak RSS) of a process, in MiB."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
+            out[key] = int(value.split()[0]) / 1024
+    return out
+
 
 def rss_mb(pid: int) -> tuple[int, int]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(("RssAnon", "RssFile")):
-            key, value = line.split(":")
-            fields[key] = int(value.split()[0]) // 1024
-    return fields["RssAnon"], fields["RssFile"]
+    m = memory_mb(pid)
+    return int(m["RssAnon"]), int(m["RssFile"])
 
 
 TABLES = """
@@ -63,26 +86,170 @@ def tables(files: list[str]) -> int:
     return 0
 
 
+def captures(args: argparse.Namespace) -> int:
+    subprocess.run(["make", "-s", "-C", str(REPO / "tests/targets")], check=True)
+    with tempfile.TemporaryDirectory(prefix="deepctx-mem-") as work:
+        d = start_daemon(Path(work), *_config(Path(work), args))
+        try:
+            print("capture  RssAnon MB  RssFile MB")
+            for i in range(args.captures):
+                with Target([str(REPO / "tests/targets/bin/cpu_burner"), "30"]) as t:
+                    d.attach_json(t.pid, "--duration", args.duration)
+                anon, file = rss_mb(d.proc.pid)
+                print(f"{i + 1:7d}  {anon:10d}  {file:10d}", flush=True)
+        finally:
+            stop_daemon(d)
+    return 0
+
+
+def _config(work: Path, args: argparse.Namespace) -> list[str]:
+    lines = [f'cache_dir = "{work / "cache"}"', 'store_path = ""']
+    if args.host_cache_bytes:
+        lines.append(f"host_cache_bytes = {args.host_cache_bytes}")
+    (work / "d.toml").write_text("\n".join(lines) + "\n")
+    return ["--config", str(work / "d.toml")]
+
+
+def _sessions(d) -> dict[int, str]:
+    r = d.cli("status", "--format", "json")
+    if r.returncode != 0:
+        raise RuntimeError(f"deepctx status: {r.stderr.strip()}")
+    return {s["pid"]: s["state"] for s in json.loads(r.stdout).get("sessions") or []}
+
+
+def many_targets(args: argparse.Namespace) -> int:
+    from attach_latency import Target as Steady
+    from attach_latency import target_argv
+
+    counts = sorted({int(n) for n in args.targets.split(",")})
+    argv = target_argv(args.target, args.period)
+    rows: list[tuple[str, int, dict[str, float]]] = []
+    targets: list[Steady] = []
+    attaches: list[subprocess.Popen] = []
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the finally blocks end what was started
+    with tempfile.TemporaryDirectory(prefix="deepctx-mem-") as work:
+        d = start_daemon(Path(work), *_config(Path(work), args))
+        try:
+            rows.append(("no target", 0, memory_mb(d.proc.pid)))
+            for n in counts:
+                while len(targets) < n:
+                    t = Steady(argv)
+                    targets.append(t)
+                    attaches.append(subprocess.Popen(
+                        [*_deepctx(), "attach", str(t.pid), "--duration", "3600", "--format", "json", "--quiet",
+                         "-o", os.devnull], env=d.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                deadline = time.monotonic() + args.timeout
+                while sum(s == "capturing" for s in _sessions(d).values()) < n:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{n} captures were not all running within {args.timeout} s")
+                    if any(a.poll() is not None for a in attaches):
+                        raise RuntimeError("a deepctx attach ended early")
+                    time.sleep(0.2)  # a bench's poll against a deadline
+                most: dict[str, float] = {}
+                end = time.monotonic() + args.settle
+                while time.monotonic() < end:  # the captures poll, name stacks, refresh maps meanwhile
+                    now = memory_mb(d.proc.pid)
+                    most = {k: max(v, most.get(k, 0.0)) for k, v in now.items()}
+                    time.sleep(0.25)
+                rows.append((f"{n} capturing", n, most))
+            for t in targets:
+                d.cli("stop", str(t.pid))
+            for a in attaches:
+                a.wait(timeout=300)
+            rows.append(("all stopped", len(targets), memory_mb(d.proc.pid)))
+            status = json.loads(d.cli("status", "--format", "json").stdout or "{}")
+        finally:
+            for a in attaches:
+                if a.poll() is None:
+                    a.kill()
+                    a.wait()
+            for t in targets:
+                t.end()
+            stop_daemon(d)
+    print(f"# {os.cpu_count()} CPUs, kernel {os.uname().release}, target {args.target}, "
+          f"host_cache_bytes {args.host_cache_bytes or 'default'}")
+    print(f"{'daemon':14} {'targets':>7} {'VmRSS MB':>9} {'RssAnon MB':>11} {'RssFile MB':>11} {'peak MB':>8}")
+    for name, n, m in rows:
+        print(f"{name:14} {n:7d} {m['VmRSS']:9.1f} {m['RssAnon']:11.1f} {m['RssFile']:11.1f} {m['VmHWM']:8.1f}")
+    if "host_cache" in status:  # once deepctx status reports the daemon's own cache
+        print("daemon host cache:", json.dumps(status["host_cache"]))
+    return cache_contents(args, argv, max(counts))
+
+
+def cache_contents(args: argparse.Namespace, argv: list[str], n: int) -> int:
+    """What the host cache holds for n targets of this program: loaded here as a capture loads it."""
+    from attach_latency import Target as Steady
+
+    from deepctx.daemon.symbolize.native import SymbolCache
+    from deepctx.host.file_cache import FileCache
+    from deepctx.host.procfs import AddressSpace, ProcessMemory, read_maps
+    from deepctx.host.python.discovery import find_interpreter
+    from deepctx.host.unwind.cache import TableCache
+
+    targets = [Steady(argv) for _ in range(n)]
+    try:
+        with tempfile.TemporaryDirectory(prefix="deepctx-mem-") as work:
+            files = FileCache(args.host_cache_bytes) if args.host_cache_bytes else FileCache()
+            symbols = SymbolCache(files=files)
+            unwind = TableCache(Path(work) / "unwind", files=files)
+            tracemalloc.start(8)
+            held = []  # what one capture holds while it runs (its symbolizer keeps the tables it used)
+            for t in targets:
+                space = AddressSpace(read_maps(t.pid))
+                code = [m for m in space.mappings if m.executable and m.file_backed]
+                held += [symbols.get(t.pid, m) for m in code]
+                held += [r for r in unwind.get_many([(f"/proc/{t.pid}/map_files/{m.start:x}-{m.end:x}", *m.file_key)
+                                                     for m in code])]
+                with ProcessMemory(t.pid) as mem:
+                    held.append(find_interpreter(t.pid, space, mem, files))
+            snap = tracemalloc.take_snapshot()
+            tracemalloc.stop()
+            s = files.stats()
+            print(f"\nhost cache for {n} targets: {s['entries']} entries, {s['bytes'] / MB:.1f} MiB of "
+                  f"{s['budget_bytes'] / MB:.0f} MiB; builds {s['builds']} "
+                  f"({', '.join(f'{k[7:]} {v}' for k, v in s.items() if k.startswith('builds_'))}); "
+                  f"hits {s['hits']}; evictions {s['evictions']}")
+            for k, v in s.items():
+                if k.startswith("bytes_"):
+                    print(f"  {k[6:]:8} {v / MB:8.2f} MiB")
+            print(f"  unwind tables in memory (held by the captures; a copy on disk): {unwind.memory / MB:.2f} MiB")
+            print("largest allocations while loading (tracemalloc, by line):")
+            for st in snap.statistics("lineno")[:8]:
+                f = st.traceback[0]
+                print(f"  {st.size / MB:8.2f} MiB {st.count:8d} blocks  {Path(f.filename).name}:{f.lineno}")
+    finally:
+        for t in targets:
+            t.end()
+    return 0
+
+
+def _deepctx() -> list[str]:
+    from harness import DEEPCTX
+
+    return DEEPCTX
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--captures", type=int, default=30)
-    ap.add_argument("--duration", default="0.3")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--targets", default="1,5,10", help="target counts, captured at once, in turn (default 1,5,10)")
+    ap.add_argument("--target", choices=["cudart", "torch", "jax"], default="cudart",
+                    help="steady_calls.py's workload (torch, jax: the GPU host)")
+    ap.add_argument("--period", type=float, default=0.002, help="seconds between the targets' calls or steps")
+    ap.add_argument("--settle", type=float, default=5.0, help="seconds the captures run at each count before "
+                    "the RSS is read (the most seen meanwhile)")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds for the captures at a count to start")
+    ap.add_argument("--host-cache-bytes", type=int, default=0, help="the daemon's host_cache_bytes (0: default)")
+    ap.add_argument("--captures", type=int, help="back-to-back captures of cpu_burner instead")
+    ap.add_argument("--duration", default="0.3", help="with --captures: seconds per capture")
     ap.add_argument("--tables", nargs="+", metavar="FILE")
     args = ap.parse_args()
     if args.tables:
         return tables(args.tables)
-    subprocess.run(["make", "-s", "-C", str(REPO / "tests/targets")], check=True)
-    d = start_daemon(Path(tempfile.mkdtemp(prefix="deepctx-mem-")))
-    try:
-        print("capture  RssAnon MB  RssFile MB")
-        for i in range(args.captures):
-            with Target([str(REPO / "tests/targets/bin/cpu_burner"), "30"]) as t:
-                d.attach_json(t.pid, "--duration", args.duration)
-            anon, file = rss_mb(d.proc.pid)
-            print(f"{i + 1:7d}  {anon:10d}  {file:10d}", flush=True)
-    finally:
-        stop_daemon(d)
-    return 0
+    if os.geteuid() != 0:
+        raise SystemExit("needs root (deepctxd loads BPF programs)")
+    if args.captures:
+        return captures(args)
+    return many_targets(args)
 
 
 if __name__ == "__main__":

@@ -89,6 +89,11 @@ class FileCache:
             found = self._lookup((file_id, kind))
         return found[0] if found is not None else None
 
+    def holds(self, file_id: str, kind: str) -> bool:
+        """Whether a value is at hand (held, or evicted but still alive); counts nothing, moves nothing."""
+        with self._lock:
+            return (file_id, kind) in self._entries or (file_id, kind) in self._evicted
+
     def put(self, file_id: str, kind: str, value: Any, nbytes: int) -> None:
         """Stores value as the most recently used, then evicts the least recently used entries until the
         bytes held are within the budget."""

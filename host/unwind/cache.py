@@ -136,7 +136,7 @@ class TableCache:
         process (a large file): then None at once, and the caller builds it with get() in the background
         (its frames meanwhile unwind with frame pointers). OSError (file gone) propagates."""
         ident = self.files.identify(path)
-        if self.files.peek(ident, KIND) is None and self._needs_child(path):
+        if not self.files.holds(ident, KIND) and self._needs_child(path):
             return None
         return self.get(path, dev, inode)
 

@@ -61,6 +61,7 @@ def test_lru_eviction_stays_within_the_budget_and_counts() -> None:
     assert (s["evictions"], s["evicted_bytes"], s["entries"], s["bytes"], s["budget_bytes"]) == (3, 900, 2, 1000, 1000)
     # an evicted value still held elsewhere is found again, not built a second time
     builds: list[int] = []
+    assert cache.holds("b:1", "k") and not cache.holds("b:9", "k") and cache.stats()["hits"] == 1
     assert cache.get("b:1", "k", lambda: builds.append(1) or Blob(1), lambda b: b.data.nbytes) is held[1]
     assert builds == [] and cache.stats()["revived"] == 1
     # a value over the whole budget is handed back, never kept
