@@ -158,6 +158,9 @@ def many_targets(args: argparse.Namespace) -> int:
                 a.wait(timeout=300)
             rows.append(("all stopped", len(targets), memory_mb(d.proc.pid)))
             status = json.loads(d.cli("status", "--format", "json").stdout or "{}")
+        except BaseException:
+            print(f"deepctxd's log ends:\n{d.log.read_text()[-4000:]}", file=sys.stderr)
+            raise
         finally:
             for a in attaches:
                 if a.poll() is None:

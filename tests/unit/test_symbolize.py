@@ -49,6 +49,29 @@ def test_address_between_functions_has_no_symbol(libknown: Path) -> None:
     assert syms.lookup(gap) is None
 
 
+def test_symbols_take_12_bytes_each_and_resolve_alike_when_wide(libknown: Path) -> None:
+    """Addresses as 32-bit offsets, 32-bit sizes and names: 12 bytes a symbol; a file whose symbols span
+    4 GiB or more keeps 64-bit addresses, and resolves the same."""
+    import numpy as np
+
+    syms = ElfSymbols(str(libknown))
+    ref = nm_symbols(libknown)
+    assert (syms.addrs.dtype, syms.sizes.dtype, syms.names.dtype) == (np.uint32,) * 3
+    assert syms.addrs.nbytes + syms.sizes.nbytes + syms.names.nbytes == 12 * len(syms) < syms.memory
+    wide = ElfSymbols(str(libknown))
+    far = np.uint64(1 << 33)
+    a = np.concatenate([wide.addrs.astype(np.uint64) + np.uint64(wide._base), [far]])
+    s = np.concatenate([wide.sizes.astype(np.uint64), [np.uint64(16)]])
+    packed = wide.names.astype(np.int64)
+    n = (packed & ((1 << 31) - 1)) | ((packed >> 31) << 40)
+    wide.addrs, wide.sizes, wide.names = wide._compact(a, s, np.concatenate([n, n[:1]]))
+    assert wide.addrs.dtype == np.uint64 and wide._base == 0
+    for name in ("known_alpha", "known_beta"):
+        addr, size = ref[name]
+        assert wide.lookup(addr + size - 1) == syms.lookup(addr + size - 1) == (name, size - 1)
+    assert wide.lookup(int(far) + 3)[1] == 3 and wide.addresses_of({"known_beta"}) == {"known_beta": ref["known_beta"][0]}
+
+
 def mapping_rss_kb(data: object) -> int:
     """Resident kB of the mapping that holds the buffer's first byte (/proc/self/smaps)."""
     import numpy as np
