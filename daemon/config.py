@@ -41,7 +41,7 @@ class Config:
     count_map_entries: int = 65536
     # the host cache (host/file_cache.py): what files say (symbol tables, unwind tables without a copy on
     # disk, Python layouts), per build id or content hash, least recently used out above either bound
-    host_cache_bytes: int = 128 << 20
+    host_cache_bytes: int = 64 << 20
     symbol_cache_files: int = 512  # files the host cache holds at most
     python_max_depth: int = 128
     gpu_sampled_paths_per_s: int = 2000  # sampled mode: call paths captured per second (counts stay exact)

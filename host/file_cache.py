@@ -23,7 +23,7 @@ from deepctx.host.file_identity import FileIdentities
 
 T = TypeVar("T")
 
-DEFAULT_BUDGET_BYTES = 128 << 20
+DEFAULT_BUDGET_BYTES = 64 << 20
 DEFAULT_MAX_ENTRIES = 512
 Key = tuple[str, str]  # (file identity, kind)
 

@@ -16,6 +16,9 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     cfg = load(str(empty), {})
     assert cfg.socket == DEFAULT_SOCKET
     assert cfg.default_sample_hz == 99
+    assert (cfg.host_cache_bytes, cfg.symbol_cache_files) == (64 << 20, 512)
+    (tmp_path / "cache.toml").write_text("host_cache_bytes = 268435456\n")
+    assert load(str(tmp_path / "cache.toml"), {}).host_cache_bytes == 256 << 20
 
 
 def test_file_then_env_then_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -45,6 +48,7 @@ def test_file_then_env_then_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     ("autograd_nodes = 1\n", "autograd_nodes must be a bool"),
     ("max_sessions = true\n", "max_sessions must be a int"),
     ('continuous_gpu_mode = "full"\n', "continuous_gpu_mode must be 'sampled' or 'exact'"),
+    ("host_cache_bytes = 1000\n", "host_cache_bytes must be at least 1 MiB"),
 ])
 def test_bad_config_files_are_refused_with_the_reason(tmp_path: Path, text: str, message: str) -> None:
     f = tmp_path / "d.toml"

@@ -169,3 +169,17 @@ def test_two_processes_of_one_program_share_one_entry(two_processes: tuple[list[
     assert interpreters[0].runtime != 0 and interpreters[1].version == interpreters[0].version
     kinds = sorted(k for _, k in files.keys())
     assert kinds.count("symbols") == 1 and kinds.count("unwind") == 1 and kinds.count("python") == 1
+
+
+def test_the_shared_cache_takes_the_daemons_budget_and_reports_it() -> None:
+    from deepctx.host import file_cache
+
+    shared = file_cache.shared()
+    before = (shared.budget_bytes, shared.max_entries)
+    try:
+        file_cache.configure(2 << 20, 7)
+        s = file_cache.stats()
+        assert (s["budget_bytes"], s["max_entries"]) == (2 << 20, 7)
+        assert {"entries", "bytes", "hits", "misses", "builds", "evictions", "evicted_bytes", "not_kept"} <= set(s)
+    finally:
+        file_cache.configure(*before)
