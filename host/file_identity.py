@@ -16,6 +16,10 @@ A build id is what its file says it is, so the key also holds the file's size (a
 has the same id and fewer symbols) and, unless root owns the file and no one else may write it, the
 owner's uid: a user who crafts a file with another build's id gets entries of their own, never the data
 that other users' profiles read.
+
+A file without a build id over max_decompressed_bytes (host/file_limits.py) is not hashed (a target could
+map a huge file executable to make the daemon read all of it): it is "f:" and its whole fstat
+fingerprint, so its data is never shared with another file and is read again once the file changes.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import time
 from collections import OrderedDict
 
 from deepctx.host.elf.reader import ElfError, ElfFile
+from deepctx.host.file_limits import LIMITS
 
 MEMO_ENTRIES = 8192  # fstat fingerprints remembered (about 200 bytes each)
 HASH_CHUNK = 1 << 20
@@ -46,7 +51,8 @@ class FileIdentities:
         self.counters = {"build_ids_read": 0, "content_hashes": 0, "memo_hits": 0}
 
     def of(self, path: str) -> str:
-        """The identity of the file at path: "b:<build id>:<size>[:u<uid>]" or "h:<blake2b of the content>".
+        """The identity of the file at path: "b:<build id>:<size>[:u<uid>]", "h:<blake2b of the content>" or,
+        over the size cap without a build id, "f:<fingerprint>".
         Raises OSError when the file cannot be opened."""
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         try:
@@ -82,6 +88,8 @@ def _identify(fd: int, st: os.stat_result) -> str:
     if build_id:
         trusted = st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
         return f"b:{build_id}:{st.st_size}" + ("" if trusted else f":u{st.st_uid}")
+    if st.st_size > LIMITS.max_decompressed_bytes:
+        return f"f:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
     return f"h:{content_hash(fd)}"
 
 

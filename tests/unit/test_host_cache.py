@@ -95,6 +95,15 @@ def test_a_file_without_a_build_id_is_keyed_by_its_content(tmp_path: Path) -> No
     text = tmp_path / "notes.txt"
     text.write_bytes(b"not ELF")
     assert ids.of(str(text)) == f"h:{hashlib.blake2b(b'not ELF', digest_size=20).hexdigest()}"
+    from deepctx.host import file_limits
+
+    saved = (file_limits.LIMITS.max_decompressed_bytes, file_limits.LIMITS.max_unwind_rows)
+    try:  # a file over the size cap is not read whole: its fstat fingerprint names it
+        file_limits.configure(4, saved[1])
+        st = os.stat(text)
+        assert FileIdentities().of(str(text)) == f"f:{st.st_dev}:{st.st_ino}:7:{st.st_mtime_ns}:{st.st_ctime_ns}"
+    finally:
+        file_limits.configure(*saved)
     with_id = _gcc(tmp_path, "plain", tmp_path / "libwithid.so", "-Wl,--build-id=sha1")
     with ElfFile(str(with_id)) as f:
         bid = f.build_id()
