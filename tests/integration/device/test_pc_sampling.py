@@ -167,6 +167,11 @@ def test_run_pc_sampling_puts_stall_reasons_on_the_launching_lines_instructions(
             {"pc_samples": pt.N_SAXPY, "stall_math_pipe_throttle": pt.N_SAXPY},
     }
     assert doc["metrics"][6:] == ["pc_samples", "stall_long_scoreboard", "stall_math_pipe_throttle"]
+    import jsonschema
+
+    jsonschema.validate(doc, json.loads((REPO / "docs" / "profile.schema.json").read_text()))
+    fns = [n for _, n in walk(doc) if n["kind"] == "gpu_function"]
+    assert {(n["name"], n["registers"]) for n in fns} == {("saxpy", 10)}  # from the cubin the agent sent
     assert doc["stats"]["pc_samples_filtered"] == 5 * pt.N_STRIDED  # strided_copy: not chosen by --kernel
     assert doc["device"] == {"name": None, "sm_count": 132, "compute_capability": "9.0"}
     assert not [w for w in doc["warnings"] if "PC" in w or "kernel" in w], doc["warnings"]
