@@ -37,6 +37,11 @@ def stall_metric(reason: str) -> str:
     return "stall_" + reason
 
 
+def _base(name: str) -> str:
+    """A demangled name without its argument list ('void k<int>(float*, int)' -> 'void k<int>')."""
+    return name.split("(", 1)[0].strip()
+
+
 def is_pc_metric(name: str) -> bool:
     return name == PC_SAMPLES or name.startswith("stall_")
 
@@ -98,9 +103,11 @@ def add_pc_samples(tree: CallTree, data: PcsData, options: PcsOptions,
                   PCS_E_NO_API: "the process's CUPTI has no PC sampling API"}.get(failure.code, "a CUPTI call failed")
         out.warnings.append(f"no PC samples: {reason} ({failure.text})")
     kernels: dict[str, list[int]] = defaultdict(list)
+    by_base: dict[str, list[int]] = defaultdict(list)  # without argument lists: names told apart less exactly
     for idx, node in enumerate(tree.nodes):
         if node.frame.kind == "kernel":
             kernels[node.frame.name].append(idx)
+            by_base[_base(node.frame.name)].append(idx)
     by_function: dict[int, list[tuple[int, int, int, int]]] = defaultdict(list)  # name id -> (crc, pc, stall, n)
     for (name_id, crc, pc, stall), n in data.samples.items():
         by_function[name_id].append((crc, pc, stall, n))
@@ -112,7 +119,9 @@ def add_pc_samples(tree: CallTree, data: PcsData, options: PcsOptions,
     for nid, recs in chosen.items():
         raw = data.names.get(nid, "[unknown function]")
         pretty = demangle(raw)
-        targets = kernels.get(pretty) or kernels.get(raw)
+        # the launch's name (its host stub's or CUPTI's) and the sampled function's can differ in their
+        # argument lists' spelling: matched without them when the exact name has no node
+        targets = kernels.get(pretty) or kernels.get(raw) or by_base.get(_base(pretty))
         if not targets:
             targets = [tree.node_for([NOT_LAUNCHED, Frame("kernel", pretty)])]
             unlaunched += sum(r[3] for r in recs)

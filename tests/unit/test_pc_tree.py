@@ -129,6 +129,19 @@ def test_samples_of_a_kernel_whose_launch_was_not_seen_are_kept_apart() -> None:
     assert out.stats["pc_samples_without_launch"] == 89
 
 
+def test_a_kernel_named_with_another_argument_spelling_still_gets_its_samples() -> None:
+    t = CallTree("p")
+    # the launch named by another tool's spelling of the arguments
+    node = t.node_for([Frame("thread", "python", tid=1), Frame("kernel", "saxpy(float, const float *, float *, int)")])
+    t.add_at(node, "gpu_time_ns", 10)
+    d = data()
+    d.names[1] = "_Z5saxpyfPKfPfi"  # demangled: 'saxpy(float, float const*, float*, int)'
+    d.names[2] = "strided_copy(float*, float const*, int, int)"
+    out = add_pc_samples(t, d, PcsOptions(), disassemble=lambda b: sass.Disassembly({}, "x"))
+    assert sum(m.get("pc_samples", 0) for m in below(t, node).values()) == 50
+    assert out.stats["pc_samples_without_launch"] == 39  # no strided_copy launch at all
+
+
 def test_an_unsupported_gpu_is_a_warning() -> None:
     d = PcsData(statuses=[PcsStatusMessage(PCS_E_UNSUPPORTED, 0, 0, 0, 0, "cuptiPCSamplingEnable: not supported")])
     out = add_pc_samples(CallTree("p"), d, PcsOptions())
