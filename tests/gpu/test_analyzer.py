@@ -35,7 +35,7 @@ from deepctx.profile.analyzer.registry import RULES as RULE_CLASSES
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "inefficiencies"
 AGENT = REPO / "native" / "build" / "libdeepctx_cupti.so"
-# The PC-sampling rules have their planted kernels and their own test (test_pc_rules.py: deepctx run --pc-sampling)
+# The PC-sampling rules have their planted kernels and their own test (test_planted_kernels.py: deepctx run --pc-sampling)
 PC_RULES = {"long-scoreboard", "uncoalesced-access", "bank-conflicts", "warp-divergence", "fp32-fma", "low-occupancy"}
 RULES = [r for r in rule_ids() if r in os.environ.get("DEEPCTX_ANALYZER_RULES", ",".join(rule_ids())).split(",")
          and r not in PC_RULES]

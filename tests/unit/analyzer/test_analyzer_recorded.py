@@ -22,7 +22,7 @@ EXAMPLES = REPO / "examples" / "inefficiencies"
 # Any other rule without a recording fails: a rule cannot land untested in CI.
 PENDING: dict[str, str] = {
     rule: "PC-sampling rule: its planted kernels (examples/inefficiencies/kernels) are recorded by "
-          "tests/gpu/test_pc_rules.py on the H200 host, not run there yet"
+          "tests/gpu/test_planted_kernels.py on the H200 host, not run there yet"
     for rule in ("long-scoreboard", "uncoalesced-access", "bank-conflicts", "warp-divergence", "fp32-fma",
                  "low-occupancy")
 }
