@@ -9,6 +9,7 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,8 +40,26 @@ def is_root() -> bool:
 
 def xdist_group(rel: str) -> str:
     """SERIAL_GROUP for the integration and GPU tiers; else a group per file, so that a file's module
-    fixtures are made once and its tests keep their order."""
+    fixtures are made once and its tests keep their order. rel: the file's path below tests/."""
     return SERIAL_GROUP if rel.split("/", 1)[0] in SERIAL_TIERS else rel
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """--dist loadgroup, by xdist_group() of each test's file. xdist's own loadgroup reads xdist_group marks
+    into the test ids, which pytest 9 no longer lets it change (Node.nodeid is made from Node._id), so
+    every test would be scheduled alone. The biggest group goes first; a worker that holds it takes no
+    second one until it is nearly done."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TierScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return xdist_group(path.removeprefix("tests/"))
+
+    return TierScheduling(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -70,7 +89,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "integration" in item.path.parts and not is_root():
             item.add_marker(skip_root)
         rel = item.path.relative_to(TESTS).as_posix() if item.path.is_relative_to(TESTS) else ""
-        item.add_marker(pytest.mark.xdist_group(xdist_group(rel)))
         is_alone = rel in ALONE_FILES
         (kept if alone == "with" or is_alone == (alone == "only") else dropped).append(item)
     if dropped:
