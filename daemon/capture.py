@@ -295,7 +295,9 @@ class Capture:
         progress(Progress(0.0, opts.duration_s, 0, "loading probes"))
         self.state = "compiling"
         t_compile = time.monotonic()
-        prog = self.programs.acquire(probes.families)  # a loaded one where a capture of this kind ran before
+        # a loaded one where a capture of this kind ran before (or is about to give one back)
+        prog = self.programs.acquire(probes.families,
+                                     give_up=lambda: self.shutdown.is_set() or self.stop_requested.is_set())
         bpf = self._bpf = prog.bpf
         self.clock_offset_ns = clock_offset_ns()  # trace events: BPF's clock -> Unix time
         thread_names: dict[int, str] = {}

@@ -43,6 +43,7 @@ MAX_IDLE = 4  # idle programs kept (their maps hold kernel memory); the least re
 # how long a capture waits for a program of its kind being compiled ahead or emptied: about as long as compiling
 # one (up to a minute on a busy 2-CPU machine); a compile of its own beside it would only slow both down
 WAIT_S = 120.0
+WAIT_SLICE_S = 0.5  # how often a waiting capture looks whether it is ending
 
 
 def program_key(families: Sequence[ProbeFamily]) -> str:
@@ -94,8 +95,10 @@ class ProgramPool:
 
     # --- taking and giving back ----------------------------------------------------------------------
 
-    def acquire(self, families: Sequence[ProbeFamily]) -> Program:
-        """A loaded program for these families: an idle one, one that is about to be idle, or a new one."""
+    def acquire(self, families: Sequence[ProbeFamily], give_up: Callable[[], bool] = lambda: False) -> Program:
+        """A loaded program for these families: an idle one, one that is about to be idle, or a new one.
+        give_up (checked every WAIT_SLICE_S while waiting): the capture is ending (daemon shutdown, `deepctx
+        stop`), so it waits no longer for a program of its kind."""
         key = program_key(families)
         deadline = time.monotonic() + self.wait_s
         with self._cond:
@@ -108,9 +111,9 @@ class ProgramPool:
                     prog.built_for = ""
                     return prog
                 left = deadline - time.monotonic()
-                if not self._pending.get(key) or left <= 0:
+                if not self._pending.get(key) or left <= 0 or give_up():
                     break
-                self._cond.wait(left)
+                self._cond.wait(min(left, WAIT_SLICE_S))
         prog = self._build(key, families)
         prog.built_for = "capture"
         with self._cond:

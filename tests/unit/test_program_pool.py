@@ -123,6 +123,16 @@ def test_a_capture_waits_for_a_program_being_given_back_rather_than_compiling() 
     assert got == [a] and len(made) == 1
 
 
+def test_a_capture_that_is_ending_waits_no_longer() -> None:
+    """The daemon stops while a capture waits for a program being given back: it compiles its own at once
+    rather than holding the shutdown for up to WAIT_S."""
+    p, made = pool(wait_s=3600)
+    a = p.acquire([Fam("cpu")])
+    p.releasing(a)  # never given back in this test
+    b = p.acquire([Fam("cpu")], give_up=lambda: True)
+    assert b is not a and len(made) == 2
+
+
 def test_a_prewarmed_program_serves_the_first_capture() -> None:
     p, made = pool()
     p.prewarm([Fam("cpu")])
