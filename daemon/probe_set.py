@@ -298,12 +298,6 @@ class ProbeSet:
             if time.monotonic() >= deadline:
                 break
 
-    def live_stats(self, bpf: Any, inputs: BuildInputs | None) -> dict[str, int]:
-        out = self.stats(bpf)
-        if inputs is not None and inputs.resolved_ahead:
-            out["gpu_stacks_resolved_ahead"] = inputs.resolved_ahead
-        return out
-
     def build(self, bpf: Any, target: Target, inputs: BuildInputs) -> Built:
         """What every family aggregated, as one tree: CPU samples, GPU API calls and device work under their
         call paths (Python frames and DWARF-unwound stacks where those families ran)."""
