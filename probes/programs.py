@@ -263,14 +263,32 @@ def map_names(bpf: Any) -> list[tuple[str, int, int]]:
     return out
 
 
+DELETE_BATCH = 4096  # keys a BPF_MAP_DELETE_BATCH call deletes
+
+
+def _empty_hash(table: Any) -> None:
+    """Deletes every entry by key, values never read: read out in batches (lookup-and-delete), a map of large
+    values made a large buffer (native_procs' 32 KiB entries: 128 MiB for 4096 of them, and as much again
+    copied; deepctxd's peak memory rose by 250 MB at its first release)."""
+    keys = list(table.keys())
+    for i in range(0, len(keys), DELETE_BATCH):
+        chunk = keys[i:i + DELETE_BATCH]
+        try:
+            table.items_delete_batch((table.Key * len(chunk))(*chunk))
+        except Exception:  # no batch ops (before 5.6), or a key gone meanwhile: one by one
+            for k in chunk:
+                try:
+                    del table[k]
+                except KeyError:
+                    pass
+
+
 def reset_maps(bpf: Any) -> None:
     """Empties what one capture left in a program's maps before the next one gets it: every hash and stack
     map, queued entries, and the small arrays (counters, settings, scratch, cursors) zeroed."""
-    from deepctx.probes.maps import take_raw_items
-
     for name, kind, entries in map_names(bpf):
         if kind in _HASHES:
-            take_raw_items(bpf[name.encode()])  # batch lookup-and-delete: a syscall per 4096 entries
+            _empty_hash(bpf[name.encode()])
         elif kind == _STACK_TRACE:
             bpf[name.encode()].clear()
         elif kind in _ARRAYS and entries <= ZEROED_ARRAY_MAX:

@@ -106,3 +106,33 @@ def test_program_compiled_at_start_serves_the_first_capture(tmp_path: Path) -> N
         assert after["bpf_programs_loaded"] == before["bpf_programs_loaded"]  # loaded at start: attached only
     finally:
         assert stop_daemon(d) == 0, d.log.read_text()[-4000:]
+
+
+def test_a_released_program_is_emptied_without_reading_its_values() -> None:
+    """reset_maps: hashes emptied and counters zeroed before the next capture, by key: read out with their
+    values, the native unwinder's 32 KiB process entries took 256 MB of buffers (deepctxd's peak memory)."""
+    import ctypes as ct
+
+    from deepctx.probes import compose
+    from deepctx.probes.cpu_sampler import CpuSampler, SamplerTarget
+    from deepctx.probes.native_unwind import NativeUnwinder
+    from deepctx.probes.programs import reset_maps
+
+    def peak_mb() -> int:
+        line = next(ln for ln in Path("/proc/self/status").read_text().splitlines() if ln.startswith("VmHWM"))
+        return int(line.split()[1]) // 1024
+
+    bpf = compose.compile_program([NativeUnwinder(cache=object()), CpuSampler(99)])  # type: ignore[arg-type]
+    try:
+        procs, targets, stats = bpf[b"native_procs"], bpf[b"targets"], bpf[b"cpu_stats"]
+        for pid in range(1, 40):
+            procs[ct.c_uint32(pid)] = procs.Leaf()
+        for pid in range(1, 1000):
+            targets[ct.c_uint32(pid)] = SamplerTarget(1)
+        stats[ct.c_int(0)] = stats.Leaf(*([7] * len(stats.Leaf())))
+        before = peak_mb()
+        reset_maps(bpf)
+        assert (len(list(procs.keys())), len(list(targets.keys())), sum(stats[ct.c_int(0)])) == (0, 0, 0)
+        assert peak_mb() - before < 32
+    finally:
+        compose.cleanup_program(bpf)
