@@ -1,6 +1,8 @@
 """PC samples into the calling context tree: under each kernel node, the kernel's function, its source
 lines and its SASS instructions (gpu_function -> gpu_line -> gpu_instruction), each instruction carrying
-`pc_samples` and one `stall_<reason>` metric per stall reason CUPTI named (docs/formats.md).
+`pc_samples` and one `stall_<reason>` metric per stall reason CUPTI named (docs/formats.md). A sample has one
+stall reason; CUPTI's `<reason>_not_issued` reasons are subsets of `<reason>` (the samples taken when the warp's
+scheduler issued nothing), so they have their metrics but do not add to `pc_samples`.
 
 Samples are collected continuously (kernels are not serialized), so they carry no launch: a function's
 samples go to the kernel nodes of that name, in proportion to their GPU time (else their launches). A kernel
@@ -124,11 +126,12 @@ def add_pc_samples(tree: CallTree, data: PcsData, options: PcsOptions,
         targets = kernels.get(pretty) or kernels.get(raw) or by_base.get(_base(pretty))
         if not targets:
             targets = [tree.node_for([NOT_LAUNCHED, Frame("kernel", pretty)])]
-            unlaunched += sum(r[3] for r in recs)
+            unlaunched += sum(r[3] for r in recs if not data.is_not_issued(r[2]))
         weights = _weights(tree, targets)
         for crc, pc, stall, n in recs:
             line, ins = _location(dis.get(crc), raw, pc)
             metric = stall_metric(data.stalls.get(stall, f"reason_{stall}"))
+            counted = not data.is_not_issued(stall)  # a subset of another reason's samples: not more samples
             for node, part in zip(targets, apportion(n, weights), strict=True):
                 if not part:
                     continue
@@ -136,12 +139,14 @@ def add_pc_samples(tree: CallTree, data: PcsData, options: PcsOptions,
                 fn = Frame("gpu_function", pretty, module=f"cubin:{crc:016x}",
                            resources=(r.registers, r.static_shared) if r and r.registers is not None else None)
                 leaf = tree.node_for([fn, line, ins], start=node)
-                tree.add_at(leaf, PC_SAMPLES, part)
+                if counted:
+                    tree.add_at(leaf, PC_SAMPLES, part)
+                    placed += part
                 tree.add_at(leaf, metric, part)
-                placed += part
-    total = sum(data.samples.values())
+    total = data.sample_count()
     out.stats = {"pc_samples_in_profile": placed, "pc_samples_filtered": total - sum(
-        r[3] for recs in chosen.values() for r in recs), "pc_samples_without_launch": unlaunched,
+        r[3] for recs in chosen.values() for r in recs if not data.is_not_issued(r[2])),
+        "pc_samples_without_launch": unlaunched,
         "pc_sampled_kernels": len(by_function), "pc_kernels_matched": len(chosen)}
     if options.kernel is not None and not chosen:
         names = sorted({demangle(data.names.get(n, "")) for n in by_function} | set(kernels))

@@ -31,6 +31,7 @@ from deepctx.probes.pc_sampling import PcSampling, PcsOptions
 
 log = logging.getLogger("deepctx.device")
 
+PCS_FINISH_TIMEOUT_S = 30.0  # the capture's end waits this long for a PC-sampling agent's last flush
 PROVIDER = "deepctx"
 
 # Mirrors of device_activity.h (tests/integration/device/test_device_layouts.py checks them against the header).
@@ -644,9 +645,20 @@ class DeviceActivity(FamilyDefaults):
         exit)."""
         if exited:
             return
-        if not self.stop(bpf, target, self.flush_timeout_s):
+        if not self.stop(bpf, target, self.finish_timeout_s()):
             target.warnings.append("the CUPTI agent did not hand over its last records in time: device "
                                    "activity at the end of the window may be missing")
+
+    def finish_timeout_s(self) -> float:
+        """How long the capture's end waits for the agent's last records. With PC sampling the agent's stop
+        flush first drains CUPTI's PC sampling (cuptiPCSamplingGetData until nothing remains, then
+        cuptiPCSamplingDisable, which parses what the hardware buffer still holds) and sends its records,
+        then flushes the activity buffers: a run shorter than the flush period hands over every sample in
+        that flush, and at short periods (--pc-period 8: 2^8 cycles, some hundred million samples a second
+        on an H200) CUPTI's parsing alone outlasts the 1 s that the activity flush needs, so the window
+        ended without its samples (0 in test_cost_per_period). The agent answers as soon as it is idle, so
+        a longer bound costs a capture nothing unless its agent hangs."""
+        return max(self.flush_timeout_s, PCS_FINISH_TIMEOUT_S) if self.pcs is not None else self.flush_timeout_s
 
     def stop(self, bpf: Any, target: Target, timeout_s: float = 1.0) -> bool:
         """Asks the agent to stop recording and hand over every record, and waits until it says it is idle
@@ -683,6 +695,8 @@ class DeviceActivity(FamilyDefaults):
                 if answered(self.flush_state(bpf), t0):
                     self.drain(bpf)
                     return True
+                if self.pcs is not None:
+                    self.drain(bpf)  # the stop flush's PC records can outgrow dev_pcs: read them as they come
                 time.sleep(0.002)  # waiting on the agent's thread, with a deadline
             return False
         finally:

@@ -151,6 +151,15 @@ class PcsData:
             self.device = {"name": d.name.decode(errors="replace") or None, "sm_count": d.sm_count or None,
                            "compute_capability": f"{d.cc_major}.{d.cc_minor}" if d.cc_major else None}
 
+    def is_not_issued(self, stall: int) -> bool:
+        """A stall reason CUPTI counts twice: X_not_issued is the subset of X's samples taken when the warp's
+        scheduler issued nothing (CUPTI's latency samples), not samples of their own."""
+        return self.stalls.get(stall, "").endswith("_not_issued")
+
+    def sample_count(self) -> int:
+        """The samples taken: every record's samples but those of the not-issued subsets."""
+        return sum(n for (_name, _crc, _pc, stall), n in self.samples.items() if not self.is_not_issued(stall))
+
     def failure(self) -> PcsStatusMessage | None:
         return next((s for s in self.statuses if s.code < 0), None)
 
@@ -223,7 +232,7 @@ class PcSampling:
         lost = bpf[b"dev_pcs_lost"][ct.c_int(0)].value
         d = self.data
         out = {"pc_sampling_messages": d.messages, "pc_sampling_messages_lost": lost,
-               "pc_sampling_samples": sum(d.samples.values())}
+               "pc_sampling_samples": d.sample_count()}
         totals = d.totals()
         if totals is not None:
             out["pc_sampling_samples_dropped_by_cupti"] = totals.dropped_samples

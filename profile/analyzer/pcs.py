@@ -4,9 +4,10 @@ source line and stall reasons, for the rules that read them (rules/pc_*.py)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+NOT_ISSUED = "_not_issued"
 _INSTRUCTION = re.compile(r"^0x([0-9a-fA-F]+)(?:\s+(.*))?$")
 
 
@@ -17,8 +18,9 @@ class PcInstruction:
     line: int | None
     offset: int
     text: str  # the SASS ("" without nvdisasm)
-    samples: int
-    stalls: dict[str, int]  # reason (stall_ dropped) -> samples
+    samples: int  # every sample once: the sum of its stall reasons, the not-issued subsets left out
+    stalls: dict[str, int]  # reason (stall_ dropped) -> samples; no *_not_issued keys
+    not_issued: dict[str, int] = field(default_factory=dict)  # reason -> samples of it when the scheduler issued nothing
 
     @property
     def opcode(self) -> str:
@@ -61,7 +63,13 @@ def kernel_pcs(node: dict[str, Any]) -> KernelPcs | None:
                 metrics = ins.get("metrics") or {}
                 if not m or not metrics.get("pc_samples"):
                     continue
-                stalls = {k[len("stall_"):]: int(v) for k, v in metrics.items() if k.startswith("stall_") and v}
+                reasons = {k[len("stall_"):]: int(v) for k, v in metrics.items() if k.startswith("stall_") and v}
+                stalls = {k: v for k, v in reasons.items() if not k.endswith(NOT_ISSUED)}
+                not_issued = {k[:-len(NOT_ISSUED)]: v for k, v in reasons.items() if k.endswith(NOT_ISSUED)}
+                # a sample has one stall reason; X_not_issued counts the samples of X taken when the warp's
+                # scheduler issued nothing, a subset of X's (CUPTI's latencySamples): the sample count is the sum
+                # of the reasons without them (captures before #32.5 also added them into pc_samples)
+                samples = sum(stalls.values()) or int(metrics["pc_samples"])
                 out.append(PcInstruction(fn["name"], ln.get("file"), ln.get("line"), int(m.group(1), 16),
-                                         " ".join((m.group(2) or "").split()), int(metrics["pc_samples"]), stalls))
+                                         " ".join((m.group(2) or "").split()), samples, stalls, not_issued))
     return KernelPcs(tuple(out), registers, static_shared) if out else None

@@ -187,3 +187,21 @@ def test_the_document_carries_the_new_metrics_and_kinds() -> None:
             fns[n["name"]] = (n.get("registers"), n.get("static_shared"))
     assert fns == {"saxpy": (10, 0), "strided_copy": (12, 0)}  # the cubin's .nv.info, as ptxas reports them
     jsonschema.validate(doc, SCHEMA)
+
+
+def test_not_issued_reasons_are_metrics_but_not_more_samples() -> None:
+    """CUPTI's <reason>_not_issued counts the samples of <reason> taken when the scheduler issued nothing (a
+    subset: on the H200, never more than <reason>'s at any of 15391 PCs): the instruction keeps it as a metric,
+    pc_samples and the stats count each sample once."""
+    d = data()
+    ni = 900
+    d.stalls[ni] = "smsp__pcsamp_warps_issue_stalled_long_scoreboard_not_issued"
+    fn = next(i for i, n in d.names.items() if n == "saxpy")
+    d.samples[(fn, CRC, 0x100, ni)] += 25
+    assert d.sample_count() == 89 and sum(d.samples.values()) == 114
+    t, nodes = tree({10: 100})
+    out = add_pc_samples(t, d, PcsOptions(), disassemble=lambda b: sass.Disassembly({}, "x"))
+    fma = below(t, nodes[10])[("saxpy", "[no line info]", "0x0100")]
+    assert fma == {"pc_samples": 44, "stall_long_scoreboard": 40, "stall_selected": 4,
+                   "stall_long_scoreboard_not_issued": 25}
+    assert out.stats["pc_samples_in_profile"] == 89 and t.total("pc_samples") == 89
