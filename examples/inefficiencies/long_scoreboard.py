@@ -1,6 +1,6 @@
 """Rule long-scoreboard: a grid-stride sum over 64 MiB whose every load is consumed at
 once, with 4 warps per multiprocessor: warps wait on global loads (kernels/planted.cu sum_dependent). Fixed:
-four independent loads in flight per thread before any is used (sum_prefetched)."""
+four independent loads in flight per thread and 64 warps per multiprocessor (sum_prefetched, 16x the blocks)."""
 
 from __future__ import annotations
 

@@ -20,8 +20,9 @@ def node(kind: str, name: str, children: list[dict[str, Any]] | None = None, fil
 
 
 def profile(kernel: str, instructions: list[tuple[int, str, int, dict[str, int]]],
-            sm_count: int = 132, registers: int | None = None) -> dict[str, Any]:
-    """One kernel launched 100 times at train.py:7; instructions: (offset, SASS, source line, stalls)."""
+            sm_count: int = 132, registers: int | None = None, grid: int = 1024, block: int = 256) -> dict[str, Any]:
+    """One kernel launched 100 times at train.py:7 with grid x block threads; instructions: (offset, SASS, source
+    line, stalls)."""
     lines: dict[int, list[dict[str, Any]]] = {}
     for offset, text, src, stalls in instructions:
         m = {"pc_samples": sum(stalls.values()), **{f"stall_{k}": v for k, v in stalls.items()}}
@@ -31,7 +32,7 @@ def profile(kernel: str, instructions: list[tuple[int, str, int, dict[str, int]]
     if registers is not None:
         fn.update(registers=registers, static_shared=0)
     k = node("kernel", kernel, [fn], gpu_time_ns=GPU_NS, calls=100)
-    k.update(grid=[1024, 1, 1], block=[256, 1, 1], shared_mem=0)
+    k.update(grid=[grid, 1, 1], block=[block, 1, 1], shared_mem=0)
     api = node("api", "cudaLaunchKernel", [k], calls=100, api_time_ns=1_000_000)
     py = node("python", "step", [api], file="/srv/train.py", line=7)
     thread = node("thread", "python", [py])
@@ -49,10 +50,14 @@ def fired(doc: dict[str, Any], rule: str) -> list[dict[str, Any]]:
     return [f.to_json() for f in a.findings]
 
 
+COPY = [(0x80, "LDG.E R2, desc[UR4][R2.64]", 5, {"selected": 10}),
+        (0x90, "FADD R3, R2, R2", 6, {"long_scoreboard": 60, "selected": 10, "long_scoreboard_not_issued": 40}),
+        (0xA0, "STG.E desc[UR4][R4.64], R3", 6, {"long_scoreboard": 20})]
+
+
 def test_long_scoreboard_names_the_line_the_instruction_and_its_estimate() -> None:
-    doc = profile("_Z4copyPfS_", [(0x80, "LDG.E R2, desc[UR4][R2.64]", 5, {"selected": 10}),
-                                  (0x90, "FADD R3, R2, R2", 6, {"long_scoreboard": 60, "selected": 10}),
-                                  (0xA0, "STG.E desc[UR4][R4.64], R3", 6, {"long_scoreboard": 20})])
+    # 132 blocks of 4 warps: 4 resident warps per multiprocessor (of 64) wait on the loads
+    doc = profile("_Z4copyPfS_", COPY, grid=132, block=128)
     (f,) = fired(doc, "long-scoreboard")
     assert f["location"] == {"file": "/srv/train.py", "line": 7, "function": "step"}
     assert f["title"] == "copy: 80% of its samples wait on global loads (long scoreboard) at k.cu:6"
@@ -62,6 +67,24 @@ def test_long_scoreboard_names_the_line_the_instruction_and_its_estimate() -> No
     # R = 1 s x 80/100 x 0.5 = 0.4 s of T = 1 s (the device's busy time): 1 / 0.6
     assert ev["removable_ns"] == 400_000_000 and f["estimated_speedup"] == 1.67
     assert "h = 0.5" in f["speedup_model"]
+    assert (ev["resident_warps_per_sm"], ev["max_warps_per_sm"], ev["sm_count"]) == (4, 64, 132)
+
+
+def test_long_scoreboard_not_on_a_kernel_with_warps_enough_to_hide_the_latency() -> None:
+    """The same stalls with 8 blocks of 8 warps per multiprocessor (64 of 64): bound by bandwidth, not latency."""
+    assert fired(profile("_Z4copyPfS_", COPY, grid=1056, block=256), "long-scoreboard") == []
+    # 16 warps of 64 (25%): still few
+    assert len(fired(profile("_Z4copyPfS_", COPY, grid=264, block=256), "long-scoreboard")) == 1
+
+
+def test_not_issued_samples_are_not_counted_twice() -> None:
+    """X_not_issued is the subset of X's samples when the scheduler issued nothing: a pc_samples that counted
+    them too (as captures before #32.5 did: 110 here) gives the same shares as one that did not."""
+    doc = profile("_Z4copyPfS_", COPY, grid=132, block=128)
+    fn = doc["root"]["children"][0]["children"][0]["children"][0]["children"][0]["children"][0]
+    assert sum(i["metrics"]["pc_samples"] for ln in fn["children"] for i in ln["children"]) == 140
+    (f,) = fired(doc, "long-scoreboard")
+    assert (f["evidence"]["pc_samples"], f["evidence"]["stall_samples"]) == (100, 80)
 
 
 def test_uncoalesced_counts_only_memory_instructions() -> None:
@@ -91,13 +114,24 @@ def test_divergence_from_branch_resolving_and_reconvergence_waits() -> None:
     assert f["evidence"]["instruction"] in ("0x0060 BRA 0x90", "0x0090 BSYNC B0")
 
 
-def test_fp32_fma_fires_on_fma_issue_not_on_fmas_waiting_for_loads() -> None:
-    fma = profile("sgemm_naive", [(0x200, "FFMA R8, R2, R3, R8", 20, {"selected": 40, "math_pipe_throttle": 25}),
-                                  (0x210, "LDS R2, [R5]", 19, {"short_scoreboard": 35})])
+def test_fp32_fma_fires_on_an_fma_loop_fed_by_shared_memory() -> None:
+    """The loop at line 20 (FFMA and the LDS that feed it): issuing, FMA pipe, MIO queue, short scoreboard count;
+    the tile's global loads (line 18) and the LDS's barrier wait do not."""
+    fma = profile("sgemm_naive", [(0x200, "FFMA R8, R2, R3, R8", 20, {"selected": 25, "math_pipe_throttle": 10}),
+                                  (0x210, "LDS R2, [R5]", 20, {"mio_throttle": 20, "short_scoreboard": 10,
+                                                               "barrier": 5}),
+                                  (0x100, "STS [R13], R6", 18, {"long_scoreboard": 30})])
     (f,) = fired(fma, "fp32-fma")
-    assert f["evidence"]["stall_samples"] == 65 and f["estimated_speedup"] == pytest.approx(1 / (1 - 0.65 * 0.75), abs=0.01)
-    waiting = profile("saxpy", [(0x100, "FFMA R7, R2, UR6, R7", 12, {"long_scoreboard": 90, "selected": 10})])
+    assert f["evidence"]["stall_samples"] == 65 and f["evidence"]["kernel_line"] == "k.cu:20"
+    assert f["estimated_speedup"] == pytest.approx(1 / (1 - 0.65 * 0.75), abs=0.01)
+
+
+def test_fp32_fma_not_on_fmas_waiting_for_global_loads_nor_on_register_recurrences() -> None:
+    waiting = profile("saxpy", [(0x100, "FFMA R7, R2, UR6, R7", 12, {"long_scoreboard": 90, "selected": 10}),
+                                (0x90, "LDS R2, [R5]", 12, {"selected": 5})])
     assert fired(waiting, "fp32-fma") == []
+    recurrence = profile("branchy", [(0x100, "FFMA R7, R7, 1.0001, R2", 12, {"wait": 60, "selected": 40})])
+    assert fired(recurrence, "fp32-fma") == []  # no shared-memory operands: not a product of tiles
 
 
 def test_rules_say_why_they_did_not_run_without_samples() -> None:

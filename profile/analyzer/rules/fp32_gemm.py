@@ -19,7 +19,9 @@ class Fp32Gemm(Rule):
 
     def evaluate(self, ctx: Context) -> list[Finding] | NotEvaluated:
         idx, basis, lim = ctx.index, ctx.basis, ctx.limits
-        gemms = [r for r in launches(idx) if gemm_precision(r.name) == "fp32"]
+        # a kernel with PC samples is judged by its instructions (fp32-fma), not by its name: a kernel of the
+        # program's own named like cuBLAS's (sgemm_*) is not fixed by the framework's TF32 switch
+        gemms = [r for r in launches(idx) if gemm_precision(r.name) == "fp32" and r.pcs is None]
         out = []
         for site, recs in by_site(gemms).items():
             n = sum(r.calls for r in recs)

@@ -1,6 +1,9 @@
 """What the PC-sampling rules share (rules/pc_*.py): a kernel's stall samples of some reasons at some
 instructions, the hottest instruction and source line among them, and the GPA-style estimate.
 
+Samples: each sample has one stall reason; CUPTI's <reason>_not_issued reasons are subsets of <reason> and are
+not counted again (pcs.py).
+
 Model (every pc_* rule): a kernel that ran G ns of GPU time and took S PC samples, S_r of them stalled for
 the rule's reasons at the rule's instructions, spends about G x S_r / S on those stalls (samples are taken
 at a fixed period of cycles, so they split the kernel's time). The fix removes a fraction h of that
@@ -54,6 +57,14 @@ class PcStallRule(Rule):
             return 0
         return sum(ins.stalls.get(r, 0) for r in self.reasons)
 
+    def hits(self, instructions: list[PcInstruction]) -> list[tuple[PcInstruction, int]]:
+        """Each instruction with its samples the rule counts (a rule may look at the instructions together)."""
+        return [(i, self.counts(i)) for i in instructions]
+
+    def launch_evidence(self, ctx: Context, recs: list[GpuRecord]) -> dict[str, object] | None:
+        """More evidence from the launches, or None when they show the rule does not apply (default: {})."""
+        return {}
+
     def evaluate(self, ctx: Context) -> list[Finding] | NotEvaluated:
         sampled = [r for r in launches(ctx.index) if r.pcs is not None]
         if not sampled:
@@ -66,16 +77,18 @@ class PcStallRule(Rule):
     def _finding(self, ctx: Context, site: Site | None, name: str, recs: list[GpuRecord]) -> Finding | None:
         instructions = [i for r in recs if r.pcs is not None for i in r.pcs.instructions]
         total = sum(i.samples for i in instructions)
-        hits = [(i, self.counts(i)) for i in instructions]
-        hits = [(i, n) for i, n in hits if n]
+        hits = [(i, n) for i, n in self.hits(instructions) if n]
         matched = sum(n for _, n in hits)
         if not total or matched < MIN_SAMPLES or matched / total < self.min_share:
+            return None
+        more = self.launch_evidence(ctx, recs)
+        if more is None:
             return None
         by_line: dict[str, int] = defaultdict(int)
         for i, n in hits:
             by_line[i.where()] += n
         line, line_n = max(by_line.items(), key=lambda kv: (kv[1], kv[0]))
-        top, top_n = max(hits, key=lambda h: (h[1], -h[0].offset))
+        top, top_n = max((h for h in hits if h[0].where() == line), key=lambda h: (h[1], -h[0].offset))
         share = matched / total
         gpu_ns = sum(r.gpu_time_ns for r in recs)
         kernel = short_kernel_name(name, 60)
@@ -84,6 +97,7 @@ class PcStallRule(Rule):
             "stall_reasons": list(self.reasons), "kernel_line": line, "line_stall_samples": line_n,
             "instruction": top.label(), "instruction_stall_samples": top_n,
             "instruction_stalls": dict(sorted(top.stalls.items(), key=lambda kv: -kv[1])[:3]),
+            **more,
         }
         if gpu_ns:
             removable = gpu_ns * share * self.hide
