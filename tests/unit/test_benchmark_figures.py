@@ -28,6 +28,8 @@ UNIT = r"(?:×(?!\d)|x(?![\w])|%|\s?(?:ns|µs|us|ms|MB)\b|\s?s\b)"
 # "A to B unit", "A–B unit", "A-B unit": A takes B's unit.
 RANGE = re.compile(rf"({NUM})\s*(?:to|–|-)\s*({NUM})({UNIT})")
 FIGURE = re.compile(rf"(?<![\w.])({NUM})({UNIT})")
+# "at least 30%", "at most 1.25x": a rule's threshold or a budget, not a measurement.
+BOUND = re.compile(rf"\bat (?:least|most) ({NUM}(?:\s*(?:to|–|-)\s*{NUM})?){UNIT}")
 
 
 def _unit(u: str) -> str:
@@ -37,8 +39,9 @@ def _unit(u: str) -> str:
 
 def figures(text: str) -> set[tuple[str, str]]:
     """(number, unit) of every figure in text. Seconds count only with a decimal point (1 s, 10 s windows
-    and 2 s periods are settings, not measurements)."""
+    and 2 s periods are settings, not measurements); "at least" and "at most" make thresholds and budgets."""
     found: set[tuple[str, str]] = set()
+    text = BOUND.sub("", text)
     for a, b, u in RANGE.findall(text):
         found |= {(a, _unit(u)), (b, _unit(u))}
     for n, u in FIGURE.findall(text):
@@ -141,7 +144,8 @@ def test_a_current_figure_without_its_machine_fails() -> None:
 
 
 def test_figures_reads_units_ranges_and_settings() -> None:
-    assert figures("0.97 to 1.06× and 3 to 9% low, 4.73 s, 2 s windows, 305 to 420 MB, 8×512, 5.9 us") == {
+    assert figures("0.97 to 1.06× and 3 to 9% low, 4.73 s, 2 s windows, 305 to 420 MB, 8×512, 5.9 us, "
+                   "at least 30% of samples, at most 1.25x") == {
         ("0.97", "×"), ("1.06", "×"), ("3", "%"), ("9", "%"), ("4.73", "s"), ("305", "MB"), ("420", "MB"),
         ("5.9", "µs"),
     }
