@@ -28,8 +28,8 @@ UNIT = r"(?:×(?!\d)|x(?![\w])|%|\s?(?:ns|µs|us|ms|MB)\b|\s?s\b)"
 # "A to B unit", "A–B unit", "A-B unit": A takes B's unit.
 RANGE = re.compile(rf"({NUM})\s*(?:to|–|-)\s*({NUM})({UNIT})")
 FIGURE = re.compile(rf"(?<![\w.])({NUM})({UNIT})")
-# "at least 30%", "at most 1.25x": a rule's threshold or a budget, not a measurement.
-BOUND = re.compile(rf"\bat (?:least|most) ({NUM}(?:\s*(?:to|–|-)\s*{NUM})?){UNIT}")
+# "at least 30%", "at most 1.25x", "the 1.02x threshold": a rule's threshold or a budget, not a measurement.
+BOUND = re.compile(rf"\bat (?:least|most) ({NUM}(?:\s*(?:to|–|-)\s*{NUM})?){UNIT}|{NUM}{UNIT} threshold\b")
 
 
 def _unit(u: str) -> str:
@@ -145,7 +145,7 @@ def test_a_current_figure_without_its_machine_fails() -> None:
 
 def test_figures_reads_units_ranges_and_settings() -> None:
     assert figures("0.97 to 1.06× and 3 to 9% low, 4.73 s, 2 s windows, 305 to 420 MB, 8×512, 5.9 us, "
-                   "at least 30% of samples, at most 1.25x") == {
+                   "at least 30% of samples, at most 1.25x, the 1.02x threshold") == {
         ("0.97", "×"), ("1.06", "×"), ("3", "%"), ("9", "%"), ("4.73", "s"), ("305", "MB"), ("420", "MB"),
         ("5.9", "µs"),
     }
