@@ -1,6 +1,6 @@
-"""Rule uncoalesced-access: one thread per row sums a row-major 2048 x 2048
-matrix, so a warp's 32 reads are 2048 floats apart (row_sums_strided). Fixed: the same sums over the
-column-major copy, a warp reading 32 neighbouring floats (row_sums_coalesced)."""
+"""Rule uncoalesced-access: a naive transpose of a 2048 x 2048 matrix: a warp's 32 stores
+go down a column, 2048 floats apart (kernels/planted.cu transpose_naive). Fixed: the transpose through a
+padded shared-memory tile, reads and writes along rows (transpose_tiled<1>)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from _protocol import options, serve
 
 
 def main() -> None:
-    args = options(__doc__ or "", steps=20)
+    args = options(__doc__ or "", steps=200)
     lib = planted()
 
     def run(n: int) -> None:

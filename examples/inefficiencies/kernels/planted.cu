@@ -61,36 +61,29 @@ EXPORT int planted_long_scoreboard(int fixed, int steps) {
     return (int)cudaGetLastError();
 }
 
-// --- uncoalesced-access: one thread per row of an M x M matrix sums its row; row-major storage puts a
-// warp's 32 reads M floats apart. Fixed: the same sums over the transposed (column-major) copy.
-__global__ void row_sums_strided(const float *m, float *out, int n) {
-    int row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (row >= n)
-        return;
-    float acc = 0.f;
-    for (int j = 0; j < n; j++)
-        acc += m[(size_t)row * n + j];  // neighbouring threads: n floats apart
-    out[row] = acc;
-}
+// --- uncoalesced-access: a naive transpose of an M x M matrix on every multiprocessor: a warp reads 32
+// neighbouring floats of a row (coalesced) and writes them down a column, 32 floats M apart, so each warp's
+// store is 32 transactions and the stores fill the LG queue. (The first pair here, one thread per row summing
+// it, used 16 blocks, likely too few warps to fill the queue, its rows' lines reusable from L1.) Fixed: the
+// transpose through a padded shared-memory tile, both sides coalesced (transpose_tiled<1>, below).
+template <int PAD>
+__global__ void transpose_tiled(const float *in, float *out, int n);
 
-__global__ void row_sums_coalesced(const float *mt, float *out, int n) {
-    int row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (row >= n)
-        return;
-    float acc = 0.f;
-    for (int j = 0; j < n; j++)
-        acc += mt[(size_t)j * n + row];  // neighbouring threads: neighbouring floats
-    out[row] = acc;
+__global__ void transpose_naive(const float *in, float *out, int n) {
+    int x = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y * 32 + threadIdx.y;
+    for (int k = 0; k < 32; k += 8)
+        out[(size_t)x * n + y + k] = in[(size_t)(y + k) * n + x];  // neighbouring threads: n floats apart
 }
 
 EXPORT int planted_uncoalesced_access(int fixed, int steps) {
     if (setup())
         return -1;
+    dim3 grid(M / 32, M / 32), block(32, 8);
     for (int s = 0; s < steps; s++) {
         if (fixed)
-            row_sums_coalesced<<<M / 128, 128>>>(buf_a, buf_c, M);
+            transpose_tiled<1><<<grid, block>>>(buf_a, buf_b, M);
         else
-            row_sums_strided<<<M / 128, 128>>>(buf_a, buf_c, M);
+            transpose_naive<<<grid, block>>>(buf_a, buf_b, M);
     }
     return (int)cudaGetLastError();
 }
