@@ -40,5 +40,6 @@ def test_the_root_and_gpu_tiers_keep_to_one_group_and_other_files_to_their_own()
 
 def test_install_sh_runs_the_rest_with_xdist_then_the_alone_tests_by_themselves() -> None:
     script = (TESTS.parent / "install.sh").read_text()
-    runs = re.findall(r'-m pytest "\$\{args\[@\]\}" (.*) tests \|\| rc=\$\?', script)
+    runs = re.findall(r"^\s*run_pytest (.+)$", script, flags=re.M)
     assert runs == ["-n auto --dist loadgroup --alone-tests without", "-n 0 --alone-tests only"]
+    assert '-m pytest -ra --durations=15 -p no:cacheprovider "$@" tests' in script
