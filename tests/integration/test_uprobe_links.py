@@ -132,6 +132,9 @@ def test_the_gpu_probes_are_attached_for_their_target_alone(monkeypatch: pytest.
         def __setitem__(self, key: object, value: object) -> None:
             pass
 
+        def get_fd(self) -> int:  # a map's descriptor, as the counts' generation pointer asks for it
+            return -1
+
     api = gpu_api.GpuApi(mode="sampled")
     bpf = Sink()
     target = Target(4242, None, AddressSpace([]))  # no GPU library mapped: nothing to attach yet

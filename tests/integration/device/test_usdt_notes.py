@@ -75,7 +75,7 @@ def test_probes_sites_and_semaphores(tmp_path: Path) -> None:
 def test_the_agents_probes(built: tuple[Path, Path]) -> None:
     agent, _ = built
     names = sorted({p.name for p in usdt.read_probes(str(agent), "deepctx")})
-    assert names == ["api_exit", "batch", "correlation", "flush_request", "flushed", "sampling", "status",
+    assert names == ["api_exit", "batch", "correlation", "flush_request", "flushed", "pcs", "sampling", "status",
                      "stop_request"]
     assert all(p.semaphore_offset for p in usdt.read_probes(str(agent), "deepctx"))
 
@@ -101,4 +101,5 @@ def test_the_agents_probe_sites_are_nop5_built_without_a_red_zone(request: pytes
     assert len(sites) >= 7
     assert [data[p.pc_offset:p.pc_offset + 5] for p in sites] == [NOP5] * len(sites)
     units = producers(agent)
-    assert len(units) == 2 and all(" -mno-red-zone" in u for u in units), units
+    # the CUPTI agent: deepctx_cupti.c, pc_sampling.c, agent_common.c; the ROCm agent: its own and the common one
+    assert len(units) == {"built": 3, "built_rocprof": 2}[which] and all(" -mno-red-zone" in u for u in units), units
