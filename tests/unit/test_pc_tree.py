@@ -191,8 +191,8 @@ def test_the_document_carries_the_new_metrics_and_kinds() -> None:
 
 def test_not_issued_reasons_are_metrics_but_not_more_samples() -> None:
     """CUPTI's <reason>_not_issued counts the samples of <reason> taken when the scheduler issued nothing (a
-    subset: on the H200, never more than <reason>'s in 15391 (instruction, reason) pairs): the instruction keeps it as a metric,
-    pc_samples and the stats count each sample once."""
+    subset: on the H200, never more than <reason>'s in 15391 (instruction, reason) pairs): the instruction keeps
+    it as a metric, pc_samples and the stats count each sample once."""
     d = data()
     ni = 900
     d.stalls[ni] = "smsp__pcsamp_warps_issue_stalled_long_scoreboard_not_issued"
