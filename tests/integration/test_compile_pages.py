@@ -36,8 +36,8 @@ def test_the_compilers_pages_leave_memory_after_a_compile_and_come_back_for_the_
         after = compiler_private_clean_kb()
         assert after < before / 2, (before, after)
         second = BPF(text=PROGRAM)  # the pages fault back in from the page cache
-        second["counts"][0] = second["counts"].Leaf(7)
-        assert second["counts"][0].value == 7
+        second[b"counts"][0] = second[b"counts"].Leaf(7)
+        assert second[b"counts"][0].value == 7
         second.cleanup()
     finally:
         first.cleanup()
