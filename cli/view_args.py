@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from deepctx.profile.fold import Fold
+from deepctx.profiles.fold import Fold
 
 # Output that is not a terminal (a pipe, a file) is not cut to any width: each row whole on its line, for
 # grep and less -S; only --width (or COLUMNS) narrows it.

@@ -29,7 +29,7 @@ from deepctx.host.frames import Frame
 from deepctx.host.process_handle import ProcessHandle
 from deepctx.probes import program_stats, programs
 from deepctx.probes.family import ProbeFamily, Target
-from deepctx.profile.metrics import METRICS
+from deepctx.profiles.metrics import METRICS
 
 log = logging.getLogger("deepctx.capture")
 

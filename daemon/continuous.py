@@ -21,7 +21,7 @@ from deepctx.daemon.store.deltas import WindowDeltas
 from deepctx.daemon.store.window import owner_of
 from deepctx.host.process_handle import ProcessHandle, start_time
 from deepctx.host.procfs import ProcessGone
-from deepctx.profile.document import to_doc
+from deepctx.profiles.document import to_doc
 
 log = logging.getLogger("deepctx.continuous")
 

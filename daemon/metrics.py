@@ -18,10 +18,10 @@ from prometheus_client.registry import Collector
 
 from deepctx.daemon.store.sqlite import StoreStats
 from deepctx.daemon.store.window import container_of
-from deepctx.profile.lost import lost_counters
-from deepctx.profile.metrics import METRICS
-from deepctx.profile.summary import Summary
-from deepctx.profile.window import Window
+from deepctx.profiles.lost import lost_counters
+from deepctx.profiles.metrics import METRICS
+from deepctx.profiles.summary import Summary
+from deepctx.profiles.window import Window
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 MAX_PROCESSES = 512  # per-process series kept; the least recently seen go first (counted)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from deepctx.daemon.capture import CaptureResult
 from deepctx.daemon.label_stats import label_stats, label_warnings, superseded
 from deepctx.daemon.tree import CallTree
-from deepctx.profile.document import SCHEMA
-from deepctx.profile.metrics import METRICS
+from deepctx.profiles.document import SCHEMA
+from deepctx.profiles.metrics import METRICS
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 

@@ -30,7 +30,7 @@ from deepctx.daemon.symbolize.native import SymbolCache
 from deepctx.host import file_cache, procfs
 from deepctx.host.process_handle import ProcessHandle
 from deepctx.probes import programs
-from deepctx.profile.lost import lost_counters
+from deepctx.profiles.lost import lost_counters
 from deepctx.proto.v1 import deepctx_pb2 as pb
 from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
 

@@ -18,7 +18,7 @@ from deepctx.daemon.errors import FailedPrecondition, InvalidArgument, RequestEr
 from deepctx.daemon.store import StoreLimits, WindowStore
 from deepctx.daemon.store.sqlite import StoreError, TopResult
 from deepctx.daemon.store.wire import to_message
-from deepctx.profile.metrics import METRICS
+from deepctx.profiles.metrics import METRICS
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 log = logging.getLogger("deepctx.service")

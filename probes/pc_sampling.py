@@ -236,7 +236,7 @@ class PcSampling:
         totals = d.totals()
         if totals is not None:
             out["pc_sampling_samples_dropped_by_cupti"] = totals.dropped_samples
-        if d.device.get("sm_count"):  # the document's `device` part is made from these (profile/document.py)
+        if d.device.get("sm_count"):  # the document's `device` part is made from these (profiles/document.py)
             out["device_sm_count"] = d.device["sm_count"]
             major, _, minor = (d.device.get("compute_capability") or "0.0").partition(".")
             out["device_compute_capability"] = int(major) * 10 + int(minor or 0)

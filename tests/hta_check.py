@@ -9,7 +9,7 @@ from typing import Any
 from profile_paths import walk
 
 from deepctx.cli.formats.chrome import ChromeTrace
-from deepctx.profile.exporter import ExportOptions
+from deepctx.profiles.exporter import ExportOptions
 
 
 def hta_kernel_ns(doc: dict[str, Any], trace_dir: Path) -> float:

@@ -17,7 +17,7 @@ from deepctx.cli.formats.findings import FindingsText
 from deepctx.cli.output import write_output
 from deepctx.cli.view_args import view_console
 from deepctx.cli.views.document import DocumentError, load
-from deepctx.profile.analyzer import Limits, annotate, rule_ids
+from deepctx.profiles.analyzer import Limits, annotate, rule_ids
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -46,7 +46,7 @@ def capture(args: argparse.Namespace) -> dict[str, Any]:
     from deepctx.cli.client import connect
     from deepctx.cli.commands.attach import attach_request, check_rate  # the daemon's client, only for a PID
     from deepctx.cli.commands.attach import capture as attach_capture
-    from deepctx.profile.document import to_doc
+    from deepctx.profiles.document import to_doc
 
     check_rate(args.sample_hz)
     stub = connect(args.socket_path)

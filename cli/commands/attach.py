@@ -16,7 +16,7 @@ from deepctx.cli.formats import json_file, tree
 from deepctx.cli.output import write_output
 from deepctx.cli.pc_args import add_pc_arguments, check_pc_arguments
 from deepctx.cli.view_args import add_fold_arguments, fold_of, view_console
-from deepctx.profile.document import to_doc
+from deepctx.profiles.document import to_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 PYTHON_MODES = {"auto": pb.PYTHON_AUTO, "on": pb.PYTHON_ON, "off": pb.PYTHON_OFF}
@@ -162,7 +162,7 @@ def emit(doc: dict, args: argparse.Namespace, err: Console) -> None:
         err.print(f"[yellow]warning:[/] {escape(printable(w))}")  # may quote the target: escaped, not markup
     if args.trace and args.output:
         from deepctx.cli.formats.chrome import ChromeTrace
-        from deepctx.profile.exporter import ExportOptions
+        from deepctx.profiles.exporter import ExportOptions
 
         write_output(args.output, ChromeTrace().export(doc, ExportOptions()))
         if not args.quiet:

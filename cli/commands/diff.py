@@ -16,8 +16,8 @@ from deepctx.cli.view_args import add_fold_arguments, fold_of
 from deepctx.cli.views.diff import DiffNode, diff_tree
 from deepctx.cli.views.diff_significance import ROLLUPS, significance
 from deepctx.cli.views.document import DocumentError, load
-from deepctx.profile.metrics import DEFAULT_SORT_ORDER
-from deepctx.profile.tree import from_doc, pick_metric
+from deepctx.profiles.metrics import DEFAULT_SORT_ORDER
+from deepctx.profiles.tree import from_doc, pick_metric
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -10,7 +10,7 @@ from deepctx.cli.client import CliError
 from deepctx.cli.formats.exporter import exporters
 from deepctx.cli.output import write_output
 from deepctx.cli.views.document import DocumentError, load
-from deepctx.profile.exporter import ExportOptions
+from deepctx.profiles.exporter import ExportOptions
 
 FORMATS = ("pprof", "speedscope", "chrome", "hatchet", "folded")
 

@@ -28,9 +28,9 @@ from deepctx.cli.durations import parse_span
 from deepctx.cli.formats.top_table import TopData, renderable
 from deepctx.cli.view_args import view_console
 from deepctx.host.identity import GROUP
-from deepctx.profile.fleet import schema
-from deepctx.profile.fleet.clickhouse import ClickHouse, ClickHouseError
-from deepctx.profile.metrics import KERNEL_METRICS, METRICS, PROCESS_METRICS, kernel_rank_metric, rank_metric
+from deepctx.profiles.fleet import schema
+from deepctx.profiles.fleet.clickhouse import ClickHouse, ClickHouseError
+from deepctx.profiles.metrics import KERNEL_METRICS, METRICS, PROCESS_METRICS, kernel_rank_metric, rank_metric
 
 DAEMON_CONFIG = "/etc/deepctx/deepctxd.toml"
 

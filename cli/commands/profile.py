@@ -13,8 +13,8 @@ from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.durations import moment
 from deepctx.cli.formats import json_file, tree
 from deepctx.cli.view_args import add_fold_arguments, fold_of, view_console
-from deepctx.profile.document import to_doc
-from deepctx.profile.metrics import RANK_ORDER
+from deepctx.profiles.document import to_doc
+from deepctx.profiles.metrics import RANK_ORDER
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 # The metric the tree shows when none is asked for: the first with a nonzero total, as in every view.

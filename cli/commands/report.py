@@ -20,8 +20,8 @@ from deepctx.cli.views.bottomup import bottom_up
 from deepctx.cli.views.document import DocumentError, load
 from deepctx.cli.views.focus import focus_tree
 from deepctx.cli.views.python_self import SELF_MODES, default_self_mode, python_leaf_self
-from deepctx.profile.metrics import RANK_ORDER
-from deepctx.profile.tree import ViewNode, from_doc, nonzero_metrics, pick_metric
+from deepctx.profiles.metrics import RANK_ORDER
+from deepctx.profiles.tree import ViewNode, from_doc, nonzero_metrics, pick_metric
 
 VIEWS = ("top-down", "bottom-up", "flat", "kernel-lines")
 
@@ -101,7 +101,7 @@ def document(args: argparse.Namespace) -> dict[str, Any]:
     from deepctx.cli.client import connect
     from deepctx.cli.commands.attach import attach_request, capture  # only --pid needs the daemon's client
     from deepctx.cli.formats import json_file
-    from deepctx.profile.document import to_doc
+    from deepctx.profiles.document import to_doc
 
     stub = connect(args.socket_path)
     req = attach_request(args.pid, args.duration)
@@ -137,7 +137,7 @@ def options(args: argparse.Namespace, root: ViewNode) -> ViewOptions:
 def with_findings(doc: dict[str, Any]) -> dict[str, Any]:
     """The document with the analyzer's findings: those it carries, else a fresh analysis."""
     if "findings" not in doc:
-        from deepctx.profile.analyzer import annotate
+        from deepctx.profiles.analyzer import annotate
 
         annotate(doc)
     return doc

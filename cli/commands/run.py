@@ -40,7 +40,7 @@ from deepctx.cli.escape import literal
 from deepctx.cli.pc_args import add_pc_arguments, check_pc_arguments, pc_environment
 from deepctx.cli.view_args import add_fold_arguments
 from deepctx.host.gpu_runtimes import INJECTION_VARS
-from deepctx.profile.document import to_doc
+from deepctx.profiles.document import to_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 GO, SKIP = b"g", b"s"

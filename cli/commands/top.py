@@ -18,7 +18,7 @@ from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.durations import parse_span
 from deepctx.cli.formats.top_table import TopData, renderable
 from deepctx.cli.view_args import view_console
-from deepctx.profile.metrics import METRICS
+from deepctx.profiles.metrics import METRICS
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 

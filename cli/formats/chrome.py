@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from deepctx.profile.exporter import ExportOptions
-from deepctx.profile.tree import ViewNode, from_doc
+from deepctx.profiles.exporter import ExportOptions
+from deepctx.profiles.tree import ViewNode, from_doc
 
 GPU_CATEGORIES = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset", "sync": "cuda_sync"}
 CPU_CATEGORIES = {"python": "python_function", "op": "cpu_op", "native": "native_function",

@@ -11,7 +11,7 @@ from deepctx.cli.formats.diff_table import STATUS_STYLE, path_text
 from deepctx.cli.formats.terminal import frame_text, is_ascii
 from deepctx.cli.formats.units import fmt, fmt_signed
 from deepctx.cli.views.diff_significance import Change, Comparison
-from deepctx.profile.metrics import METRIC_TITLES
+from deepctx.profiles.metrics import METRIC_TITLES
 
 STYLES = {**STATUS_STYLE, "noise": "dim"}
 ROW_NAMES = {"function": "function", "line": "line", "path": "call path (innermost first, then callers)"}

@@ -12,8 +12,8 @@ from deepctx.cli.escape import printable
 from deepctx.cli.formats.terminal import frame_text, is_ascii
 from deepctx.cli.formats.units import fmt, fmt_signed
 from deepctx.cli.views.diff import DiffNode, kernel_changes, kernel_metric, path_changes
-from deepctx.profile.metrics import METRIC_TITLES
-from deepctx.profile.tree import Frame
+from deepctx.profiles.metrics import METRIC_TITLES
+from deepctx.profiles.tree import Frame
 
 STATUS_STYLE = {"appeared": "bold red", "grew": "red", "shrank": "green", "vanished": "bold green", "same": "dim"}
 

@@ -1,8 +1,8 @@
-"""The registry `deepctx export --to` picks from (profile/exporter.py: the protocol each format implements)."""
+"""The registry `deepctx export --to` picks from (profiles/exporter.py: the protocol each format implements)."""
 
 from __future__ import annotations
 
-from deepctx.profile.exporter import Exporter
+from deepctx.profiles.exporter import Exporter
 
 
 def exporters() -> dict[str, type[Exporter]]:
@@ -10,6 +10,6 @@ def exporters() -> dict[str, type[Exporter]]:
     from deepctx.cli.formats.folded import FoldedStacks
     from deepctx.cli.formats.hatchet import HatchetLiteral
     from deepctx.cli.formats.speedscope import Speedscope
-    from deepctx.profile.pprof import Pprof
+    from deepctx.profiles.pprof import Pprof
 
     return {e.name: e for e in (Pprof, Speedscope, ChromeTrace, HatchetLiteral, FoldedStacks)}

@@ -18,7 +18,7 @@ from deepctx.cli.formats.terminal import (
     value_cells,
 )
 from deepctx.cli.views.flat import flat, sorted_rows
-from deepctx.profile.tree import ViewNode
+from deepctx.profiles.tree import ViewNode
 
 
 class FlatTable:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from deepctx.profile.exporter import ExportOptions
-from deepctx.profile.tree import Frame, from_doc, iter_paths, pick_metric
+from deepctx.profiles.exporter import ExportOptions
+from deepctx.profiles.tree import Frame, from_doc, iter_paths, pick_metric
 
 
 def folded_name(frame: Frame, tid: int | None = None) -> str:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from deepctx.profile.exporter import ExportOptions
-from deepctx.profile.tree import ViewNode, from_doc
+from deepctx.profiles.exporter import ExportOptions
+from deepctx.profiles.tree import ViewNode, from_doc
 
 
 class HatchetLiteral:

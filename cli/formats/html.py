@@ -9,9 +9,9 @@ from typing import Any
 
 from deepctx.cli.formats.html_payload import diff_payload, profile_payload, read_sources
 from deepctx.cli.views.diff import diff_tree
-from deepctx.profile.fold import VIEWS_DEFAULT, Fold
-from deepctx.profile.metrics import DEFAULT_SORT_ORDER
-from deepctx.profile.tree import from_doc, pick_metric
+from deepctx.profiles.fold import VIEWS_DEFAULT, Fold
+from deepctx.profiles.metrics import DEFAULT_SORT_ORDER
+from deepctx.profiles.tree import from_doc, pick_metric
 
 HTML_DIR = Path(__file__).resolve().parent.parent / "html"
 VENDOR = ("vendor/d3.min.js", "vendor/d3-flamegraph.min.js")

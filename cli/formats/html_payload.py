@@ -12,9 +12,9 @@ from typing import Any
 
 from deepctx.cli.views.diff import DiffNode, kernel_changes, kernel_metric, path_changes
 from deepctx.host.identity import NOBODY, AccessCheckFailed, Ids, as_identity, read_regular
-from deepctx.profile.fold import VIEWS_DEFAULT, ZONE_ROOTS, Fold, is_plumbing, is_startup
-from deepctx.profile.metrics import METRIC_TITLES, METRIC_UNITS
-from deepctx.profile.tree import Frame, ViewNode, gc_paused
+from deepctx.profiles.fold import VIEWS_DEFAULT, ZONE_ROOTS, Fold, is_plumbing, is_startup
+from deepctx.profiles.metrics import METRIC_TITLES, METRIC_UNITS
+from deepctx.profiles.tree import Frame, ViewNode, gc_paused
 
 KINDS = ["root", "thread", "python", "native", "op", "api", "kernel", "memcpy", "memset", "sync"]
 MAX_SOURCE_BYTES = 2_000_000  # per file: a generated or data file is not worth embedding
@@ -78,8 +78,8 @@ def _common(metrics: list[str], default_metric: str) -> dict[str, Any]:
             "titles": {m: METRIC_TITLES.get(m, m) for m in metrics}, "defaultMetric": default_metric}
 
 
-# Bits of the `flags` column: what the page's toggles fold (the classification is profile/fold.py's; the
-# page merges what folding brings together, as profile/tree.py does)
+# Bits of the `flags` column: what the page's toggles fold (the classification is profiles/fold.py's; the
+# page merges what folding brings together, as profiles/tree.py does)
 LIFT = 1  # the outermost Python frame below start-up frames: moves up to its thread
 PLUMBING = 2  # framework plumbing: its children and self values go to its caller
 STARTUP = 4  # a start-up frame: goes when lifting leaves it with nothing

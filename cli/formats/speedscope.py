@@ -7,9 +7,9 @@ import json
 from typing import Any, ClassVar
 
 from deepctx.cli.formats.folded import folded_name
-from deepctx.profile.exporter import ExportOptions
-from deepctx.profile.metrics import METRIC_TITLES, METRIC_UNITS
-from deepctx.profile.tree import Frame, from_doc, iter_paths, nonzero_metrics
+from deepctx.profiles.exporter import ExportOptions
+from deepctx.profiles.metrics import METRIC_TITLES, METRIC_UNITS
+from deepctx.profiles.tree import Frame, from_doc, iter_paths, nonzero_metrics
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
 UNITS = {"ns": "nanoseconds", "bytes": "bytes"}  # everything else is a count: "none"

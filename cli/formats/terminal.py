@@ -14,9 +14,9 @@ from rich.text import Text
 
 from deepctx.cli.escape import printable
 from deepctx.cli.formats.units import fmt, percent
-from deepctx.profile.fold import VIEWS_DEFAULT, Fold
-from deepctx.profile.metrics import METRIC_TITLES
-from deepctx.profile.tree import Frame, ViewNode
+from deepctx.profiles.fold import VIEWS_DEFAULT, Fold
+from deepctx.profiles.metrics import METRIC_TITLES
+from deepctx.profiles.tree import Frame, ViewNode
 
 KIND_STYLE = {
     "thread": "bold magenta",

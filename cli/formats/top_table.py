@@ -16,7 +16,7 @@ from rich.text import Text
 from deepctx.cli.escape import printable_doc
 from deepctx.cli.formats.terminal import fitted_table, frame_text, short_name
 from deepctx.cli.formats.units import fmt
-from deepctx.profile.tree import Frame
+from deepctx.profiles.tree import Frame
 
 TopData = dict[str, Any]
 

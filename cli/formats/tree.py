@@ -9,8 +9,8 @@ from rich.console import Console
 
 from deepctx.cli.formats.terminal import ViewOptions
 from deepctx.cli.formats.tree_table import TreeTable
-from deepctx.profile.fold import VIEWS_DEFAULT, Fold
-from deepctx.profile.tree import from_doc, nonzero_metrics, pick_metric
+from deepctx.profiles.fold import VIEWS_DEFAULT, Fold
+from deepctx.profiles.tree import from_doc, nonzero_metrics, pick_metric
 
 
 def render(doc: dict[str, Any], metric: str | None = None, min_percent: float = 0.5, max_depth: int = 64,

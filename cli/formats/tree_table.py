@@ -19,7 +19,7 @@ from deepctx.cli.formats.terminal import (
     value_cells,
 )
 from deepctx.cli.views.topdown import rows
-from deepctx.profile.tree import ViewNode
+from deepctx.profiles.tree import ViewNode
 
 
 class TreeTable:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deepctx.profile.metrics import METRIC_UNITS
+from deepctx.profiles.metrics import METRIC_UNITS
 
 _TIME = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs"))
 _SIZE = ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))

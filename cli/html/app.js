@@ -19,7 +19,7 @@
     const show = m[1].split(",");
     return { startup: !show.includes("startup"), plumbing: !show.includes("plumbing") };
   }
-  // Folds the recorded tree in place, as profile/tree.py does: flagged frames hand their children (and a
+  // Folds the recorded tree in place, as profiles/tree.py does: flagged frames hand their children (and a
   // plumbing frame its self values) to another node, where children of the same frame and thread merge;
   // start-up frames left with nothing go. Parents keep smaller ids than their children. Siblings in the
   // page's data are distinct, so only a node that receives children from elsewhere, or was merged, looks

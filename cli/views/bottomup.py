@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from deepctx.cli.views.focus import matcher, outermost_matches
 from deepctx.cli.views.merge import empty
-from deepctx.profile.tree import Frame, ViewNode, gc_paused, iter_paths
+from deepctx.profiles.tree import Frame, ViewNode, gc_paused, iter_paths
 
 
 class _Inverter:

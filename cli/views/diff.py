@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from deepctx.profile.tree import GPU_KINDS, Frame, ViewNode, gc_paused
+from deepctx.profiles.tree import GPU_KINDS, Frame, ViewNode, gc_paused
 
 STATUSES = ("appeared", "vanished", "grew", "shrank", "same")
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from deepctx.profile.tree import Frame, ViewNode
+from deepctx.profiles.tree import Frame, ViewNode
 
 ROLLUPS = ("function", "line", "path")
 SAMPLED_METRICS = frozenset({"cpu_samples"})
@@ -188,7 +188,7 @@ def significance(before_doc: dict, after_doc: dict, metric: str, by: str = "func
     """The comparison of two profile documents, and a warning when they look like different programs.
     Functions and lines take Python-leaf self time where the profiles have Python frames, as the flat view."""
     from deepctx.cli.views.python_self import has_python, python_leaf_self
-    from deepctx.profile.tree import from_doc
+    from deepctx.profiles.tree import from_doc
 
     roots = [from_doc(before_doc), from_doc(after_doc)]
     if by != "path" and any(has_python(r) for r in roots):

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from deepctx.profile.document import SCHEMA
+from deepctx.profiles.document import SCHEMA
 
 
 class DocumentError(ValueError):

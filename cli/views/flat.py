@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deepctx.profile.tree import Frame, ViewNode, gc_paused
+from deepctx.profiles.tree import Frame, ViewNode, gc_paused
 
 
 @dataclass

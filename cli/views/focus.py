@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Iterator
 
 from deepctx.cli.views.merge import empty, merge_into
-from deepctx.profile.tree import Frame, ViewNode, gc_paused
+from deepctx.profiles.tree import Frame, ViewNode, gc_paused
 
 Matcher = Callable[[Frame], bool]
 

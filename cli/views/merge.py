@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deepctx.profile.tree import Frame, ViewNode, add_into
+from deepctx.profiles.tree import Frame, ViewNode, add_into
 
 
 def empty(frame: Frame, metrics: list[str]) -> ViewNode:

@@ -9,7 +9,7 @@ threads), operators, GPU API calls and device work keep theirs. Totals are left 
 
 from __future__ import annotations
 
-from deepctx.profile.tree import ViewNode, gc_paused
+from deepctx.profiles.tree import ViewNode, gc_paused
 
 SELF_MODES = ("python", "native")
 

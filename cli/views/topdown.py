@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deepctx.profile.tree import ViewNode
+from deepctx.profiles.tree import ViewNode
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from deepctx.daemon.fleet.pyroscope import push
-from deepctx.profile.fleet.clickhouse import ClickHouse
-from deepctx.profile.summary import Summary
-from deepctx.profile.window import Window
+from deepctx.profiles.fleet.clickhouse import ClickHouse
+from deepctx.profiles.summary import Summary
+from deepctx.profiles.window import Window
 
 log = logging.getLogger("deepctx.fleet")
 

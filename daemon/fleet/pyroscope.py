@@ -1,5 +1,5 @@
 """Pushing a window to a Pyroscope-compatible server: POST /ingest?format=pprof, the profile as the
-multipart form field `profile` (gzipped pprof from profile/pprof.py)."""
+multipart form field `profile` (gzipped pprof from profiles/pprof.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import urllib.parse
 import urllib.request
 import uuid
 
-from deepctx.profile.exporter import ExportOptions
-from deepctx.profile.pprof import Pprof
-from deepctx.profile.window import Window
+from deepctx.profiles.exporter import ExportOptions
+from deepctx.profiles.pprof import Pprof
+from deepctx.profiles.window import Window
 
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.:/@+-]")  # what the {k=v,...} series syntax takes unquoted
 

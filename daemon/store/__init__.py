@@ -2,6 +2,6 @@
 
 from deepctx.daemon.store.sqlite import StoreLimits, StoreStats, WindowStore
 from deepctx.daemon.store.window import container_of, window_for
-from deepctx.profile.window import Window
+from deepctx.profiles.window import Window
 
 __all__ = ["StoreLimits", "StoreStats", "Window", "WindowStore", "container_of", "window_for"]

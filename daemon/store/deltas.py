@@ -23,7 +23,7 @@ from typing import Any
 
 from deepctx.daemon.device_share import STATS as DEVICE_SHARE_STATS
 from deepctx.daemon.label_stats import STATS as LABEL_STATS
-from deepctx.profile.merge import LEVELS, SHARES
+from deepctx.profiles.merge import LEVELS, SHARES
 
 # Stats capture._build reads from the window's tree and count maps (taken at every cut): already the
 # window's own. (daemon/gpu_tree.add_gpu_buckets, daemon/device_tree.add_device_buckets, the resolvers'

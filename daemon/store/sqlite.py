@@ -1,6 +1,6 @@
 """WindowStore: windows on disk in SQLite, profiles zlib-compressed, bounded in size and age.
 
-Each window keeps its summary (totals, kernels, lines: profile/summary.py) next to the compressed
+Each window keeps its summary (totals, kernels, lines: profiles/summary.py) next to the compressed
 profile, so `top` reads small rows and only `query` decompresses profiles. The limits hold for the
 database file itself: after a put that takes it over `max_bytes`, the oldest windows go and their pages
 are given back to the file system (incremental vacuum). Every eviction is counted.
@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepctx.profile.merge import Merger
-from deepctx.profile.metrics import KERNEL_METRICS, METRICS, PROCESS_METRICS, kernel_rank_metric, rank_metric
-from deepctx.profile.summary import Summary, summarize
-from deepctx.profile.window import Window
+from deepctx.profiles.merge import Merger
+from deepctx.profiles.metrics import KERNEL_METRICS, METRICS, PROCESS_METRICS, kernel_rank_metric, rank_metric
+from deepctx.profiles.summary import Summary, summarize
+from deepctx.profiles.window import Window
 
 log = logging.getLogger("deepctx.store")
 

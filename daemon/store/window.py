@@ -1,4 +1,4 @@
-"""The window of a process, read from /proc while it lives: its container, its owner (profile/window.py
+"""The window of a process, read from /proc while it lives: its container, its owner (profiles/window.py
 holds the record)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-from deepctx.profile.window import Window
+from deepctx.profiles.window import Window
 
 # Container runtimes put a 64-hex id in the cgroup path: docker-<id>.scope, cri-containerd-<id>.scope,
 # crio-<id>.scope, /docker/<id>, libpod-<id>.scope, /kubepods/.../<id>.

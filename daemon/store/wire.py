@@ -1,4 +1,4 @@
-"""A profile document as the API's Profile message (the inverse of profile/document.to_doc)."""
+"""A profile document as the API's Profile message (the inverse of profiles/document.to_doc)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 # this tree (the subpackages linked under a deepctx/ namespace), the native agent built, artifacts to $OUT.
 source .gpu-host/setup.sh
 mkdir -p /tmp/dctx/deepctx
-for d in proto host profile probes daemon cli; do ln -sfn "$PWD/$d" "/tmp/dctx/deepctx/$d"; done
+for d in proto host profiles probes daemon cli; do ln -sfn "$PWD/$d" "/tmp/dctx/deepctx/$d"; done
 export PYTHONPATH=/tmp/dctx${PYTHONPATH:+:$PYTHONPATH}
 export DEEPCTX_ARTIFACTS=${OUT:-/tmp/deepctx-artifacts}
 make -s -C native PYTHON=python3 >/dev/null && echo "gpu-host: native agent built"

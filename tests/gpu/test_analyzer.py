@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 from harness import StdinTarget, line_of, profile_phase
 
-from deepctx.profile.analyzer import annotate, rule_ids
-from deepctx.profile.analyzer.registry import RULES as RULE_CLASSES
+from deepctx.profiles.analyzer import annotate, rule_ids
+from deepctx.profiles.analyzer.registry import RULES as RULE_CLASSES
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "inefficiencies"

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 from harness import DEEPCTX, StdinTarget, line_of, session_of, wait_for
 
-from deepctx.profile.analyzer import Limits, annotate
+from deepctx.profiles.analyzer import Limits, annotate
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "inefficiencies"

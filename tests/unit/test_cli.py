@@ -16,7 +16,7 @@ from deepctx.daemon.capture import CaptureResult
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.tree import CallTree
 from deepctx.host.frames import Frame, thread_frame
-from deepctx.profile.document import to_doc
+from deepctx.profiles.document import to_doc
 
 
 def test_daemon_not_running_says_how_to_start_it(tmp_path: Path, capsys) -> None:

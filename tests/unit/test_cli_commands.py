@@ -21,9 +21,9 @@ from deepctx.daemon.capture import CaptureResult
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.tree import CallTree
 from deepctx.host.frames import Frame, thread_frame
-from deepctx.profile.document import to_doc
-from deepctx.profile.exporter import ExportOptions
-from deepctx.profile.pprof import Pprof
+from deepctx.profiles.document import to_doc
+from deepctx.profiles.exporter import ExportOptions
+from deepctx.profiles.pprof import Pprof
 from deepctx.proto.pprof import profile_pb2
 from deepctx.proto.v1 import deepctx_pb2 as pb
 

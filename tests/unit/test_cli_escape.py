@@ -11,7 +11,7 @@ from deepctx.cli.formats import tree
 from deepctx.cli.formats.findings import FindingsText
 from deepctx.cli.formats.terminal import frame_text
 from deepctx.cli.formats.top_table import renderable
-from deepctx.profile.tree import Frame
+from deepctx.profiles.tree import Frame
 
 EVIL = "\x1b]0;pwned\x07\x1b[2J"
 EVIL_SHOWN = "\\x1b]0;pwned\\x07\\x1b[2J"

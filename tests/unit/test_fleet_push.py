@@ -16,9 +16,9 @@ import store_producer as sp
 
 from deepctx.daemon.fleet import pyroscope
 from deepctx.daemon.fleet.exporter import FleetExporter, Sink
-from deepctx.profile.fleet import schema
-from deepctx.profile.metrics import METRICS
-from deepctx.profile.summary import summarize
+from deepctx.profiles.fleet import schema
+from deepctx.profiles.metrics import METRICS
+from deepctx.profiles.summary import summarize
 from deepctx.proto.pprof import profile_pb2
 
 T0 = 1_800_000_000.0

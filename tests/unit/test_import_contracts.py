@@ -30,3 +30,12 @@ def test_a_violation_breaks_a_contract(tmp_path: Path) -> None:
     assert r.returncode == 1, r.stdout + r.stderr
     assert "daemon never imports probes BROKEN" in r.stdout
     assert "deepctx.daemon.capture -> deepctx.probes" in r.stdout
+
+
+def test_no_top_level_folder_shadows_the_standard_library() -> None:
+    """Python started in the repository's root (python -m pytest, python -c) finds its top-level folders
+    first: a folder named profile hid the standard library's profile module from cProfile (pytest-benchmark
+    and torch import it), so the profile document's layer is profiles/."""
+    folders = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    assert "profiles" in folders
+    assert sorted(folders & set(sys.stdlib_module_names)) == []

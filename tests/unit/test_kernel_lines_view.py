@@ -51,7 +51,7 @@ def test_kernel_regex_and_sums_over_launch_sites() -> None:
 
 def test_the_hatchet_export_carries_the_new_levels() -> None:
     from deepctx.cli.formats.hatchet import HatchetLiteral
-    from deepctx.profile.exporter import ExportOptions
+    from deepctx.profiles.exporter import ExportOptions
 
     found = []
     stack = json.loads(HatchetLiteral().export(DOC, ExportOptions()))

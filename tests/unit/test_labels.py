@@ -32,7 +32,7 @@ from deepctx.probes.native_unwind import (
     NATIVE_F_TRUNCATED,
     NATIVE_F_UNSUPPORTED,
 )
-from deepctx.profile.document import to_doc
+from deepctx.profiles.document import to_doc
 
 THREAD = Frame("thread", "python3 (MainThread)", tid=7)
 MAIN = Frame("python", "main", "/app/run.py", 3, "run")

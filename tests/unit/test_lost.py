@@ -1,8 +1,8 @@
-"""One definition of the lost/dropped counters (profile/lost.py) for status, metrics and the window store."""
+"""One definition of the lost/dropped counters (profiles/lost.py) for status, metrics and the window store."""
 
 from __future__ import annotations
 
-from deepctx.profile.lost import lost_counters
+from deepctx.profiles.lost import lost_counters
 
 STATS = {"cpu_user_stacks_lost": 3, "gpu_api_stacks_lost": 0, "python_stack_map_full": 2, "device_batches_cut": 1,
          "device_records_dropped_by_cupti": 5, "store_failed": 4, "table_rows_dropped": 9, "cpu_samples": 100,

@@ -16,7 +16,7 @@ from deepctx.daemon.metrics import (
     window_listener,
 )
 from deepctx.daemon.store.wire import to_message
-from deepctx.profile.summary import summarize
+from deepctx.profiles.summary import summarize
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:

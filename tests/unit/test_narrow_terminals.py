@@ -197,7 +197,7 @@ def test_paths_shorten_from_the_middle_down_to_the_basename() -> None:
     assert "/opt/…/torch/nn/modules/module.py" in forms and "…/nn/modules/module.py" in forms
     assert [len(f) for f in forms] == sorted((len(f) for f in forms), reverse=True)
     assert path_forms("/work/main/train.py", cwd="/work/main") == ["/work/main/train.py", "train.py"]
-    from deepctx.profile.tree import Frame
+    from deepctx.profiles.tree import Frame
 
     for width, shown in ((120, f"Module._call_impl  {TORCH_FILE}:1786"),
                          (80, "Module._call_impl  …/python3.12/site-packages/torch/nn/modules/module.py:1786"),

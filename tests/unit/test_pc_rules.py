@@ -1,4 +1,4 @@
-"""The PC-sampling rules (profile/analyzer/rules/pc_*.py) on constructed profiles: one kernel of known GPU
+"""The PC-sampling rules (profiles/analyzer/rules/pc_*.py) on constructed profiles: one kernel of known GPU
 time launched from a Python line, with PC samples at known instructions; each rule fires on its pattern
 with the line, the instruction and the estimate of its stated model, and stays quiet on the others."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from deepctx.profile.analyzer import analyze
+from deepctx.profiles.analyzer import analyze
 
 GPU_NS = 1_000_000_000  # the kernel is the whole device time: T = its GPU time
 
@@ -144,7 +144,7 @@ def test_rules_say_why_they_did_not_run_without_samples() -> None:
 
 
 def test_occupancy_from_block_size_and_shared_memory() -> None:
-    from deepctx.profile.analyzer.occupancy import Occupancy, occupancy
+    from deepctx.profiles.analyzer.occupancy import Occupancy, occupancy
 
     assert occupancy(256, 96 << 10, "9.0") == Occupancy(2, 16, 0.25, "shared memory")  # (228 KiB) // (97 KiB)
     assert occupancy(256, 4, "9.0") == Occupancy(8, 64, 1.0, "warps")

@@ -17,7 +17,7 @@ from deepctx.daemon.tree import CallTree
 from deepctx.host import sass
 from deepctx.host.frames import Frame
 from deepctx.probes.pc_sampling import PCS_E_UNSUPPORTED, PCS_ON, Cubin, PcsData, PcsOptions, PcsStatusMessage
-from deepctx.profile.document import to_doc
+from deepctx.profiles.document import to_doc
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cubin"
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "profile.schema.json").read_text())

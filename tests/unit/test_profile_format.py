@@ -11,8 +11,8 @@ from deepctx.daemon.capture import CaptureResult
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.tree import CallTree, PathNodes
 from deepctx.host.frames import Frame, thread_frame
-from deepctx.profile.document import to_doc
-from deepctx.profile.metrics import METRICS
+from deepctx.profiles.document import to_doc
+from deepctx.profiles.metrics import METRICS
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "profile.schema.json").read_text())
 

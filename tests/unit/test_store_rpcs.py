@@ -12,7 +12,7 @@ from deepctx.daemon import auth
 from deepctx.daemon.auth import Caller
 from deepctx.daemon.config import Config
 from deepctx.daemon.service_store import StoreRpcs, open_store
-from deepctx.profile.document import to_doc
+from deepctx.profiles.document import to_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 T0 = 1_800_000_000.0

@@ -19,9 +19,9 @@ from synth import trace_events
 from deepctx.cli.formats.chrome import ChromeTrace
 from deepctx.cli.formats.hatchet import HatchetLiteral
 from deepctx.cli.views.flat import flat, sorted_rows
-from deepctx.profile.exporter import ExportOptions
-from deepctx.profile.pprof import Pprof
-from deepctx.profile.tree import from_doc
+from deepctx.profiles.exporter import ExportOptions
+from deepctx.profiles.pprof import Pprof
+from deepctx.profiles.tree import from_doc
 
 
 def test_hatchet_reads_the_literal_export(torch_doc: dict[str, Any]) -> None:

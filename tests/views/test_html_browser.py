@@ -12,8 +12,8 @@ import pytest
 from synth import big_profile, gpu_profile, trace_events
 
 from deepctx.cli.formats.html import HtmlReport
-from deepctx.profile.fold import VIEWS_DEFAULT
-from deepctx.profile.tree import from_doc
+from deepctx.profiles.fold import VIEWS_DEFAULT
+from deepctx.profiles.tree import from_doc
 
 FINDING = {"rule": "launch-bound-loop", "title": "1000 tiny kernels launched one at a time",
            "location": {"file": "", "line": 7, "function": "multiply"},
@@ -182,7 +182,7 @@ def test_hundred_thousand_nodes_load_and_react(browser: Any, tmp_path: Path, sho
     doc = big_profile(100_000)
     path = write(tmp_path, "big.html", HtmlReport().render(doc))
     page, requests = open_report(browser, path)
-    # the page folds start-up and plumbing frames as profile/tree.py does: the same number of nodes
+    # the page folds start-up and plumbing frames as profiles/tree.py does: the same number of nodes
     folded = sum(1 for _ in from_doc(doc, VIEWS_DEFAULT).walk())
     assert page.evaluate("window.deepctx.nodes") == folded == 99_664
     shown = page.locator("#flame g.frame").count()
@@ -199,7 +199,7 @@ def test_hundred_thousand_nodes_load_and_react(browser: Any, tmp_path: Path, sho
 
 
 def test_fold_toggles_rebuild_the_tree(browser: Any, tmp_path: Path, shots: Any) -> None:
-    """The page opens with start-up and plumbing frames folded (the node counts of profile/tree.py's fold,
+    """The page opens with start-up and plumbing frames folded (the node counts of profiles/tree.py's fold,
     tests/unit/views/test_fold.py) and each toggle rebuilds it from the recorded tree."""
     from test_fold import split_profile
 

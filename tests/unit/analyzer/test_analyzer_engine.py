@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from analyzer_docs import BF16_GEMM, MUL, SGEMM, DocBuilder, nat, py
 
-from deepctx.profile.analyzer import Limits, analyze, rule_ids
-from deepctx.profile.analyzer.device import device_info
-from deepctx.profile.analyzer.index import build_index
-from deepctx.profile.analyzer.timing import merge, overlap, time_basis
+from deepctx.profiles.analyzer import Limits, analyze, rule_ids
+from deepctx.profiles.analyzer.device import device_info
+from deepctx.profiles.analyzer.index import build_index
+from deepctx.profiles.analyzer.timing import merge, overlap, time_basis
 
 MS = 1_000_000
 MAIN = [py("main", 10)]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from harness import line_of
 
-from deepctx.profile.analyzer import rule_ids
-from deepctx.profile.analyzer.finding import Finding
-from deepctx.profile.analyzer.index import Site
+from deepctx.profiles.analyzer import rule_ids
+from deepctx.profiles.analyzer.finding import Finding
+from deepctx.profiles.analyzer.index import Site
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples" / "inefficiencies"

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from deepctx.profile.analyzer import Limits, analyze, annotate, rule_ids
+from deepctx.profiles.analyzer import Limits, analyze, annotate, rule_ids
 
 TORCH_OPS = "/work/main/tests/gpu/targets/torch_ops.py"
 

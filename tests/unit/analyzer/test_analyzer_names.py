@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from deepctx.profile.analyzer import apis
-from deepctx.profile.analyzer.names import (
+from deepctx.profiles.analyzer import apis
+from deepctx.profiles.analyzer.names import (
     gemm_precision,
     is_bounded_work_kernel,
     is_compile_frame,

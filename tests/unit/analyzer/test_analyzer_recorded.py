@@ -11,8 +11,8 @@ import pytest
 from harness import line_of
 
 from deepctx.cli.views.document import load
-from deepctx.profile.analyzer import Limits, analyze, rule_ids
-from deepctx.profile.analyzer.finding import Finding
+from deepctx.profiles.analyzer import Limits, analyze, rule_ids
+from deepctx.profiles.analyzer.finding import Finding
 
 REPO = Path(__file__).resolve().parents[3]
 RECORDED = REPO / "tests" / "fixtures" / "profiles" / "analyzer"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from analyzer_docs import ADD, BF16_GEMM, MUL, SGEMM, TANH, TRAIN, DocBuilder, frame, lib, nat, py
 
-from deepctx.profile.analyzer import Limits, analyze
+from deepctx.profiles.analyzer import Limits, analyze
 
 MS = 1_000_000
 MAIN = [py("main", 10)]

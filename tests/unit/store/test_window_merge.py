@@ -7,7 +7,7 @@ import copy
 import store_producer as sp
 
 from deepctx.daemon.store.wire import to_message
-from deepctx.profile.merge import merge_documents
+from deepctx.profiles.merge import merge_documents
 
 
 def node(kind: str, name: str, cpu: int = 0, children: list | None = None, **kw: object) -> dict:

@@ -11,7 +11,7 @@ import store_producer as sp
 
 from deepctx.daemon.store import StoreLimits, WindowStore
 from deepctx.daemon.store.sqlite import StoreError
-from deepctx.profile.summary import summarize
+from deepctx.profiles.summary import summarize
 
 T0 = 1_800_000_000.0
 TORCH, TRITON, JAX = sp.NAMES

@@ -6,7 +6,7 @@ from synth import gpu_profile
 
 from deepctx.cli.main import main
 from deepctx.cli.views.diff import diff_tree, kernel_changes, kernel_metric, path_changes
-from deepctx.profile.tree import from_doc
+from deepctx.profiles.tree import from_doc
 
 
 def pair(source: str) -> tuple[dict, dict]:

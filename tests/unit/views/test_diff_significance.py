@@ -14,7 +14,7 @@ from synth import Builder, frame, nat, py, thread
 
 from deepctx.cli.main import main
 from deepctx.cli.views.diff_significance import compare, different_programs, program_of, rollup, significance
-from deepctx.profile.tree import Frame, from_doc
+from deepctx.profiles.tree import Frame, from_doc
 
 APP = "/srv/app/pipeline.py"
 # 40 functions with steady shares of the CPU: a few heavy ones and a long tail

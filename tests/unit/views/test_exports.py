@@ -18,8 +18,8 @@ from deepctx.cli.formats.folded import FoldedStacks
 from deepctx.cli.formats.hatchet import HatchetLiteral
 from deepctx.cli.formats.speedscope import Speedscope
 from deepctx.cli.main import main
-from deepctx.profile.exporter import ExportOptions
-from deepctx.profile.pprof import Pprof
+from deepctx.profiles.exporter import ExportOptions
+from deepctx.profiles.pprof import Pprof
 from deepctx.proto.pprof import profile_pb2
 
 HERE = Path(__file__).resolve().parent

@@ -1,4 +1,4 @@
-"""Folding for the views (profile/fold.py, profile/tree.py: from_doc): start-up frames above the outermost
+"""Folding for the views (profiles/fold.py, profiles/tree.py: from_doc): start-up frames above the outermost
 Python frame, so stacks whose native unwinding stopped short merge with full ones, and framework plumbing."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import recorded
 from synth import Builder, nat, py, thread
 
 from deepctx.cli.formats.html_payload import LIFT, PLUMBING, STARTUP, profile_payload
-from deepctx.profile.fold import SHOW_ALL, Fold, is_plumbing
-from deepctx.profile.tree import ViewNode, from_doc
+from deepctx.profiles.fold import SHOW_ALL, Fold, is_plumbing
+from deepctx.profiles.tree import ViewNode, from_doc
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "profiles"
 MODULE = "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/module.py"

@@ -12,7 +12,7 @@ from synth import Builder, nat, py, thread
 from deepctx.cli.main import main
 from deepctx.cli.views.flat import flat
 from deepctx.cli.views.python_self import default_self_mode, python_leaf_self
-from deepctx.profile.tree import ViewNode, from_doc
+from deepctx.profiles.tree import ViewNode, from_doc
 
 DOC = "/srv/docutils/parsers/rst/states.py"
 

@@ -89,7 +89,7 @@ def test_ascii_guides_when_the_terminal_is_not_utf8(capsys, monkeypatch) -> None
     from deepctx.cli.formats.terminal import ViewOptions
     from deepctx.cli.formats.tree_table import TreeTable
     from deepctx.cli.views.document import load
-    from deepctx.profile.tree import from_doc
+    from deepctx.profiles.tree import from_doc
 
     buf = io.StringIO()
     con = Console(file=buf, width=150, color_system=None, legacy_windows=False)

@@ -10,7 +10,7 @@ from deepctx.cli.views.bottomup import bottom_up
 from deepctx.cli.views.flat import flat, sorted_rows
 from deepctx.cli.views.focus import focus_tree, matcher
 from deepctx.cli.views.topdown import rows
-from deepctx.profile.tree import Frame, ViewNode, from_doc, nonzero_metrics, pick_metric
+from deepctx.profiles.tree import Frame, ViewNode, from_doc, nonzero_metrics, pick_metric
 
 # torch_ops, through cudaLaunchKernel: x * 2 (LINE_MUL) 1000, sum 50, a / 64 20, randn 1. Besides: 20 a @ a
 # (cuLaunchKernelEx), 50 copies and 50 stream syncs (LINE_ITEM), 2 device syncs, 4 cudaMalloc, 3 cuMemAlloc

@@ -1,0 +1,20 @@
+"""The analyzer's rules, one module each; importing this package registers them."""
+
+from deepctx.profiles.analyzer.rules import (  # noqa: F401
+    alloc_churn,
+    blocking_copy,
+    collectives,
+    dataloader,
+    elementwise_chain,
+    fp32_gemm,
+    host_bound,
+    launch_bound,
+    pc_bank_conflicts,
+    pc_divergence,
+    pc_fp32_fma,
+    pc_long_scoreboard,
+    pc_occupancy,
+    pc_uncoalesced,
+    small_grid,
+    sync_in_loop,
+)

@@ -1,0 +1,71 @@
+"""What several rules compute from the index: steady-state GPU records per site, and host time per site."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from deepctx.profiles.analyzer import apis
+from deepctx.profiles.analyzer.index import GpuRecord, ProfileIndex, Site
+from deepctx.profiles.analyzer.names import short_kernel_name
+
+ONE_WAVE_THREADS_PER_SM = 2048  # resident threads per multiprocessor on every NVIDIA GPU since Volta
+
+
+def steady(records: Iterable[GpuRecord]) -> list[GpuRecord]:
+    """Records outside compilation and autotuning: what the program does in every step."""
+    return [r for r in records if not r.ctx.compile]
+
+
+def launches(idx: ProfileIndex) -> list[GpuRecord]:
+    """Kernel launches in steady state (graph launches are not kernels of their own)."""
+    return [r for r in steady(idx.gpu) if r.kind == "kernel" and r.calls and not r.name.startswith("[graph")]
+
+
+def by_site(records: Iterable[GpuRecord]) -> dict[Site | None, list[GpuRecord]]:
+    out: dict[Site | None, list[GpuRecord]] = defaultdict(list)
+    for r in records:
+        out[r.ctx.site].append(r)
+    return out
+
+
+def cpu_ns(idx: ProfileIndex, samples: int) -> int:
+    return int(samples * 1e9 / idx.sample_hz) if idx.sample_hz else 0
+
+
+def site_cpu_ns(idx: ProfileIndex, site: Site | None, tid: int | None = None) -> int:
+    """Steady-state CPU time at a site outside GPU API calls (Python, framework), on one thread or all."""
+    g = idx.site_samples.get(site) if tid is None else idx.samples.get((tid, site))
+    return cpu_ns(idx, g.samples - g.api_samples - g.compile_samples) if g else 0
+
+
+def sites_with_gpu_calls(idx: ProfileIndex) -> set[Site | None]:
+    return {r.ctx.site for r in idx.gpu if r.calls}
+
+
+def pure_host_ns(idx: ProfileIndex, tid: int | None) -> int:
+    """CPU time of a thread at lines that make no GPU call (data loading included): work the GPU could
+    overlap with if nothing made the host wait."""
+    gpu_sites = sites_with_gpu_calls(idx)
+    s = sum(g.samples - g.api_samples - g.compile_samples for (t, st), g in idx.samples.items()
+            if t == tid and st is not None and st not in gpu_sites)
+    return cpu_ns(idx, max(0, s))
+
+
+def launch_api_ns(records: Iterable[GpuRecord]) -> int:
+    return sum(r.api_time_ns for r in records if r.api_class in (apis.LAUNCH, apis.GRAPH))
+
+
+def top_kernels(records: Iterable[GpuRecord], n: int = 3) -> list[dict[str, object]]:
+    counts: dict[str, int] = defaultdict(int)
+    for r in records:
+        counts[short_kernel_name(r.name)] += r.calls
+    return [{"kernel": k, "launches": c} for k, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+
+
+def site_text(site: Site | None) -> str:
+    if site is None:
+        return "code without a Python frame"
+    if site.file is None:
+        return site.function
+    return f"{site.function}() at line {site.line}"

@@ -1,0 +1,76 @@
+"""Rule: many kernels from one line that are shorter than the host's cost of launching them."""
+
+from __future__ import annotations
+
+from deepctx.profiles.analyzer.finding import Finding
+from deepctx.profiles.analyzer.names import is_bounded_work_kernel
+from deepctx.profiles.analyzer.registry import Context, NotEvaluated, Rule, register
+from deepctx.profiles.analyzer.rules.common import (
+    ONE_WAVE_THREADS_PER_SM,
+    by_site,
+    launch_api_ns,
+    launches,
+    site_cpu_ns,
+    site_text,
+    top_kernels,
+)
+
+ASSUMED_TINY_KERNEL_NS = 2_000  # a kernel that fits in one wave finishes in a few µs on current GPUs
+
+
+@register
+class LaunchBound(Rule):
+    id = "launch-bound-loop"
+    number = 2
+    title = "kernels shorter than their launch cost"
+    needs = "api"
+
+    def evaluate(self, ctx: Context) -> list[Finding] | NotEvaluated:
+        idx, basis, lim = ctx.index, ctx.basis, ctx.limits
+        one_wave = ctx.device.sm_count * ONE_WAVE_THREADS_PER_SM
+        idle = basis.gpu_idle_ns
+        out = []
+        for site, recs in by_site(launches(idx)).items():
+            n = sum(r.calls for r in recs)
+            if n < lim.launch_bound_launches:
+                continue
+            host_ns = site_cpu_ns(idx, site) + launch_api_ns(recs)
+            per_launch = host_ns / n
+            measured = any(r.gpu_time_ns for r in recs)
+            if measured:
+                tiny = recs
+                kernel_ns = sum(r.gpu_time_ns for r in recs) / n
+            else:
+                # without GPU time only kernels with bounded work per thread are known to be short
+                tiny = [r for r in recs if r.threads is not None and r.threads <= one_wave
+                        and is_bounded_work_kernel(r.name)]
+                kernel_ns = ASSUMED_TINY_KERNEL_NS
+            n_tiny = sum(r.calls for r in tiny)
+            if n_tiny < lim.launch_bound_launches or kernel_ns >= per_launch:
+                continue
+            removable = n_tiny * (per_launch - kernel_ns)
+            if idle is not None:  # launch cost the GPU hid behind other work costs nothing
+                removable = min(removable, idle)
+            evidence: dict[str, object] = {
+                "launches": n, "host_per_launch_ns": round(per_launch), "host_time_ns": host_ns,
+                "kernels": top_kernels(recs), "largest_grid_blocks": max((r.blocks or 0) for r in recs),
+            }
+            if measured:
+                evidence["gpu_per_launch_ns"] = round(kernel_ns)
+                model = ("launch: R = min(launches x (host time per launch - GPU time per launch), GPU idle time); "
+                         "speedup = T/(T-R)")
+            else:
+                evidence["one_wave_launches"] = n_tiny
+                evidence["assumed_gpu_per_launch_ns"] = ASSUMED_TINY_KERNEL_NS
+                model = ("launch: R = one-wave launches x (host time per launch - assumed 2 µs per kernel); "
+                         "speedup = T/(T-R); GPU time not measured")
+            out.append(Finding(
+                rule=self.id, title=f"{n} kernel launches from one line, each shorter than its launch",
+                site=site, evidence=evidence,
+                suggestion=(f"{site_text(site)} launches {n} small kernels one at a time and the GPU waits for "
+                            "the host. Batch the loop into one tensor operation, or wrap the step in "
+                            "torch.compile (mode=\"reduce-overhead\" also captures it in a CUDA graph), or "
+                            "capture it with torch.cuda.CUDAGraph and replay it."),
+                estimated_speedup=basis.speedup(removable), confidence=0.8 if measured else 0.5, model=model,
+                removable_ns=int(removable)))
+        return out

@@ -1,0 +1,64 @@
+"""Frames the views fold by default: the interpreter's start-up and framework plumbing.
+
+Start-up: the native frames above a thread's outermost Python frame (`_start`, `__libc_start_main`,
+`libc.so.6+0x...`, `Py_RunMain`, `pymain_*`, a thread's `start_thread` ...). Native unwinding reaches
+them on some calls and not on others (a stack cut under `[unwinding lost the callers]`), which split one
+Python call path in two; folded, the outermost Python frame hangs below its thread on every stack.
+Stacks with no Python frame keep all their frames: nothing above them is start-up.
+
+Plumbing: Python frames that only pass a call on (`Module._wrapped_call_impl` → `Module._call_impl` →
+`forward`) and repeat at every layer of a model. Folded, each one's children and self values go to its
+caller, so `step → ResNet.forward → Bottleneck.forward` reads as the model is written.
+
+The tree builder (profiles/tree.py: from_doc) and the HTML report's flags (cli/formats/html_payload.py)
+both classify frames here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# (file path suffix, qualified name): frames that do nothing but dispatch to the next one
+PLUMBING: tuple[tuple[str, str], ...] = (
+    ("torch/nn/modules/module.py", "Module._wrapped_call_impl"),
+    ("torch/nn/modules/module.py", "Module._call_impl"),
+    ("torch/utils/_contextlib.py", "context_decorator.<locals>.decorate_context"),  # @torch.no_grad() etc.
+    ("transformers/modeling_layers.py", "GradientCheckpointingLayer.__call__"),
+    ("transformers/utils/generic.py", "can_return_tuple.<locals>.wrapper"),
+    ("transformers/utils/generic.py", "merge_with_config_defaults.<locals>.wrapper"),
+    ("transformers/utils/output_capturing.py", "capture_outputs.<locals>.wrapped_fn.<locals>.wrapper"),
+)
+# Python 3.10 names frames without their class: the last part of the qualified name, same file
+_BY_NAME: dict[str, tuple[str, ...]] = {}
+for _suffix, _qualname in PLUMBING:
+    for _name in {_qualname, _qualname.rsplit(".", 1)[-1]}:
+        _BY_NAME[_name] = (*_BY_NAME.get(_name, ()), _suffix)
+
+STARTUP_KINDS = frozenset({"native"})  # what may stand above a thread's outermost Python frame
+ZONE_ROOTS = frozenset({"root", "thread"})  # the nodes start-up frames fold into
+
+
+@dataclass(frozen=True)
+class Fold:
+    """What the views fold (both by default: a Python and PyTorch user reads a tree most easily so)."""
+
+    startup: bool = True
+    plumbing: bool = True
+
+    def any(self) -> bool:
+        return self.startup or self.plumbing
+
+
+VIEWS_DEFAULT = Fold()
+SHOW_ALL = Fold(startup=False, plumbing=False)  # the tree as recorded
+
+
+def is_plumbing(kind: str, name: str, file: str | None) -> bool:
+    if kind != "python" or not file:
+        return False
+    suffixes = _BY_NAME.get(name)
+    return bool(suffixes) and any(file.endswith(s) for s in suffixes)  # type: ignore[union-attr]
+
+
+def is_startup(kind: str) -> bool:
+    return kind in STARTUP_KINDS
