@@ -14,7 +14,8 @@ reasons (also printed with -s), so that a rule that does not fire says why.
 
 The PC rules' findings are looked for without the 1.02x threshold (Limits(min_speedup=1.0)): the capture is
 the whole process (Python's and CUDA's start, T of 0.1 to 0.7 s) around one timed run of milliseconds of
-kernels, so the whole-program estimates are near 1.0x whatever the kernel's stalls.
+kernels, so the whole-program estimates are near 1.0x whatever the kernel's stalls; the table also gives the
+kernel-level estimate (the same removable time over the kernel's GPU time), the like of the measured speedup.
 
 Needs nvcc (CUDA_HOME, default /usr/local/cuda) to build the planted kernels. Environment:
 DEEPCTX_PC_RULES=r1,r2 (a subset), DEEPCTX_PC_REPEATS (unprofiled runs per variant, the fastest counts;
@@ -223,7 +224,18 @@ def at_marker(doc: dict[str, Any], rule: str) -> list[dict[str, Any]]:
             and Path(f["location"]["file"]).resolve() == path and f["location"]["line"] == line]
 
 
-@pytest.mark.parametrize("rule", RULES)
+# A rule its planted pair cannot show to PC sampling: xfail, strict (a pass would mean the limitation is gone, and
+# the docs must change with it).
+LIMITATIONS = {
+    "warp-divergence": "PC samples carry no active-thread mask: branchy's bad (odd/even threads) and fixed (split "
+                       "by warp) variants run the same SASS with the same stalls per warp (H200, 2026-12-04: "
+                       "branch_resolving 0.2% and 0.6% of the samples), so no stall reason tells them apart; "
+                       "docs/analyzer.md, rule 14",
+}
+
+
+@pytest.mark.parametrize("rule", [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=LIMITATIONS[r]))
+                                  if r in LIMITATIONS else r for r in RULES])
 def test_rule_fires_on_its_planted_kernel_and_not_when_fixed(results: dict[str, dict[str, Any]], rule: str) -> None:
     r = results[rule]
     if "error" in r:
@@ -240,21 +252,37 @@ def test_rule_fires_on_its_planted_kernel_and_not_when_fixed(results: dict[str, 
     assert r["fixed_s"] < r["bad_s"], f"the fix is not faster: {r['fixed_s']} s fixed, {r['bad_s']} s bad"
 
 
+def kernel_estimate(finding: dict[str, Any] | None) -> float | None:
+    """The rule's estimate with the kernel's own GPU time G as the baseline, not the whole run's T: G / (G - R),
+    R = G x stall share x h (capped at 95% of G, as the analyzer caps it), the like of the measured speedup
+    (the timed steps, all kernel)."""
+    if not finding:
+        return None
+    g, r = finding["evidence"].get("gpu_time_ns"), finding["evidence"].get("removable_ns")
+    if not g or r is None:
+        return None
+    return round(g / (g - min(r, 0.95 * g)), 2)
+
+
 def write_table(results: dict[str, dict[str, Any]]) -> None:
-    rows = ["| rule | kernel line | instruction | stall share | estimated | measured (bad / fixed) |",
-            "| --- | --- | --- | --- | --- | --- |"]
+    rows = ["| rule | kernel line | instruction | stall share | estimated, whole run | estimated, kernel | "
+            "measured, kernel (bad / fixed) |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
     data = []
     for rule, r in results.items():
         if "error" in r:
-            rows.append(f"| {rule} | error: {r['error']} | | | | |")
+            rows.append(f"| {rule} | error: {r['error']} | | | | | |")
             continue
         f = (at_marker(r["bad"], rule) or [None])[0]
         ev = f["evidence"] if f else {}
         measured = r["bad_s"] / r["fixed_s"] if r["fixed_s"] else None
         est = f["estimated_speedup"] if f else None
+        kernel = kernel_estimate(f)
         rows.append(f"| {rule} | {ev.get('kernel_line', '-')} | {ev.get('instruction', '-')} | "
-                    f"{ev.get('stall_share', '-')} | {est or '-'} | {measured:.2f}x |")
-        data.append({"rule": rule, "estimated_speedup": est, "measured_speedup": measured, "evidence": ev,
+                    f"{ev.get('stall_share', '-')} | {est or '-'} | {f'{kernel}x' if kernel else '-'} | "
+                    f"{measured:.2f}x |")
+        data.append({"rule": rule, "estimated_speedup": est, "kernel_estimated_speedup": kernel,
+                     "measured_speedup": measured, "evidence": ev,
                      "bad_s": r["bad_s"], "fixed_s": r["fixed_s"]})
     log("\n" + "\n".join(rows))
     stage("pc_rules_speedups.md").write_text("\n".join(rows) + "\n")

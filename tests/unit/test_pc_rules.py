@@ -87,14 +87,31 @@ def test_not_issued_samples_are_not_counted_twice() -> None:
     assert (f["evidence"]["pc_samples"], f["evidence"]["stall_samples"]) == (100, 80)
 
 
-def test_uncoalesced_counts_only_memory_instructions() -> None:
-    doc = profile("strided", [(0x230, "LDG.E R3, desc[UR4][R2.64]", 6, {"lg_throttle": 30, "long_scoreboard": 20}),
-                              (0x100, "IMAD R4, R5, R3, R4", 6, {"lg_throttle": 5, "selected": 45})])
+def test_uncoalesced_counts_the_queue_the_loads_results_and_the_drain() -> None:
+    """lg_throttle at the memory instructions, long_scoreboard on the throttled line, drain at exit: all counted;
+    the line and instruction are where the accesses are, not the EXIT that drains them."""
+    doc = profile("strided", [(0x230, "LDG.E R3, desc[UR4][R2.64]", 6, {"lg_throttle": 10, "selected": 5}),
+                              (0x240, "STG.E desc[UR4][R4.64], R3", 6, {"long_scoreboard": 40, "lg_throttle": 5}),
+                              (0x100, "IMAD R4, R5, R3, R4", 5, {"lg_throttle": 5, "long_scoreboard": 10}),
+                              (0x300, "EXIT", 7, {"drain": 25})])
     (f,) = fired(doc, "uncoalesced-access")
-    assert f["evidence"]["stall_samples"] == 30 and f["evidence"]["instruction"] == "0x0230 LDG.E R3, desc[UR4][R2.64]"
-    assert f["estimated_speedup"] == 1.43  # R = 1 s x 0.3 x 1.0
+    ev = f["evidence"]
+    assert (ev["stall_samples"], ev["kernel_line"], ev["instruction"]) == (80, "k.cu:6", "0x0240 STG.E desc[UR4][R4.64], R3")
+    assert (ev["lg_throttle_share"], ev["drain_share"]) == (0.15, 0.25)
+    assert f["estimated_speedup"] == 5.0  # R = 1 s x 0.8 x 1.0
     assert fired(profile("k", [(0x10, "IMAD R4, R5, R3, R4", 6, {"lg_throttle": 90, "selected": 10})]),
                  "uncoalesced-access") == []  # not a memory instruction
+
+
+def test_uncoalesced_not_on_a_coalesced_bandwidth_bound_kernel() -> None:
+    """Waiting on the long scoreboard with a queue that barely throttles (scale_hog, the tiled transpose on the
+    H200): not uncoalesced, however long the waits."""
+    copy = [(0x80, "LDG.E R2, desc[UR4][R2.64]", 5, {"lg_throttle": 3, "selected": 2}),
+            (0x90, "FMUL R3, R2, R5", 5, {"long_scoreboard": 80}), (0xA0, "EXIT", 6, {"drain": 15})]
+    assert fired(profile("scale", copy), "uncoalesced-access") == []  # lg_throttle 3% < 5%
+    drained = [(0x80, "LDG.E R2, desc[UR4][R2.64]", 5, {"lg_throttle": 6, "selected": 2}),
+               (0x90, "FMUL R3, R2, R5", 5, {"long_scoreboard": 82}), (0xA0, "EXIT", 6, {"drain": 10})]
+    assert fired(profile("scale", drained), "uncoalesced-access") == []  # queue and drain 16% < 20%
 
 
 def test_bank_conflicts_on_shared_loads() -> None:

@@ -61,6 +61,11 @@ class PcStallRule(Rule):
         """Each instruction with its samples the rule counts (a rule may look at the instructions together)."""
         return [(i, self.counts(i)) for i in instructions]
 
+    def place(self, ins: PcInstruction, n: int) -> int:
+        """Of an instruction's n counted samples, those that point at where to act (default: all); the kernel
+        line and the instruction are the ones with the most."""
+        return n
+
     def launch_evidence(self, ctx: Context, recs: list[GpuRecord]) -> dict[str, object] | None:
         """More evidence from the launches, or None when they show the rule does not apply (default: {})."""
         return {}
@@ -86,9 +91,10 @@ class PcStallRule(Rule):
             return None
         by_line: dict[str, int] = defaultdict(int)
         for i, n in hits:
-            by_line[i.where()] += n
+            by_line[i.where()] += self.place(i, n)
         line, line_n = max(by_line.items(), key=lambda kv: (kv[1], kv[0]))
-        top, top_n = max((h for h in hits if h[0].where() == line), key=lambda h: (h[1], -h[0].offset))
+        top, top_n = max(((i, self.place(i, n)) for i, n in hits if i.where() == line),
+                         key=lambda h: (h[1], -h[0].offset))
         share = matched / total
         gpu_ns = sum(r.gpu_time_ns for r in recs)
         kernel = short_kernel_name(name, 60)
