@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from deepctx.profiles.tree import Frame, ViewNode
+from deepctx.profiles.tree import Frame, ViewNode, iter_paths
 
 ROLLUPS = ("function", "line", "path")
 SAMPLED_METRICS = frozenset({"cpu_samples"})
@@ -90,18 +90,12 @@ def rollup(root: ViewNode, metric: str, by: str) -> dict[tuple[Frame, ...], int]
     """Self values of metric summed per function, per line or per call path (threads merged by name)."""
     key_of = _key_of(by)
     out: dict[tuple[Frame, ...], int] = {}
-    path: list[ViewNode] = []
-    stack: list[tuple[ViewNode, int]] = [(c, 0) for c in reversed(root.children)]
-    while stack:
-        node, depth = stack.pop()
-        del path[depth:]
-        path.append(node)
+    for path, node in iter_paths(root):
         v = node.self.get(metric, 0)
         if v:
             k = key_of(path)
             if k is not None:
                 out[k] = out.get(k, 0) + v  # type: ignore[index]
-        stack.extend((c, depth + 1) for c in reversed(node.children))
     return out
 
 
