@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -33,3 +35,16 @@ def contains_chain(names: Sequence[str], chain: Sequence[str]) -> bool:
 def value_under_chain(doc: dict[str, Any], chain: Sequence[str], metric: str = "cpu_samples") -> int:
     """Self values of all nodes whose path contains chain (consecutive frame names)."""
     return sum(v for path, v in self_paths(doc, metric) if contains_chain([n["name"] for n in path], chain))
+
+
+def pc_sampled_with_source(tmp_path: Path) -> tuple[dict[str, Any], Path]:
+    """The constructed PC-sampled profile (tests/fixtures/profiles/pcs_constructed.json) with its kernel
+    lines pointed at a copy of the fixture's CUDA source in tmp_path: (document, that source)."""
+    fixtures = Path(__file__).resolve().parent / "fixtures"
+    cu = tmp_path / "pcs_kernels.cu"
+    cu.write_text((fixtures / "cubin" / "pcs_kernels.cu").read_text())
+    doc = json.loads((fixtures / "profiles" / "pcs_constructed.json").read_text())
+    for _, node in walk(doc):
+        if node["kind"] == "gpu_line":
+            node["file"] = str(cu)
+    return doc, cu

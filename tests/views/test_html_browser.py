@@ -3,12 +3,12 @@ timeline, diff, screenshots of each view, and a 100k-node profile that reacts wi
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from profile_paths import pc_sampled_with_source
 from synth import big_profile, gpu_profile, trace_events
 
 from deepctx.cli.formats.html import HtmlReport
@@ -231,16 +231,7 @@ def test_fold_toggles_rebuild_the_tree(browser: Any, tmp_path: Path, shots: Any)
 def test_a_sampled_instruction_shows_its_cuda_line(browser: Any, tmp_path: Path, shots: Any) -> None:
     """PC sampling: clicking a kernel's SASS instruction opens the CUDA source at its line, with the line's
     PC samples (the constructed profile, its lines pointed at a copy of the fixture's source)."""
-    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
-    cu = tmp_path / "pcs_kernels.cu"
-    cu.write_text((fixtures / "cubin" / "pcs_kernels.cu").read_text())
-    doc = json.loads((fixtures / "profiles" / "pcs_constructed.json").read_text())
-    stack = [doc["root"]]
-    while stack:
-        n = stack.pop()
-        stack += n["children"]
-        if n["kind"] == "gpu_line":
-            n["file"] = str(cu)
+    doc, cu = pc_sampled_with_source(tmp_path)
     page, requests = open_report(browser, write(tmp_path, "pcs.html", HtmlReport().render(doc, owner_uid=os.geteuid())))
     page.select_option("#metric", "pc_samples")
     page.wait_for_function("() => document.body.dataset.metric === 'pc_samples'")

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import recorded
+from profile_paths import pc_sampled_with_source
 from synth import trace_events
 
 from deepctx.cli.formats.html import HTML_DIR, HtmlReport
@@ -98,16 +99,7 @@ def test_a_profile_with_gpu_time_opens_on_gpu_time(gpu_doc, torch_doc) -> None:
 def test_a_pc_sampled_kernels_cuda_source_is_embedded(tmp_path: Path) -> None:
     """The source pane shows the CUDA file a PC-sampled kernel's lines name (gpu_line nodes), like a Python
     file: the constructed profile's lines, pointed at a copy of the fixture's source."""
-    fixtures = Path(__file__).resolve().parents[2] / "fixtures"
-    cu = tmp_path / "pcs_kernels.cu"
-    cu.write_text((fixtures / "cubin" / "pcs_kernels.cu").read_text())
-    doc = json.loads((fixtures / "profiles" / "pcs_constructed.json").read_text())
-    stack = [doc["root"]]
-    while stack:
-        n = stack.pop()
-        stack += n["children"]
-        if n["kind"] == "gpu_line":
-            n["file"] = str(cu)
+    doc, cu = pc_sampled_with_source(tmp_path)
     data = payload(HtmlReport().render(doc, owner_uid=os.geteuid()))
     assert data["sources"] == {str(cu): cu.read_text()}
     assert "gpu_line" in data["kinds"] and "gpu_instruction" in data["kinds"]
