@@ -310,6 +310,7 @@ class ProbeSet:
         if gpu is not None:  # names of threads gone before /proc was read (see gpu_comm)
             thread_names = {**gpu.thread_names(bpf), **thread_names}
         native = inputs.symbolizer
+        python_names = python.thread_names(target.pid) if python is not None else None
 
         def resolver(read_stack: Callable[[int], tuple[list[int], bool]],
                      read_kernel: Callable[[int], list[int]] | None = None, dwarf: bool = True,
@@ -321,7 +322,8 @@ class ProbeSet:
                 target.pid, target.space, read_stack, native, thread_names,
                 read_python=(lambda sid: python.frames(bpf, target, sid)) if python is not None else None,
                 python_modules=python.interpreter_modules(target.pid) if python is not None else None,
-                native_python=self.opts.native_python, read_kernel_stack=read_kernel, native_cache=native_cache)
+                native_python=self.opts.native_python, read_kernel_stack=read_kernel, native_cache=native_cache,
+                python_names=python_names)
 
         stats: dict[str, int] = {}
         cpu_paths = None

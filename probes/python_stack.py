@@ -1,8 +1,9 @@
 """Loader for the CPython stack walker (python_stack.bpf.h): probe family "python".
 
 prepare() finds the interpreter, attach() tells the walker its layout and the threads' states,
-poll() keeps the thread map current (a walker miss asks for a refresh) and names the code objects
-of every new stack while the process is alive, frames() turns a stack id into Python frames.
+poll() keeps the thread map current (a walker miss asks for a refresh), reads the threads' Python names when
+that map changes (host/python/thread_names.py: never per sample) and names the code objects of every new stack
+while the process is alive, frames() turns a stack id into Python frames.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from deepctx.host.python.discovery import Interpreter, find_interpreter
 from deepctx.host.python.layouts import PyLayout
 from deepctx.host.python.pyframe import PyFrameInfo
 from deepctx.host.python.stacks import RawFrame, RawStack, prefetch, symbolize_stack
+from deepctx.host.python.thread_names import read_thread_names
 from deepctx.host.python.threads import ThreadMapper, ThreadState
 from deepctx.probes.family import FamilyDefaults, Target, read_source
 from deepctx.probes.maps import entry_count, percpu_sum
@@ -51,6 +53,9 @@ STAT_NAMES = {
 }
 
 REFRESH_S = 1.0  # thread states are re-read at least this often, misses or not
+# Refreshes after a change of the thread map that read the names again while a thread with a thread state has
+# none (a thread caught between its start and its entry in threading._active, or one threading does not know)
+NAME_RETRIES = 3
 
 
 class PyProc(ct.Structure):
@@ -138,6 +143,8 @@ class _Proc:
     mapper: ThreadMapper
     threads: dict[int, tuple[int, int]] = field(default_factory=dict)  # host tid -> (tstate, ident) written
     last_refresh: float = 0.0
+    names: dict[int, str] = field(default_factory=dict)  # host tid -> threading's name (threads gone keep theirs)
+    name_reads_left: int = 0  # reads still due for threads without a name since the map last changed
 
 
 class PythonStacks(FamilyDefaults):
@@ -158,6 +165,7 @@ class PythonStacks(FamilyDefaults):
         self._stack_type = py_stack_type(max_depth)
         self._lost_seen = 0
         self.refreshes = 0
+        self.name_reads = 0
 
     # -- ProbeFamily ---------------------------------------------------------------------------------
 
@@ -235,6 +243,7 @@ class PythonStacks(FamilyDefaults):
         table = bpf[b"py_stats"]
         out = {name: percpu_sum(table, i) for i, name in STAT_NAMES.items()}
         out["python_thread_refreshes"] = self.refreshes
+        out["python_thread_name_reads"] = self.name_reads
         out["python_unknown_frames"] = self.unknown_frames()
         return out
 
@@ -257,6 +266,11 @@ class PythonStacks(FamilyDefaults):
         named = symbolize_stack(proc.codes, raw)
         self._named[py_stack_id] = named
         return named
+
+    def thread_names(self, pid: int) -> dict[int, str]:
+        """Host tid -> the thread's Python name (threading.Thread's), for the threads read while the process ran."""
+        proc = self._procs.get(pid) or self._detached.get(pid)
+        return dict(proc.names) if proc else {}
 
     def interpreter_modules(self, pid: int) -> set[str]:
         """Basenames of the interpreter's ELF files (for merge_stacks)."""
@@ -319,11 +333,13 @@ class PythonStacks(FamilyDefaults):
             return
         table = bpf[b"py_threads"]
         retry_at = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + PY_RETRY_NS  # bpf_ktime_get_ns's clock
+        changed = False
         for tid in tids:
             st = states.get(tid)
             want = (st.tstate, st.ident) if st else (0, 0)
             if proc.threads.get(tid) == want and tid not in missed:
                 continue
+            changed = changed or proc.threads.get(tid) != want
             value = want if st else (0, retry_at)
             table[ct.c_uint32(tid)] = table.Leaf.from_buffer_copy(bytes(PyThread(*value)))
             proc.threads[tid] = want
@@ -333,6 +349,21 @@ class PythonStacks(FamilyDefaults):
             except KeyError:
                 pass
             del proc.threads[tid]
+            changed = True
+        if changed:
+            proc.name_reads_left = NAME_RETRIES
+        if proc.name_reads_left:
+            self._read_names(proc, states)
+
+    def _read_names(self, proc: _Proc, states: dict[int, ThreadState]) -> None:
+        """The threads' Python names, read from threading._active ({} without the threading module)."""
+        self.name_reads += 1
+        try:
+            proc.names.update(read_thread_names(proc.mem, proc.interp, states))
+        except (MemoryError, OSError, ProcessGone) as e:  # caught mid-update or exiting: read at the next change
+            log.debug("thread names unreadable", extra={"pid": proc.interp.pid, "error": str(e)})
+        unnamed = any(tid not in proc.names for tid in states)
+        proc.name_reads_left = proc.name_reads_left - 1 if unnamed else 0
 
     def _learn_new_stacks(self, bpf: Any) -> None:
         """Reads the code objects of stacks stored since the last poll while their process lives."""

@@ -46,9 +46,9 @@ def python(request: pytest.FixtureRequest) -> Interpreter:
 class PyTarget(Target):
     """A target script that prints `ready <pid> <json>` once its stacks are running."""
 
-    def __init__(self, python: Interpreter, script: str, **kw: Any) -> None:
+    def __init__(self, python: Interpreter, script: str, *args: str, **kw: Any) -> None:
         env = dict(os.environ, DEEPCTX_TARGET_SECONDS="90")
-        super().__init__([str(python.path), str(TARGETS / script)], env=env, **kw)
+        super().__init__([str(python.path), str(TARGETS / script), *args], env=env, **kw)
         self.info = json.loads(self.line.split(None, 2)[2])
         assert tuple(self.info["version"][:2]) == python.version
 
@@ -121,6 +121,22 @@ def test_eight_threads_each_under_its_own_thread(py_daemon: Daemon, python: Inte
         others = {f for f in threads if f != func}
         assert not any(others & set(names(p)) for p, _ in paths), (func, [names(p) for p, _ in paths])
         assert all(contains_chain(pynames(p), ["Thread.run", func]) for p, _ in paths if func in names(p))
+
+
+def test_thread_nodes_carry_their_python_names(py_daemon: Daemon, python: Interpreter) -> None:
+    if not (3, 10) <= python.version <= (3, 13):
+        pytest.skip("thread names are read on CPython 3.10 to 3.13 (host/python/thread_names.py)")
+    with PyTarget(python, "named_threads.py", "--spin", "--renamed-main") as t:
+        comm = Path(f"/proc/{t.pid}/comm").read_text().strip()  # every thread's OS name: Python sets none
+        doc = py_daemon.attach_json(t.pid, "--duration", "3")
+    tids = t.info["threads"]  # name -> tid, as the target's pid namespace (the test's) sees it
+    assert tids["coordinator"] == t.pid
+    got = {c["tid"]: c["name"] for c in doc["root"]["children"] if c["kind"] == "thread"}
+    assert got == {tids["coordinator"]: f"{comm} (coordinator, MainThread)", tids["work_0"]: f"{comm} (work_0)",
+                   tids["work_1"]: f"{comm} (work_1)", tids["données-ü"]: f"{comm} (données-ü)",
+                   tids["pool_0"]: f"{comm} (pool_0)"}
+    # read once, when the thread map was first written at attach: no thread came or went, and every one was named
+    assert doc["stats"]["python_thread_name_reads"] == 1
 
 
 def test_deep_recursion_is_truncated_cleanly(py_daemon: Daemon, python: Interpreter) -> None:

@@ -1,12 +1,13 @@
-"""Named threads waiting on an event, or spinning (--spin), plus a thread pool's worker and a renamed main thread
-(--renamed-main):
-deepctx names each thread by its threading name (tests/unit/python/test_thread_names.py)."""
+"""Named threads waiting on an event, or spinning (--spin: the main thread too, until the test kills the target),
+plus a thread pool's worker and a renamed main thread (--renamed-main):
+deepctx names each thread by its threading name (tests/unit/python/test_thread_names.py,
+tests/integration/python/test_python_stacks.py)."""
 
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from _common import native_id, ready
+from _common import native_id, ready, running
 
 SPIN = "--spin" in sys.argv
 go = threading.Event()
@@ -32,6 +33,8 @@ pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pool")
 pool.submit(work)
 started.wait()
 ready(threads=tids)
+while SPIN and running():  # every thread on the CPU: the main thread outside threading.py's code
+    pass
 sys.stdin.readline()  # the main thread waits outside threading.py; the workers wait inside it
 go.set()
 for w in workers:

@@ -3,6 +3,7 @@ host tid, with the name it was given; no BPF, the parent reads its child's memor
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import subprocess
@@ -79,3 +80,40 @@ def test_thread_nodes_show_the_python_name_beside_the_os_name_and_role() -> None
                          python_names={8: "work_0"})
     assert (r.thread(7), r.thread(8)) == (Frame("thread", "python3 (MainThread)", tid=7),
                                           Frame("thread", "python3 (work_0)", tid=8))
+
+
+class FakeThreadTable(dict):
+    """py_threads as the family writes it (no BPF here)."""
+
+    class Leaf:
+        from_buffer_copy = staticmethod(bytes)
+
+    def __setitem__(self, key: ctypes.c_uint32, value: bytes) -> None:
+        super().__setitem__(key.value, value)
+
+
+@pytest.mark.parametrize("interp", [pytest.param(i, id=i.id) for i in NAMED])
+def test_the_family_reads_names_on_thread_map_changes_and_none_without_threading(interp: Interpreter) -> None:
+    from deepctx.host.procfs import process_info
+    from deepctx.probes.family import Target as FamilyTarget
+    from deepctx.probes.python_stack import NAME_RETRIES, PythonStacks
+
+    if interp.path is None:
+        pytest.skip(f"{interp.id} is not installed")
+    code = "import sys; print('ready', 'threading' in sys.modules, flush=True); sys.stdin.readline()"
+    proc = subprocess.Popen([str(interp.path), "-I", "-S", "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready False\n"  # no threading module
+        target = FamilyTarget(proc.pid, process_info(proc.pid), AddressSpace(read_maps(proc.pid)))
+        fam = PythonStacks()
+        fam.prepare(target)
+        bpf = {b"py_threads": FakeThreadTable()}
+        state = fam._procs[proc.pid]
+        for _ in range(NAME_RETRIES + 2):  # the first write of the map, then refreshes that change nothing
+            fam._refresh(bpf, proc.pid, state)
+        # read at the change, and again while the main thread had no name, NAME_RETRIES reads in all
+        assert fam.thread_names(proc.pid) == {} and fam.name_reads == NAME_RETRIES
+        assert list(bpf[b"py_threads"]) == [proc.pid] and fam.refreshes == NAME_RETRIES + 2
+    finally:
+        proc.kill()
+        proc.wait()
