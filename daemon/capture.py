@@ -513,9 +513,6 @@ def stat_warnings(stats: dict[str, int]) -> list[str]:
     lost = stats.get("cpu_user_stacks_lost", 0) + stats.get("cpu_samples_dropped_map_full", 0)
     if lost:
         out.append(f"{lost} CPU samples lost their call path or were dropped (see stats)")
-    if stats.get("python_unknown_frames"):
-        out.append(f"{stats['python_unknown_frames']} Python frames are [unknown]: their code objects could "
-                   "not be read (stacks first seen as the process exited, or freed code)")
     gpu_lost = stats.get("gpu_api_calls_dropped_map_full", 0) + stats.get("gpu_api_stacks_lost", 0)
     if gpu_lost:
         out.append(f"{gpu_lost} GPU API calls were dropped or lost their call path (see stats)")

@@ -13,7 +13,6 @@ from deepctx.daemon.capture import CaptureOptions, CaptureResult, stat_warnings
 from deepctx.daemon.config import Config
 from deepctx.daemon.credentials import fingerprint, real_uid
 from deepctx.daemon.errors import RequestError, ResourceExhausted
-from deepctx.daemon.label_stats import superseded
 from deepctx.daemon.processes import list_processes
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.store import container_of, window_for
@@ -130,8 +129,7 @@ class ContinuousProfiler:
             doc["stats"] = deltas(capture_stats)
             # the warnings made from the capture's counters, said again from the window's share of them
             said = stat_warnings(capture_stats)
-            doc["warnings"] = [w for w in doc.get("warnings") or [] if w not in said] + [
-                w for w in stat_warnings(doc["stats"]) if not superseded(w)]
+            doc["warnings"] = [w for w in doc.get("warnings") or [] if w not in said] + stat_warnings(doc["stats"])
             container, owner, warning = windows.cut()
             if warning:
                 doc["warnings"].append(warning)

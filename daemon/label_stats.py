@@ -67,10 +67,6 @@ UNNAMED_KERNEL_STAT = "gpu_calls_unnamed_kernel"
 STATS = frozenset({st for lab in LABELS for st in lab.stats} | {UNNAMED_KERNEL_STAT})
 METRICS = ("cpu_samples", "calls")
 
-# capture.stat_warnings' old sentence, which blamed an exit or freed code without knowing which: superseded
-# by the two causes above until the capture engine drops it (issue 35.2)
-_OLD_UNKNOWN = " Python frames are [unknown]: their code objects could not be read (stacks first seen as the process"
-
 
 def label_stats(tree: CallTree) -> dict[str, int]:
     """CPU samples and GPU API calls under each synthetic frame (a path counted once per label), and launches of
@@ -126,8 +122,3 @@ def label_warnings(stats: dict[str, int]) -> list[str]:
 
 def _count(n: int, noun: str, plural: str = "s") -> str:
     return f"{n} {noun}{'' if n == 1 else plural}"
-
-
-def superseded(warning: str) -> bool:
-    """Whether a warning is one the label warnings replace."""
-    return _OLD_UNKNOWN in warning

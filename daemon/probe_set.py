@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from deepctx.daemon.busy_meter import BusyFits
-from deepctx.daemon.callpaths import CallPathResolver
+from deepctx.daemon.callpaths import CallPathResolver, StackReader
 from deepctx.daemon.device_share import DeviceShares
 from deepctx.daemon.device_tree import DeviceView
 from deepctx.daemon.duty_cycle import duty_scales
@@ -30,6 +30,7 @@ from deepctx.daemon.origins import Origins
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.trace import build_trace
 from deepctx.daemon.tree import CallTree
+from deepctx.daemon.unwind_stops import stop_marker
 from deepctx.host import procfs
 from deepctx.host.frames import Frame
 from deepctx.probes.cpu_sampler import SAMPLE_F_USER_STACK_LOST, CpuSampler
@@ -312,7 +313,7 @@ class ProbeSet:
         native = inputs.symbolizer
         python_names = python.thread_names(target.pid) if python is not None else None
 
-        def resolver(read_stack: Callable[[int], tuple[list[int], bool]],
+        def resolver(read_stack: StackReader,
                      read_kernel: Callable[[int], list[int]] | None = None, dwarf: bool = True,
                      native_cache: dict[int, list[Frame]] | None = None) -> CallPathResolver:
             if unwinder is not None and dwarf:
@@ -383,9 +384,11 @@ class ProbeSet:
         return next((f for f in self.families if f.name == name), None)
 
 
-def _unwinder_reader(bpf: Any, unwinder: Any) -> Callable[[int], tuple[list[int], bool]]:
-    def read(stack_id: int) -> tuple[list[int], bool]:
+def _unwinder_reader(bpf: Any, unwinder: Any) -> StackReader:
+    """The DWARF-unwound stacks' reader: where a walk stopped short of the thread's entry, the marker that says
+    why ([truncated] only at the depth limit; daemon/unwind_stops.py); none for an id the map does not hold."""
+    def read(stack_id: int) -> tuple[list[int], bool | Frame]:
         ips, flags = unwinder.stack(bpf, stack_id)
-        return ips, unwinder.is_truncated(flags)
+        return ips, (stop_marker(flags) or False) if ips else False
 
     return read

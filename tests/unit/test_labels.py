@@ -3,12 +3,15 @@ counts the samples and GPU calls under each label in its own stat, and warns nam
 
 from __future__ import annotations
 
+import ctypes as ct
+import os
+
 import pytest
 
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.capture import CaptureResult, stat_warnings
 from deepctx.daemon.gpu_tree import NOT_SAMPLED, UNNAMED_KERNEL
-from deepctx.daemon.label_stats import label_stats, label_warnings, superseded
+from deepctx.daemon.label_stats import label_stats, label_warnings
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.tree import CallTree
@@ -20,7 +23,7 @@ from deepctx.host.frames import (
     UNWIND_STOPPED,
     Frame,
 )
-from deepctx.host.procfs import AddressSpace
+from deepctx.host.procfs import AddressSpace, read_maps
 from deepctx.host.python.merge import merge_stacks
 from deepctx.host.python.pyframe import PyFrameInfo
 from deepctx.probes.native_unwind import (
@@ -65,6 +68,42 @@ def test_the_resolver_puts_the_cause_above_the_stack_and_counts_depth_cuts_apart
     assert r.native_frames(2, False) == [UNWIND_STOPPED["no_table"]]
     assert r.native_frames(3, False) == [] and r.native_frames(4, False) == [UNWIND_STOPPED["read_error"]]
     assert (r.truncated_stacks, r.stopped_stacks) == (1, 2)
+
+
+def _address(fn: ct._CFuncPtr) -> int:
+    addr = ct.cast(fn, ct.c_void_p).value
+    assert addr
+    return addr
+
+
+class CraftedUnwinder:
+    """The native unwinder family's stack reads, with flags as the BPF walker sets them."""
+
+    def __init__(self, stacks: dict[int, tuple[list[int], int]]) -> None:
+        self.stacks = stacks
+
+    def stack(self, bpf: object, stack_id: int) -> tuple[list[int], int]:
+        return self.stacks.get(stack_id, ([], 0))
+
+
+def test_dwarf_stacks_are_read_with_the_reason_their_walk_stopped() -> None:
+    from deepctx.daemon.probe_set import _unwinder_reader
+
+    libc = ct.CDLL(None)  # return addresses in this process's libc: executable memory the symbolizer names
+    ips = [_address(libc.getpid) + 4, _address(libc.getppid) + 4]
+    read = _unwinder_reader(None, CraftedUnwinder({
+        1: (ips, NATIVE_F_NO_TABLE), 2: (ips, NATIVE_F_TRUNCATED | NATIVE_F_NO_TABLE),
+        3: (ips, NATIVE_F_COMPLETE | NATIVE_F_NO_TABLE), 4: (ips, NATIVE_F_READ_ERROR)}))
+    assert read(1) == (ips, UNWIND_STOPPED["no_table"])  # stopped for lack of a table: not [truncated]
+    assert read(2) == (ips, TRUNCATED)  # the depth limit
+    assert read(3) == (ips, False)  # frame pointers carried the walk over the code without a table to the entry
+    assert read(4) == (ips, UNWIND_STOPPED["read_error"]) and read(5) == ([], False)  # an id the map lost
+    r = CallPathResolver(os.getpid(), AddressSpace(read_maps(os.getpid())), read, NativeSymbolizer(SymbolCache()),
+                         {7: "python3"})
+    assert [r.native_frames(sid, False)[0].name for sid in (1, 2)] == [
+        "[unwinding stopped: no unwind table]", "[truncated]"]
+    assert len(r.native_frames(1, False)) == 3 and len(r.native_frames(3, False)) == 2
+    assert (r.truncated_stacks, r.stopped_stacks) == (1, 1)
 
 
 def test_a_python_marker_stays_above_the_frames_it_cut() -> None:
@@ -134,14 +173,13 @@ def test_each_cause_is_warned_in_its_own_words() -> None:
     assert label_warnings({}) == []
 
 
-def test_the_profile_carries_the_label_stats_and_the_old_unknown_warning_is_replaced() -> None:
+def test_the_profile_carries_the_label_stats_and_only_the_label_warnings_name_unknown_frames() -> None:
     tree = labelled_tree()
     stats = {"cpu_samples": 205, "cpu_samples_in_profile": 205, "python_unknown_frames": 1}
-    old = stat_warnings(stats)
+    assert stat_warnings(stats) == []  # the old sentence blamed an exit in a process that had not exited (#35.2)
     result = CaptureResult(pid=7, command="python3 run.py", duration_s=1.0, started_unix=0.0, ended="duration",
-                           sample_hz=99, tree=tree, stats=stats, warnings=list(old))
+                           sample_hz=99, tree=tree, stats=stats, warnings=stat_warnings(stats))
     doc = to_doc(to_message(result))
-    assert [superseded(w) for w in old] == [True]  # the sentence that blamed an exit in a process that had not
     assert doc["stats"]["cpu_samples_truncated"] == 40 and doc["stats"]["gpu_calls_unnamed_kernel"] == 30
-    assert not any(superseded(w) for w in doc["warnings"])
     assert doc["warnings"] == label_warnings({**stats, **label_stats(tree)})
+    assert [w.split(" on ")[0] for w in doc["warnings"] if "[unknown]" in w] == ["[unknown] Python frames"]
