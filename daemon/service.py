@@ -28,6 +28,7 @@ from deepctx.daemon.self_profile import profiled
 from deepctx.daemon.service_store import StoreRpcs, open_store
 from deepctx.daemon.symbolize.native import SymbolCache
 from deepctx.host import file_cache, procfs
+from deepctx.host.file_cache import STATUS_PREFIX as HOST_CACHE_PREFIX
 from deepctx.host.process_handle import ProcessHandle
 from deepctx.probes import programs
 from deepctx.profiles.lost import lost_counters
@@ -341,6 +342,8 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         reply.totals.update(self.totals)
         reply.totals["symbol_files_loaded"] = self.symbols.loads
         reply.totals.update(self.programs.totals())  # bpf_programs_compiled stays put when a capture reuses one
+        # the host cache: what files say (symbol and unwind tables), held under host_cache_bytes, its budget
+        reply.totals.update({f"{HOST_CACHE_PREFIX}{k}": v for k, v in file_cache.stats().items()})
         if self.store is not None:
             reply.totals.update(self.store.stats().counters)
         with self._lock:

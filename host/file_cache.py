@@ -190,6 +190,10 @@ def configure(budget_bytes: int, max_entries: int = DEFAULT_MAX_ENTRIES) -> None
     _shared.set_budget(budget_bytes, max_entries)
 
 
+# the daemon's Status totals carry stats() under this prefix (host_cache_hits ...; deepctx status)
+STATUS_PREFIX = "host_cache_"
+
+
 def stats() -> dict[str, int]:
     """The shared cache's counters (FileCache.stats), for `deepctx status`."""
     return _shared.stats()

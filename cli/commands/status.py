@@ -16,6 +16,7 @@ from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.escape import literal
 from deepctx.cli.formats.terminal import fitted_table
 from deepctx.cli.view_args import view_console
+from deepctx.host.file_cache import STATUS_PREFIX as HOST_CACHE
 from deepctx.profiles.lost import lost_counters
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
@@ -58,6 +59,18 @@ def lost_text(stats: Mapping[str, int]) -> str:
     return ", ".join(f"{s} {by_source[s]}" for s in order if s in by_source) or "0"
 
 
+def host_cache_lines(totals: Mapping[str, int]) -> list[str]:
+    """The host cache's totals (host_cache_*, host/file_cache.py) in two short lines; every counter is in
+    --format json. None from a daemon that does not report them."""
+    c = {k[len(HOST_CACHE):]: v for k, v in totals.items() if k.startswith(HOST_CACHE)}
+    if not c:
+        return []
+    held = f"{c.get('bytes', 0) / 2**20:.1f} of {c.get('budget_bytes', 0) / 2**20:.1f} MiB"
+    return [f"host cache: {c.get('entries', 0)} entries, {held}",
+            f"  {c.get('hits', 0)} hits, {c.get('misses', 0)} misses, {c.get('builds', 0)} builds, "
+            f"{c.get('evictions', 0)} evictions"]
+
+
 SESSION_COLUMNS = ("SESSION", "PID", "STATE", "RATE", "PROBES", "ELAPSED", "SAMPLES", "LOST", "COMMAND")
 
 
@@ -79,8 +92,10 @@ def run(args: argparse.Namespace) -> int:
               f"kernel {st.kernel}  bcc {st.bcc_version}")
     con.print(f"socket {st.socket}  default rate {st.default_sample_hz} Hz (max {st.max_sample_hz})  "
               f"max duration {st.max_duration_s:g} s")
-    totals = ", ".join(f"{k} {v}" for k, v in sorted(st.totals.items()))
+    totals = ", ".join(f"{k} {v}" for k, v in sorted(st.totals.items()) if not k.startswith(HOST_CACHE))
     con.print(f"totals: {totals}")
+    for line in host_cache_lines(st.totals):
+        con.print(line)
     if not st.sessions:
         con.print("no captures running")
         return 0

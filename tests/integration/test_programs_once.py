@@ -56,6 +56,10 @@ def test_second_capture_compiles_nothing_and_takes_its_own_mode(fresh: Daemon) -
     after_first = totals(fresh)
     assert after_first["bpf_programs_compiled"] == 1 and after_first["captures_served"] == 1
     assert after_first["bpf_programs_loaded"] >= 2  # the sampler's and the GPU probes' functions
+    # the host cache's counters beside them (host/file_cache.py, host_cache_*): the target's files were read
+    assert after_first["host_cache_budget_bytes"] == 64 << 20 and after_first["host_cache_entries"] >= 1
+    assert after_first["host_cache_builds"] == sum(v for k, v in after_first.items()
+                                                   if k.startswith("host_cache_builds_"))
     # another process of the same program (warm), another mode: the same loaded program, its mode from a map
     second = profile_phase(fresh, StdinTarget([sys.executable, str(RUNTIME_CALLS), "cuda", lib]), "--mode", "exact")
     # the release runs behind the profile: wait until the program is given back
@@ -63,6 +67,7 @@ def test_second_capture_compiles_nothing_and_takes_its_own_mode(fresh: Daemon) -
     after = totals(fresh)
     assert after["bpf_programs_compiled"] == 1 and after["bpf_programs_loaded"] == after_first["bpf_programs_loaded"]
     assert after["bpf_programs_reused"] == 1 and after["captures_served"] == 2
+    assert after["host_cache_hits"] > after_first["host_cache_hits"]  # the second process's files were held
     assert (first["mode"], second["mode"]) == ("sampled", "exact")
     assert launches(first) == launches(second) == N_LAUNCH  # sampled mode's counts stay exact
     # exact mode on the program the sampled capture configured: every call's path, and the counters started

@@ -4,6 +4,7 @@ and command; output that is not a terminal is not cut at all."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import time
@@ -25,6 +26,9 @@ PROFILES = Path(__file__).resolve().parents[1] / "fixtures" / "profiles"
 RESNET = str(PROFILES / "h200_resnet50_trace.json.gz")
 LAUNCH_LOOP = str(PROFILES / "analyzer" / "analyzer_launch_bound_loop_inefficient.json.gz")
 TORCH_FILE = "/opt/torch/.venv/lib/python3.12/site-packages/torch/nn/modules/module.py"
+HOST_CACHE_TOTALS = {"host_cache_entries": 12, "host_cache_bytes": 3_500_000, "host_cache_budget_bytes": 64 << 20,
+                     "host_cache_hits": 40, "host_cache_misses": 12, "host_cache_builds": 12,
+                     "host_cache_evictions": 0, "host_cache_builds_unwind": 7}
 LONG_COMMAND = ("/opt/torch/.venv/bin/python3 -m torch.distributed.run --nproc-per-node 8 train.py "
                 "--config configs/gpt2.yaml")
 
@@ -39,7 +43,8 @@ class FakeDaemon:
     def Status(self, req: pb.StatusRequest) -> pb.StatusReply:  # noqa: N802
         return pb.StatusReply(version="0.4.0", daemon_pid=812, uptime_s=3600, kernel="6.18.0-1-cloud-amd64",
                               socket="/run/deepctx/deepctxd.sock", default_sample_hz=99, max_sample_hz=1000,
-                              max_duration_s=3600, sessions=[pb.Session(
+                              max_duration_s=3600, totals={"captures_served": 3, **HOST_CACHE_TOTALS},
+                              sessions=[pb.Session(
                                   id=7, pid=4242, command=LONG_COMMAND, started_unix=time.time() - 5,
                                   duration_s=10.0, sample_hz=99, probes=["cpu", "python", "gpu", "device"],
                                   stats={"cpu_samples": 500, "cpu_user_stacks_lost": 3}, state="capturing")])
@@ -175,6 +180,20 @@ def test_status_keeps_pid_and_command(columns: int | None, daemon, capsys, monke
     else:
         assert max(cell_len(ln) for ln in (head, row)) <= columns
         assert row.rstrip().endswith("…") and "/opt/torch/" in row
+
+
+@pytest.mark.parametrize("columns", [80, None])
+def test_status_shows_the_host_cache(columns: int | None, daemon, capsys, monkeypatch) -> None:
+    out = run(capsys, monkeypatch, columns, "status")
+    lines = out.splitlines()
+    at = lines.index("host cache: 12 entries, 3.3 of 64.0 MiB")
+    assert lines[at + 1] == "  40 hits, 12 misses, 12 builds, 0 evictions"
+    assert "totals: captures_served 3" in lines and "host_cache_" not in out  # said once, in its own lines
+    if columns is not None:
+        assert widest(out) <= columns
+    doc = json.loads(run(capsys, monkeypatch, None, "status", "--format", "json"))
+    # int64 map values come as strings: every counter the daemon sent, under its own key
+    assert {k: int(v) for k, v in doc["totals"].items() if k.startswith("host_cache_")} == HOST_CACHE_TOTALS
 
 
 @pytest.mark.parametrize("columns", [80, 120])
