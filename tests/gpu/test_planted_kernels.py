@@ -18,8 +18,8 @@ kernels, so the whole-program estimates are near 1.0x whatever the kernel's stal
 kernel-level estimate (the same removable time over the kernel's GPU time), the like of the measured speedup.
 
 Needs nvcc (CUDA_HOME, default /usr/local/cuda) to build the planted kernels. Environment:
-DEEPCTX_PC_RULES=r1,r2 (a subset), DEEPCTX_PC_REPEATS (unprofiled runs per variant, the fastest counts;
-default 3), DEEPCTX_PC_PERIOD (--pc-period; default CUPTI's)."""
+DEEPCTX_PC_RULES=r1,r2 (a subset), DEEPCTX_PC_REPEATS (unprofiled runs per variant, their median counts;
+default 5), DEEPCTX_PC_PERIOD (--pc-period; default CUPTI's)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ import gzip
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -47,7 +48,7 @@ AGENT = REPO / "native" / "build" / "libdeepctx_cupti.so"
 PC_RULES = ("long-scoreboard", "uncoalesced-access", "bank-conflicts", "warp-divergence", "fp32-fma",
             "low-occupancy")
 RULES = [r for r in PC_RULES if r in os.environ.get("DEEPCTX_PC_RULES", ",".join(PC_RULES)).split(",")]
-REPEATS = int(os.environ.get("DEEPCTX_PC_REPEATS", "3"))
+REPEATS = int(os.environ.get("DEEPCTX_PC_REPEATS", "5"))
 NCU_KERNELS = {"long-scoreboard": "sum_dependent", "bank-conflicts": "transpose_tiled"}
 PC_LIMITS = Limits(min_speedup=1.0)
 ARCHIVE, LOG = "planted.tgz", "planted.log"
@@ -156,7 +157,7 @@ def built() -> None:
 
 
 def timed(rule: str, fixed: bool) -> float:
-    """The fastest of REPEATS unprofiled runs (seconds)."""
+    """The median of REPEATS unprofiled runs (seconds): figures are medians, not best runs."""
     env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"}
     t = StdinTarget([sys.executable, str(script(rule)), *(["--fixed"] if fixed else [])], env=env)
     try:
@@ -164,7 +165,7 @@ def timed(rule: str, fixed: bool) -> float:
         for _ in range(REPEATS):
             t.go()
             times.append(float(t.expect("done").split()[1]))
-        return min(times)
+        return statistics.median(times)
     finally:
         t.stop()
 
