@@ -334,12 +334,6 @@ class NativeUnwinder(FamilyDefaults):
             return [], 0
         return self._decode(leaf)
 
-    @staticmethod
-    def is_truncated(flags: int) -> bool:
-        """Whether a stack stops short of the outermost frame (depth limit, unreadable stack, a rule the
-        walker cannot evaluate, a garbage frame): its root-most frame is not the thread's entry."""
-        return not flags & NATIVE_F_COMPLETE or bool(flags & NATIVE_F_TRUNCATED)
-
     def stacks(self, bpf: Any) -> dict[int, tuple[list[int], int]]:
         """Every stored stack, by id."""
         return {int(k.value): self._decode(v) for k, v in bpf[b"native_stacks"].items()}
