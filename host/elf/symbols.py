@@ -46,8 +46,8 @@ class ElfSymbols:
             names.append(raw["name"].astype(np.int64) | (np.int64(table_idx) << 40))
         self._base = 0  # addrs are relative to it
         self._name_shift = 40  # names: offset in its string table | the table's index << _name_shift
-        if addrs:
-            a = np.concatenate(addrs)
+        a = np.concatenate(addrs) if addrs else np.zeros(0, np.uint64)
+        if len(a):  # tables whose symbols are all undefined or data leave none
             s = np.concatenate(sizes)
             n = np.concatenate(names)
             # Sorted by address; for aliases at one address, the sized symbol first (.symtab before .dynsym).
@@ -69,7 +69,7 @@ class ElfSymbols:
         if int(a[-1]) - lo < 1 << 32:
             self._base = lo
             a = (a - np.uint64(lo)).astype(np.uint32)
-        if not len(s) or int(s.max()) < 1 << 32:
+        if int(s.max()) < 1 << 32:
             s = s.astype(np.uint32)
         offsets, tables = n & ((1 << 40) - 1), n >> 40
         if len(self._strtabs) <= 2 and int(offsets.max()) < 1 << 31:

@@ -49,6 +49,18 @@ def test_address_between_functions_has_no_symbol(libknown: Path) -> None:
     assert syms.lookup(gap) is None
 
 
+def test_a_library_defining_no_function_has_an_empty_table(tmp_path: Path) -> None:
+    """Its symbol tables exist but keep nothing (data and undefined symbols only): no names, no error."""
+    (tmp_path / "d.c").write_text("int data_only = 1;\n")
+    lib = tmp_path / "libdata.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "d.c")], check=True)
+    subprocess.run(["strip", str(lib)], check=True)  # .dynsym only: data_only and undefined symbols
+    syms = ElfSymbols(str(lib))
+    assert len(syms) == 0
+    assert syms.lookup(0x1000) is None
+    assert syms.addresses_of({"data_only"}) == {}
+
+
 def test_symbols_take_12_bytes_each_and_resolve_alike_when_wide(libknown: Path) -> None:
     """Addresses as 32-bit offsets, 32-bit sizes and names: 12 bytes a symbol; a file whose symbols span
     4 GiB or more keeps 64-bit addresses, and resolves the same."""
