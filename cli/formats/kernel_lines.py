@@ -18,7 +18,8 @@ LABEL_END = 32  # where labels end: at 80 columns, 30 are left for the stall rea
 
 
 def _stalls(row: Row) -> str:
-    return ", ".join(f"{reason} {n}" for reason, n in row.top_stalls())
+    # the reasons' names come from the CUPTI agent, which runs inside the target: escaped as its names are
+    return printable(", ".join(f"{reason} {n}" for reason, n in row.top_stalls()))
 
 
 def _row(label: str, row: Row, total: int, width: int, indent: int) -> Text:

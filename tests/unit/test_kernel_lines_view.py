@@ -61,3 +61,13 @@ def test_the_hatchet_export_carries_the_new_levels() -> None:
             found.append((n["frame"]["line"], n["metrics"]["pc_samples"], n["metrics"]["stall_long_scoreboard (inc)"]))
         stack += n["children"]
     assert found == [(6, 30, 30)]
+
+
+def test_stall_reasons_from_the_agent_are_escaped() -> None:
+    # the agent runs inside the target and names the stall reasons: a name may carry escape sequences
+    doc = json.loads(json.dumps(DOC).replace('"stall_selected"', '"stall_sel\\u001b]0;x\\u0007"'))
+    console = Console(width=200, record=True, color_system=None, force_terminal=False)
+    KernelLinesText().render(doc, console, "^sax")
+    out = console.export_text()
+    assert "\x1b" not in out and "\x07" not in out
+    assert "sel\\x1b]0;x\\x07 4" in out
