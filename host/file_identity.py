@@ -15,7 +15,9 @@ would otherwise share a fingerprint.
 A build id is what its file says it is, so the key also holds the file's size (a stripped copy of a build
 has the same id and fewer symbols) and, unless root owns the file and no one else may write it, the
 owner's uid: a user who crafts a file with another build's id gets entries of their own, never the data
-that other users' profiles read.
+that other users' profiles read. A content hash carries the owner's uid too: the cache builds from the file
+after it was hashed, and a user who rewrites their file in between would otherwise file the new content
+under the hash of content that other users' files have.
 
 A file without a build id over max_decompressed_bytes (host/file_limits.py) is not hashed (a target could
 map a huge file executable to make the daemon read all of it): it is "f:" and its whole fstat
@@ -51,7 +53,7 @@ class FileIdentities:
         self.counters = {"build_ids_read": 0, "content_hashes": 0, "memo_hits": 0}
 
     def of(self, path: str) -> str:
-        """The identity of the file at path: "b:<build id>:<size>[:u<uid>]", "h:<blake2b of the content>" or,
+        """The identity of the file at path: "b:<build id>:<size>[:u<uid>]", "h:<blake2b of the content>[:u<uid>]" or,
         over the size cap without a build id, "f:<fingerprint>".
         Raises OSError when the file cannot be opened."""
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -85,12 +87,13 @@ def _identify(fd: int, st: os.stat_result) -> str:
                 build_id = f.build_id()
         except ElfError:
             build_id = None
+    # the cache's builds read the file again after this: one its owner may write can change in between
+    owner = "" if st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) else f":u{st.st_uid}"
     if build_id:
-        trusted = st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        return f"b:{build_id}:{st.st_size}" + ("" if trusted else f":u{st.st_uid}")
+        return f"b:{build_id}:{st.st_size}{owner}"
     if st.st_size > LIMITS.max_decompressed_bytes:
         return f"f:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
-    return f"h:{content_hash(fd)}"
+    return f"h:{content_hash(fd)}{owner}"
 
 
 def content_hash(fd: int) -> str:

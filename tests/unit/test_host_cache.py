@@ -87,14 +87,21 @@ def test_a_file_without_a_build_id_is_keyed_by_its_content(tmp_path: Path) -> No
         assert f.build_id() is None
     import hashlib
 
+    def owner(path: Path) -> str:  # root's files that no one else may write are shared by every user
+        st = os.stat(path)
+        return "" if st.st_uid == 0 and not st.st_mode & 0o022 else f":u{st.st_uid}"
+
     expect = hashlib.blake2b(lib.read_bytes(), digest_size=20).hexdigest()
-    assert ids.of(str(lib)) == f"h:{expect}"
+    assert ids.of(str(lib)) == f"h:{expect}{owner(lib)}"
     copy = tmp_path / "elsewhere.so"
     shutil.copy(lib, copy)
     assert ids.of(str(copy)) == ids.of(str(lib))  # same content, another path and inode: one identity
+    if os.geteuid() == 0:  # a user's copy is the user's own entry: they may rewrite it while it is read
+        os.chown(copy, 65534, 65534)
+        assert ids.of(str(copy)) == f"h:{expect}:u65534" != ids.of(str(lib))
     text = tmp_path / "notes.txt"
     text.write_bytes(b"not ELF")
-    assert ids.of(str(text)) == f"h:{hashlib.blake2b(b'not ELF', digest_size=20).hexdigest()}"
+    assert ids.of(str(text)) == f"h:{hashlib.blake2b(b'not ELF', digest_size=20).hexdigest()}{owner(text)}"
     from deepctx.host import file_limits
 
     saved = (file_limits.LIMITS.max_decompressed_bytes, file_limits.LIMITS.max_unwind_rows)
@@ -107,8 +114,7 @@ def test_a_file_without_a_build_id_is_keyed_by_its_content(tmp_path: Path) -> No
     with_id = _gcc(tmp_path, "plain", tmp_path / "libwithid.so", "-Wl,--build-id=sha1")
     with ElfFile(str(with_id)) as f:
         bid = f.build_id()
-    owner = "" if os.geteuid() == 0 and not os.stat(with_id).st_mode & 0o022 else f":u{os.stat(with_id).st_uid}"
-    assert ids.of(str(with_id)) == f"b:{bid}:{os.stat(with_id).st_size}{owner}"
+    assert ids.of(str(with_id)) == f"b:{bid}:{os.stat(with_id).st_size}{owner(with_id)}"
 
 
 @pytest.mark.parametrize("how", ["in_place", "rename"])
