@@ -212,6 +212,16 @@ static void module_loaded(const CUpti_ModuleResourceData *m) {
 
 /* --- contexts ---------------------------------------------------------------------------------------- */
 
+static void free_data(CUpti_PCSamplingData *d) {
+    if (d->pPcData) {
+        for (size_t i = 0; i < d->collectNumPcs; i++)
+            free(d->pPcData[i].stallReason);
+        free(d->pPcData);
+    }
+    memset(d, 0, sizeof(*d));
+}
+
+/* A context's buffers, allocated at its creation; freed when its slot is given up (a half-made one too). */
 static int alloc_data(CUpti_PCSamplingData *d) {
     memset(d, 0, sizeof(*d));
     d->size = sizeof(*d);
@@ -289,6 +299,14 @@ static void send_device(CUcontext ctx) {
     send(PCS_MSG_DEVICE, &d, sizeof(d));
 }
 
+/* The slot back for another context: its buffers freed (CUPTI no longer holds them: disabled or never on). */
+static void release_context(struct pcs_context *c) {
+    free_data(&c->data);
+    free_data(&c->config);
+    c->on = 0;
+    c->ctx = NULL;
+}
+
 static void context_created(CUcontext ctx) {
     struct pcs_context *c = NULL;
     for (int i = 0; i < MAX_CONTEXTS && !c; i++)
@@ -318,6 +336,9 @@ static void context_created(CUcontext ctx) {
     c->ctx = ctx;
     if (alloc_data(&c->data) != 0 || alloc_data(&c->config) != 0) {
         send_status(PCS_E_CUPTI, 0, "out of memory for the PC sampling buffers");
+        CUpti_PCSamplingDisableParams dis = {CUpti_PCSamplingDisableParamsSize, NULL, ctx};
+        api.Disable(&dis);
+        release_context(c);
         return;
     }
     uint32_t period = (uint32_t)agent_env_u64("DEEPCTX_PC_PERIOD", 0);
@@ -343,7 +364,7 @@ static void context_created(CUcontext ctx) {
         report_failure("cuptiPCSamplingSetConfigurationAttribute", r);
         CUpti_PCSamplingDisableParams dis = {CUpti_PCSamplingDisableParamsSize, NULL, ctx};
         api.Disable(&dis);
-        c->ctx = NULL;
+        release_context(c);
         return;
     }
     c->on = 1;
@@ -439,7 +460,7 @@ void pcs_on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData *data) {
         for (int i = 0; i < MAX_CONTEXTS; i++) {
             if (contexts[i].ctx == data->context) {
                 drain_context(&contexts[i], 1);
-                contexts[i].ctx = NULL;
+                release_context(&contexts[i]);
             }
         }
     }
