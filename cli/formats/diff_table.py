@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from deepctx.cli.escape import printable
-from deepctx.cli.formats.terminal import frame_text, is_ascii
+from deepctx.cli.formats.terminal import frame_text, is_ascii, metric_title
 from deepctx.cli.formats.units import fmt, fmt_signed
 from deepctx.cli.views.diff import DiffNode, kernel_changes, kernel_metric, path_changes
 from deepctx.profiles.metrics import METRIC_TITLES
@@ -46,7 +46,7 @@ class DiffTables:
         for m in root.after_total:
             b, a = root.before_total.get(m, 0), root.after_total.get(m, 0)
             if a or b:
-                totals.append(f"{METRIC_TITLES.get(m, m)} {fmt(m, b, ascii_only) or 0} {arrow} "
+                totals.append(f"{metric_title(m)} {fmt(m, b, ascii_only) or 0} {arrow} "
                               f"{fmt(m, a, ascii_only) or 0}; ")
         console.print(totals, overflow="fold")
         self._kernels(root, limit, console, ascii_only)

@@ -38,6 +38,12 @@ VALUE_WIDTH = 9  # "123 ms", "21.4 MiB", "1000000"
 PCT_WIDTH = 6
 
 
+def metric_title(metric: str, short: bool = False) -> str:
+    """A metric's title for the terminal. Metrics deepctx does not know are named by the profile: a PC-sampled
+    capture's stall_* metrics by the CUPTI agent, which runs inside the target, so they are escaped."""
+    return printable((SHORT_TITLES if short else METRIC_TITLES).get(metric, metric))
+
+
 @dataclass
 class ViewOptions:
     metric: str  # sort metric; percentages and --min-percent refer to it
@@ -77,9 +83,9 @@ def new_table(lay: Layout, opts: ViewOptions, self_title: str = "self", total_ti
     table = Table(box=None, padding=(0, 1, 0, 0), show_edge=False, pad_edge=False, expand=False)
     table.add_column("%", justify="right", width=PCT_WIDTH, no_wrap=True, header_style="bold")
     for m in lay.metrics:
-        short = SHORT_TITLES.get(m, m)
+        short = metric_title(m, short=True)
         for title in (self_title, total_title):
-            table.add_column(f"{short}\n{title}", justify="right", width=VALUE_WIDTH, no_wrap=True,
+            table.add_column(Text(f"{short}\n{title}"), justify="right", width=VALUE_WIDTH, no_wrap=True,
                              overflow="ellipsis", header_style="bold")
     table.add_column("frame", no_wrap=True, overflow="ellipsis", min_width=min(NAME_MIN, lay.name_width),
                      max_width=lay.name_width,
@@ -289,7 +295,7 @@ def header(console: Console, doc: dict[str, Any], root: ViewNode, view: str, opt
     if note:
         console.print(Text(note, style="dim"))
     totals = Text("totals: ", style="dim")
-    parts = [f"{METRIC_TITLES.get(m, m)} {fmt(m, v, ascii_only)}" for m, v in root.total.items() if v]
+    parts = [f"{metric_title(m)} {fmt(m, v, ascii_only)}" for m, v in root.total.items() if v]
     totals.append(", ".join(parts) or "nothing was measured")
     console.print(totals)
     n = opts.folded
@@ -298,7 +304,7 @@ def header(console: Console, doc: dict[str, Any], root: ViewNode, view: str, opt
                                                if n.get("plumbing") else [])
     if folded:
         console.print(Text("folded: " + ", ".join(folded), style="dim"))
-    sort = f"{view}, % of {'self' if opts.by == 'self' else 'total'} {METRIC_TITLES.get(opts.metric, opts.metric)}"
+    sort = f"{view}, % of {'self' if opts.by == 'self' else 'total'} {metric_title(opts.metric)}"
     console.print(Text(sort, style="dim"))
     if console.color_system:
         legend = Text("kinds: ", style="dim")
@@ -325,6 +331,6 @@ def footer(console: Console, lay: Layout, hidden_nodes: int, opts: ViewOptions, 
         console.print(Text(f"({hidden_nodes} {what} below {opts.min_percent}% or deeper than {opts.max_depth} "
                            f"hidden; --min-percent 0 shows all)", style="dim"))
     if lay.hidden:
-        names = ", ".join(METRIC_TITLES.get(m, m) for m in lay.hidden)
+        names = ", ".join(metric_title(m) for m in lay.hidden)
         console.print(Text(f"({names} not shown: the terminal is {console.width} columns wide; "
                            f"a wider terminal, --width or --columns shows them)", style="dim"))

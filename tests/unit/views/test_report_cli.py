@@ -143,3 +143,19 @@ def test_a_profile_with_gpu_time_opens_on_gpu_time(capsys, tmp_path: Path) -> No
     multiply = next(line for line in out.splitlines() if "multiply" in line)  # its kernel: 2 of 2.075 ms
     assert multiply.split()[:2] == [f"{100 * 1000 * 2000 / (1000 * 2000 + 50 * 1500):.1f}%", "2.00"] == ["96.4%", "2.00"]
     assert "top-down, % of total CPU samples" in report(capsys, str(path), "--sort", "cpu_samples", "--width", "160")
+
+
+def test_metric_names_from_the_profile_are_escaped(capsys, tmp_path) -> None:
+    # a PC-sampled capture's stall_* metrics are named by the CUPTI agent, inside the target
+    name = "stall_[bold]x\x1b]0;owned\x07"
+    doc = json.loads(json.dumps(DOC))
+    doc["metrics"].append(name)
+    doc["root"]["metrics"][name] = 7
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    shown = "stall_[bold]x\\x1b]0;owned\\x07"
+    wide = report(capsys, str(path), "--sort", "calls", "--width", "300", "--columns", f"calls,{name}")
+    narrow = report(capsys, str(path), "--sort", "calls", "--width", "60", "--columns", f"calls,{name}")
+    assert "\x1b" not in wide + narrow and "\x07" not in wide + narrow
+    assert f"{shown} 7" in wide and "stall_[b…" in wide  # the totals; a column header, not markup
+    assert f"({shown} not shown: the terminal is 60" in narrow
