@@ -99,15 +99,18 @@ FileFacts = InterpreterFile | str | None
 
 def find_interpreter(pid: int, space: AddressSpace, mem: ProcessMemory, files: FileCache | None = None) -> Interpreter:
     """Raises ValueError with a user-facing reason when there is none we can read. What each file says is
-    kept in the per-file cache (the daemon's shared one unless `files` is given): ten processes of one
-    Python read its interpreter file once."""
+    kept in the per-file cache (the daemon's shared one unless `files` is given), per file identity and the
+    name it is mapped by: ten processes of one Python read its interpreter file once."""
     cache = files if files is not None else file_cache.shared()
     named: tuple[int, int, str] | None = None
     for path, maps in _candidates(pid, space).items():
         named = named or _name_version(_basename(maps[0]))
         try:
             real = open_mapped_file(pid, maps[0])
-            facts: FileFacts = cache.get(cache.identify(real), KIND,
+            # what a file says is read under the name the process maps it by (the name tells a free-threaded
+            # build, and 3.10's version): the name is in the key, so a file mapped under a name of the
+            # process's choosing cannot hand its facts (or refusal) to other processes of that file
+            facts: FileFacts = cache.get(f"{cache.identify(real)}\0{_basename(maps[0])}", KIND,
                                          lambda r=real, p=path: _read_file(r, p),  # type: ignore[misc]
                                          _facts_nbytes)
         except OSError:

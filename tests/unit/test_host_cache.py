@@ -198,3 +198,24 @@ def test_the_shared_cache_takes_the_daemons_budget_and_reports_it() -> None:
         assert {"entries", "bytes", "hits", "misses", "builds", "evictions", "evicted_bytes", "not_kept"} <= set(s)
     finally:
         file_cache.configure(*before)
+
+
+def test_an_interpreter_mapped_under_another_name_does_not_decide_for_the_others(tmp_path: Path) -> None:
+    """What an interpreter file says depends on the name it is mapped by (a 't' build is refused): a copy
+    of this Python named python3.11t (one identity: root's file, same build id and size) is refused, and
+    the same file under its own name is still read."""
+    if os.geteuid() != 0 or os.stat(sys.executable).st_uid != 0:
+        pytest.skip("one identity for the copy needs root's copy of root's Python")
+    pid = os.getpid()
+    files = FileCache()
+    with ProcessMemory(pid) as mem:
+        mine = find_interpreter(pid, AddressSpace(read_maps(pid)), mem, FileCache())
+        renamed = tmp_path / f"python{mine.version[0]}.{mine.version[1]}t"
+        shutil.copy(mine.path, renamed)
+        assert files.identify(str(renamed)) == files.identify(mine.path)
+        m = Mapping(0x10000, 0x20000, "r-xp", 0, "00:00", os.stat(renamed).st_ino, str(renamed))
+        with pytest.raises(ValueError, match="free-threaded"):
+            find_interpreter(pid, AddressSpace([m]), mem, files)
+        again = find_interpreter(pid, AddressSpace(read_maps(pid)), mem, files)
+    assert (again.version, again.runtime, again.layout) == (mine.version, mine.runtime, mine.layout)
+    assert files.stats()["builds_python"] == 2
