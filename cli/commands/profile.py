@@ -67,18 +67,9 @@ def show(doc: dict, args: argparse.Namespace) -> None:
         if args.output:
             err.print(f"profile of {doc['stats'].get('windows', 0)} windows written to {args.output}")
     if args.format == "tree":
-        metric = args.metric or next((m for m in TREE_ORDER if _total(doc, m)), "cpu_samples")
-        tree.render(doc, metric=metric, min_percent=args.min_percent, max_depth=args.depth, console=view_console(),
+        # without --metric the tree takes the first of TREE_ORDER with a nonzero total (tree.render: pick_metric)
+        tree.render(doc, metric=args.metric, min_percent=args.min_percent, max_depth=args.depth, console=view_console(),
                     fold=fold_of(args))
-
-
-def _total(doc: dict, metric: str) -> int:
-    total, stack = 0, [doc["root"]]
-    while stack:
-        n = stack.pop()
-        total += n["metrics"].get(metric, 0)
-        stack.extend(n["children"])
-    return total
 
 
 def run(args: argparse.Namespace) -> int:
