@@ -26,7 +26,7 @@ from deepctx.host.procfs import (
 from deepctx.probes import usdt
 from deepctx.probes.family import FamilyDefaults, Target, read_source
 from deepctx.probes.gpu_api import GpuCorrKey, GpuKey
-from deepctx.probes.maps import CountsMap, items, percpu_sum
+from deepctx.probes.maps import CountsMap, RingSink, items, percpu_sum, ring_sink
 from deepctx.probes.pc_sampling import PcSampling, PcsOptions
 
 log = logging.getLogger("deepctx.device")
@@ -255,33 +255,6 @@ class Injector(Protocol):
                      after_load: Callable[[str], None]) -> Any: ...
 
 
-class RingSink:
-    """The trace ring buffer's consumer, opened once per loaded program: bcc cannot take a ring's callback
-    back, and the program outlives the capture (probes/programs.py), so each capture in trace mode points fn
-    at its own handler. Between captures fn drops what is left."""
-
-    def __init__(self, bpf: Any) -> None:
-        self.fn: Callable[[Any, Any, int], None] = self.drop
-        bpf[b"dev_events"].open_ring_buffer(lambda ctx, data, size: self.fn(ctx, data, size))
-        bpf.deepctx_ring_drain = self.drain_all  # called by programs.reset_maps
-        self._bpf = bpf
-
-    @staticmethod
-    def drop(ctx: Any, data: Any, size: int) -> None:
-        pass
-
-    def drain_all(self) -> None:
-        self.fn = self.drop
-        self._bpf.ring_buffer_consume()
-
-
-def ring_sink(bpf: Any) -> RingSink:
-    sink = getattr(bpf, "deepctx_ring_sink", None)
-    if sink is None:
-        sink = bpf.deepctx_ring_sink = RingSink(bpf)
-    return sink
-
-
 class DeviceActivity(FamilyDefaults):
     """Probe family "device". `inject`: load the agent into the target at attach (ptrace-driven dlopen)
     when it is not there yet; otherwise the family works with an agent the target already has
@@ -400,7 +373,7 @@ class DeviceActivity(FamilyDefaults):
         if self.pcs is not None:
             self.pcs.open(bpf, target.pid)
         if self.trace:
-            ring_sink(bpf).fn = self._on_event
+            ring_sink(bpf, "dev_events").fn = self._on_event
             self._ringbuf_open = True
         self._attach_new(bpf, target)
         if not self._files and self.inject and not self.expected_agent:
@@ -440,7 +413,7 @@ class DeviceActivity(FamilyDefaults):
         self._sites.clear()
         if self._ringbuf_open:
             self.drain(bpf)
-            ring_sink(bpf).fn = RingSink.drop  # the program serves other captures next
+            ring_sink(bpf, "dev_events").fn = RingSink.drop  # the program serves other captures next
             self._ringbuf_open = False
         if self.pcs is not None:  # PC sampling (probes/pc_sampling.py): its last messages, then its ring let go
             self.drain(bpf)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes as ct
 import errno
+from collections.abc import Callable
 from typing import Any
 
 RAW_BATCH = 4096  # entries a lookup-batch syscall returns at most (raw_items)
@@ -141,3 +142,37 @@ def entry_count(table: Any) -> int:
 
 def percpu_sum(table: Any, index: int) -> int:
     return int(sum(table[ct.c_int(index)]))
+
+
+class RingSink:
+    """A ring buffer's consumer, opened once per loaded program: bcc cannot take a ring's callback back, and
+    the program outlives the capture (probes/programs.py), so each capture points fn at its own handler.
+    Between captures fn drops what is left (drain_rings)."""
+
+    def __init__(self, bpf: Any, name: str) -> None:
+        self.fn: Callable[[Any, Any, int], None] = self.drop
+        bpf[name.encode()].open_ring_buffer(lambda ctx, data, size: self.fn(ctx, data, size))
+
+    @staticmethod
+    def drop(ctx: Any, data: Any, size: int) -> None:
+        pass
+
+
+def ring_sink(bpf: Any, name: str) -> RingSink:
+    """The consumer of the program's ring buffer `name`, opened at the first call."""
+    sinks: dict[str, RingSink] | None = getattr(bpf, "deepctx_ring_sinks", None)
+    if sinks is None:
+        sinks = bpf.deepctx_ring_sinks = {}
+    sink = sinks.get(name)
+    if sink is None:
+        sink = sinks[name] = RingSink(bpf, name)
+    return sink
+
+
+def drain_rings(bpf: Any) -> None:
+    """Drops what every ring buffer opened on the program still holds (programs.reset_maps, between captures)."""
+    sinks: dict[str, RingSink] | None = getattr(bpf, "deepctx_ring_sinks", None)
+    if sinks:
+        for sink in sinks.values():
+            sink.fn = RingSink.drop
+        bpf.ring_buffer_consume()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deepctx.probes.family import read_source
+from deepctx.probes.maps import RingSink, ring_sink
 
 # Mirrors of pc_samples.h (tests/integration/device/test_pc_sampling.py checks them against the header).
 PCS_CHUNK, PCS_DATA = 4088, 4096
@@ -172,27 +173,6 @@ class PcsData:
                                 sum(s.non_user_samples for s in done), "")
 
 
-class PcsSink:
-    """The dev_pcs ring's consumer, opened once per loaded program: bcc cannot take a ring's callback back,
-    and a program outlives its capture (probes/programs.py), so each capture points fn at its own reader
-    (as device_activity.RingSink does for the trace ring). Between captures fn drops what is left."""
-
-    def __init__(self, bpf: Any) -> None:
-        self.fn: Callable[[Any, Any, int], None] = self.drop
-        bpf[b"dev_pcs"].open_ring_buffer(lambda ctx, data, size: self.fn(ctx, data, size))
-
-    @staticmethod
-    def drop(ctx: Any, data: Any, size: int) -> None:
-        pass
-
-
-def pcs_sink(bpf: Any) -> PcsSink:
-    sink = getattr(bpf, "deepctx_pcs_sink", None)
-    if sink is None:
-        sink = bpf.deepctx_pcs_sink = PcsSink(bpf)
-    return sink
-
-
 class PcSampling:
     """The device family's PC-sampling part (probes/device_activity.py calls it)."""
 
@@ -211,11 +191,11 @@ class PcSampling:
 
     def open(self, bpf: Any, pid: int) -> None:
         self.pid = pid
-        pcs_sink(bpf).fn = self._on_event
+        ring_sink(bpf, "dev_pcs").fn = self._on_event
 
     def close(self, bpf: Any) -> None:
         """After the last drain: the program serves other captures next."""
-        pcs_sink(bpf).fn = PcsSink.drop
+        ring_sink(bpf, "dev_pcs").fn = RingSink.drop
 
     def attach(self, attacher: Any, path: str, pid: int, probes: list[Any]) -> None:
         """The pcs probe, before the others: its semaphore is up when the agent starts."""

@@ -27,6 +27,7 @@ from typing import Any
 
 from deepctx.probes import compose
 from deepctx.probes.family import ProbeFamily
+from deepctx.probes.maps import drain_rings
 
 log = logging.getLogger("deepctx.programs")
 
@@ -303,9 +304,7 @@ def reset_maps(bpf: Any) -> None:
                     table.pop()
                 except KeyError:
                     break
-    drain = getattr(bpf, "deepctx_ring_drain", None)  # a ring buffer's leftover events (see device_activity)
-    if drain is not None:
-        drain()
+    drain_rings(bpf)  # the ring buffers' leftover events
 
 
 _DAEMON_POOL: ProgramPool | None = None
