@@ -24,6 +24,7 @@ from deepctx.profiles.metrics import RANK_ORDER
 from deepctx.profiles.tree import ViewNode, from_doc, nonzero_metrics, pick_metric
 
 VIEWS = ("top-down", "bottom-up", "flat", "kernel-lines")
+FLAT_LIMIT, KERNEL_LINES = 50, 5  # --limit's defaults: flat rows, kernel-lines lines per kernel
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -52,7 +53,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                    "bottom-up: who calls them (regex on names and file:line)")
     p.add_argument("--min-percent", type=float, default=None, help="hide rows below this share (default 0.5; flat 0)")
     p.add_argument("--depth", type=int, default=64, help="deepest tree level shown (default 64)")
-    p.add_argument("--limit", type=int, default=50, help="flat: at most this many rows (default 50)")
+    p.add_argument("--limit", type=int, help="flat: at most this many rows (default 50); kernel-lines: lines per "
+                                             "kernel (default 5)")
     add_fold_arguments(p)
     p.add_argument("--width", type=int, help="render for this many columns (default: the terminal's; output that "
                                             "is not a terminal is not cut)")
@@ -131,7 +133,8 @@ def options(args: argparse.Namespace, root: ViewNode) -> ViewOptions:
     by = args.by or ("self" if flat else "total")
     min_percent = args.min_percent if args.min_percent is not None else (0.0 if flat else 0.5)
     return ViewOptions(metric=metric, by=by, columns=columns, min_percent=min_percent, max_depth=args.depth,
-                       limit=args.limit, fold=fold_of(args), folded=root.extra.get("folded", {}))
+                       limit=FLAT_LIMIT if args.limit is None else args.limit, fold=fold_of(args),
+                       folded=root.extra.get("folded", {}))
 
 
 def with_findings(doc: dict[str, Any]) -> dict[str, Any]:
@@ -161,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         from deepctx.cli.formats.kernel_lines import KernelLinesText
 
         try:
-            KernelLinesText(lines=args.limit if args.limit != 50 else 5).render(doc, console, args.focus)
+            KernelLinesText(lines=KERNEL_LINES if args.limit is None else args.limit).render(doc, console, args.focus)
         except re.error as e:
             raise CliError(f"--focus {args.focus!r}: not a regular expression ({e})", 2) from None
         return 0

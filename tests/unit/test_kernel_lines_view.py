@@ -71,3 +71,29 @@ def test_stall_reasons_from_the_agent_are_escaped() -> None:
     out = console.export_text()
     assert "\x1b" not in out and "\x07" not in out
     assert "sel\\x1b]0;x\\x07 4" in out
+
+
+def test_limit_is_the_lines_per_kernel_and_50_is_honoured(tmp_path: Path, capsys) -> None:
+    # strided_copy gets seven hot lines: the default shows 5 and says so; any --limit given, 50 too, is kept
+    from deepctx.cli.main import main
+
+    doc = json.loads(json.dumps(DOC))
+    stack = [doc["root"]]
+    while stack:
+        n = stack.pop()
+        if n["kind"] == "gpu_function" and n["name"] == "strided_copy":
+            (line,) = n["children"]
+            n["children"] = [{**json.loads(json.dumps(line)), "name": f"pcs_kernels.cu:{i}", "line": i}
+                             for i in range(1, 8)]
+        stack += n.get("children", [])
+    path = tmp_path / "seven.json"
+    path.write_text(json.dumps(doc))
+
+    def shown(*argv: str) -> list[str]:
+        assert main(["report", str(path), "--view", "kernel-lines", "--focus", "strided", *argv]) == 0
+        out = capsys.readouterr().out
+        return [w for w in out.split() if w.startswith("pcs_kernels.cu:")]
+
+    assert shown() == [f"pcs_kernels.cu:{i}" for i in range(1, 6)]
+    assert shown("--limit", "50") == [f"pcs_kernels.cu:{i}" for i in range(1, 8)]
+    assert shown("--limit", "2") == ["pcs_kernels.cu:1", "pcs_kernels.cu:2"]
