@@ -147,6 +147,19 @@ def session_of(daemon: Daemon, pid: int) -> dict | None:
     return None
 
 
+def stop_run(daemon: Daemon, run: StdinTarget, pid: int | None = None, timeout: float = 30.0) -> None:
+    """Ends a `deepctx run` capture while its target lives (so its frames are named): `deepctx stop`, the
+    session gone, then the target's stdin closed, so that it exits and `deepctx run` (run) writes the profile
+    and returns 0. pid: the target's, when it is not run.pid."""
+    pid = run.pid if pid is None else pid
+    stop = daemon.cli("stop", str(pid))
+    assert stop.returncode == 0, stop.stderr
+    wait_for(lambda: session_of(daemon, pid) is None, timeout=timeout, what="the capture to end")
+    assert run.proc.stdin is not None
+    run.proc.stdin.close()
+    assert run.proc.wait(timeout=120) == 0
+
+
 def profile_phase(daemon: Daemon, target: StdinTarget, *attach_args: str) -> dict:
     """Attaches, waits until the probes are live, lets the target do its work, ends the capture with
     `deepctx stop` while the target still lives (so everything is named), and returns the profile. In exact

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from device_paths import TARGET
-from harness import DEEPCTX, StdinTarget, line_of, session_of, wait_for
+from harness import DEEPCTX, StdinTarget, line_of, session_of, stop_run, wait_for
 from profile_paths import walk
 
 from deepctx.probes.device_activity import DEV_AGENT_ACTIVE
@@ -92,12 +92,7 @@ def test_run_profiles_device_activity_from_the_first_kernel(daemon, built: tuple
         assert run.expect("cupti").split()[1] == "1"  # watched from its first call: the agent holds CUPTI
         run.expect("done")
         target = int(session_pid(daemon))
-        stop = daemon.cli("stop", str(target))
-        assert stop.returncode == 0, stop.stderr
-        wait_for(lambda: session_of(daemon, target) is None, what="the capture to end")
-        assert run.proc.stdin is not None
-        run.proc.stdin.close()  # the target exits; deepctx run writes the profile and returns its status
-        assert run.proc.wait(timeout=120) == 0
+        stop_run(daemon, run, target)  # the target exits; deepctx run writes the profile and returns its status
     finally:
         run.stop()
     doc = json.loads(out.read_text())

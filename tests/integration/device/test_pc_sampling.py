@@ -129,7 +129,7 @@ def test_run_pc_sampling_puts_stall_reasons_on_the_launching_lines_instructions(
     """`deepctx run --pc-sampling --kernel` through deepctxd, stopped while the target lives (so its Python
     frames are named): each sample lands under the Python line that launched its kernel, on its SASS
     instruction."""
-    from harness import DEEPCTX, line_of, session_of, wait_for
+    from harness import DEEPCTX, line_of, session_of, stop_run, wait_for
     from profile_paths import walk
 
     agent, lib = built
@@ -143,12 +143,7 @@ def test_run_pc_sampling_puts_stall_reasons_on_the_launching_lines_instructions(
         run.go()
         run.expect("done")
         wait_for(lambda: (session_of(daemon, run.pid) or {}).get("state") == "capturing", what="capture running")
-        stop = daemon.cli("stop", str(run.pid))
-        assert stop.returncode == 0, stop.stderr
-        wait_for(lambda: session_of(daemon, run.pid) is None, what="the capture to end")
-        assert run.proc.stdin is not None
-        run.proc.stdin.close()
-        assert run.proc.wait(timeout=120) == 0
+        stop_run(daemon, run)
     finally:
         run.stop()
     doc = json.loads(out.read_text())

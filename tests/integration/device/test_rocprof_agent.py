@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from capture_util import Result, run_capture
 from device_paths import TARGET
-from harness import DEEPCTX, StdinTarget, line_of, profile_phase, session_of, wait_for
+from harness import DEEPCTX, StdinTarget, line_of, profile_phase, session_of, stop_run, wait_for
 from profile_paths import walk
 from test_device_join import at_line, gpu_time
 
@@ -240,11 +240,7 @@ def test_run_starts_a_hip_command_with_the_rocprof_agent(daemon, built_rocprof: 
         wait_for(lambda: session_of(daemon, run.pid) is not None, what="the capture of the HIP process")
         run.go()
         run.expect("done")
-        assert daemon.cli("stop", str(run.pid)).returncode == 0
-        wait_for(lambda: session_of(daemon, run.pid) is None, what="the capture to end")
-        assert run.proc.stdin is not None
-        run.proc.stdin.close()
-        assert run.proc.wait(timeout=120) == 0
+        stop_run(daemon, run)
     finally:
         run.stop()
     doc = json.loads(out.read_text())
