@@ -97,7 +97,8 @@ def capture_times(events: list[dict[str, Any]], pid: int) -> dict[str, Any]:
         return float(v) if isinstance(v, (int, float)) else None
 
     return {"started_ts": num(started, "ts"), "ready_ts": num(ready, "ts"), "compile_s": num(ready, "compile_s"),
-            "attach_s": num(ready, "attach_s"), "families": (ready or {}).get("families")}
+            "attach_s": num(ready, "attach_s"), "families": (ready or {}).get("families"),
+            "attach_parts": (ready or {}).get("attach_parts")}
 
 
 def breakdown(issued: float, counted: float, times: dict[str, Any]) -> dict[str, float | None]:
@@ -270,7 +271,7 @@ def measure(d: Any, deepctx: list[str], argv: list[str], mode: str, phase: str, 
         err.close()
         t.end()
     times = capture_times(log_events(d.log.read_text().splitlines()), row["pid"])
-    row |= breakdown(issued, counted, times) | {"families": times["families"]}
+    row |= breakdown(issued, counted, times) | {"families": times["families"], "attach_parts": times["attach_parts"]}
     return row
 
 
@@ -355,7 +356,8 @@ def main() -> int:
                         print(f"run {run} {mode:7} {phase}: FAILED {row['error']}", flush=True)
                     else:
                         print(f"run {run} {mode:7} {phase}: " + " ".join(f"{p} {fmt(row[p])}" for p in PARTS)
-                              + f"  families {','.join(row['families'] or [])}", flush=True)
+                              + f"  families {','.join(row['families'] or [])}"
+                              + f"  attach {row['attach_parts'] or {}}", flush=True)
             finally:
                 stop_daemon(d)
                 if log_dir is not None:

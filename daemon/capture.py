@@ -310,7 +310,8 @@ class Capture:
             log.info("probes ready", extra={"session": self.id, "pid": target.pid, "families": self.probe_names,
                                             "program": prog.key, "compiled": prog.built_for == "capture",
                                             "compile_s": round(t_attach - t_compile, 3),
-                                            "attach_s": round(time.monotonic() - t_attach, 3)})
+                                            "attach_s": round(time.monotonic() - t_attach, 3),
+                                            "attach_parts": probes.attach_s})
             self.state = "capturing"
             duty = DutyCycle.of(self, opts)  # opens NVML, before the clock starts
             t0 = time.monotonic()

@@ -77,6 +77,7 @@ class ProbeSet:
     def __init__(self, opts: CaptureOptions, families: list[ProbeFamily]) -> None:
         self.opts = opts
         self.families = families
+        self.attach_s: dict[str, float] = {}  # per family: where an attach's time goes ("probes ready" logs it)
 
     # --- choosing ------------------------------------------------------------------------------------
 
@@ -214,7 +215,9 @@ class ProbeSet:
         # the last attach (on the H200 host the agent started 0.35 to 0.5 s before the duration did, GPU work
         # recorded outside it); a `deepctx run` target waits for it until then
         for fam in sorted(self.families, key=lambda f: isinstance(f, DeviceActivity)):
+            t0 = time.monotonic()
             fam.attach(bpf, target)
+            self.attach_s[fam.name] = round(time.monotonic() - t0, 3)
         self._check_agent_reports(bpf, target)
 
     def _check_agent_reports(self, bpf: Any, target: Target) -> None:

@@ -22,7 +22,8 @@ LOG = [
     "Traceback (most recent call last):",  # not JSON: skipped
     "{not json either",
     line(101.5, "capture started", session=2, pid=43),
-    line(105.0, "probes ready", session=1, pid=42, families=["python", "gpu", "cpu"], compile_s=2.5, attach_s=1.25),
+    line(105.0, "probes ready", session=1, pid=42, families=["python", "gpu", "cpu"], compile_s=2.5, attach_s=1.25,
+         attach_parts={"python": 0.25, "gpu": 0.75, "cpu": 0.25}),
     line(106.0, "probes ready", session=2, pid=43, families=["cpu"], compile_s=0.0, attach_s=0.5),
 ]
 
@@ -36,7 +37,7 @@ def test_log_events_skip_other_lines() -> None:
 def test_capture_times_of_one_pid_among_others() -> None:
     times = al.capture_times(al.log_events(LOG), 42)
     assert times == {"started_ts": 101.0, "ready_ts": 105.0, "compile_s": 2.5, "attach_s": 1.25,
-                     "families": ["python", "gpu", "cpu"]}
+                     "families": ["python", "gpu", "cpu"], "attach_parts": {"python": 0.25, "gpu": 0.75, "cpu": 0.25}}
 
 
 def test_capture_times_last_capture_wins_and_missing_fields_are_none() -> None:
@@ -45,7 +46,7 @@ def test_capture_times_last_capture_wins_and_missing_fields_are_none() -> None:
     assert times["started_ts"] == 110.0 and times["ready_ts"] == 111.0
     assert times["compile_s"] is None and times["attach_s"] is None
     assert al.capture_times(al.log_events(LOG), 7) == {"started_ts": None, "ready_ts": None, "compile_s": None,
-                                                       "attach_s": None, "families": None}
+                                                       "attach_s": None, "families": None, "attach_parts": None}
 
 
 def test_breakdown_parts_add_up_to_the_total() -> None:
