@@ -49,8 +49,9 @@
 #define NATIVE_MAP_SEARCH_STEPS 11
 #endif
 
-BPF_ARRAY(native_rows, struct native_unwind_row, NATIVE_MAX_ROWS);
-BPF_ARRAY(native_pages, __u32, NATIVE_MAX_PAGES);
+/* Mappable: the daemon writes a file's rows and page index with a memory copy, not map updates. */
+BPF_F_TABLE("array", int, struct native_unwind_row, native_rows, NATIVE_MAX_ROWS, BPF_F_MMAPABLE);
+BPF_F_TABLE("array", int, __u32, native_pages, NATIVE_MAX_PAGES, BPF_F_MMAPABLE);
 BPF_ARRAY(native_infos, struct native_unwind_info, NATIVE_MAX_INFOS);
 BPF_HASH(native_procs, __u32, struct native_proc, NATIVE_MAX_PROCS);
 BPF_HASH(native_stacks, __u64, struct native_stack, NATIVE_MAX_STACKS);

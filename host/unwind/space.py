@@ -2,8 +2,9 @@
 array, one rules array.
 
 Each file's rows (and its page index) take a contiguous range, assigned once and shared by every
-process that maps the file. Rules are deduplicated across files. Nothing is freed during a capture (a session's maps live
-as long as the capture), so this is a bump allocator that counts what does not fit.
+process that maps the file. Rules are deduplicated across files. Nothing is freed: the space goes with the loaded program from one
+capture to the next (probes/native_unwind.py starts an empty one when it is over half full), so this is a
+bump allocator that counts what does not fit.
 """
 
 from __future__ import annotations
@@ -115,6 +116,10 @@ class TableSpace:
     @property
     def rows_used(self) -> int:
         return self._next_row
+
+    @property
+    def pages_used(self) -> int:
+        return self._next_page
 
     @property
     def rules_used(self) -> int:

@@ -49,15 +49,21 @@ class FakeTable:
             self.data[k] = raw[i * size : (i + 1) * size]
 
 
-def fake_bpf(u: nu.NativeUnwinder) -> dict[bytes, FakeTable]:
-    return {
+class FakeBpf(dict):
+    """A loaded program's maps by name; one object per program, as bcc's BPF is (hashable by identity)."""
+
+    __hash__ = object.__hash__
+
+
+def fake_bpf(u: nu.NativeUnwinder) -> FakeBpf:
+    return FakeBpf({
         b"native_rows": FakeTable(nu.NativeUnwindRow),
         b"native_pages": FakeTable(ct.c_uint32),
         b"native_infos": FakeTable(nu.NativeUnwindInfo),
         b"native_procs": FakeTable(nu.native_proc_type(u.config.max_mappings)),
         b"native_stacks": FakeTable(nu.native_stack_type(u.config.max_depth), ct.c_uint64),
         b"native_unwind_stats": FakeTable(nu.NativeUnwindCounters, ct.c_int, ncpu=2),
-    }
+    })
 
 
 @pytest.fixture
@@ -188,3 +194,37 @@ def test_large_tables_are_built_behind_the_first_samples(dlopen_target, unwind_t
         time.sleep(0.01)  # polling a condition with a deadline
     assert u.cache.counters["child_builds"] == len(code) and target.warnings == []
     u.close()
+
+
+def test_a_programs_rows_are_written_once_for_every_capture_it_serves(dlopen_target):
+    """The rows stay in a loaded program's maps between captures (the pool's reset leaves the large arrays):
+    a second capture of the same process on the same program writes no row and finds each file where the
+    first placed it; on another program, or once the kept space is over half full, it writes them again."""
+    pid = dlopen_target.pid
+
+    def capture(bpf: FakeBpf | None, config: nu.UnwindConfig) -> tuple[FakeBpf, int, list[tuple[int, int, int]]]:
+        target = Target(pid, procfs.process_info(pid), procfs.AddressSpace(procfs.read_maps(pid)))
+        u = nu.NativeUnwinder(config)
+        u.prepare(target)
+        u.defines()
+        bpf = bpf if bpf is not None else fake_bpf(u)
+        bpf[b"native_rows"].data.clear()  # the rows in the kernel's map stay; this counts what attach writes
+        u.attach(bpf, target)
+        written = len(bpf[b"native_rows"].data)
+        placed = [(e.start, e.pages_start, e.pages_len) for e in _entries(bpf, u, pid)]
+        u.detach(bpf, target)
+        u.close()
+        return bpf, written, placed
+
+    config = nu.UnwindConfig()
+    bpf, first, placed = capture(None, config)
+    assert first > 1000
+    _, second, again = capture(bpf, config)
+    assert second == 0 and again == placed
+    _, other, _ = capture(None, config)  # another program: its maps are empty
+    assert other == first
+    # a kept space over half full starts over: the next capture writes every row again
+    small = nu.UnwindConfig(min_rows=0, min_pages=0, rows_headroom=0, pages_headroom=0)
+    bpf, first, _ = capture(None, small)
+    _, refilled, _ = capture(bpf, small)
+    assert first > 1000 and refilled == first
