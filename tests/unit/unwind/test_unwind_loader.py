@@ -199,7 +199,8 @@ def test_large_tables_are_built_behind_the_first_samples(dlopen_target, unwind_t
 def test_a_programs_rows_are_written_once_for_every_capture_it_serves(dlopen_target):
     """The rows stay in a loaded program's maps between captures (the pool's reset leaves the large arrays):
     a second capture of the same process on the same program writes no row and finds each file where the
-    first placed it; on another program, or once the kept space is over half full, it writes them again."""
+    first placed it; on another program, or where the kept space has no room for a file not placed yet, it
+    writes them again."""
     pid = dlopen_target.pid
 
     def capture(bpf: FakeBpf | None, config: nu.UnwindConfig) -> tuple[FakeBpf, int, list[tuple[int, int, int]]]:
@@ -223,8 +224,17 @@ def test_a_programs_rows_are_written_once_for_every_capture_it_serves(dlopen_tar
     assert second == 0 and again == placed
     _, other, _ = capture(None, config)  # another program: its maps are empty
     assert other == first
-    # a kept space over half full starts over: the next capture writes every row again
-    small = nu.UnwindConfig(min_rows=0, min_pages=0, rows_headroom=0, pages_headroom=0)
-    bpf, first, _ = capture(None, small)
-    _, refilled, _ = capture(bpf, small)
-    assert first > 1000 and refilled == first
+    # a kept space that is nearly full still serves a capture whose files are all in it ...
+    fit = nu.UnwindConfig(min_rows=0, min_pages=0, rows_headroom=0, pages_headroom=0)
+    bpf, first, _ = capture(None, fit)
+    _, second, _ = capture(bpf, fit)
+    assert first > 1000 and second == 0
+    # ... and starts over where a new file does not fit: the next capture writes every row again
+    space = nu._SPACES[bpf]
+    space._next_row = space.max_rows  # full: as if other files took the rest
+    _, refilled, _ = capture(bpf, fit)
+    assert refilled == 0  # every file of this target is placed: nothing new to fit
+    key = next(iter(space._placed))
+    del space._placed[key]  # one of its files is new to the kept space and has no room: afresh
+    _, refilled, _ = capture(bpf, fit)
+    assert refilled == first and nu._SPACES[bpf] is not space
