@@ -107,6 +107,7 @@ def measure(daemon, rule: str, argv: list[str], variant: str, env: dict[str, str
           flush=True)
     out = os.environ.get("DEEPCTX_ARTIFACTS")
     if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
         with gzip.open(Path(out) / f"analyzer_{rule.replace('-', '_')}_{variant}.json.gz", "wt") as f:
             json.dump(doc, f, separators=(",", ":"))
     return Run(rule, variant, min(times), doc)
@@ -203,5 +204,6 @@ def write_table(runs: dict[tuple[str, str], Run]) -> None:
     print("\n" + table)
     out = os.environ.get("DEEPCTX_ARTIFACTS")
     if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "analyzer_speedups.md").write_text(table + "\n")
         (Path(out) / "analyzer_speedups.json").write_text(json.dumps(rows, indent=1) + "\n")
