@@ -61,7 +61,9 @@ class Config:
     gpu_duty_period_s: float = 2.0
     native_unwind: bool = True  # walk native stacks with .eh_frame tables (false: frame pointers only)
     # compile and load the programs most captures take as the daemon starts (in the background): the first
-    # capture of a Python process, with or without a GPU runtime, then only attaches (probes/programs.py)
+    # capture of a Python process, with or without a GPU runtime, then only attaches (probes/programs.py);
+    # before them, build the unwind tables of the interpreter and C/C++ runtime libraries the daemon maps
+    # itself (service.runtime_files), which nearly every GPU job maps too
     prewarm_programs: bool = True
     cache_dir: str = "/var/cache/deepctx"  # unwind tables kept by a hash of the CFI they are built from
     # caps on a target's files (host/file_limits.py): one section's bytes once decompressed, one file's

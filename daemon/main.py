@@ -50,9 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="profile every GPU process by itself, in windows kept in the window store (config key "
                         "continuous; default off)")
     p.add_argument("--prewarm", action=argparse.BooleanOptionalAction, default=None, dest="prewarm_programs",
-                   help="compile and load the common BPF programs as the daemon starts, so the first capture "
+                   help="compile and load the common BPF programs, and build the unwind tables of the "
+                        "interpreter and the C/C++ runtime libraries, as the daemon starts, so the first capture "
                         "only attaches (config key prewarm_programs; default on); --no-prewarm compiles each "
-                        "program when a capture first needs it")
+                        "program and builds each table when a capture first needs it")
     p.add_argument("--print-bpf", action="store_true",
                    help="print the BPF program an attach compiles (with its settings) and exit")
     return p

@@ -103,6 +103,11 @@ class DaemonServer:
         log.info("serving", extra={"socket": self.config.socket, "pid": os.getpid()})
 
     def _prewarm(self) -> None:
+        # the tables first: a fraction of a second, where the programs take seconds of compiling
+        try:
+            self.service.prewarm_unwind_tables()
+        except Exception:  # a capture builds what is missing
+            log.exception("unwind tables not built ahead")
         try:
             self.service.prewarm_programs()
         except Exception:  # a capture compiles what is missing: the daemon serves on

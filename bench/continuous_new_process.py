@@ -1,0 +1,419 @@
+"""Continuous mode: the daemon's CPU for each newly found process (issue #30: at most 0.3 CPU-seconds each).
+
+    sudo .venv/bin/python bench/continuous_new_process.py [--processes 5] [--settle 3] [--baseline 6]
+        [--libcudart PATH] [--keep] [--shared-cache] [--json OUT] [--daemon-log DIR] [--self-profile FILE]
+
+Starts `deepctxd --continuous` at its default continuous settings (a private socket, window store and unwind
+cache in a temp dir; --shared-cache: the configured cache_dir, as a restarted daemon has), waits until it
+serves and the programs it compiles ahead are loaded (its Status totals: bpf_programs_idle, as
+bench/attach_latency.py --wait-prewarm), then starts --processes new GPU processes one at a time:
+bench/targets/steady_calls.py cudart, a Python process that loads the CUDA runtime through ctypes and calls
+cudaLaunchKernel every --period seconds (the real libcudart of pip's nvidia-cuda-runtime: without a GPU each
+call fails and the probes fire anyway; --libcudart names another, e.g. the mock tests/mocks/build/lib/
+libcudart.so.13, which is the fallback when the pip package is missing).
+
+Per process:
+  idle       before it starts, the daemon's CPU rate over --baseline seconds, while it captures nothing (or,
+             with --keep, the earlier processes it still captures)
+  span       from just before the process is started to its capture attached (the daemon's "probes ready"
+             line for its pid, read from the daemon's JSON log: polling the log costs the daemon nothing,
+             polling its Status would) plus --settle seconds
+  cpu        the daemon's utime+stime over the span (/proc/PID/stat: every thread, live or exited), plus
+             its children's (cutime+cstime: large unwind tables are built in a child process), in
+             CPU-seconds, minus idle x span: what finding, preparing and attaching this process, and the
+             capture's first --settle seconds, cost the daemon
+The span includes the wait for the daemon's next scan (continuous_scan_s, default 2 s): its idle cost is what
+the subtraction removes. After the span the capture is checked ("capturing" in Status), the process is ended
+(stdin closed) and, unless --keep, its capture is waited for to end (its session gone, its program back in the
+pool) before the next process starts, so each process is measured on an idle daemon.
+Reported: a row per process, the median over all processes against the budget, and the first process apart
+from the later ones, with the host-cache entries (host/file_cache.py: symbol tables, unwind tables,
+interpreter layouts per file identity) each one built: the first builds them, the later ones of the same files
+reuse them. A row whose baseline or span saw a capture of another process (another job's GPU process on a
+shared host: the daemon watches every GPU process of the host) is marked and left out of the medians, and
+another process is measured in its place (at most --retries); a first process left out has no figure (run
+again: its host-cache builds may then have been made for the other process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+REPO = Path(__file__).resolve().parents[1]
+TARGET = REPO / "bench" / "targets" / "steady_calls.py"
+MOCK_CUDART = REPO / "tests" / "mocks" / "build" / "lib" / "libcudart.so.13"
+BUDGET_S = 0.3  # issue #30: CPU-seconds of the daemon per newly found process
+TICK = os.sysconf("SC_CLK_TCK")
+CACHE_PREFIX = "host_cache_"
+# the daemon's log lines of a capture's life: another pid's among them in a span means the daemon worked on
+# another process then (another job's GPU process on a shared host)
+CAPTURE_EVENTS = ("continuous capture", "probes ready", "probes detached", "continuous capture refused")
+T = TypeVar("T")
+
+
+# --- pure parts -------------------------------------------------------------------------------------------------
+
+def cpu_s(pid: int, children: bool = False) -> float:
+    """utime + stime of a whole process (all its threads, exited ones included), in seconds; children: the
+    same of its children it has waited for (cutime + cstime: an unwind table built in a child process)."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    i = 13 if children else 11
+    return (int(f[i]) + int(f[i + 1])) / TICK
+
+
+def all_cpu_s(pid: int) -> tuple[float, float]:
+    """(the process's own CPU-seconds, its waited-for children's)."""
+    return cpu_s(pid), cpu_s(pid, children=True)
+
+
+def log_event(path: Path, msg: str, pid: int, offset: int = 0) -> dict[str, Any] | None:
+    """The first JSON line of the daemon's log at or after byte `offset` whose msg and pid are these."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        for raw in f:
+            line = raw.strip()
+            if not line.startswith(b"{"):
+                continue
+            try:
+                doc = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(doc, dict) and doc.get("msg") == msg and doc.get("pid") == pid:
+                return doc
+    return None
+
+
+def log_pids(path: Path, offset: int, msgs: tuple[str, ...] = CAPTURE_EVENTS) -> set[int]:
+    """The pids of the daemon's log lines at or after byte `offset` whose msg is one of msgs."""
+    out: set[int] = set()
+    with open(path, "rb") as f:
+        f.seek(offset)
+        for raw in f:
+            line = raw.strip()
+            if not line.startswith(b"{"):
+                continue
+            try:
+                doc = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(doc, dict) and doc.get("msg") in msgs and isinstance(doc.get("pid"), int):
+                out.add(doc["pid"])
+    return out
+
+
+def cache_builds(before: dict[str, float], after: dict[str, float]) -> dict[str, int]:
+    """The host-cache entries built between two Status totals, by kind (host_cache_builds_KIND)."""
+    head = CACHE_PREFIX + "builds_"
+    return {k[len(head):]: int(after[k] - before.get(k, 0)) for k in sorted(after)
+            if k.startswith(head) and after[k] - before.get(k, 0) > 0}
+
+
+def net_cpu(cpu: float, idle_rate: float, span_s: float) -> float:
+    return cpu - idle_rate * span_s
+
+
+def summary(rows: list[dict[str, Any]], budget_s: float = BUDGET_S) -> dict[str, Any]:
+    """Median CPU-seconds per process (all, the first, the later ones) against the budget. Rows whose span
+    saw the daemon capture another process ("others") are left out: that CPU was not this process's."""
+    clean = [r for r in rows if not r["others"]]
+    nets = [r["net_cpu_s"] for r in clean]
+    first = [r["net_cpu_s"] for r in clean if r["process"] == 1]
+    later = [r["net_cpu_s"] for r in clean if r["process"] != 1]
+    med = statistics.median(nets) if nets else None
+    return {"processes": len(rows), "counted": len(nets), "left_out": [r["process"] for r in rows if r["others"]],
+            "median_cpu_s": med, "first_cpu_s": first[0] if first else None,
+            "later_median_cpu_s": statistics.median(later) if later else None,
+            "min_cpu_s": min(nets) if nets else None, "max_cpu_s": max(nets) if nets else None,
+            "budget_s": budget_s, "within_budget": med is not None and med <= budget_s}
+
+
+def wait_for(cond: Callable[[], T | None], timeout_s: float, what: str, poll_s: float = 0.02) -> T:
+    """cond()'s first true value, polled against a deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(poll_s)  # polling another process's state, with a deadline
+
+
+# --- the daemon and the targets ---------------------------------------------------------------------------------
+
+def pip_cudart() -> str | None:
+    try:
+        import nvidia
+    except ImportError:
+        return None
+    for base in nvidia.__path__:
+        for lib in sorted(Path(base).glob("cu*/lib/libcudart.so.*")):
+            return str(lib)
+    return None
+
+
+class Daemon:
+    """deepctxd --continuous --prewarm in a temp dir, JSON log at info level, Status over gRPC."""
+
+    def __init__(self, work: Path, shared_cache: bool, env: dict[str, str] | None) -> None:
+        self.work = work
+        self.socket = str(work / "d.sock")
+        self.log = work / "deepctxd.log"
+        keys = [f'store_path = "{work / "windows.db"}"'] + ([] if shared_cache else [f'cache_dir = "{work / "cache"}"'])
+        (work / "d.toml").write_text("\n".join(keys) + "\n")
+        deepctxd = shutil.which("deepctxd", path=str(Path(sys.executable).parent)) or "deepctxd"
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen([deepctxd, "--foreground", "--continuous", "--prewarm", "--socket",
+                                          self.socket, "--config", str(work / "d.toml"), "--log-format", "json",
+                                          "--log-level", "info"], stdout=out, stderr=subprocess.STDOUT,
+                                         env={**os.environ, **(env or {})})
+        from deepctx.cli.client import connect
+        from deepctx.proto.v1 import deepctx_pb2 as pb
+
+        self._pb = pb
+        self._stub: Any = None
+
+        def serving() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"deepctxd exited ({self.proc.returncode}):\n{self.log.read_text()[-3000:]}")
+            try:
+                if self._stub is None:
+                    self._stub = connect(self.socket)
+                self.status()
+                return True
+            except Exception:  # not serving yet (no socket, connection refused)
+                return False
+
+        try:
+            wait_for(serving, 60, "deepctxd to serve", poll_s=0.1)
+        except BaseException:
+            self.stop()
+            raise
+
+    def status(self) -> Any:
+        return self._stub.Status(self._pb.StatusRequest(), timeout=30)
+
+    def totals(self) -> dict[str, float]:
+        return dict(self.status().totals)
+
+    def sessions(self) -> dict[int, str]:
+        return {s.pid: s.state for s in self.status().sessions}
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+class Target:
+    """A steady_calls.py cudart process: loads the runtime, prints "ready <pid>", calls until stdin closes."""
+
+    def __init__(self, libcudart: str, period: float) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(TARGET), "cudart", libcudart, "--period", str(period)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.pid = self.proc.pid  # the Python process itself (no wrapper): known before it prints "ready"
+
+    def ready(self) -> None:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith(f"ready {self.pid}"):
+            raise RuntimeError(f"target {self.pid} did not start: {line!r}")
+
+    def end(self) -> None:
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def idle_rate(d: Daemon, seconds: float) -> float:
+    """The daemon's CPU-seconds per second over `seconds` (a measuring span, not synchronization)."""
+    c0, t0 = sum(all_cpu_s(d.proc.pid)), time.monotonic()
+    time.sleep(seconds)
+    return (sum(all_cpu_s(d.proc.pid)) - c0) / (time.monotonic() - t0)
+
+
+def programs_idle(d: Daemon, n: int) -> bool:
+    return int(d.totals().get("bpf_programs_idle", 0)) >= n
+
+
+def measure(d: Daemon, i: int, args: argparse.Namespace, programs: int, kept: list[Target]) -> dict[str, Any]:
+    """One new process: the idle rate before it, then its span (see the module's docstring)."""
+    start = d.log.stat().st_size  # another capture from here on (baseline or span) spoils the row
+    running = set(d.sessions())
+    idle = idle_rate(d, args.baseline)
+    before = d.totals()
+    offset = d.log.stat().st_size
+    (c0, k0), t0, w0 = all_cpu_s(d.proc.pid), time.monotonic(), time.time()
+    t = Target(args.libcudart, args.period)
+    try:
+        ready = wait_for(lambda: log_event(d.log, "probes ready", t.pid, offset), args.timeout,
+                         f"the daemon to capture process {t.pid}")
+        t_ready = time.monotonic()
+        time.sleep(args.settle)  # the fixed settle span after the attach, part of what is measured
+        (c1, k1), t1 = all_cpu_s(d.proc.pid), time.monotonic()
+        t.ready()  # long since printed: the target warmed up and is calling
+        sessions = d.sessions()
+        after = d.totals()
+        found = log_event(d.log, "continuous capture", t.pid, offset)
+        span = t1 - t0
+        row: dict[str, Any] = {
+            "process": i + 1, "pid": t.pid, "state": sessions.get(t.pid, "gone"),
+            "found_s": found["ts"] - w0 if found else None, "ready_s": ready["ts"] - w0,
+            "attach_wait_s": t_ready - t0, "span_s": span, "compiled": ready.get("compiled"),
+            "compile_s": ready.get("compile_s"), "attach_s": ready.get("attach_s"),
+            "cpu_s": c1 - c0, "children_cpu_s": k1 - k0, "idle_rate": idle,
+            "net_cpu_s": net_cpu(c1 - c0 + k1 - k0, idle, span),
+            "cache_builds": cache_builds(before, after),
+            "others": sorted((running | set(sessions) | log_pids(d.log, start)) - {t.pid} - {k.pid for k in kept})}
+        row["others_commands"] = {p: command_of(p) for p in row["others"]}
+    except BaseException:
+        t.end()
+        raise
+    if args.keep:
+        kept.append(t)
+        return row
+    t.end()
+    wait_for(lambda: log_event(d.log, "probes detached", t.pid, offset), args.timeout, f"capture {t.pid} to end")
+    wait_for(lambda: t.pid not in d.sessions() and programs_idle(d, programs), args.timeout,
+             f"capture {t.pid}'s session to go and its program to return to the pool", poll_s=0.1)
+    return row
+
+
+def command_of(pid: int) -> str:
+    """A process's command line ("" once it has exited): whose GPU process the daemon also captured."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def machine() -> dict[str, Any]:
+    return {"host": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
+            "python": platform.python_version(), "loadavg_at_start": os.getloadavg(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ("| process | found (s) | attached (s) | span (s) | daemon CPU (s) | children (s) | idle rate "
+            "| CPU − idle (s) | host-cache entries built | note |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+
+    def note(r: dict[str, Any]) -> str:
+        out = [] if r["state"] == "capturing" else [f"state {r['state']}"]
+        if r["others"]:
+            out.append(f"other captures: {r['others']}")
+        return "; ".join(out)
+
+    return head + "".join(
+        f"| {r['process']} | {r['found_s']:.2f} | {r['ready_s']:.2f} | {r['span_s']:.2f} | {r['cpu_s']:.2f} | "
+        f"{r['children_cpu_s']:.2f} | "
+        f"{100 * r['idle_rate']:.1f}% | **{r['net_cpu_s']:.3f}** | "
+        f"{', '.join(f'{k} {v}' for k, v in r['cache_builds'].items()) or 'none'} | {note(r)} |\n" for r in rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--processes", type=int, default=5, help="new GPU processes, one at a time")
+    ap.add_argument("--settle", type=float, default=3.0, help="seconds after the attach still counted")
+    ap.add_argument("--baseline", type=float, default=6.0,
+                    help="seconds the daemon's idle CPU rate is measured before each process (a few scans)")
+    ap.add_argument("--period", type=float, default=0.002, help="seconds between the target's calls")
+    ap.add_argument("--libcudart", help="the CUDA runtime the targets load (default: pip's nvidia-cuda-runtime, "
+                                        "else the mock of tests/mocks)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep each process running (captured) while the next is measured; by default each is "
+                         "ended and its capture gone before the next starts")
+    ap.add_argument("--shared-cache", action="store_true",
+                    help="the daemon's configured cache_dir (unwind tables on disk from earlier daemons); by "
+                         "default an empty one in the temp dir: the first process pays a new host's builds")
+    ap.add_argument("--programs", type=int, default=3,
+                    help="programs a continuous daemon compiles ahead (windowed GPU, GPU, CPU-only Python)")
+    ap.add_argument("--retries", type=int, default=5,
+                    help="more processes, at most this many, in place of those whose baseline or span saw the "
+                         "daemon capture another process of the host (left out of the medians)")
+    ap.add_argument("--timeout", type=float, default=120, help="seconds any wait may take before it fails")
+    ap.add_argument("--budget", type=float, default=BUDGET_S, help="CPU-seconds per new process (issue #30)")
+    ap.add_argument("--json", metavar="OUT", help="write the machine, the arguments, the rows and the summary")
+    ap.add_argument("--daemon-log", metavar="DIR", help="keep the daemon's JSON log there")
+    ap.add_argument("--self-profile", metavar="FILE",
+                    help="the daemon samples its own threads' stacks (DEEPCTX_SELF_PROFILE) into FILE (folded) "
+                         "when it stops: where its CPU goes (the sampler costs CPU too: the figures are then "
+                         "no figures)")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("needs root (deepctxd loads BPF programs)")
+    if args.libcudart is None:
+        args.libcudart = pip_cudart() or (str(MOCK_CUDART) if MOCK_CUDART.exists() else None)
+        if args.libcudart is None:
+            raise SystemExit("no CUDA runtime: install nvidia-cuda-runtime (./install.sh) or build tests/mocks")
+    runtime = "mock" if "tests/mocks" in args.libcudart else "real"
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the finally blocks end the daemon and targets
+    info = machine()
+    print(f"# {info['host']}, {info['cpus']} CPUs, kernel {info['kernel']}, Python {info['python']}, "
+          f"load {info['loadavg_at_start']}, {runtime} libcudart {args.libcudart}", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="deepctx-newproc-"))
+    env = {"DEEPCTX_SELF_PROFILE": str(Path(args.self_profile).resolve())} if args.self_profile else None
+    rows: list[dict[str, Any]] = []
+    kept: list[Target] = []
+    d = Daemon(work, args.shared_cache, env)
+    try:
+        t = time.monotonic()
+        wait_for(lambda: programs_idle(d, args.programs), 600, "the programs compiled ahead", poll_s=0.2)
+        print(f"# programs compiled ahead and loaded {time.monotonic() - t:.1f} s after the daemon served",
+              flush=True)
+        while sum(not r["others"] for r in rows) < args.processes and len(rows) < args.processes + args.retries:
+            rows.append(measure(d, len(rows), args, args.programs, kept))
+            r = rows[-1]
+            print(f"process {r['process']} (pid {r['pid']}): found {r['found_s']:.2f} s, attached "
+                  f"{r['ready_s']:.2f} s, span {r['span_s']:.2f} s, daemon CPU {r['cpu_s']:.2f} s, idle "
+                  f"{100 * r['idle_rate']:.1f}%, net {r['net_cpu_s']:.3f} s, built {r['cache_builds']}"
+                  + (f", other captures {r['others']}" if r["others"] else ""), flush=True)
+    finally:
+        for k in kept:
+            k.end()
+        rc = d.stop()
+        if args.daemon_log:
+            Path(args.daemon_log).mkdir(parents=True, exist_ok=True)
+            shutil.copy(d.log, Path(args.daemon_log) / "deepctxd.log")
+        shutil.rmtree(work, ignore_errors=True)
+    s = summary(rows, args.budget)
+    print("\n" + table(rows))
+    def f3(v: float | None) -> str:
+        return "–" if v is None else f"{v:.3f}"
+
+    left = f"; left out (another capture in the span): processes {s['left_out']}" if s["left_out"] else ""
+    print(f"median {f3(s['median_cpu_s'])} CPU-s per new process over {s['counted']} (min {f3(s['min_cpu_s'])}, "
+          f"max {f3(s['max_cpu_s'])}); first {f3(s['first_cpu_s'])}, later ones' median "
+          f"{f3(s['later_median_cpu_s'])}; budget {s['budget_s']:g} s: {'met' if s['within_budget'] else 'MISSED'}"
+          + left)
+    if rc != 0:
+        print(f"deepctxd exited with {rc}", file=sys.stderr)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"machine": info, "args": vars(args), "runtime": runtime,
+                                               "rows": rows, "summary": s}, indent=1))
+    return 0 if rc == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
