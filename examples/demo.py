@@ -23,7 +23,8 @@ ROOT = HERE.parent
 BIN = Path(sys.executable).parent
 MOCKS = ROOT / "tests" / "mocks" / "build" / "lib"
 AGENT = ROOT / "native" / "build" / "libdeepctx_cupti.so"
-OUT = ROOT / "demo-output"
+# DEEPCTX_DEMO_OUT: another folder (tests/integration/device/test_demo.py keeps the checkout's as it is)
+OUT = Path(os.environ.get("DEEPCTX_DEMO_OUT") or ROOT / "demo-output")
 
 
 def tool(name: str, module: str) -> list[str]:
@@ -59,7 +60,7 @@ def workload() -> tuple[list[str], dict[str, str], str, tuple[str, str]]:
 
 
 def main() -> int:
-    OUT.mkdir(exist_ok=True)
+    OUT.mkdir(parents=True, exist_ok=True)
     command, extra_env, what, (whole, short) = workload()
     with tempfile.TemporaryDirectory(prefix="deepctx-demo-") as tmp:  # the socket; removed on the way out
         sock = os.path.join(tmp, "deepctxd.sock")
@@ -68,8 +69,9 @@ def main() -> int:
         daemon = subprocess.Popen([*DEEPCTXD, "--foreground", "--log-format", "text", "--log-level",
                                    "warning"], env=env)
         try:
-            subprocess.run([*DEEPCTX, "status", "--wait", "30"], env=env, check=True,
-                           stdout=subprocess.DEVNULL)
+            rc = subprocess.run([*DEEPCTX, "status", "--wait", "30"], env=env, stdout=subprocess.DEVNULL).returncode
+            if rc != 0:  # deepctx said why, after deepctxd's own messages: no traceback on top of them
+                return rc
             print(f"deepctxd is running (pid {daemon.pid}); profiling {what} ...", flush=True)
             deepctx = [*DEEPCTX, "run", "--quiet", "--mode", "exact"]
             profile, trace, html = OUT / "profile.json", OUT / "trace.json", OUT / "report.html"
@@ -90,7 +92,9 @@ def main() -> int:
         finally:
             daemon.terminate()
             daemon.wait(timeout=30)
-    print(f"\nwritten: the profile {profile}\n"
+    # the label again under the findings: the banner has scrolled away by now
+    print(f"\nprofiled {what}\n"
+          f"written: the profile {profile}\n"
           f"         the timeline {trace} (open it in https://ui.perfetto.dev or chrome://tracing)\n"
           f"         the HTML report {html} (open it in a browser: flame graph, tree, sources, findings)")
     return 0

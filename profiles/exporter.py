@@ -6,10 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+from deepctx.profiles.fold import VIEWS_DEFAULT, Fold
+
 
 @dataclass(frozen=True)
 class ExportOptions:
     metric: str | None = None  # formats with one value per sample (folded): which metric; None: the default
+    # what the call paths fold, as in report and the HTML report: start-up and plumbing frames by default
+    fold: Fold = VIEWS_DEFAULT
 
 
 class Exporter(Protocol):

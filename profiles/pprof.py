@@ -83,7 +83,7 @@ class Pprof:
         return gzip.compress(self.message(doc, options).SerializeToString(), mtime=0)
 
     def message(self, doc: dict[str, Any], options: ExportOptions) -> pb.Profile:
-        root = from_doc(doc)
+        root = from_doc(doc, options.fold)
         metrics = list(doc["metrics"])
         prof = pb.Profile()
         b = _Builder(prof)

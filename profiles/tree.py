@@ -89,8 +89,8 @@ def gc_paused(fn: Callable[P, R]) -> Callable[P, R]:
 @gc_paused
 def from_doc(doc: dict[str, Any], fold: Fold = SHOW_ALL) -> ViewNode:
     """The document's tree as ViewNodes with totals for every metric in doc['metrics']. By default the tree
-    as recorded (exports keep it); the views pass the user's Fold (profiles/fold.py), which folds start-up
-    and plumbing frames unless told otherwise."""
+    as recorded; the views and exports pass the user's Fold (profiles/fold.py), which folds start-up and
+    plumbing frames unless told otherwise."""
     metrics = list(doc["metrics"])
     root = doc["root"]
     out_root = _view_node(root, metrics)

@@ -164,7 +164,7 @@ def emit(doc: dict, args: argparse.Namespace, err: Console) -> None:
         from deepctx.cli.formats.chrome import ChromeTrace
         from deepctx.profiles.exporter import ExportOptions
 
-        write_output(args.output, ChromeTrace().export(doc, ExportOptions()))
+        write_output(args.output, ChromeTrace().export(doc, ExportOptions(fold=fold_of(args))))
         if not args.quiet:
             err.print(f"trace written to {args.output}")
     elif args.format == "json" or args.output:

@@ -9,6 +9,7 @@ from pathlib import Path
 from deepctx.cli.client import CliError
 from deepctx.cli.formats.exporter import exporters
 from deepctx.cli.output import write_output
+from deepctx.cli.view_args import add_fold_arguments, fold_of
 from deepctx.cli.views.document import DocumentError, load
 from deepctx.profiles.exporter import ExportOptions
 
@@ -24,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", help="output file (default: FILE's name with the format's ending; '-' for stdout)")
     p.add_argument("--metric", help="folded, speedscope, hatchet: only this metric (default: all measured; "
                                     "folded: the first measured)")
+    add_fold_arguments(p)  # every format folds as report and its HTML do
     p.set_defaults(run=run)
 
 
@@ -35,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     if args.metric and args.metric not in doc["metrics"]:
         raise CliError(f"--metric {args.metric}: the profile has no such metric ({', '.join(doc['metrics'])})", 2)
     exporter = exporters()[args.format]()
-    data = exporter.export(doc, ExportOptions(metric=args.metric))
+    data = exporter.export(doc, ExportOptions(metric=args.metric, fold=fold_of(args)))
     out = args.output or default_output(args.file, exporter.suffix)
     write_output(out, data)
     if out == "-":

@@ -62,7 +62,7 @@ class ChromeTrace:
         if trace:
             self._from_trace(trace, out)
         else:
-            self._from_tree(doc, out)
+            self._from_tree(doc, out, options)
         out.events.extend(self._metadata(doc, out))
         result = {
             "schemaVersion": 1,
@@ -114,8 +114,8 @@ class ChromeTrace:
                 out.flow(e["args"]["correlation"], launch["tid"], launch["ts"], e["pid"], e["tid"], e["ts"])
 
     # --- aggregated layout of the tree ----------------------------------------------------------------
-    def _from_tree(self, doc: dict[str, Any], out: _Out) -> None:
-        root = from_doc(doc)
+    def _from_tree(self, doc: dict[str, Any], out: _Out, options: ExportOptions) -> None:
+        root = from_doc(doc, options.fold)
         hz = int(doc.get("sample_hz") or 0)
         period_ns = 1e9 / hz if hz else 0.0
         length = self._lengths(root, period_ns)

@@ -3,15 +3,17 @@ the rest counted as within sampling noise (views/diff_significance.py)."""
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from deepctx.cli.formats.diff_table import STATUS_STYLE, path_text
-from deepctx.cli.formats.terminal import frame_text, is_ascii
+from deepctx.cli.formats.terminal import frame_need, frame_text, is_ascii
 from deepctx.cli.formats.units import fmt, fmt_signed
 from deepctx.cli.views.diff_significance import Change, Comparison
 from deepctx.profiles.metrics import METRIC_TITLES
+from deepctx.profiles.tree import Frame
 
 STYLES = {**STATUS_STYLE, "noise": "dim"}
 ROW_NAMES = {"function": "function", "line": "line", "path": "call path (innermost first, then callers)"}
@@ -52,29 +54,69 @@ class DiffChanges:
         console.print(Text(f"({', '.join(parts)})", style="dim"))
 
     def _table(self, cmp: Comparison, rows: list[Change], console: Console, ascii_only: bool) -> Table:
+        """The numbers as wide as their widest cell; the function, line or call path gets the rest. Where
+        that is too little for a name beside its file's basename and line, the noise columns go (z first)
+        and a caption says so: names and lines are what a reader looks up."""
         pm = "+-" if ascii_only else "±"
-        t = Table(box=None, padding=(0, 1, 0, 0))
         unit = "%" if cmp.normalised else ""
-        cols = ["status", f"before{unit and ' %'}", f"after{unit and ' %'}", "change" + (" pp" if unit else "")]
-        if cmp.critical_z is not None:
-            cols += [f"{pm} noise", "z"]
-        for col in cols:
-            t.add_column(col, justify="left" if col == "status" else "right", no_wrap=True, header_style="bold")
-        # what the numbers leave ("appeared", "+81.82", "-50.0": 8, 7 and 6 cells at most, one apart)
-        room = max(20, console.width - sum(max(len(c), 8 if c == "status" else 7) + 1 for c in cols))
-        t.add_column(ROW_NAMES[cmp.rollup], no_wrap=True, overflow="ellipsis", max_width=room, header_style="bold")
+        titles = ["status", f"before{unit and ' %'}", f"after{unit and ' %'}", "change" + (" pp" if unit else "")]
+        sampled = cmp.critical_z is not None
+        if sampled:
+            titles += [f"{pm} noise", "z"]
+        cells = [self._cells(cmp, c, ascii_only) for c in rows]
+        widths = [max([cell_len(t)] + [cell_len(r[i]) for r in cells]) for i, t in enumerate(titles)]
+        shown = list(range(len(titles)))
+        if cmp.rollup == "path":
+            need = max(frame_need(c.key[-1]._replace(module=None)) for c in rows)
+        else:
+            need = max(frame_need(self._frame(c)) for c in rows)
+
+        def room() -> int:
+            return console.width - sum(widths[i] + 1 for i in shown)
+
+        hidden = []
+        for title in reversed(titles[4:]):  # z, then the noise margin
+            if room() >= need:
+                break
+            shown.remove(titles.index(title))
+            hidden.append(title)
+        width = max(20, room())
+        caption = f"({', '.join(reversed(hidden))} not shown at {console.width} columns)" if hidden else None
+        t = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, caption=caption, caption_justify="left",
+                  caption_style="dim")
+        for i in shown:
+            t.add_column(titles[i], justify="left" if i == 0 else "right", no_wrap=True, width=widths[i],
+                         header_style="bold")
+        name_title = ROW_NAMES[cmp.rollup]
+        if cell_len(name_title) > width:
+            name_title = name_title.split(" (")[0]
+        t.add_column(name_title, no_wrap=True, overflow="ellipsis", max_width=width, header_style="bold")
         keep = 2 if console.width < 100 else 4
-        for c in rows:
+        for c, row in zip(rows, cells, strict=True):
             st = c.status
-            if cmp.normalised:
-                cells = [f"{100 * c.share_before:.2f}", f"{100 * c.share_after:.2f}", _pp(c.delta)]
-            else:
-                cells = [fmt(cmp.metric, c.before, ascii_only) or "0", fmt(cmp.metric, c.after, ascii_only) or "0",
-                         fmt_signed(cmp.metric, c.after - c.before, ascii_only)]
-            if cmp.critical_z is not None and c.margin is not None and c.z is not None:
-                margin = f"{100 * c.margin:.2f}" if cmp.normalised else f"{c.margin:.0f}"
-                cells += [margin, f"{c.z:+.1f}"]
-            name = (path_text(c.key, keep, ascii_only) if cmp.rollup == "path"
-                    else frame_text(c.key[0]._replace(module=None) if c.key[0].file else c.key[0], width=room))
-            t.add_row(Text(st, style=STYLES[st]), *cells[:2], Text(cells[2], style=STYLES[st]), *cells[3:], name)
+            name = (path_text(c.key, keep, ascii_only, width) if cmp.rollup == "path"
+                    else frame_text(self._frame(c), width=width))
+            styled = [Text(v, style=STYLES[st]) if i in (0, 3) else v for i, v in enumerate(row)]
+            t.add_row(*(styled[i] for i in shown), name)
         return t
+
+    @staticmethod
+    def _frame(c: Change) -> Frame:
+        """A function's or line's frame: the library of a frame with a file says nothing more."""
+        f = c.key[0]
+        return f._replace(module=None) if f.file else f
+
+    @staticmethod
+    def _cells(cmp: Comparison, c: Change, ascii_only: bool) -> list[str]:
+        """status, before, after, change, and for a sampled metric the noise margin and z."""
+        if cmp.normalised:
+            cells = [f"{100 * c.share_before:.2f}", f"{100 * c.share_after:.2f}", _pp(c.delta)]
+        else:
+            cells = [fmt(cmp.metric, c.before, ascii_only) or "0", fmt(cmp.metric, c.after, ascii_only) or "0",
+                     fmt_signed(cmp.metric, c.after - c.before, ascii_only)]
+        if cmp.critical_z is not None:
+            if c.margin is not None and c.z is not None:
+                cells += [f"{100 * c.margin:.2f}" if cmp.normalised else f"{c.margin:.0f}", f"{c.z:+.1f}"]
+            else:
+                cells += ["", ""]
+        return [c.status, *cells]

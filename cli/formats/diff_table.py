@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from deepctx.cli.escape import printable
-from deepctx.cli.formats.terminal import frame_text, is_ascii, metric_title
+from deepctx.cli.formats.terminal import NAME_KEEP, frame_need, frame_text, is_ascii, metric_title
 from deepctx.cli.formats.units import fmt, fmt_signed
 from deepctx.cli.views.diff import DiffNode, kernel_changes, kernel_metric, path_changes
 from deepctx.profiles.metrics import METRIC_TITLES
@@ -18,17 +19,37 @@ from deepctx.profiles.tree import Frame
 STATUS_STYLE = {"appeared": "bold red", "grew": "red", "shrank": "green", "vanished": "bold green", "same": "dim"}
 
 
-def path_text(path: tuple[Frame, ...], keep: int, ascii_only: bool) -> Text:
-    """Innermost frame first, then its callers outwards (a narrow terminal cuts the outer ones); frames
-    past keep are counted, not hidden."""
+def path_text(path: tuple[Frame, ...], keep: int, ascii_only: bool, width: int | None = None) -> Text:
+    """Innermost frame first, then its callers outwards; frames past keep are counted, not hidden. With a
+    width, the innermost frame shortens as frame_text does and callers come only while they fit, so
+    nothing is cut mid-word; the count of the others comes where it fits."""
     sep = " <- " if ascii_only else " ← "
-    text = Text()
-    for i, f in enumerate(reversed(path[-keep:])):
-        if i:
-            text.append(sep, style="dim")
-        text.append_text(frame_text(f._replace(module=None)))
-    if len(path) > keep:
-        text.append(f"{sep}[{len(path) - keep} more]", style="dim")
+    inner = list(reversed(path[-keep:]))
+
+    def marker(shown: int) -> str:
+        return f"{sep}[{len(path) - shown} more]" if len(path) > shown else ""
+
+    first_room = None
+    if width is not None:  # the count beside the innermost frame, where the frame keeps its name whole
+        first_room = width - cell_len(marker(1))
+        if first_room < frame_need(inner[0]._replace(module=None)):
+            first_room = width
+    text = frame_text(inner[0]._replace(module=None), width=first_room)
+    shown = 1
+    for f in inner[1:]:
+        piece = frame_text(f._replace(module=None))
+        if width is not None:  # a caller shortens as frame_text does, down to NAME_KEEP cells of its name
+            room = width - text.cell_len - cell_len(sep) - cell_len(marker(shown + 1))
+            if piece.cell_len > room:
+                piece = frame_text(f._replace(module=None), width=room)
+            if room < NAME_KEEP or piece.cell_len > room:
+                break
+        text.append(sep, style="dim")
+        text.append_text(piece)
+        shown += 1
+    more = marker(shown)
+    if more and (width is None or text.cell_len + cell_len(more) <= width):
+        text.append(more, style="dim")
     return text
 
 
@@ -59,13 +80,14 @@ class DiffTables:
             return
         km = kernel_metric(root)
         console.print(Text(f"\nGPU activity by kernel (compared by {METRIC_TITLES.get(km, km)})", style="bold"))
-        t = Table(box=None, padding=(0, 1, 0, 0))
+        t = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False)  # the last column pads nothing: room is its own
         # two-line titles: at 80 columns the numbers keep their width and the kernel has room for its name
         title = METRIC_TITLES.get(km, km)
         for col in ("status", "calls\nbefore", "calls\nafter", f"{title}\nbefore", f"{title}\nafter", "\nchange"):
             t.add_column(col, justify="left" if col == "status" else "right", no_wrap=True, min_width=8,
                          header_style="bold")
         room = max(20, console.width - 6 * 9)  # six columns of 8 cells, each one apart
+        # a kernel's tag repeats the column's title; copies, sets and syncs keep theirs
         t.add_column("\nkernel", no_wrap=True, overflow="ellipsis", max_width=room, header_style="bold")
         shown = [k for k in changes if k.status(km) != "same" or k.delta("calls")]
         for k in shown[:limit]:
@@ -73,7 +95,7 @@ class DiffTables:
             t.add_row(Text(st, style=STATUS_STYLE[st]), str(k.before.get("calls", 0)), str(k.after.get("calls", 0)),
                       fmt(km, k.before.get(km, 0), ascii_only), fmt(km, k.after.get(km, 0), ascii_only),
                       Text(fmt_signed(km, k.delta(km), ascii_only), style=STATUS_STYLE[st]),
-                      frame_text(k.frame, width=room))
+                      frame_text(k.frame, width=room, tag=k.frame.kind != "kernel"))
         console.print(t)
         same = len(changes) - len(shown)
         more = max(0, len(shown) - limit)

@@ -28,7 +28,7 @@ class FoldedStacks:
     binary: ClassVar[bool] = False
 
     def export(self, doc: dict[str, Any], options: ExportOptions) -> str:
-        root = from_doc(doc)
+        root = from_doc(doc, options.fold)
         metric = pick_metric(root, options.metric)
         lines = []
         for path, node in iter_paths(root):

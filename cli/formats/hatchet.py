@@ -19,7 +19,7 @@ class HatchetLiteral:
     binary: ClassVar[bool] = False
 
     def export(self, doc: dict[str, Any], options: ExportOptions) -> str:
-        root = from_doc(doc)
+        root = from_doc(doc, options.fold)
         metrics = [options.metric] if options.metric else list(root.total)
         return json.dumps([self._tree(root, metrics)], separators=(",", ":"))
 

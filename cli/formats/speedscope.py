@@ -21,7 +21,7 @@ class Speedscope:
     binary: ClassVar[bool] = False
 
     def export(self, doc: dict[str, Any], options: ExportOptions) -> str:
-        root = from_doc(doc)
+        root = from_doc(doc, options.fold)
         metrics = [options.metric] if options.metric else (nonzero_metrics(root) or ["cpu_samples"])
         frames: list[dict[str, Any]] = []
         index: dict[tuple[Frame, int | None], int] = {}

@@ -182,7 +182,7 @@ def _argument_list(name: str) -> int:
 
 
 def frame_text(frame: Frame, tid: int | None = None, extra: dict[str, Any] | None = None,
-               width: int | None = None) -> Text:
+               width: int | None = None, tag: bool = True) -> Text:
     """The frame in its kind's colour; kind tags in brackets so it reads the same without colour. With a
     width, what does not fit gives way in this order, so that the function, its file and its line stay:
     the file's path (relative to the working directory, then its middle elided, down to the basename), a
@@ -198,7 +198,7 @@ def frame_text(frame: Frame, tid: int | None = None, extra: dict[str, Any] | Non
             text.append(f" ({tid})", style="dim")
         return text
     line = f":{frame.line}" if frame.line else ""
-    tail = f"  [{frame.kind}]" if frame.kind not in ("python", "native", "root") else ""
+    tail = f"  [{frame.kind}]" if tag and frame.kind not in ("python", "native", "root") else ""
     if extra and extra.get("grid"):
         g, b = extra["grid"], extra.get("block") or []
         tail += f"  grid {'x'.join(map(str, g))} block {'x'.join(map(str, b))}"
@@ -223,6 +223,14 @@ def frame_text(frame: Frame, tid: int | None = None, extra: dict[str, Any] | Non
     text.append(name, style=style)
     text.append(where + tail, style="dim")
     return text
+
+
+def frame_need(frame: Frame, tag: bool = True) -> int:
+    """The cells frame_text needs to keep the whole name: beside its file's basename and line, and for a
+    native frame without its library (what frame_text gives way first)."""
+    short = frame._replace(file=frame.file and frame.file.rsplit("/", 1)[-1],
+                           module=None if frame.kind == "native" else frame.module)
+    return frame_text(short, tag=tag).cell_len
 
 
 def fitted_table(titles: list[str], rows: list[list[str | Text]], width: int | None, *, left: tuple[str, ...] = (),

@@ -10,6 +10,7 @@ import urllib.request
 import uuid
 
 from deepctx.profiles.exporter import ExportOptions
+from deepctx.profiles.fold import SHOW_ALL
 from deepctx.profiles.pprof import Pprof
 from deepctx.profiles.window import Window
 
@@ -29,7 +30,8 @@ def series_name(app: str, window: Window) -> str:
 
 
 def ingest_request(base_url: str, app: str, window: Window) -> urllib.request.Request:
-    profile = Pprof().export(window.profile, ExportOptions())
+    # as recorded: no deepctx flag reaches what Pyroscope shows, so it keeps every frame the capture had
+    profile = Pprof().export(window.profile, ExportOptions(fold=SHOW_ALL))
     params = {"name": series_name(app, window), "from": str(int(window.start_unix)),
               "until": str(int(window.end_unix)), "format": "pprof", "spyName": "deepctx",
               "sampleRate": str(int(window.profile.get("sample_hz") or 100))}

@@ -248,15 +248,72 @@ def test_fleet_top_keeps_host_and_pid(daemon) -> None:
 
 @pytest.mark.parametrize("columns", [80, 120])
 def test_diff_tables_keep_their_numbers(columns: int, capsys, monkeypatch) -> None:
-    fixed = str(PROFILES / "analyzer" / "analyzer_launch_bound_loop_fixed.json.gz")
-    out = run(capsys, monkeypatch, columns, "diff", LAUNCH_LOOP, fixed, "--color", "never", "--limit", "6")
+    out = run(capsys, monkeypatch, columns, "diff", LAUNCH_LOOP, FIXED, "--color", "never", "--limit", "6")
     kernels = out[out.index("GPU activity by kernel"):out.index("\nfunctions by")]
     assert widest(kernels) <= columns
     rows = [ln.split()[:6] for ln in kernels.splitlines() if ln.startswith(("grew", "appeared"))]
+    # the graph's name whole at 80 too: a kernel's '[kernel]' tag repeats the column's title
     assert rows == [["grew", "50000", "0", "46.5", "ms", "55.7"], ["grew", "500", "0", "374", "µs", "502"],
-                    ["appeared", "0", "500", "0", "[graph", "0x34420420]"] if columns == 120 else rows[2]]
+                    ["appeared", "0", "500", "0", "[graph", "0x34420420]"]]
+    assert [ln.split()[-1] for ln in kernels.splitlines() if ln.startswith("grew")][1:] == ["[memcpy]"]
     functions = out[out.index("\nfunctions by"):]
     step = next(ln for ln in functions.splitlines() if ln.startswith("vanished"))
-    assert step.split()[:6] == ["vanished", "95.73", "0.00", "-95.73", "6.66", "-50.0"]
-    # per function (lines merged): the file only; at 80 the noise columns leave too little for all of it
-    assert "launch_bound_loop" in step and ("launch_bound_loop.py" in step) is (columns == 120)
+    # at 80 the noise columns give way to the function and its file (a caption says so), at 120 both fit
+    numbers = ["vanished", "95.73", "0.00", "-95.73"] + (["6.66", "-50.0"] if columns == 120 else [])
+    assert step.split()[:-2] == numbers
+    captions = [ln.rstrip() for ln in functions.splitlines()]
+    assert ("(± noise, z not shown at 80 columns)" in captions) is (columns == 80)
+
+
+FIXED = str(PROFILES / "analyzer" / "analyzer_launch_bound_loop_fixed.json.gz")
+# --by: the two significant rows' function and where, at 80 and 120 columns and on a pipe (None)
+STEP_FILE = "/work/main/.snap/examples/inefficiencies/launch_bound_loop.py"
+REPLAY_FILE = "/opt/torch/.venv/lib/python3.12/site-packages/torch/cuda/graphs.py"
+DIFF_ROWS = {
+    ("function", 80): ("main.<locals>.step  launch_bound_loop.py", "CUDAGraph.replay  …/torch/cuda/graphs.py"),
+    ("function", 120): ("main.<locals>.step  …/examples/inefficiencies/launch_bound_loop.py",
+                        "CUDAGraph.replay  /opt/…/python3.12/site-packages/torch/cuda/graphs.py"),
+    ("function", None): (f"main.<locals>.step  {STEP_FILE}", f"CUDAGraph.replay  {REPLAY_FILE}"),
+    ("line", 80): ("main.<locals>.step  launch_bound_loop.py:20", "CUDAGraph.replay  …/torch/cuda/graphs.py:139"),
+    ("line", 120): ("main.<locals>.step  …/examples/inefficiencies/launch_bound_loop.py:20",
+                    "CUDAGraph.replay  …/python3.12/site-packages/torch/cuda/graphs.py:139"),
+    ("line", None): (f"main.<locals>.step  {STEP_FILE}:20", f"CUDAGraph.replay  {REPLAY_FILE}:139"),
+}
+
+
+@pytest.mark.parametrize(("by", "columns"), list(DIFF_ROWS))
+def test_diff_rows_keep_function_file_and_line(by: str, columns: int | None, capsys, monkeypatch) -> None:
+    """The name whole beside its file and line: the path shortens, never the function (#34.2)."""
+    argv = ("diff", LAUNCH_LOOP, FIXED, "--color", "never", "--by", by, "--limit", "6")
+    out = run(capsys, monkeypatch, columns, *argv)
+    piped = run(capsys, monkeypatch, None, *argv)
+    if columns is not None:
+        assert widest(out) <= columns
+    assert cut_words(out, piped) == set()
+    table = out[out.index(f"\n{by}s by self"):].splitlines()
+    rows = {ln.split()[0]: ln.rstrip() for ln in table if ln.startswith(("vanished", "appeared"))}
+    step, replay = DIFF_ROWS[(by, columns)]
+    assert rows["vanished"].endswith(f" {step}") and rows["appeared"].endswith(f" {replay}")
+
+
+@pytest.mark.parametrize("columns", [80, 120, None])
+def test_diff_call_paths_cut_no_frame(columns: int | None, capsys, monkeypatch) -> None:
+    """--by path: the innermost frame whole, callers while they fit, then how many more; nothing cut mid-word."""
+    argv = ("diff", LAUNCH_LOOP, FIXED, "--color", "never", "--by", "path", "--limit", "6", "--show-noise")
+    out = run(capsys, monkeypatch, columns, *argv)
+    piped = run(capsys, monkeypatch, None, *argv)
+    if columns is not None:
+        assert widest(out) <= columns
+    # '[18 more]': how many callers a width leaves out differs by width
+    assert {w for w in cut_words(out, piped) if not re.fullmatch(r"\[\d+", w)} == set()
+    table = out[out.index("\ncall paths by self"):].splitlines()
+    launch = next(ln.rstrip() for ln in table if ln.startswith("vanished"))
+    path = launch.split(" -5.1 ", 1)[1]
+    assert path == {80: "cudaLaunchKernel ← [18 more]",
+                    120: "cudaLaunchKernel ← void at::nati…:gpu_kernel_impl_nocast<…> ← [17 more]",
+                    None: "cudaLaunchKernel ← void at::native::gpu_kernel_impl_nocast<at::native::AUnaryFunctor"
+                          "<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::"
+                          "TensorIteratorBase&, at::native::AUnaryFunctor<float, float, float, at::native::"
+                          "binary_internal::MulFunctor<float> > const&) ← at::native::mul_kernel_cuda(at::TensorIteratorBase&)"
+                          " ← at::(anonymous namespace)::wrapper_CUDA_mul_Tensor(at::Tensor const&, at::Tensor "
+                          "const&) ← [15 more]"}[columns]

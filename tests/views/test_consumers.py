@@ -20,13 +20,15 @@ from deepctx.cli.formats.chrome import ChromeTrace
 from deepctx.cli.formats.hatchet import HatchetLiteral
 from deepctx.cli.views.flat import flat, sorted_rows
 from deepctx.profiles.exporter import ExportOptions
+from deepctx.profiles.fold import SHOW_ALL, VIEWS_DEFAULT
 from deepctx.profiles.pprof import Pprof
 from deepctx.profiles.tree import from_doc
 
 
 def test_hatchet_reads_the_literal_export(torch_doc: dict[str, Any]) -> None:
     ht = pytest.importorskip("hatchet")
-    gf = ht.GraphFrame.from_literal(json.loads(HatchetLiteral().export(torch_doc, ExportOptions())))
+    # the tree as recorded, node for node
+    gf = ht.GraphFrame.from_literal(json.loads(HatchetLiteral().export(torch_doc, ExportOptions(fold=SHOW_ALL))))
     df = gf.dataframe
     assert len(df) == recorded.node_count(torch_doc)
     assert "calls" in gf.exc_metrics and "calls (inc)" in gf.inc_metrics
@@ -109,7 +111,7 @@ def pprof_top(tmp_path: Path, doc: dict[str, Any], index: str) -> list[tuple[int
 
 def test_pprof_top_matches_the_flat_view(tmp_path: Path, torch_doc: dict[str, Any]) -> None:
     top = pprof_top(tmp_path, torch_doc, "calls")
-    ours = [(r.self["calls"], r.frame.name) for r in sorted_rows(flat(from_doc(torch_doc)), "calls") if r.self["calls"]]
+    ours = [(r.self["calls"], r.frame.name) for r in sorted_rows(flat(from_doc(torch_doc, VIEWS_DEFAULT)), "calls") if r.self["calls"]]
     assert top[:6] == ours[:6]
     _, k = recorded.elementwise(torch_doc)
     assert top[0] == (1000, k["name"])
@@ -117,7 +119,7 @@ def test_pprof_top_matches_the_flat_view(tmp_path: Path, torch_doc: dict[str, An
 
 def test_pprof_top_of_cpu_samples_matches(tmp_path: Path, jax_doc: dict[str, Any]) -> None:
     top = pprof_top(tmp_path, jax_doc, "cpu_samples")
-    ours = [(r.self["cpu_samples"], r.frame.name) for r in sorted_rows(flat(from_doc(jax_doc)), "cpu_samples")]
+    ours = [(r.self["cpu_samples"], r.frame.name) for r in sorted_rows(flat(from_doc(jax_doc, VIEWS_DEFAULT)), "cpu_samples")]
     # Same values in the same order (ties may be ordered by other names); pprof shortens C++ signatures, so
     # names are compared where they are plain.
     assert [v for v, _ in top] == [v for v, _ in ours[: len(top)]]

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import jsonschema
+import pytest
 import recorded
 from harness import line_of
 from synth import trace_events
@@ -18,8 +19,11 @@ from deepctx.cli.formats.folded import FoldedStacks
 from deepctx.cli.formats.hatchet import HatchetLiteral
 from deepctx.cli.formats.speedscope import Speedscope
 from deepctx.cli.main import main
+from deepctx.cli.views.document import load
 from deepctx.profiles.exporter import ExportOptions
+from deepctx.profiles.fold import SHOW_ALL, VIEWS_DEFAULT, Fold
 from deepctx.profiles.pprof import Pprof
+from deepctx.profiles.tree import from_doc
 from deepctx.proto.pprof import profile_pb2
 
 HERE = Path(__file__).resolve().parent
@@ -104,7 +108,7 @@ def test_speedscope_follows_its_schema(torch_doc) -> None:
 def test_hatchet_literal_has_self_and_inclusive_metrics(torch_doc) -> None:
     _, recorded_kernel = recorded.elementwise(torch_doc)
     name = recorded_kernel["name"]
-    roots = json.loads(HatchetLiteral().export(torch_doc, ExportOptions()))
+    roots = json.loads(HatchetLiteral().export(torch_doc, ExportOptions(fold=SHOW_ALL)))  # every recorded node
     assert len(roots) == 1
     root = roots[0]
     assert root["frame"]["type"] == "root" and root["metrics"]["calls"] == 0
@@ -180,3 +184,44 @@ def test_exports_of_every_fixture_are_consistent(jax_doc, triton_doc) -> None:
         assert sum(x.value[0] for x in prof.sample) == total
         assert [sum(x.value[i] for x in prof.sample) for i in range(len(doc["metrics"]))] == [
             recorded.metric_total(doc, m) for m in doc["metrics"]]
+
+
+# start-up frames above one Python path and 158 plumbing frames (test_narrow_terminals' report of it)
+RESNET = HERE.parents[1] / "fixtures" / "profiles" / "h200_resnet50_trace.json.gz"
+FOLD_FLAGS = {(): VIEWS_DEFAULT, ("--show-startup",): Fold(startup=False), ("--show-plumbing",): Fold(plumbing=False)}
+
+
+@pytest.fixture(scope="module")
+def resnet_tree_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The capture without its recorded trace: chrome then lays out the tree, which folding shapes."""
+    doc = load(str(RESNET))
+    del doc["trace"]
+    path = tmp_path_factory.mktemp("resnet") / "resnet.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["pprof", "speedscope", "chrome", "hatchet", "folded"])
+def test_exports_fold_as_report_does(fmt: str, resnet_tree_only: Path, tmp_path: Path) -> None:
+    """Every format folds start-up and plumbing frames by default, and --show-startup / --show-plumbing keep
+    them, as report and its HTML do (#34.9)."""
+    shown = {}
+    for i, flags in enumerate(FOLD_FLAGS):
+        out = tmp_path / f"out{i}"
+        assert main(["export", str(resnet_tree_only), "--to", fmt, "-o", str(out), *flags]) == 0
+        data = out.read_bytes()
+        if fmt == "pprof":  # the frames' names are the string table's
+            prof = profile_pb2.Profile()
+            prof.ParseFromString(gzip.decompress(data))
+            text = "\n".join(prof.string_table)
+        else:
+            text = data.decode()
+        shown[flags] = ("__libc_start_main" in text, "Module._call_impl" in text)
+        if fmt == "hatchet":  # node for node the tree report shows with the same flags
+            stack, count = json.loads(text), 0
+            while stack:
+                count += 1
+                stack.extend(stack.pop()["children"])
+            assert count == len(list(from_doc(load(str(resnet_tree_only)), FOLD_FLAGS[flags]).walk()))
+            assert count == {(): 13221, ("--show-startup",): 13253, ("--show-plumbing",): 13339}[flags]
+    assert shown == {(): (False, False), ("--show-startup",): (True, False), ("--show-plumbing",): (False, True)}
