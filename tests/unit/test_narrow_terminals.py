@@ -282,8 +282,9 @@ DIFF_ROWS = {
 
 
 @pytest.mark.parametrize(("by", "columns"), list(DIFF_ROWS))
-def test_diff_rows_keep_function_file_and_line(by: str, columns: int | None, capsys, monkeypatch) -> None:
+def test_diff_rows_keep_function_file_and_line(by: str, columns: int | None, capsys, monkeypatch, tmp_path) -> None:
     """The name whole beside its file and line: the path shortens, never the function (#34.2)."""
+    monkeypatch.chdir(tmp_path)  # paths under the working directory print relative: the recording's stay absolute
     argv = ("diff", LAUNCH_LOOP, FIXED, "--color", "never", "--by", by, "--limit", "6")
     out = run(capsys, monkeypatch, columns, *argv)
     piped = run(capsys, monkeypatch, None, *argv)
