@@ -380,6 +380,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         reply.totals.update(self.totals)
         reply.totals["symbol_files_loaded"] = self.symbols.loads
         reply.totals.update(self.programs.totals())  # bpf_programs_compiled stays put when a capture reuses one
+        reply.totals.update(programs.map_memory())  # kernel memory outside the RSS: the unwind rows first
         # the host cache: what files say (symbol and unwind tables), held under host_cache_bytes, its budget
         reply.totals.update({f"{HOST_CACHE_PREFIX}{k}": v for k, v in file_cache.stats().items()})
         if self.store is not None:

@@ -142,11 +142,12 @@ class UnwindConfig:
     max_stacks: int = 16384
     max_rules: int = 8192
     rows_headroom: int = 1 << 20  # rows for libraries loaded after the maps were sized (8 bytes each)
-    pages_headroom: int = 1 << 16  # page index entries for them (4 bytes each)
+    pages_headroom: int = 1 << 16  # page index entries for them (4 bytes each, 8 in the map)
     # the smallest maps a program gets: a PyTorch process with CUDA needs 8.7 to 9.4 M rows (H200 host), so
     # with these the program compiled ahead at the daemon's start serves it; a smaller class made its first
-    # capture compile a program of its own (5 to 6 s there). 128 MiB of rows and 8 MiB of page index, kernel
-    # memory held per loaded program with native unwinding (two are compiled ahead).
+    # capture compile a program of its own (5 to 6 s there). 128 MiB of rows and 16 MiB of page index (4-byte
+    # entries at an 8-byte stride), kernel memory held per loaded program with native unwinding (two are
+    # compiled ahead); Status shows it as bpf_map_bytes.
     min_rows: int = 1 << 24
     min_pages: int = 1 << 21
     page_shift: int = 9  # page index granule (2^9 bytes of code: an index of 0.8% of the code size)

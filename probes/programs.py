@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes as ct
 import hashlib
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -305,6 +306,28 @@ def reset_maps(bpf: Any) -> None:
                 except KeyError:
                     break
     drain_rings(bpf)  # the ring buffers' leftover events
+
+
+def map_memory(proc: str = "/proc/self") -> dict[str, int]:
+    """The BPF maps this process holds open and the kernel memory they take (each map's `memlock` in its
+    fdinfo): memory outside the daemon's RSS, mostly the native unwinder's row arrays (UnwindConfig.min_rows:
+    128 MiB per loaded program with native unwinding). Status totals bpf_maps and bpf_map_bytes."""
+    count = size = 0
+    try:
+        fds = os.listdir(f"{proc}/fd")
+    except OSError:
+        return {"bpf_maps": 0, "bpf_map_bytes": 0}
+    for fd in fds:
+        try:
+            if os.readlink(f"{proc}/fd/{fd}") != "anon_inode:bpf-map":
+                continue
+            with open(f"{proc}/fdinfo/{fd}") as f:
+                info = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:  # closed meanwhile
+            continue
+        count += 1
+        size += int(info.get("memlock", "0").strip() or 0)
+    return {"bpf_maps": count, "bpf_map_bytes": size}
 
 
 _DAEMON_POOL: ProgramPool | None = None

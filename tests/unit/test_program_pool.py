@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -177,3 +178,22 @@ def test_unwind_tables_are_sized_by_power_of_two_classes() -> None:
     unwinder = NativeUnwinder(cache=object())  # type: ignore[arg-type]
     rows = unwinder.defines()["NATIVE_MAX_ROWS"]
     assert rows == unwinder.config.min_rows == 1 << 24 > 9_400_000 + unwinder.config.rows_headroom
+
+
+def test_map_memory_sums_the_memlock_of_bpf_map_descriptors(tmp_path: Path) -> None:
+    """Only descriptors of BPF maps count, each by the memlock its fdinfo gives; a descriptor closed between
+    the listing and the read is skipped."""
+    from deepctx.probes.programs import map_memory
+
+    (tmp_path / "fd").mkdir()
+    (tmp_path / "fdinfo").mkdir()
+    links = {"3": "anon_inode:bpf-map", "4": "anon_inode:bpf-prog", "5": "anon_inode:bpf-map", "6": "/dev/null",
+             "7": "anon_inode:bpf-map"}
+    for fd, target in links.items():
+        (tmp_path / "fd" / fd).symlink_to(target)
+    (tmp_path / "fdinfo" / "3").write_text("pos:\t0\nmap_type:\t2\nmax_entries:\t16777216\nmemlock:\t134221824\n")
+    (tmp_path / "fdinfo" / "4").write_text("memlock:\t4096\n")
+    (tmp_path / "fdinfo" / "5").write_text("map_type:\t1\nmemlock:\t65536\n")
+    # 7: no fdinfo (closed meanwhile)
+    assert map_memory(str(tmp_path)) == {"bpf_maps": 2, "bpf_map_bytes": 134221824 + 65536}
+    assert map_memory(str(tmp_path / "gone")) == {"bpf_maps": 0, "bpf_map_bytes": 0}
