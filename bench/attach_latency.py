@@ -168,16 +168,23 @@ def target_argv(kind: str, period: float) -> list[str]:
 
 
 class Target:
-    """A steady_calls.py process: ready once warmed up, ends when its stdin closes."""
+    """A steady_calls.py process: ready once warmed up (it prints "ready <pid>"), ends when its stdin closes.
+    wait: wait for that line here; else the caller does (ready()), the pid known from the start (argv runs
+    the Python process itself, no wrapper)."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], wait: bool = True) -> None:
+        self.argv = argv
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.pid = self.proc.pid
+        if wait:
+            self.ready()
+
+    def ready(self) -> None:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
-        if not line.startswith("ready"):
+        if not line.startswith(f"ready {self.pid}"):
             self.end()
-            raise RuntimeError(f"target {argv} did not start: {line!r}")
-        self.pid = int(line.split()[1])
+            raise RuntimeError(f"target {self.argv} did not start: {line!r}")
 
     def end(self) -> None:
         if self.proc.stdin is not None and not self.proc.stdin.closed:

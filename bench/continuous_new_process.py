@@ -52,6 +52,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from attach_latency import Target, log_events  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 TARGET = REPO / "bench" / "targets" / "steady_calls.py"
 MOCK_CUDART = REPO / "tests" / "mocks" / "build" / "lib" / "libcudart.so.13"
@@ -79,39 +82,21 @@ def all_cpu_s(pid: int) -> tuple[float, float]:
     return cpu_s(pid), cpu_s(pid, children=True)
 
 
-def log_event(path: Path, msg: str, pid: int, offset: int = 0) -> dict[str, Any] | None:
-    """The first JSON line of the daemon's log at or after byte `offset` whose msg and pid are these."""
+def log_docs(path: Path, offset: int = 0) -> list[dict[str, Any]]:
+    """The JSON objects of the daemon's log from byte `offset` on (attach_latency.log_events' reading)."""
     with open(path, "rb") as f:
         f.seek(offset)
-        for raw in f:
-            line = raw.strip()
-            if not line.startswith(b"{"):
-                continue
-            try:
-                doc = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(doc, dict) and doc.get("msg") == msg and doc.get("pid") == pid:
-                return doc
-    return None
+        return log_events(raw.decode(errors="replace") for raw in f)
+
+
+def log_event(path: Path, msg: str, pid: int, offset: int = 0) -> dict[str, Any] | None:
+    """The first JSON line of the daemon's log at or after byte `offset` whose msg and pid are these."""
+    return next((d for d in log_docs(path, offset) if d.get("msg") == msg and d.get("pid") == pid), None)
 
 
 def log_pids(path: Path, offset: int, msgs: tuple[str, ...] = CAPTURE_EVENTS) -> set[int]:
     """The pids of the daemon's log lines at or after byte `offset` whose msg is one of msgs."""
-    out: set[int] = set()
-    with open(path, "rb") as f:
-        f.seek(offset)
-        for raw in f:
-            line = raw.strip()
-            if not line.startswith(b"{"):
-                continue
-            try:
-                doc = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(doc, dict) and doc.get("msg") in msgs and isinstance(doc.get("pid"), int):
-                out.add(doc["pid"])
-    return out
+    return {d["pid"] for d in log_docs(path, offset) if d.get("msg") in msgs and isinstance(d.get("pid"), int)}
 
 
 def cache_builds(before: dict[str, float], after: dict[str, float]) -> dict[str, int]:
@@ -222,30 +207,6 @@ class Daemon:
             return self.proc.wait()
 
 
-class Target:
-    """A steady_calls.py cudart process: loads the runtime, prints "ready <pid>", calls until stdin closes."""
-
-    def __init__(self, libcudart: str, period: float) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(TARGET), "cudart", libcudart, "--period", str(period)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.pid = self.proc.pid  # the Python process itself (no wrapper): known before it prints "ready"
-
-    def ready(self) -> None:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line.startswith(f"ready {self.pid}"):
-            raise RuntimeError(f"target {self.pid} did not start: {line!r}")
-
-    def end(self) -> None:
-        if self.proc.stdin is not None and not self.proc.stdin.closed:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def idle_rate(d: Daemon, seconds: float) -> float:
     """The daemon's CPU-seconds per second over `seconds` (a measuring span, not synchronization)."""
     c0, t0 = sum(all_cpu_s(d.proc.pid)), time.monotonic()
@@ -265,7 +226,7 @@ def measure(d: Daemon, i: int, args: argparse.Namespace, programs: int, kept: li
     before = d.totals()
     offset = d.log.stat().st_size
     (c0, k0), t0, w0 = all_cpu_s(d.proc.pid), time.monotonic(), time.time()
-    t = Target(args.libcudart, args.period)
+    t = Target([sys.executable, str(TARGET), "cudart", args.libcudart, "--period", str(args.period)], wait=False)
     try:
         ready = wait_for(lambda: log_event(d.log, "probes ready", t.pid, offset), args.timeout,
                          f"the daemon to capture process {t.pid}")
