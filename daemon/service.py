@@ -54,6 +54,28 @@ def _bcc_version() -> str:
         return "unavailable"
 
 
+# A capture reports progress at every turn of its loop: 20 times a second while new Python stacks come in.
+# Each event is a message through gRPC, the relay's two threads and the client's stream (CPU on both sides,
+# #35.7); a progress bar needs no more than two a second. A new message (a new phase) goes at once.
+PROGRESS_INTERVAL_S = 0.5
+
+
+class ProgressGate:
+    """Which of a capture's progress reports are sent: the first of each message, then at most one per
+    interval_s while the message stays the same."""
+
+    def __init__(self, interval_s: float = PROGRESS_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self._message: str | None = None
+        self._sent = 0.0
+
+    def send(self, message: str, now: float) -> bool:
+        if message == self._message and now - self._sent < self.interval_s:
+            return False
+        self._message, self._sent = message, now
+        return True
+
+
 def _release_free_memory() -> None:
     """A capture frees its BPF program, LLVM's compile state and its maps' copies: hand the freed pages
     back to the system so the daemon's resident memory follows what it holds, not what it once held."""
@@ -273,10 +295,13 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
 
         worker = threading.Thread(target=work, name=f"capture-{cap.id}", daemon=True)
         worker.start()
+        gate = ProgressGate()
         try:
             while True:
                 item = events.get()
                 if isinstance(item, Progress):
+                    if not gate.send(item.message, time.monotonic()):
+                        continue
                     yield pb.AttachEvent(progress=pb.Progress(elapsed_s=item.elapsed_s, duration_s=item.duration_s,
                                                               samples=item.samples, message=item.message))
                     continue
