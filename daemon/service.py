@@ -285,23 +285,25 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         context.add_callback(cancelled.set)
         cap.delivered.clear()  # the probes are detached once the profile is sent (or the request ends)
         finished: pb.Profile | None = None
+        gate = ProgressGate()
+
+        def report(p: Progress) -> None:
+            if gate.send(p.message, time.monotonic()):  # here: the request's thread is woken only to send
+                events.put(p)
 
         def work() -> None:
             try:
-                result = cap.run(lambda p: events.put(p), cancelled.is_set)
+                result = cap.run(report, cancelled.is_set)
                 events.put(result)
             except BaseException as e:  # handed to the request thread, which reports it
                 events.put(e)
 
         worker = threading.Thread(target=work, name=f"capture-{cap.id}", daemon=True)
         worker.start()
-        gate = ProgressGate()
         try:
             while True:
                 item = events.get()
                 if isinstance(item, Progress):
-                    if not gate.send(item.message, time.monotonic()):
-                        continue
                     yield pb.AttachEvent(progress=pb.Progress(elapsed_s=item.elapsed_s, duration_s=item.duration_s,
                                                               samples=item.samples, message=item.message))
                     continue
