@@ -55,6 +55,28 @@ def _bcc_version() -> str:
         return "unavailable"
 
 
+# A capture reports progress at every turn of its loop: 20 times a second while new Python stacks come in.
+# Each event is a message through gRPC, the relay's two threads and the client's stream (CPU on both sides,
+# #35.7); a progress bar needs no more than two a second. A new message (a new phase) goes at once.
+PROGRESS_INTERVAL_S = 0.5
+
+
+class ProgressGate:
+    """Which of a capture's progress reports are sent: the first of each message, then at most one per
+    interval_s while the message stays the same."""
+
+    def __init__(self, interval_s: float = PROGRESS_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self._message: str | None = None
+        self._sent = 0.0
+
+    def send(self, message: str, now: float) -> bool:
+        if message == self._message and now - self._sent < self.interval_s:
+            return False
+        self._message, self._sent = message, now
+        return True
+
+
 def _release_free_memory() -> None:
     """A capture frees its BPF program, LLVM's compile state and its maps' copies: hand the freed pages
     back to the system so the daemon's resident memory follows what it holds, not what it once held."""
@@ -283,10 +305,15 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         context.add_callback(cancelled.set)
         cap.delivered.clear()  # the probes are detached once the profile is sent (or the request ends)
         finished: pb.Profile | None = None
+        gate = ProgressGate()
+
+        def report(p: Progress) -> None:
+            if gate.send(p.message, time.monotonic()):  # here: the request's thread is woken only to send
+                events.put(p)
 
         def work() -> None:
             try:
-                result = cap.run(lambda p: events.put(p), cancelled.is_set)
+                result = cap.run(report, cancelled.is_set)
                 events.put(result)
             except BaseException as e:  # handed to the request thread, which reports it
                 events.put(e)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from deepctx.host import file_cache_status
 from deepctx.host.file_identity import FileIdentities
 
 T = TypeVar("T")
@@ -191,7 +192,7 @@ def configure(budget_bytes: int, max_entries: int = DEFAULT_MAX_ENTRIES) -> None
 
 
 # the daemon's Status totals carry stats() under this prefix (host_cache_hits ...; deepctx status)
-STATUS_PREFIX = "host_cache_"
+STATUS_PREFIX = file_cache_status.STATUS_PREFIX
 
 
 def stats() -> dict[str, int]:

@@ -16,7 +16,7 @@ from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.escape import literal
 from deepctx.cli.formats.terminal import fitted_table
 from deepctx.cli.view_args import view_console
-from deepctx.host.file_cache import STATUS_PREFIX as HOST_CACHE
+from deepctx.host.file_cache_status import STATUS_PREFIX as HOST_CACHE  # not file_cache's: numpy at CLI start
 from deepctx.profiles.lost import lost_counters
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
