@@ -501,23 +501,27 @@ def _write_array(tbl: Any, start: int, values: np.ndarray) -> None:
 def _write_mapped(tbl: Any, start: int, values: np.ndarray) -> bool:
     """values into a BPF_F_MMAPABLE array map's memory (each element at a stride of its size rounded up to 8
     bytes, as the kernel lays arrays out); False where the map cannot be mapped (no such flag, a kernel
-    before 5.5, not a kernel map)."""
+    before 5.5, not a kernel map). Only the pages written are mapped: the kernel maps a BPF array's pages
+    all at once (remap_vmalloc_range), so mapping the whole 128 MiB of rows counted it all in the daemon's
+    resident memory, and a capture's peak RSS rose by up to 2 GB."""
     fd, entries = getattr(tbl, "map_fd", None), getattr(tbl, "max_entries", None)
-    if not isinstance(fd, int) or not isinstance(entries, int) or start + len(values) > entries:
+    if not isinstance(fd, int) or not isinstance(entries, int) or start + len(values) > entries or not len(values):
         return False
     size = values.dtype.itemsize
     stride = (ct.sizeof(tbl.Leaf) + 7) & ~7
     if size != ct.sizeof(tbl.Leaf):
         return False
-    length = (entries * stride + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+    first, end = start * stride, (start + len(values)) * stride  # bytes of the map's memory written
+    offset = first - first % mmap.PAGESIZE
+    length = -(-end // mmap.PAGESIZE) * mmap.PAGESIZE - offset
     try:
-        mm = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        mm = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
     except OSError:
         return False
     try:
-        slots = np.frombuffer(mm, np.uint8, count=entries * stride).reshape(entries, stride)
-        slots[start:start + len(values), :size] = np.ascontiguousarray(values).view(np.uint8).reshape(-1, size)
-        del slots  # the view holds the mapping's buffer: released before the close
+        window = np.frombuffer(mm, np.uint8)[first - offset:end - offset].reshape(len(values), stride)
+        window[:, :size] = np.ascontiguousarray(values).view(np.uint8).reshape(-1, size)
+        del window  # the view holds the mapping's buffer: released before the close
     finally:
         mm.close()
     return True
