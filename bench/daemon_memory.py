@@ -5,10 +5,12 @@
     .venv/bin/python bench/daemon_memory.py --tables FILE [FILE ...]
 
 --targets (the default): starts a daemon on a private socket (its own cache folder), reads its resident
-memory with no target, then starts CPython targets (bench/targets/steady_calls.py: cudart loads the real
+memory as it starts and once the programs it compiles ahead are loaded (theirs, not the first capture's),
+then starts CPython targets (bench/targets/steady_calls.py: cudart loads the real
 CUDA runtime; torch and jax run a training step on the GPU host) and attaches to each (Python walker, GPU
 probes, CPU sampler, native unwinder), up to each count in turn. With all those captures running it reads
-the daemon's RSS (the most seen over --settle seconds) and its peak, and prints them side by side. Then,
+the daemon's RSS (the most seen over --settle seconds) and its peak, and prints them side by side with the
+kernel memory of its BPF maps (Status bpf_map_bytes, outside the RSS). Then,
 in this process, it loads what the daemon's host cache holds for those targets (symbol tables, unwind tables,
 interpreter layouts, as the captures do; host/file_cache.py) and prints its sizes per kind and the largest
 allocations behind them (tracemalloc).
@@ -41,6 +43,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from harness import Target, start_daemon, stop_daemon  # noqa: E402
 
 MB = 1 << 20
+PREWARMED = 2  # programs deepctxd compiles ahead when not continuous: a Python process with a GPU runtime, one without
 
 
 def memory_mb(pid: int) -> dict[str, float]:
@@ -110,6 +113,19 @@ def _config(work: Path, args: argparse.Namespace) -> list[str]:
     return ["--config", str(work / "d.toml")]
 
 
+def _totals(d) -> dict[str, int]:
+    r = d.cli("status", "--format", "json")
+    if r.returncode != 0:
+        raise RuntimeError(f"deepctx status: {r.stderr.strip()}")
+    return {k: int(v) for k, v in json.loads(r.stdout).get("totals", {}).items()}  # int64 values come as strings
+
+
+def _maps_mb(d) -> dict[str, float]:
+    """The kernel memory of the daemon's BPF maps (outside its RSS), in MiB."""
+    t = _totals(d)
+    return {"maps": t.get("bpf_map_bytes", 0) / MB, "maps_n": t.get("bpf_maps", 0)}
+
+
 def _sessions(d) -> dict[int, str]:
     r = d.cli("status", "--format", "json")
     if r.returncode != 0:
@@ -128,9 +144,17 @@ def many_targets(args: argparse.Namespace) -> int:
     attaches: list[subprocess.Popen] = []
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the finally blocks end what was started
     with tempfile.TemporaryDirectory(prefix="deepctx-mem-") as work:
-        d = start_daemon(Path(work), *_config(Path(work), args))
+        d = start_daemon(Path(work), *_config(Path(work), args), "--prewarm" if args.prewarm else "--no-prewarm")
         try:
-            rows.append(("no target", 0, memory_mb(d.proc.pid)))
+            rows.append(("started", 0, memory_mb(d.proc.pid) | _maps_mb(d)))
+            # the programs compiled ahead (prewarm_programs) are the daemon's, not the first capture's
+            deadline = time.monotonic() + (args.timeout if args.prewarm else 0)
+            while time.monotonic() < deadline:
+                t = _totals(d)
+                if t.get("bpf_programs_idle", 0) >= PREWARMED:
+                    rows.append(("programs loaded", 0, memory_mb(d.proc.pid) | _maps_mb(d)))
+                    break
+                time.sleep(0.2)  # a bench's poll against a deadline
             for n in counts:
                 while len(targets) < n:
                     t = Steady(argv)
@@ -151,12 +175,12 @@ def many_targets(args: argparse.Namespace) -> int:
                     now = memory_mb(d.proc.pid)
                     most = {k: max(v, most.get(k, 0.0)) for k, v in now.items()}
                     time.sleep(0.25)
-                rows.append((f"{n} capturing", n, most))
+                rows.append((f"{n} capturing", n, most | _maps_mb(d)))
             for i, (t, a) in enumerate(zip(targets, attaches, strict=True)):  # one at a time: what each stop costs
                 d.cli("stop", str(t.pid))
                 a.wait(timeout=300)
                 if i in (0, len(targets) - 1):
-                    rows.append((f"{i + 1} stopped", len(targets), memory_mb(d.proc.pid)))
+                    rows.append((f"{i + 1} stopped", len(targets), memory_mb(d.proc.pid) | _maps_mb(d)))
             status = json.loads(d.cli("status", "--format", "json").stdout or "{}")
         except BaseException:
             print(f"deepctxd's log ends:\n{d.log.read_text()[-4000:]}", file=sys.stderr)
@@ -173,9 +197,12 @@ def many_targets(args: argparse.Namespace) -> int:
             stop_daemon(d)
     print(f"# {os.cpu_count()} CPUs, kernel {os.uname().release}, target {args.target}, "
           f"host_cache_bytes {args.host_cache_bytes or 'default'}")
-    print(f"{'daemon':14} {'targets':>7} {'VmRSS MB':>9} {'RssAnon MB':>11} {'RssFile MB':>11} {'peak MB':>8}")
+    print(f"{'daemon':15} {'targets':>7} {'VmRSS MB':>9} {'RssAnon MB':>11} {'RssFile MB':>11} {'peak MB':>8} "
+          f"{'maps MB':>8}")
     for name, n, m in rows:
-        print(f"{name:14} {n:7d} {m['VmRSS']:9.1f} {m['RssAnon']:11.1f} {m['RssFile']:11.1f} {m['VmHWM']:8.1f}")
+        print(f"{name:15} {n:7d} {m['VmRSS']:9.1f} {m['RssAnon']:11.1f} {m['RssFile']:11.1f} {m['VmHWM']:8.1f} "
+              f"{m.get('maps', 0.0):8.1f} ({m.get('maps_n', 0)})")
+    print("maps MB: the kernel memory of the daemon's BPF maps (Status bpf_map_bytes), outside its RSS")
     if "host_cache" in status:  # once deepctx status reports the daemon's own cache
         print("daemon host cache:", json.dumps(status["host_cache"]))
     return cache_contents(args, argv, max(counts))
@@ -243,6 +270,9 @@ def main() -> int:
     ap.add_argument("--settle", type=float, default=5.0, help="seconds the captures run at each count before "
                     "the RSS is read (the most seen meanwhile)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds for the captures at a count to start")
+    ap.add_argument("--prewarm", action=argparse.BooleanOptionalAction, default=True,
+                    help="the daemon compiles its programs ahead as it starts, as deepctxd does by default (default: "
+                         "on; --no-prewarm: the first captures compile their own)")
     ap.add_argument("--host-cache-bytes", type=int, default=0, help="the daemon's host_cache_bytes (0: default)")
     ap.add_argument("--daemon-log", metavar="FILE", help="keep the daemon's JSON log there")
     ap.add_argument("--captures", type=int, help="back-to-back captures of cpu_burner instead")
