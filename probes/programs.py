@@ -41,7 +41,7 @@ _QUEUES = {22, 23}  # QUEUE, STACK
 # ones (unwind rows, the correlation rings) are written before they are read: their indexes (hashes) are
 # emptied, and the join checks the pid and the correlation id of a slot.
 ZEROED_ARRAY_MAX = 4096
-MAX_IDLE = 4  # idle programs kept (their maps hold kernel memory); the least recently used one goes first
+MAX_IDLE = 4  # idle programs kept, one of a kind (their maps hold kernel memory); the least recently used goes first
 # how long a capture waits for a program of its kind being compiled ahead or emptied: about as long as compiling
 # one (up to a minute on a busy 2-CPU machine); a compile of its own beside it would only slow both down
 WAIT_S = 120.0
@@ -139,9 +139,7 @@ class ProgramPool:
         with self._cond:
             self._done_pending(prog.key)
             if not why:
-                self._idle[id(prog)] = prog
-                while len(self._idle) > self.max_idle:
-                    evicted.append(self._idle.popitem(last=False)[1])
+                evicted += self._keep_idle(prog)
             self._cond.notify_all()
         if why:
             log.info("program not kept", extra={"program": prog.key, "reason": why})
@@ -171,8 +169,10 @@ class ProgramPool:
             return
         with self._cond:
             self._done_pending(key)
-            self._idle[id(prog)] = prog
+            evicted = self._keep_idle(prog)
             self._cond.notify_all()
+        for old in evicted:
+            self._discard(old)
 
     def close(self) -> None:
         """Frees every idle program (the daemon stops)."""
@@ -200,6 +200,18 @@ class ProgramPool:
             return out
 
     # --- inside --------------------------------------------------------------------------------------
+
+    def _keep_idle(self, prog: Program) -> list[Program]:
+        """Puts prog among the idle programs (under the lock) and returns those to free: another idle one of
+        its kind (one of a kind serves the next capture; a second, left by captures that ran at once, only
+        holds its maps' kernel memory, about 250 MB for a GPU program with native unwinding), then the least
+        recently used beyond max_idle."""
+        same = [ident for ident, old in self._idle.items() if old.key == prog.key]
+        out = [self._idle.pop(ident) for ident in same]
+        self._idle[id(prog)] = prog
+        while len(self._idle) > self.max_idle:
+            out.append(self._idle.popitem(last=False)[1])
+        return out
 
     def _take_idle(self, key: str) -> Program | None:
         for ident, prog in reversed(self._idle.items()):  # the most recently used first (warm caches)
