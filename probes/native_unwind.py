@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes as ct
 import logging
 import mmap
-import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -297,7 +296,7 @@ class NativeUnwinder(FamilyDefaults):
         from this capture's empty one."""
         space = self._space
         assert space is not None, "defines() fixes the map sizes before attach"
-        kept = _SPACES.get(bpf)
+        kept: TableSpace | None = getattr(bpf, "deepctx_unwind_space", None)  # kept on the program, as ring sinks are
         if kept is not None and (kept.max_rows, kept.max_pages, kept.max_rules) == (space.max_rows, space.max_pages,
                                                                                      space.max_rules):
             state: _ProcState = target.state.setdefault(self.name, _ProcState())
@@ -307,7 +306,7 @@ class NativeUnwinder(FamilyDefaults):
             if kept.rows_used + rows <= kept.max_rows and kept.pages_used + pages <= kept.max_pages:
                 return kept
         self._write_rules(bpf, space.initial_rules())
-        _SPACES[bpf] = space
+        bpf.deepctx_unwind_space = space
         return space
 
     def poll(self, bpf: Any, target: Target) -> None:
@@ -526,9 +525,6 @@ def _write_mapped(tbl: Any, start: int, values: np.ndarray) -> bool:
         mm.close()
     return True
 
-
-# each loaded program's table space (see NativeUnwinder._kept_space); freed with the program
-_SPACES: weakref.WeakKeyDictionary[Any, TableSpace] = weakref.WeakKeyDictionary()
 
 _NO_TABLE = UnwindTable("x86_64", 0, np.zeros(0, np.uint32), np.zeros(0, np.uint32), [])
 

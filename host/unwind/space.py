@@ -2,9 +2,9 @@
 array, one rules array.
 
 Each file's rows (and its page index) take a contiguous range, assigned once and shared by every
-process that maps the file. Rules are deduplicated across files. Nothing is freed: the space goes with the loaded program from one
-capture to the next (probes/native_unwind.py starts an empty one when a capture's new files do not fit), so this is a
-bump allocator that counts what does not fit.
+process that maps the file. Rules are deduplicated across files. Nothing is freed: the space goes with
+the loaded program from one capture to the next (probes/native_unwind.py starts an empty one when a
+capture's new files do not fit), so this is a bump allocator that counts what does not fit.
 """
 
 from __future__ import annotations

@@ -50,9 +50,8 @@ class FakeTable:
 
 
 class FakeBpf(dict):
-    """A loaded program's maps by name; one object per program, as bcc's BPF is (hashable by identity)."""
-
-    __hash__ = object.__hash__
+    """A loaded program's maps by name; one object per program, as bcc's BPF is, which keeps what goes with
+    the program as attributes (its ring sinks, its unwind table space)."""
 
 
 def fake_bpf(u: nu.NativeUnwinder) -> FakeBpf:
@@ -230,11 +229,11 @@ def test_a_programs_rows_are_written_once_for_every_capture_it_serves(dlopen_tar
     _, second, _ = capture(bpf, fit)
     assert first > 1000 and second == 0
     # ... and starts over where a new file does not fit: the next capture writes every row again
-    space = nu._SPACES[bpf]
+    space = bpf.deepctx_unwind_space
     space._next_row = space.max_rows  # full: as if other files took the rest
     _, refilled, _ = capture(bpf, fit)
     assert refilled == 0  # every file of this target is placed: nothing new to fit
     key = next(iter(space._placed))
     del space._placed[key]  # one of its files is new to the kept space and has no room: afresh
     _, refilled, _ = capture(bpf, fit)
-    assert refilled == first and nu._SPACES[bpf] is not space
+    assert refilled == first and bpf.deepctx_unwind_space is not space
