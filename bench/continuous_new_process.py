@@ -53,14 +53,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from attach_latency import Target, log_events  # noqa: E402
+from attach_latency import Target, cuda_runtime, log_events  # noqa: E402
+
+from deepctx.host.file_cache_status import STATUS_PREFIX as CACHE_PREFIX  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = REPO / "bench" / "targets" / "steady_calls.py"
 MOCK_CUDART = REPO / "tests" / "mocks" / "build" / "lib" / "libcudart.so.13"
 BUDGET_S = 0.3  # issue #30: CPU-seconds of the daemon per newly found process
 TICK = os.sysconf("SC_CLK_TCK")
-CACHE_PREFIX = "host_cache_"
 # the daemon's log lines of a capture's life: another pid's among them in a span means the daemon worked on
 # another process then (another job's GPU process on a shared host)
 CAPTURE_EVENTS = ("continuous capture", "probes ready", "probes detached", "continuous capture refused")
@@ -138,17 +139,6 @@ def wait_for(cond: Callable[[], T | None], timeout_s: float, what: str, poll_s: 
 
 
 # --- the daemon and the targets ---------------------------------------------------------------------------------
-
-def pip_cudart() -> str | None:
-    try:
-        import nvidia
-    except ImportError:
-        return None
-    for base in nvidia.__path__:
-        for lib in sorted(Path(base).glob("cu*/lib/libcudart.so.*")):
-            return str(lib)
-    return None
-
 
 class Daemon:
     """deepctxd --continuous --prewarm in a temp dir, JSON log at info level, Status over gRPC."""
@@ -325,9 +315,12 @@ def main() -> int:
     if os.geteuid() != 0:
         raise SystemExit("needs root (deepctxd loads BPF programs)")
     if args.libcudart is None:
-        args.libcudart = pip_cudart() or (str(MOCK_CUDART) if MOCK_CUDART.exists() else None)
-        if args.libcudart is None:
-            raise SystemExit("no CUDA runtime: install nvidia-cuda-runtime (./install.sh) or build tests/mocks")
+        try:
+            args.libcudart = cuda_runtime()  # pip's nvidia-cuda-runtime
+        except SystemExit:
+            if not MOCK_CUDART.exists():
+                raise SystemExit("no CUDA runtime: install nvidia-cuda-runtime (./install.sh) or build tests/mocks") from None
+            args.libcudart = str(MOCK_CUDART)
     runtime = "mock" if "tests/mocks" in args.libcudart else "real"
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the finally blocks end the daemon and targets
     info = machine()
