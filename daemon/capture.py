@@ -326,6 +326,10 @@ class Capture:
             poller.register(wake_r, select.POLLIN)
             last_maps = last_prewarm = 0.0
             window_t0, window_unix = t0, time.time()
+            # the profile's start is its clock's (duration_s counts from t0), not the request's: compile and
+            # attach came before it (0.4 s and more on a busy machine), and a window over
+            # [started_unix, + duration_s] must hold what the capture counted
+            self.started_unix = window_unix
             while True:
                 elapsed = time.monotonic() - t0
                 if elapsed >= opts.duration_s:

@@ -7,6 +7,7 @@ import ast
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,27 @@ def test_a_capture_runs_its_families_through_the_lifecycle_and_gives_the_program
     run_one()  # the second capture of its kind: attach only, on the program the first one gave back
     assert "compile" not in calls and not any(c.endswith("load") for c in calls)
     assert programs.totals()["bpf_programs_compiled"] == 1 and programs.totals()["bpf_programs_reused"] == 1
+
+
+def test_the_profile_starts_when_its_clock_does_not_when_it_was_asked_for(
+        monkeypatch: pytest.MonkeyPatch, sleeper: subprocess.Popen) -> None:
+    """duration_s counts from the moment the probes are attached: started_unix is that moment, so that
+    [started_unix, started_unix + duration_s] is the time the profile covers (a GPU busy log read over it
+    was 0.4 s early on a busy CI machine, where the attach took that long)."""
+    attached_at: list[float] = []
+
+    class SlowAttach(Step):
+        def attach(self, bpf: Any, target: Target) -> None:
+            attached_at.append(time.time())  # what came before the clock started: compile and attach
+
+    programs = ProgramPool(compile_fn=lambda families: FakeBpf(), free_fn=lambda bpf: None)
+    monkeypatch.setattr("deepctx.probes.programs.reset_maps", lambda bpf: None)
+    monkeypatch.setattr(ProbeSet, "choose", classmethod(
+        lambda cls, opts, target, symbols, tables: ProbeSet(opts, [SlowAttach("a", [])])))  # type: ignore[arg-type]
+    cap = Capture(1, sleeper.pid, CaptureOptions(duration_s=600, sample_hz=99), SymbolCache(4), threading.Event(),
+                  programs_pool=programs)
+    asked = cap.started_unix
+    cap.stop_requested.set()
+    result = cap.run(lambda p: None, lambda: False)
+    assert len(attached_at) == 1
+    assert asked <= attached_at[0] <= result.started_unix
