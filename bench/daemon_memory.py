@@ -15,6 +15,9 @@ in this process, it loads what the daemon's host cache holds for those targets (
 interpreter layouts, as the captures do; host/file_cache.py) and prints its sizes per kind and the largest
 allocations behind them (tracemalloc).
 
+--heap FILE: the daemon traces its own heap (daemon/self_memory.py) and, at each row taken while captures
+run or after they stop, prints the lines of deepctx's code that hold the most of it.
+
 --captures: captures tests/targets/bin/cpu_burner again and again and prints the daemon's anonymous and
 file-backed resident memory (MB) after each capture.
 
@@ -43,6 +46,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from harness import Target, start_daemon, stop_daemon  # noqa: E402
 
 MB = 1 << 20
+HEAP_TOP = 15  # owners of the daemon's heap printed per --heap report
 PREWARMED = 2  # programs deepctxd compiles ahead when not continuous: a Python process with a GPU runtime, one without
 
 
@@ -133,6 +137,27 @@ def _sessions(d) -> dict[int, str]:
     return {s["pid"]: s["state"] for s in json.loads(r.stdout).get("sessions") or []}
 
 
+def heap_report(d, path: str | None, label: str) -> None:
+    """With --heap: the daemon appends where its heap is to path (SIGUSR2, daemon/self_memory.py), and its
+    largest owners are printed here."""
+    if not path:
+        return
+    from deepctx.daemon.self_memory import REPORT_END
+
+    def ends() -> int:
+        return Path(path).read_text().count(REPORT_END) if Path(path).exists() else 0
+
+    before = ends()
+    d.proc.send_signal(signal.SIGUSR2)
+    deadline = time.monotonic() + 120
+    while ends() == before:
+        if time.monotonic() > deadline:
+            raise RuntimeError("deepctxd wrote no heap report within 120 s of SIGUSR2")
+        time.sleep(0.2)  # a bench's poll against a deadline
+    last = Path(path).read_text().split(REPORT_END)[-2].strip().splitlines()
+    print(f"heap, {label}:", *last[1:3 + HEAP_TOP], sep="\n  ", flush=True)
+
+
 def many_targets(args: argparse.Namespace) -> int:
     from attach_latency import Target as Steady
     from attach_latency import target_argv
@@ -144,7 +169,9 @@ def many_targets(args: argparse.Namespace) -> int:
     attaches: list[subprocess.Popen] = []
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the finally blocks end what was started
     with tempfile.TemporaryDirectory(prefix="deepctx-mem-") as work:
-        d = start_daemon(Path(work), *_config(Path(work), args), "--prewarm" if args.prewarm else "--no-prewarm")
+        heap = {"DEEPCTX_SELF_MEMORY": str(Path(args.heap).resolve())} if args.heap else None
+        d = start_daemon(Path(work), *_config(Path(work), args), "--prewarm" if args.prewarm else "--no-prewarm",
+                         env=heap)
         try:
             rows.append(("started", 0, memory_mb(d.proc.pid) | _maps_mb(d)))
             # the programs compiled ahead (prewarm_programs) are the daemon's, not the first capture's
@@ -176,11 +203,13 @@ def many_targets(args: argparse.Namespace) -> int:
                     most = {k: max(v, most.get(k, 0.0)) for k, v in now.items()}
                     time.sleep(0.25)
                 rows.append((f"{n} capturing", n, most | _maps_mb(d)))
+                heap_report(d, args.heap, f"{n} capturing")
             for i, (t, a) in enumerate(zip(targets, attaches, strict=True)):  # one at a time: what each stop costs
                 d.cli("stop", str(t.pid))
                 a.wait(timeout=300)
                 if i in (0, len(targets) - 1):
                     rows.append((f"{i + 1} stopped", len(targets), memory_mb(d.proc.pid) | _maps_mb(d)))
+                    heap_report(d, args.heap, f"{i + 1} stopped")
             status = json.loads(d.cli("status", "--format", "json").stdout or "{}")
         except BaseException:
             print(f"deepctxd's log ends:\n{d.log.read_text()[-4000:]}", file=sys.stderr)
@@ -275,6 +304,8 @@ def main() -> int:
                          "on; --no-prewarm: the first captures compile their own)")
     ap.add_argument("--host-cache-bytes", type=int, default=0, help="the daemon's host_cache_bytes (0: default)")
     ap.add_argument("--daemon-log", metavar="FILE", help="keep the daemon's JSON log there")
+    ap.add_argument("--heap", metavar="FILE", help="the daemon traces its heap (DEEPCTX_SELF_MEMORY=FILE) and "
+                    "reports its largest owners with each row taken while captures run or after they stop")
     ap.add_argument("--captures", type=int, help="back-to-back captures of cpu_burner instead")
     ap.add_argument("--duration", default="0.3", help="with --captures: seconds per capture")
     ap.add_argument("--tables", nargs="+", metavar="FILE")

@@ -132,10 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         ready_fd = _daemonize(cfg.log_file)
     logs.setup(cfg.log_level, cfg.log_format)
     # Imported after the fork: gRPC's threads do not survive one.
+    from deepctx.daemon import self_memory
     from deepctx.daemon.self_profile import start_from_env
     from deepctx.daemon.server import DaemonServer, SocketInUse
 
     profiler = start_from_env()
+    self_memory.start_from_env()  # DEEPCTX_SELF_MEMORY: SIGUSR2 writes where the daemon's heap is
     server = DaemonServer(cfg)
     try:
         server.start()
