@@ -17,6 +17,10 @@ from targets.python.pythons import INTERPRETERS, Interpreter
 
 TARGETS = Path(__file__).resolve().parents[2] / "targets" / "python"
 MAX_DEPTH = 128  # the daemon's default python_max_depth
+# Three times the default rate for a third of the time: the samples the chains are checked on, a third of the
+# wall time (these captures ran 2 to 4 s each, on every interpreter: the integration tier's largest file)
+FAST_RATE = "297"
+FAST = ("--duration", "1", "--rate", FAST_RATE)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +94,7 @@ def by_name(path: list[dict[str, Any]], name: str) -> dict[str, Any]:
 def test_call_path_top_mid_leaf(py_daemon: Daemon, python: Interpreter) -> None:
     script = "callpath.py"
     with PyTarget(python, script) as t:
-        doc = py_daemon.attach_json(t.pid, "--duration", "3")
+        doc = py_daemon.attach_json(t.pid, *FAST)
     n = total(doc)
     assert n >= 100, n
     assert python_under(doc, ["top", "mid", "leaf"]) >= 0.8 * n
@@ -111,7 +115,7 @@ def test_call_path_top_mid_leaf(py_daemon: Daemon, python: Interpreter) -> None:
 
 def test_eight_threads_each_under_its_own_thread(py_daemon: Daemon, python: Interpreter) -> None:
     with PyTarget(python, "threads.py") as t:
-        doc = py_daemon.attach_json(t.pid, "--duration", "4")
+        doc = py_daemon.attach_json(t.pid, "--duration", "1.5", "--rate", FAST_RATE)
     threads = t.info["threads"]
     assert len(threads) == 8
     for func, tid in threads.items():
@@ -128,7 +132,7 @@ def test_thread_nodes_carry_their_python_names(py_daemon: Daemon, python: Interp
         pytest.skip("thread names are read on CPython 3.10 to 3.13 (host/python/thread_names.py)")
     with PyTarget(python, "named_threads.py", "--spin", "--renamed-main") as t:
         comm = Path(f"/proc/{t.pid}/comm").read_text().strip()  # every thread's OS name: Python sets none
-        doc = py_daemon.attach_json(t.pid, "--duration", "3")
+        doc = py_daemon.attach_json(t.pid, *FAST)
     tids = t.info["threads"]  # name -> tid, as the target's pid namespace (the test's) sees it
     assert tids["coordinator"] == t.pid
     got = {c["tid"]: c["name"] for c in doc["root"]["children"] if c["kind"] == "thread"}
@@ -142,7 +146,7 @@ def test_thread_nodes_carry_their_python_names(py_daemon: Daemon, python: Interp
 def test_deep_recursion_is_truncated_cleanly(py_daemon: Daemon, python: Interpreter) -> None:
     script = "recursion.py"
     with PyTarget(python, script) as t:
-        doc = py_daemon.attach_json(t.pid, "--duration", "2")
+        doc = py_daemon.attach_json(t.pid, *FAST)
     assert t.info["depth"] == 300
     deep = [(p, v) for p, v in self_paths(doc) if "bottom" in names(p)]
     assert sum(v for _, v in deep) >= 0.8 * total(doc)
@@ -168,7 +172,7 @@ def test_deep_recursion_is_truncated_cleanly(py_daemon: Daemon, python: Interpre
 def test_generator_and_coroutine(py_daemon: Daemon, python: Interpreter) -> None:
     script = "generators.py"
     with PyTarget(python, script) as t:
-        doc = py_daemon.attach_json(t.pid, "--duration", "3")
+        doc = py_daemon.attach_json(t.pid, *FAST)
     gen = thread_paths(doc, t.info["threads"]["generator"])
     coro = thread_paths(doc, t.info["threads"]["coroutine"])
     gen_hits = [p for p, _ in gen if contains_chain(pynames(p), ["consume", "produce"])]
@@ -195,7 +199,7 @@ QUALNAME_CHAINS = {
 
 def test_qualified_names(py_daemon: Daemon, python: Interpreter) -> None:
     with PyTarget(python, "qualnames.py") as t:
-        doc = py_daemon.attach_json(t.pid, "--duration", "3")
+        doc = py_daemon.attach_json(t.pid, *FAST)
     assert set(t.info["threads"]) == set(QUALNAME_CHAINS)
     for name, tid in t.info["threads"].items():
         paths = thread_paths(doc, tid)
@@ -206,7 +210,7 @@ def test_qualified_names(py_daemon: Daemon, python: Interpreter) -> None:
 def test_thread_started_after_attach(py_daemon: Daemon, python: Interpreter) -> None:
     with PyTarget(python, "late_threads.py", stdin=subprocess.PIPE) as t:
         attach = subprocess.Popen(
-            [*DEEPCTX, "attach", str(t.pid), "--duration", "4", "--format", "json", "--quiet"],
+            [*DEEPCTX, "attach", str(t.pid), "--duration", "2", "--rate", FAST_RATE, "--format", "json", "--quiet"],
             env=py_daemon.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         wait_for(lambda: capturing(py_daemon, t.pid), timeout=60, what="the capture to start")
@@ -225,7 +229,7 @@ def test_thread_started_after_attach(py_daemon: Daemon, python: Interpreter) -> 
 
 def test_ctypes_qsort_callback(py_daemon: Daemon, python: Interpreter) -> None:
     with PyTarget(python, "ctypes_qsort.py") as t:
-        doc = py_daemon.attach_json(t.pid, "--duration", "3")
+        doc = py_daemon.attach_json(t.pid, *FAST)
     compare = [(p, v) for p, v in self_paths(doc) if "compare" in names(p)]
     assert sum(v for _, v in compare) >= 0.5 * total(doc)
     for path, _ in compare:
