@@ -147,7 +147,7 @@ class ProbeSet:
     def _unwinder(unwind_tables: Any) -> ProbeFamily:
         from deepctx.probes.native_unwind import NativeUnwinder
 
-        return NativeUnwinder(cache=unwind_tables)
+        return NativeUnwinder(cache=unwind_tables, shared=True)  # the daemon's arrays (probes/unwind_maps.py)
 
     @staticmethod
     def _gpu(opts: CaptureOptions, symbols: SymbolCache) -> GpuApi:

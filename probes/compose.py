@@ -10,8 +10,9 @@ from typing import Any
 
 from deepctx.probes.family import PROBES_DIR, ProbeFamily
 
-# bcc compiles with LLVM inside this process; one compilation at a time keeps that safe.
-_COMPILE_LOCK = threading.Lock()
+# bcc compiles with LLVM inside this process; one compilation at a time keeps that safe. Reentrant: a family's
+# before_compile may compile a module of its own (probes/unwind_maps.py).
+COMPILE_LOCK = threading.RLock()
 
 
 def compose_source(families: Sequence[ProbeFamily]) -> str:
@@ -38,7 +39,9 @@ def render(families: Sequence[ProbeFamily]) -> str:
 def compile_program(families: Sequence[ProbeFamily]) -> Any:
     from bcc import BPF  # imported late: unit tests and the CLI never need bcc
 
-    with _COMPILE_LOCK:
+    with COMPILE_LOCK:
+        for fam in families:
+            fam.before_compile()
         bpf = BPF(text=compose_source(families).encode(), cflags=compose_cflags(families))  # bcc wants bytes
         page_out_compiler()
         return bpf
@@ -75,5 +78,5 @@ def page_out_compiler(maps: str = "/proc/self/maps") -> int:
 
 
 def cleanup_program(bpf: Any) -> None:
-    with _COMPILE_LOCK:
+    with COMPILE_LOCK:
         bpf.cleanup()

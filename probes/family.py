@@ -12,6 +12,7 @@ native unwinder).
 The steps, in the order daemon/capture.py drives them (it names no family; daemon/probe_set.py chooses
 them and reads what they aggregated into the tree):
   prepare(target)        before a program is taken: inspect the target (ValueError: a user-facing reason)
+  before_compile()       when a program must be compiled for it: what its text refers to is made first
   load(bpf)              once per program: load its BPF functions (not per capture)
   attach(bpf, target)    fill the maps for the pid and attach events / uprobes
   poll(bpf, target)      while the capture runs; busy() asks for faster polls
@@ -69,6 +70,11 @@ class ProbeFamily(Protocol):
         every capture, or each capture compiles a program of its own."""
         ...
 
+    def before_compile(self) -> None:
+        """Right before its program is compiled (under the compile lock): what the program's text refers to
+        outside it exists (the native unwinder's arrays the daemon shares: probes/unwind_maps.py)."""
+        ...
+
     def load(self, bpf: Any) -> None:
         """Once per compiled program: load the BPF functions it attaches (bpf.load_func), so the verifier
         runs when the program is built, not in a capture."""
@@ -113,6 +119,9 @@ class ProbeFamily(Protocol):
 
 class FamilyDefaults:
     """The steps a family may leave out, as no-ops (a family inherits this and overrides what it does)."""
+
+    def before_compile(self) -> None:
+        pass
 
     def load(self, bpf: Any) -> None:
         pass

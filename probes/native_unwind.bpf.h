@@ -49,10 +49,19 @@
 #define NATIVE_MAP_SEARCH_STEPS 11
 #endif
 
-/* Mappable: the daemon writes a file's rows and page index with a memory copy, not map updates. */
+/* Mappable: the daemon writes a file's rows and page index with a memory copy, not map updates.
+ * NATIVE_SHARED_TABLES: the three arrays are the daemon's, exported once by probes/unwind_maps.py
+ * (native_unwind_maps.bpf.h) and shared by every program it loads, so a file's rows go into the kernel
+ * once per daemon and the 144 MiB they take are held once, not by each loaded program. */
+#ifdef NATIVE_SHARED_TABLES
+BPF_TABLE("extern", int, struct native_unwind_row, native_rows, NATIVE_MAX_ROWS);
+BPF_TABLE("extern", int, __u32, native_pages, NATIVE_MAX_PAGES);
+BPF_TABLE("extern", int, struct native_unwind_info, native_infos, NATIVE_MAX_INFOS);
+#else
 BPF_F_TABLE("array", int, struct native_unwind_row, native_rows, NATIVE_MAX_ROWS, BPF_F_MMAPABLE);
 BPF_F_TABLE("array", int, __u32, native_pages, NATIVE_MAX_PAGES, BPF_F_MMAPABLE);
 BPF_ARRAY(native_infos, struct native_unwind_info, NATIVE_MAX_INFOS);
+#endif
 BPF_HASH(native_procs, __u32, struct native_proc, NATIVE_MAX_PROCS);
 BPF_HASH(native_stacks, __u64, struct native_stack, NATIVE_MAX_STACKS);
 BPF_PERCPU_ARRAY(native_scratch, struct native_stack, 1);

@@ -26,6 +26,7 @@ from deepctx.host.unwind.space import NO_ROWS, TableSpace, Upload
 from deepctx.host.unwind.table import UnwindTable
 from deepctx.probes.family import PROBES_DIR, FamilyDefaults, Target, read_source
 from deepctx.probes.maps import entry_count
+from deepctx.probes.unwind_maps import SharedUnwindMaps, daemon_maps
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +146,8 @@ class UnwindConfig:
     # the smallest maps a program gets: a PyTorch process with CUDA needs 8.7 to 9.4 M rows (H200 host), so
     # with these the program compiled ahead at the daemon's start serves it; a smaller class made its first
     # capture compile a program of its own (5 to 6 s there). 128 MiB of rows and 16 MiB of page index (4-byte
-    # entries at an 8-byte stride), kernel memory held per loaded program with native unwinding (two are
-    # compiled ahead); Status shows it as bpf_map_bytes.
+    # entries at an 8-byte stride), kernel memory held once per daemon: its programs of this class share them
+    # (probes/unwind_maps.py); Status shows it as bpf_map_bytes.
     min_rows: int = 1 << 24
     min_pages: int = 1 << 21
     page_shift: int = 9  # page index granule (2^9 bytes of code: an index of 0.8% of the code size)
@@ -204,8 +205,13 @@ class NativeUnwinder(FamilyDefaults):
 
     name = "native_unwind"
 
-    def __init__(self, config: UnwindConfig | None = None, cache: TableCache | None = None) -> None:
+    def __init__(self, config: UnwindConfig | None = None, cache: TableCache | None = None,
+                 shared: bool = False) -> None:
+        """shared: the program uses the daemon's arrays (probes/unwind_maps.py) when its size class is theirs."""
         self.config = config or UnwindConfig()
+        self.shared = shared
+        self._maps: SharedUnwindMaps | None = None  # the daemon's arrays, where this program uses them
+        self._attached = False  # counted among their users
         if self.config.max_mappings & (self.config.max_mappings - 1):
             raise ValueError("max_mappings must be a power of two")
         # not `or`: an empty cache is falsy (len 0), and the daemon's shared one starts empty
@@ -250,7 +256,17 @@ class NativeUnwinder(FamilyDefaults):
                 "NATIVE_PAGE_SHIFT": c.page_shift,
             }
             self._space = TableSpace(rows, pages, c.max_rules, c.page_shift)
+            if self.shared:
+                self._maps = daemon_maps(rows, pages, c.max_rules, c.page_shift)
+                if self._maps is not None:
+                    self._frozen["NATIVE_SHARED_TABLES"] = 1
         return dict(self._frozen)
+
+    def before_compile(self) -> None:
+        """The daemon's arrays exist before a program that declares them extern is compiled."""
+        self.defines()
+        if self._maps is not None:
+            self._maps.export()
 
     def prepare(self, target: Target) -> None:
         state = target.state.setdefault(self.name, _ProcState())
@@ -284,8 +300,30 @@ class NativeUnwinder(FamilyDefaults):
 
     def attach(self, bpf: Any, target: Target) -> None:
         self.defines()
-        self._space = self._kept_space(bpf, target)
-        self._sync(bpf, target)
+        maps = self._maps
+        if maps is None:
+            self._space = self._kept_space(bpf, target)
+            self._sync(bpf, target)
+            return
+        with maps.lock:  # the daemon's arrays: placed once for every program, restarted by no one in use
+            maps.users += 1
+            self._attached = True
+            space = maps.space
+            if not self._fits(space, target) and maps.users == 1:
+                space = maps.restart()
+            if maps.fresh:
+                self._write_rules(bpf, space.initial_rules())
+                maps.fresh = False
+            self._space = space
+            self._sync(bpf, target)
+
+    def _fits(self, space: TableSpace, target: Target) -> bool:
+        """Whether the target's files not placed in space yet fit in what is left of it."""
+        state: _ProcState = target.state.setdefault(self.name, _ProcState())
+        new = {key: table for key, table in state.tables.values() if key and space.placement(key) is None}
+        rows = sum(len(t) for t in new.values())
+        pages = sum(t.pages(self.config.page_shift) for t in new.values())
+        return space.rows_used + rows <= space.max_rows and space.pages_used + pages <= space.max_pages
 
     def _kept_space(self, bpf: Any, target: Target) -> TableSpace:
         """Where the loaded program's maps have room: its rows stay from one capture to the next (the pool's
@@ -299,11 +337,7 @@ class NativeUnwinder(FamilyDefaults):
         kept: TableSpace | None = getattr(bpf, "deepctx_unwind_space", None)  # kept on the program, as ring sinks are
         if kept is not None and (kept.max_rows, kept.max_pages, kept.max_rules) == (space.max_rows, space.max_pages,
                                                                                      space.max_rules):
-            state: _ProcState = target.state.setdefault(self.name, _ProcState())
-            new = {key: table for key, table in state.tables.values() if key and kept.placement(key) is None}
-            rows = sum(len(t) for t in new.values())
-            pages = sum(t.pages(self.config.page_shift) for t in new.values())
-            if kept.rows_used + rows <= kept.max_rows and kept.pages_used + pages <= kept.max_pages:
+            if self._fits(kept, target):
                 return kept
         self._write_rules(bpf, space.initial_rules())
         bpf.deepctx_unwind_space = space
@@ -332,7 +366,11 @@ class NativeUnwinder(FamilyDefaults):
                 except OSError:
                     state.files_failed += 1
                     state.tables[fk] = ("", _NO_TABLE)
-        self._sync(bpf, target)
+        if self._maps is not None:
+            with self._maps.lock:
+                self._sync(bpf, target)
+        else:
+            self._sync(bpf, target)
 
     def _background(self) -> ThreadPoolExecutor:
         if self._builder is None:
@@ -344,6 +382,10 @@ class NativeUnwinder(FamilyDefaults):
             del bpf[b"native_procs"][ct.c_uint32(target.pid)]
         except KeyError:
             pass
+        if self._maps is not None and self._attached:
+            with self._maps.lock:
+                self._maps.users -= 1
+                self._attached = False
 
     def close(self) -> None:
         if self._builder is not None:
@@ -463,14 +505,18 @@ class NativeUnwinder(FamilyDefaults):
                 state.biases[k] = None
         return state.biases[k]
 
+    def _table(self, bpf: Any, name: bytes) -> Any:
+        """One of the three arrays: the daemon's, or the program's own."""
+        return self._maps.table(name) if self._maps is not None else bpf[name]
+
     def _write_rows(self, bpf: Any, upload: Upload) -> None:
-        _write_array(bpf[b"native_rows"], upload.rows_start, np.ascontiguousarray(upload.rows, np.uint64))
-        _write_array(bpf[b"native_pages"], upload.pages_start, np.ascontiguousarray(upload.pages, np.uint32))
+        _write_array(self._table(bpf, b"native_rows"), upload.rows_start, np.ascontiguousarray(upload.rows, np.uint64))
+        _write_array(self._table(bpf, b"native_pages"), upload.pages_start,
+                     np.ascontiguousarray(upload.pages, np.uint32))
         self._write_rules(bpf, upload.rules)
 
-    @staticmethod
-    def _write_rules(bpf: Any, rules: list[tuple[int, Info]]) -> None:
-        tbl = bpf[b"native_infos"]
+    def _write_rules(self, bpf: Any, rules: list[tuple[int, Info]]) -> None:
+        tbl = self._table(bpf, b"native_infos")
         for idx, rule in rules:
             leaf = tbl.Leaf()
             ct.memmove(

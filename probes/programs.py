@@ -323,8 +323,9 @@ def reset_maps(bpf: Any) -> None:
 def map_memory(proc: str = "/proc/self") -> dict[str, int]:
     """The BPF maps this process holds open and the kernel memory they take (each map's `memlock` in its
     fdinfo): memory outside the daemon's RSS, mostly the native unwinder's row arrays (UnwindConfig.min_rows:
-    128 MiB per loaded program with native unwinding). Status totals bpf_maps and bpf_map_bytes."""
+    128 MiB, once per daemon: probes/unwind_maps.py). Status totals bpf_maps and bpf_map_bytes."""
     count = size = 0
+    seen: set[str] = set()  # a map open under several descriptors (the unwinder's shared arrays) counts once
     try:
         fds = os.listdir(f"{proc}/fd")
     except OSError:
@@ -337,6 +338,10 @@ def map_memory(proc: str = "/proc/self") -> dict[str, int]:
                 info = dict(line.split(":", 1) for line in f if ":" in line)
         except OSError:  # closed meanwhile
             continue
+        map_id = info.get("map_id", "").strip()
+        if map_id and map_id in seen:
+            continue
+        seen.add(map_id)
         count += 1
         size += int(info.get("memlock", "0").strip() or 0)
     return {"bpf_maps": count, "bpf_map_bytes": size}

@@ -91,13 +91,15 @@ def wait_line(proc: subprocess.Popen[bytes], prefix: bytes, timeout: float = 10.
 
 
 class Sampler:
-    def __init__(self, pid: int, config: UnwindConfig | None = None, freq: int = 997) -> None:
+    def __init__(self, pid: int, config: UnwindConfig | None = None, freq: int = 997, shared: bool = False) -> None:
+        """shared: the process's shared arrays (probes/unwind_maps.py), as deepctxd's programs use them."""
         self.pid = pid
-        self.unwinder = NativeUnwinder(config)
+        self.unwinder = NativeUnwinder(config, shared=shared)
         self.target = Target(pid, procfs.process_info(pid), procfs.AddressSpace(procfs.read_maps(pid)))
         self.unwinder.prepare(self.target)
         cflags = [f"-D{k}={v}" for k, v in self.unwinder.defines().items()]
         cflags += [f"-I{PROBES_DIR}", f"-DTARGET_PID={pid}", "-w"]
+        self.unwinder.before_compile()
         t0 = time.monotonic()
         self.bpf = BPF(text=(self.unwinder.source() + HARNESS_C).encode(), cflags=cflags)
         self.fn = self.bpf.load_func(b"on_sample", BPF.PERF_EVENT)
@@ -137,6 +139,7 @@ class Sampler:
         return ns / calls if calls else 0.0
 
     def close(self) -> None:
+        self.unwinder.detach(self.bpf, self.target)
         self.unwinder.close()
         self.bpf.cleanup()
 
