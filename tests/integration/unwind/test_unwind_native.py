@@ -116,6 +116,27 @@ def test_programs_share_the_daemons_arrays_and_a_files_rows_are_written_once(tar
         assert native >= 0.9, f"{native:.0%} of samples unwound to {full}:\n{_report(got, sym)}"
 
 
+def test_a_program_of_a_larger_class_keeps_arrays_of_its_own_beside_the_shared_ones(target):
+    """The process's shared arrays have one size (the first asked for): a program whose files need a larger
+    class declares its own arrays, under the same names, and still unwinds exactly."""
+    p = target("chain")
+    small = Sampler(p.pid, shared=True)
+    try:
+        big = Sampler(p.pid, UnwindConfig(min_rows=1 << 25), shared=True)
+        try:
+            assert small.unwinder.defines().get("NATIVE_SHARED_TABLES") == 1
+            assert "NATIVE_SHARED_TABLES" not in big.unwinder.defines()
+            assert map_id(big.bpf[b"native_rows"]) != map_id(small.bpf[b"native_rows"])
+            samples = big.collect(300)
+        finally:
+            big.close()
+    finally:
+        small.close()
+    sym, full = Symbolizer(p.pid), ["c", "b", "a", "main", *OUTER]
+    native = share(samples, lambda x: sym.frames(x.native) == full and x.flags & NATIVE_F_COMPLETE)
+    assert native >= 0.9, f"{native:.0%} of samples unwound to {full}:\n{_report(samples, sym)}"
+
+
 def test_placed_tables_leave_memory_when_a_copy_is_on_disk(target, tmp_path):
     """Once a table's rows are in the walker's maps, the capture keeps only their count and base, and the
     cache lets a table with a copy on disk go: stacks still unwind, and the next capture reads the disk."""
