@@ -32,17 +32,6 @@ ALONE_FILES = {
 # unit and views tiers' files run on the other workers meanwhile.
 SERIAL_TIERS = ("integration", "gpu")
 SERIAL_GROUP = "root-and-gpu-tiers"
-# Integration files whose targets load no GPU library (a continuous daemon of the serial group never takes
-# them) and that touch no users, services or sysctls: a group of their own, beside the serial one, on the
-# worker that runs the unit and views files (the serial group took 800 to 900 s of a 2-CPU CI run alone)
-NO_GPU_GROUP = "root-without-gpu"
-NO_GPU_FILES = {
-    "integration/python/test_python_stacks.py",
-    "integration/unwind/test_unwind_native.py",
-    "integration/unwind/test_mapped_rows.py",
-    "integration/test_cpu_profile.py",
-    "integration/test_prewarm_unwind.py",
-}
 
 
 def is_root() -> bool:
@@ -50,11 +39,8 @@ def is_root() -> bool:
 
 
 def xdist_group(rel: str) -> str:
-    """NO_GPU_GROUP for NO_GPU_FILES, SERIAL_GROUP for the rest of the integration and GPU tiers; else a group
-    per file, so that a file's module fixtures are made once and its tests keep their order. rel: the file's
-    path below tests/."""
-    if rel in NO_GPU_FILES:
-        return NO_GPU_GROUP
+    """SERIAL_GROUP for the integration and GPU tiers; else a group per file, so that a file's module
+    fixtures are made once and its tests keep their order. rel: the file's path below tests/."""
     return SERIAL_GROUP if rel.split("/", 1)[0] in SERIAL_TIERS else rel
 
 

@@ -24,12 +24,11 @@ def test_every_alone_file_exists_and_is_an_integration_test() -> None:
 
 def test_the_root_and_gpu_tiers_keep_to_one_group_and_other_files_to_their_own() -> None:
     groups = {rel: conftest.xdist_group(rel) for rel in (
-        "integration/test_cpu_profile.py", "integration/test_cross_thread.py", "integration/device/test_device_join.py",
+        "integration/test_cpu_profile.py", "integration/device/test_device_join.py",
         "integration/security/test_sec_auth.py", "gpu/test_gpu_api.py",
         "unit/test_config.py", "unit/unwind/test_unwind_readelf.py", "views/test_html_browser.py")}
     assert groups == {
-        "integration/test_cpu_profile.py": conftest.NO_GPU_GROUP,
-        "integration/test_cross_thread.py": conftest.SERIAL_GROUP,
+        "integration/test_cpu_profile.py": conftest.SERIAL_GROUP,
         "integration/device/test_device_join.py": conftest.SERIAL_GROUP,
         "integration/security/test_sec_auth.py": conftest.SERIAL_GROUP,
         "gpu/test_gpu_api.py": conftest.SERIAL_GROUP,
@@ -44,14 +43,3 @@ def test_install_sh_runs_the_rest_with_xdist_then_the_alone_tests_by_themselves(
     runs = re.findall(r"^\s*run_pytest (.+)$", script, flags=re.M)
     assert runs == ["-n auto --dist loadgroup --alone-tests without", "-n 0 --alone-tests only"]
     assert '-m pytest -ra --durations=15 -p no:cacheprovider "$@" tests' in script
-
-
-def test_the_files_beside_the_serial_group_start_no_gpu_process_and_no_continuous_daemon() -> None:
-    """A file in NO_GPU_FILES runs beside the serial group, where continuous daemons take every process that
-    loads a GPU library: its own must load none, and it must start no continuous daemon of its own."""
-    assert conftest.NO_GPU_FILES
-    gpu = re.compile(r"cuda|cudart|libamdhip|MOCK_GPU|targets/gpu|\"gpu\"|--continuous|continuous=", re.I)
-    for rel in sorted(conftest.NO_GPU_FILES):
-        text = (TESTS / rel).read_text()
-        assert rel.startswith("integration/") and rel not in conftest.ALONE_FILES, rel
-        assert not gpu.findall(text), (rel, gpu.findall(text))
