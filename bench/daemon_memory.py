@@ -52,12 +52,9 @@ PREWARMED = 2  # programs deepctxd compiles ahead when not continuous: a Python 
 
 def memory_mb(pid: int) -> dict[str, float]:
     """VmRSS, RssAnon, RssFile and VmHWM (peak RSS) of a process, in MiB."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
-            out[key] = int(value.split()[0]) / 1024
-    return out
+    from deepctx.daemon.self_memory import status_mb
+
+    return status_mb(pid)
 
 
 def rss_mb(pid: int) -> tuple[int, int]:

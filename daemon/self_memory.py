@@ -30,10 +30,10 @@ _lock = threading.Lock()
 _reports = 0
 
 
-def status_mb() -> dict[str, float]:
-    """VmRSS, RssAnon, RssFile and VmHWM of this process, in MiB."""
+def status_mb(pid: int | str = "self") -> dict[str, float]:
+    """VmRSS, RssAnon, RssFile and VmHWM (peak RSS) of a process (this one by default), in MiB."""
     out = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
         if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
             out[key] = int(value.split()[0]) / 1024
@@ -62,7 +62,7 @@ def owners(snapshot: tracemalloc.Snapshot) -> list[tuple[str, int, int]]:
     return sorted(((w, size[w], count[w]) for w in size), key=lambda r: -r[1])
 
 
-def report(path: str, label: str = "") -> None:
+def report(path: str) -> None:
     """Appends one report to path (see the module's doc)."""
     global _reports
     if not tracemalloc.is_tracing():
@@ -73,7 +73,7 @@ def report(path: str, label: str = "") -> None:
         traced, peak = tracemalloc.get_traced_memory()
         mem = status_mb()
         mb = 1 << 20
-        lines = [f"# report {_reports}{' ' + label if label else ''}: pid {os.getpid()}",
+        lines = [f"# report {_reports}: pid {os.getpid()}",
                  f"VmRSS {mem['VmRSS']:.1f} MB, RssAnon {mem['RssAnon']:.1f} MB, RssFile {mem['RssFile']:.1f} MB, "
                  f"peak {mem['VmHWM']:.1f} MB",
                  f"traced {traced / mb:.1f} MB (peak {peak / mb:.1f} MB; tracemalloc's own "
