@@ -220,7 +220,6 @@ class NativeUnwinder(FamilyDefaults):
         self._frozen: dict[str, int | str] | None = None
         self._space: TableSpace | None = None
         self._builder: ThreadPoolExecutor | None = None
-        self._reserved = (0, 0)  # rows, pages set aside for tables built in the background at prepare
         self._proc_t = native_proc_type(self.config.max_mappings)
         self._stack_t = native_stack_type(self.config.max_depth)
 
@@ -238,11 +237,15 @@ class NativeUnwinder(FamilyDefaults):
             # no capture could use a program loaded for another (probes/programs.py); same-program
             # processes need the same rows and get the same size
             # (at least min_rows and twice the headroom: a program loaded before any target, at the daemon's
-            # start, fits the processes whose files need less than that)
-            rows = max(size_class(sum(len(t) for t in self._files.values()) + c.rows_headroom + self._reserved[0]),
+            # start, fits the processes whose files need less than that). Tables still being built (prepare)
+            # do not count: only an upper bound of their rows is known (1.1 to 2x), and a first capture of
+            # PyTorch with an empty disk cache sized by it compiled a program of the next class (H200: 9 s,
+            # and 256 MiB more of kernel memory) for tables that fit the smaller one. One that does not fit when
+            # it arrives unwinds by frame pointers, with a warning; the next capture knows its size.
+            rows = max(size_class(sum(len(t) for t in self._files.values()) + c.rows_headroom),
                        2 * c.rows_headroom, c.min_rows)
-            pages = max(size_class(sum(t.pages(c.page_shift) for t in self._files.values()) + c.pages_headroom
-                                   + self._reserved[1]), 2 * c.pages_headroom, c.min_pages)
+            pages = max(size_class(sum(t.pages(c.page_shift) for t in self._files.values()) + c.pages_headroom),
+                        2 * c.pages_headroom, c.min_pages)
             self._frozen = {
                 "DEEPCTX_NATIVE_UNWIND": 1,  # tells families compiled after this one that the walker is there
                 "NATIVE_MAX_DEPTH": c.max_depth,
@@ -286,9 +289,6 @@ class NativeUnwinder(FamilyDefaults):
         for (fk, (m, path)), got in zip(todo.items(), got_many, strict=True):
             if got is None:
                 state.pending[fk] = self._background().submit(self.cache.get, path, *fk)
-                if self._frozen is None:
-                    rows, pages = self.cache.room_for(path, self.config.page_shift)
-                    self._reserved = (self._reserved[0] + rows, self._reserved[1] + pages)
                 continue
             if isinstance(got, OSError):
                 state.files_failed += 1

@@ -49,8 +49,6 @@ CHILD_TIMEOUT_S = 600.0
 UNWIND_SECTIONS = (".eh_frame", ".debug_frame")
 SCRATCH_PREFIX = "deepctx-unwind-"  # a child build's folder in the disk cache
 KIND = "unwind"  # entries of the per-file cache
-ROW_BOUND_BYTES = 4  # unwind section bytes per table row, at least (room_for)
-PT_LOAD, PF_X = 1, 1
 
 
 @dataclass(eq=False)
@@ -139,23 +137,6 @@ class TableCache:
         if not self.files.holds(ident, KIND) and self._needs_child(path):
             return None
         return self.get(path, dev, inode)
-
-    @staticmethod
-    def room_for(path: str, page_shift: int) -> tuple[int, int]:
-        """Rows and page index entries to set aside in the walker's maps for a table not built yet: at
-        most a row per ROW_BOUND_BYTES of its unwind sections (measured: 0.12 to 0.22 rows a byte for
-        libc, libstdc++, libpython, libLLVM and CUDA's libraries), a page entry per 2^page_shift bytes of
-        its executable segments. (0, 0) for a file that cannot be read."""
-        try:
-            with ElfFile(path) as f:
-                rows = sum(f.data_size(name) for name in UNWIND_SECTIONS) // ROW_BOUND_BYTES
-                code = [s for s in f.segments if s.type == PT_LOAD and s.flags & PF_X]
-        except (OSError, ElfError, OverCap):
-            return 0, 0
-        if not code:
-            return 0, 0
-        span = max(s.vaddr + s.memsz for s in code) - min(s.vaddr for s in code)
-        return rows, (span >> page_shift) + 2
 
     def _needs_child(self, path: str) -> bool:
         try:

@@ -195,6 +195,33 @@ def test_large_tables_are_built_behind_the_first_samples(dlopen_target, unwind_t
     u.close()
 
 
+def test_tables_still_being_built_do_not_size_the_program(dlopen_target):
+    """Only an upper bound of a table's rows is known before it is built (1.1 to 2x): sized by it, a first
+    capture of PyTorch with an empty disk cache compiled a program of the next size class on the H200 (9 s)
+    for tables that fit the smaller one. The program is sized by the tables built so far."""
+    import threading
+
+    pid = dlopen_target.pid
+    target = Target(pid, procfs.process_info(pid), procfs.AddressSpace(procfs.read_maps(pid)))
+    u = nu.NativeUnwinder(nu.UnwindConfig(min_rows=0, min_pages=0, rows_headroom=1 << 10, pages_headroom=1 << 6))
+    u.cache.child_min_bytes = 0  # every file is built in the background
+    gate, real_get = threading.Event(), u.cache.get
+
+    def gated_get(*args):
+        assert gate.wait(60), "the test never opened the gate"
+        return real_get(*args)
+
+    u.cache.get = gated_get  # type: ignore[method-assign]
+    try:
+        u.prepare(target)
+        assert target.state["native_unwind"].pending and not target.state["native_unwind"].tables
+        defines = u.defines()
+        assert (defines["NATIVE_MAX_ROWS"], defines["NATIVE_MAX_PAGES"]) == (2 << 10, 2 << 6)
+    finally:
+        gate.set()
+        u.close()
+
+
 def test_a_programs_rows_are_written_once_for_every_capture_it_serves(dlopen_target):
     """The rows stay in a loaded program's maps between captures (the pool's reset leaves the large arrays):
     a second capture of the same process on the same program writes no row and finds each file where the
