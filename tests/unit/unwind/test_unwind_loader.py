@@ -162,7 +162,7 @@ def test_stack_decoding_and_stats():
 
 def test_large_tables_are_built_behind_the_first_samples(dlopen_target, unwind_targets):
     """A file whose table needs a child build is not waited for at prepare: its mappings go in without
-    rows (frame pointers there), and poll places its table once built, in room set aside for it."""
+    rows (frame pointers there), and poll places its table once built."""
     import threading
 
     pid = dlopen_target.pid
