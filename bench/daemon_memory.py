@@ -152,7 +152,8 @@ def heap_report(d, path: str | None, label: str) -> None:
             raise RuntimeError("deepctxd wrote no heap report within 120 s of SIGUSR2")
         time.sleep(0.2)  # a bench's poll against a deadline
     last = Path(path).read_text().split(REPORT_END)[-2].strip().splitlines()
-    print(f"heap, {label}:", *last[1:3 + HEAP_TOP], sep="\n  ", flush=True)
+    first_owner = next((i for i, line in enumerate(last) if " blocks  " in line), len(last))
+    print(f"heap, {label}:", *last[1:first_owner + HEAP_TOP], sep="\n  ", flush=True)
 
 
 def many_targets(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from deepctx.daemon import native_heap
 from deepctx.daemon.busy_meter import BusyFits
 from deepctx.daemon.capture_guard import CredentialGuard
 from deepctx.daemon.device_share import DeviceShares
@@ -312,6 +313,7 @@ class Capture:
                                             "compile_s": round(t_attach - t_compile, 3),
                                             "attach_s": round(time.monotonic() - t_attach, 3),
                                             "attach_parts": probes.attach_s})
+            native_heap.release()  # an attach's transient peak (tables read, numpy's work arrays) goes back
             self.state = "capturing"
             duty = DutyCycle.of(self, opts)  # opens NVML, before the clock starts
             t0 = time.monotonic()

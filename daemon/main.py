@@ -10,7 +10,7 @@ import sys
 import threading
 
 from deepctx.daemon import config as config_mod
-from deepctx.daemon import logs
+from deepctx.daemon import logs, native_heap
 
 log = logging.getLogger("deepctx.daemon")
 
@@ -90,20 +90,8 @@ def _daemonize(log_file: str) -> int:
     return w
 
 
-def _limit_malloc_arenas(n: int = 2) -> None:
-    """glibc gives each new thread its own malloc arena (up to 8 per core): with a thread per capture and
-    LLVM compiling in them, the daemon's memory grows by tens of MB whenever a new thread touches a
-    fresh arena. Two arenas keep it flat (M_ARENA_MAX, before any thread starts)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").mallopt(-8, n)  # M_ARENA_MAX
-    except (OSError, AttributeError):
-        pass
-
-
 def main(argv: list[str] | None = None) -> int:
-    _limit_malloc_arenas()
+    native_heap.tune()
     args = parse_args(argv)
     overrides = {
         "socket": args.socket, "log_level": args.log_level, "log_format": args.log_format,

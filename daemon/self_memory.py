@@ -12,6 +12,7 @@ report shows it as `untraced`."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import threading
@@ -38,6 +39,66 @@ def status_mb(pid: int | str = "self") -> dict[str, float]:
         if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
             out[key] = int(value.split()[0]) / 1024
     return out
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                      "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def malloc_mb() -> dict[str, float] | None:
+    """glibc's malloc over all its arenas, in MiB: in_use (allocated and not freed: native code's live data
+    and Python's), free (freed and kept in malloc's
+    arenas; whole pages that malloc_trim handed back stay counted here without being resident) and mmapped (chunks of
+    their own mapping, in use). None without glibc's mallinfo2 (glibc before 2.33, musl)."""
+    try:
+        fn = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _MallInfo2
+    m = fn()
+    mb = 1 << 20
+    return {"in_use": m.uordblks / mb, "free": m.fordblks / mb, "mmapped": m.hblkhd / mb}
+
+
+def anonymous_mappings(pid: int | str = "self") -> list[tuple[str, float, float]]:
+    """(name, size MiB, resident anonymous MiB) of every mapping with anonymous pages, the most resident
+    first: [heap] (malloc's main arena), [stack], and unnamed ones (malloc's other arenas and large chunks,
+    LLVM's code sections, thread stacks, ...) named by their address range."""
+    out: list[tuple[str, float, float]] = []
+    name = ""
+    size = 0.0
+    try:
+        lines = Path(f"/proc/{pid}/smaps").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        fields = line.split()
+        if "-" in fields[0] and len(fields) >= 5 and ":" not in fields[0]:  # a mapping's first line
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            size = (hi - lo) / (1 << 20)
+            name = fields[5] if len(fields) > 5 else fields[0]
+        elif fields[0] == "Anonymous:" and int(fields[1]) > 0:
+            out.append((name, size, int(fields[1]) / 1024))
+    return sorted(out, key=lambda r: -r[2])
+
+
+def native_lines(pid: int | str = "self", top: int = 6) -> list[str]:
+    """Where the anonymous memory that tracemalloc does not see is: malloc's totals, and the mappings that
+    hold it (a report's lines)."""
+    lines = []
+    m = malloc_mb()
+    if m is not None:
+        lines.append(f"malloc: in use {m['in_use']:.1f} MB, free in its arenas {m['free']:.1f} MB, "
+                     f"in chunks of their own mapping {m['mmapped']:.1f} MB")
+    maps = anonymous_mappings(pid)
+    heap = sum(r[2] for r in maps if r[0] == "[heap]")
+    files = sum(r[2] for r in maps if r[0].startswith("/"))
+    other = sum(r[2] for r in maps) - heap - files
+    lines.append(f"anonymous by mapping: [heap] {heap:.1f} MB, unnamed and stacks {other:.1f} MB, "
+                 f"in files' private pages {files:.1f} MB; the largest:")
+    lines += [f"  {rss:8.1f} MB of {size:8.1f} MB  {name}" for name, size, rss in maps[:top]]
+    return lines
 
 
 def _owner(tb: tracemalloc.Traceback) -> str:
@@ -79,6 +140,7 @@ def report(path: str) -> None:
                  f"traced {traced / mb:.1f} MB (peak {peak / mb:.1f} MB; tracemalloc's own "
                  f"{tracemalloc.get_tracemalloc_memory() / mb:.1f} MB); untraced anonymous "
                  f"{mem['RssAnon'] - (traced + tracemalloc.get_tracemalloc_memory()) / mb:.1f} MB"]
+        lines += native_lines()
         for who, size, blocks in owners(snap)[:TOP]:
             lines.append(f"{size / mb:9.2f} MB {blocks:9d} blocks  {who}")
         lines.append(REPORT_END)

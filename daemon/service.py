@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from deepctx.daemon import access, auth
+from deepctx.daemon import access, auth, native_heap
 from deepctx.daemon.capture import Capture, CaptureOptions, CaptureResult, Progress
 from deepctx.daemon.capture_guard import CredentialGuard
 from deepctx.daemon.config import MAX_DUTY_PERIOD_S, MIN_DUTY_ON_S, MIN_DUTY_PERIOD_S, Config
@@ -75,17 +75,6 @@ class ProgressGate:
             return False
         self._message, self._sent = message, now
         return True
-
-
-def _release_free_memory() -> None:
-    """A capture frees its BPF program, LLVM's compile state and its maps' copies: hand the freed pages
-    back to the system so the daemon's resident memory follows what it holds, not what it once held."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 # The files of the daemon's own process that nearly every GPU job maps too: the Python interpreter and the C and
@@ -280,7 +269,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         finally:
             with self._lock:
                 self._sessions.pop(cap.id, None)
-            _release_free_memory()
+            native_heap.release()
 
     # --- RPCs ---------------------------------------------------------------------------------------
 
@@ -360,7 +349,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
                 self._sessions.pop(cap.id, None)
             if finished is not None:  # the client has it (or left once it came: the CLI does not wait for the end)
                 observe_capture(self.process_totals, finished)
-            _release_free_memory()
+            native_heap.release()
 
     def prewarm_programs(self) -> None:
         """Compiles and loads the programs most captures take, before the first capture asks (in a thread of

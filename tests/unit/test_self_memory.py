@@ -51,7 +51,8 @@ def test_a_report_charges_numpy_and_bytes_to_the_line_of_ours_that_asked(tmp_pat
     lines = reports[1].splitlines()
     assert lines[0].startswith("# report 2: pid ")
     assert lines[1].startswith("VmRSS ") and "RssAnon" in lines[1]
-    rows = {line.split("  ")[-1]: float(line.split()[0]) for line in lines[3:]}
+    assert lines[3].startswith("malloc: in use ") and lines[4].startswith("anonymous by mapping: [heap] ")
+    rows = {line.split("  ")[-1]: float(line.split()[0]) for line in lines[3:] if " blocks  " in line}
     name = f"daemon/_mem_probe_{os.getpid()}.py"
     assert 24.0 <= rows[f"{name}:3"] < 24.5, rows
     assert 12.0 <= rows[f"{name}:4"] < 12.5, rows
@@ -61,3 +62,29 @@ def test_a_report_charges_numpy_and_bytes_to_the_line_of_ours_that_asked(tmp_pat
 def test_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(self_memory.ENV, raising=False)
     assert self_memory.start_from_env() is None
+
+
+def test_native_memory_shows_a_chunk_malloc_mapped_for_native_code() -> None:
+    """48 MiB that C code holds (malloc, untraced by Python) count in malloc's mmapped total and as one
+    unnamed mapping of 48 MiB resident once written; freed, they leave both."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    before = self_memory.malloc_mb()
+    assert before is not None
+    size = 48 << 20
+    p = libc.malloc(size)
+    try:
+        ctypes.memset(p, 1, size)
+        held = self_memory.malloc_mb()
+        assert held is not None and held["mmapped"] - before["mmapped"] >= 48.0
+        big = [m for m in self_memory.anonymous_mappings() if 48.0 <= m[1] < 64.0 and m[2] >= 48.0]  # it may merge with a neighbour
+        assert len(big) == 1 and "-" in big[0][0], self_memory.anonymous_mappings()[:3]
+        lines = self_memory.native_lines()
+        assert lines[0].startswith("malloc: in use ") and any(big[0][0] in line for line in lines[2:])
+    finally:
+        libc.free(p)
+    after = self_memory.malloc_mb()
+    assert after is not None and after["mmapped"] < held["mmapped"] - 47.9
