@@ -366,6 +366,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
             if self.shutdown.is_set():
                 return
             self.programs.prewarm(families)
+        native_heap.release()  # the compiles' transient memory
 
     def prewarm_unwind_tables(self) -> int:
         """Builds (or reads from the disk cache) the unwind tables of the interpreter and runtime libraries this

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from deepctx.probes.bcc_module import lean_modules
 from deepctx.probes.family import PROBES_DIR, ProbeFamily
 
 # bcc compiles with LLVM inside this process; one compilation at a time keeps that safe. Reentrant: a family's
@@ -36,13 +37,20 @@ def render(families: Sequence[ProbeFamily]) -> str:
     return header + "\n" + compose_source(families)
 
 
-def compile_program(families: Sequence[ProbeFamily]) -> Any:
+def compile_text(text: str, cflags: list[str]) -> Any:
+    """A bcc program from C text (under the compile lock), its module made without bcc's rw engine where
+    libbcc allows (probes/bcc_module.py: LLVM's state is freed once it is built)."""
     from bcc import BPF  # imported late: unit tests and the CLI never need bcc
 
+    with COMPILE_LOCK, lean_modules():
+        return BPF(text=text.encode(), cflags=cflags)  # bcc wants bytes
+
+
+def compile_program(families: Sequence[ProbeFamily]) -> Any:
     with COMPILE_LOCK:
         for fam in families:
             fam.before_compile()
-        bpf = BPF(text=compose_source(families).encode(), cflags=compose_cflags(families))  # bcc wants bytes
+        bpf = compile_text(compose_source(families), compose_cflags(families))
         page_out_compiler()
         return bpf
 

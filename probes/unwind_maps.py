@@ -46,10 +46,8 @@ class SharedUnwindMaps:
         if self._bpf is None:
             with compose.COMPILE_LOCK:
                 if self._bpf is None:
-                    from bcc import BPF
-
                     flags = [f"-I{PROBES_DIR}"] + [f"-D{k}={v}" for k, v in self.defines().items()]
-                    self._bpf = BPF(text=read_source("native_unwind_maps.bpf.h").encode(), cflags=flags)
+                    self._bpf = compose.compile_text(read_source("native_unwind_maps.bpf.h"), flags)
         return self._bpf
 
     def table(self, name: bytes) -> Any:
