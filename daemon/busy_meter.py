@@ -42,6 +42,19 @@ FIND_EVERY_S = 1.0  # how often a process's GPUs are looked for until NVML lists
 Period = tuple[float, float, float]  # (from, to) on CLOCK_MONOTONIC s, and the share of it the GPU was busy
 
 
+def busy_share(pct: int) -> float:
+    """An NVML sample's percent as the share of its period the GPU was busy. NVML truncates: on the H200
+    host (bench/nvml_rounding.py, BENCHMARKS.md), kernels calibrated to 15.7, 35.7 and 55.7% of every 10 ms
+    read 15, 35 and 55 in 83 of 84 samples. So a reading of p stands for p to p + 1 percent, and its middle
+    is the unbiased share where the fraction is spread evenly (a job's load, unlike that bench's, varies). A
+    reading of 0 stays 0 (most are idle periods, which are exactly 0) and 100 stays 100."""
+    if pct <= 0:
+        return 0.0
+    if pct >= 100:
+        return 1.0
+    return (pct + 0.5) / 100
+
+
 @dataclass(frozen=True)
 class BusyFit:
     """One window's fit, summed over the process's GPUs (busy seconds a second: up to one per GPU)."""
@@ -128,7 +141,7 @@ class _DeviceSamples:
         offset = time.time() - time.monotonic()  # NVML stamps its samples on the wall clock (us)
         for ts_us, pct in samples:
             self.seen_us = ts_us
-            t, u = ts_us / 1e6 - offset, min(100, pct) / 100
+            t, u = ts_us / 1e6 - offset, busy_share(pct)
             if self.last is not None and t > self.last[0]:
                 self.periods.append((self.last[0], t, u))  # a sample is the busy share since the one before
             self.last = (t, u)

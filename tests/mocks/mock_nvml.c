@@ -104,11 +104,9 @@ static void *sample_loop(void *arg) {
         int n = processes(pids, MAX_PROCS, &busy);
         uint64_t pct = 0;
         if (n == last_n && busy >= last_busy && at > last_at) {
-            /* rounded to the nearest percent: a truncated one reads half a point low on average, which
-             * at the 18% busy rate of test_device_busy's recorded shares put the scaled device times 2.5%
-             * high (4.4% on average over 6 runs, against 1.4% rounded). What the driver does is not
-             * documented: the fit (daemon/busy_meter.py) takes NVML's percent as an unbiased share. */
-            pct = ((busy - last_busy) * 100 + (at - last_at) / 2) / (at - last_at);
+            /* truncated, as the driver does (bench/nvml_rounding.py on the H200: 15.7% reads 15);
+             * daemon/busy_meter.busy_share takes a reading's middle */
+            pct = (busy - last_busy) * 100 / (at - last_at);
             pct = pct > 100 ? 100 : pct;
         }
         last_busy = busy;

@@ -4,6 +4,8 @@ alignment to sample boundaries, and the checks that keep another process's work 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from deepctx.daemon.busy_meter import FIND_EVERY_S, BusyFit, BusyFits, BusyMeter, fit_rates
@@ -221,3 +223,26 @@ def test_a_process_found_before_it_computes_gets_its_gpus_later() -> None:
     meter.looked_at -= FIND_EVERY_S
     assert meter.check() == ""
     assert [d.dev for d in meter.devices] == [dev]
+
+
+class SampledDevice:
+    """A device whose NVML samples are given: (wall-clock us, percent)."""
+
+    def __init__(self, samples: list[tuple[int, int]]) -> None:
+        self.samples = samples
+
+    def utilization_samples(self, since_us: int) -> list[tuple[int, int]]:
+        return [s for s in self.samples if s[0] > since_us]
+
+
+def test_a_truncated_reading_stands_for_the_middle_of_its_percent() -> None:
+    """NVML truncates (H200: a calibrated 15.7% read 15): a reading of p is taken as p + 0.5 percent; idle
+    (0) and full (100, or a reading beyond it) stay as they are."""
+    from deepctx.daemon.busy_meter import _DeviceSamples, busy_share
+
+    assert [busy_share(p) for p in (0, 1, 15, 99, 100, 120)] == [0.0, 0.015, 0.155, 0.995, 1.0, 1.0]
+    now_us = int(time.time() * 1e6)
+    dev = _DeviceSamples(SampledDevice([(now_us - 400_000, 0), (now_us - 200_000, 15), (now_us, 0)]))  # type: ignore[arg-type]
+    dev.poll()
+    assert [round(p[2], 6) for p in dev.periods] == [0.155, 0.0]
+    assert [round(p[1] - p[0], 6) for p in dev.periods] == [0.2, 0.2]
