@@ -44,13 +44,14 @@ def load_table(path: Path, build_id: str | None) -> UnwindTable:
 
 
 def _read(f: BinaryIO, build_id: str | None) -> UnwindTable:
-    with np.load(f, allow_pickle=False) as z:
+    with np.load(f, allow_pickle=False) as z:  # each z[name] reads the array from the file again: once each
+        pcs = z["pcs"].astype(np.uint32, copy=False)  # saved as uint32: no second copy (the attach's peak)
         return UnwindTable(
             arch=str(z["arch"]),
             base=int(z["base"]),
-            pcs=z["pcs"].astype(np.uint32),
+            pcs=pcs,
             infos=z["infos"],
             rules=[tuple(int(v) for v in r) for r in z["rules"]],  # type: ignore[misc]
             build_id=build_id,
-            stats={"rows": float(len(z["pcs"]))},
+            stats={"rows": float(len(pcs))},
         )
