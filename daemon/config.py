@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,9 @@ class Config:
     # GPU call paths while attached: "sampled" (every count exact, a sample of the call paths) or "exact"
     # (every call's path, at exact mode's cost per call)
     continuous_gpu_mode: str = "sampled"
+    # Only GPU processes whose command line matches this regular expression (Python's re.search) are
+    # profiled; "" takes every one. For a host shared by jobs that must not be watched, or by test daemons.
+    continuous_match: str = ""
     # The window store of continuous mode (docs/fleet.md); "" keeps none.
     store_path: str = "/var/lib/deepctx/windows.db"
     store_max_mb: int = 512  # the database file's size; the oldest windows go first
@@ -184,6 +188,11 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("continuous_gpu_duty must be within (0, 1]")
     if cfg.continuous_gpu_mode not in ("sampled", "exact"):
         raise ConfigError(f"continuous_gpu_mode must be 'sampled' or 'exact', not {cfg.continuous_gpu_mode!r}")
+    if cfg.continuous_match:
+        try:
+            re.compile(cfg.continuous_match)
+        except re.error as e:
+            raise ConfigError(f"continuous_match is not a regular expression: {e}") from e
     if not 1 <= cfg.continuous_sample_hz <= cfg.max_sample_hz:
         raise ConfigError(f"continuous_sample_hz must be within [1, max_sample_hz={cfg.max_sample_hz}]")
     _validate_service(cfg)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import threading
 from typing import Any
 
@@ -26,7 +27,8 @@ log = logging.getLogger("deepctx.continuous")
 
 
 class ContinuousProfiler:
-    """A scan every `continuous_scan_s` picks up processes that load a CUDA/HIP library; each gets a
+    """A scan every `continuous_scan_s` picks up processes that load a CUDA/HIP library (and whose command
+    line matches `continuous_match`, where set); each gets a
     capture of its own (one BPF program, kept until the process exits) that cuts a window every
     `continuous_window_s` into the store."""
 
@@ -74,9 +76,12 @@ class ContinuousProfiler:
         started = []
         me = os.getpid()
         seen = set()
+        match = re.compile(self.config.continuous_match) if self.config.continuous_match else None
         for p in list_processes():
             seen.add(p.pid)
             if not p.gpu_libraries or p.pid in self._active or p.pid == me or not self._retry(p.pid):
+                continue
+            if match is not None and not match.search(p.command):
                 continue
             t = threading.Thread(target=self._profile, args=(p.pid,), name=f"continuous-{p.pid}", daemon=True)
             self._active[p.pid] = t

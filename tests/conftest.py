@@ -27,11 +27,14 @@ ALONE_FILES = {
     "integration/device/test_device_busy.py",  # a mock GPU's busy time against NVML's samples
     "integration/device/test_device_duty.py",  # device time scaled by the recorded share
 }
-# The integration and GPU tiers run in one xdist group (one worker, in their order, as without xdist): their
-# daemons, probes and targets compete for the CPUs and the machine's users, services, sysctls and GPU. The
-# unit and views tiers' files run on the other workers meanwhile.
-SERIAL_TIERS = ("integration", "gpu")
-SERIAL_GROUP = "root-and-gpu-tiers"
+# How the tiers share xdist's workers (#34.8: the integration tier alone took 8.5 minutes on one worker of
+# two). The GPU tier runs in one group (one worker, in its order): its tests share the GPU. The service and
+# security folders run as a group each: they add users, run services and count a daemon's whole system calls.
+# Every other integration file is a group of its own, beside the others: each test's daemon and probes are
+# its own (a continuous daemon in a test profiles only its own targets: continuous_match), and what depends
+# on the machine being quiet is in ALONE_FILES.
+SERIAL_GROUP = "gpu-tier"
+FOLDER_GROUPS = ("integration/service/", "integration/security/")
 
 
 def is_root() -> bool:
@@ -39,9 +42,11 @@ def is_root() -> bool:
 
 
 def xdist_group(rel: str) -> str:
-    """SERIAL_GROUP for the integration and GPU tiers; else a group per file, so that a file's module
-    fixtures are made once and its tests keep their order. rel: the file's path below tests/."""
-    return SERIAL_GROUP if rel.split("/", 1)[0] in SERIAL_TIERS else rel
+    """SERIAL_GROUP for the GPU tier, a group per folder of FOLDER_GROUPS; else a group per file, so that a
+    file's module fixtures are made once and its tests keep their order. rel: the file's path below tests/."""
+    if rel.startswith("gpu/"):
+        return SERIAL_GROUP
+    return next((folder for folder in FOLDER_GROUPS if rel.startswith(folder)), rel)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -35,6 +36,20 @@ class ServiceDir:
         f = self.path / "deepctxd.toml"
         f.write_text("\n".join(lines) + "\n")
         return f
+
+    def continuous(self, *extra: str, **keys: object) -> Daemon:
+        """A continuous daemon that profiles only the processes whose command line names this folder (see
+        linked()): test files run side by side (tests/conftest.py), and a continuous daemon that took every GPU
+        process on the machine would capture, and slow, the targets of other tests."""
+        return self.start("--continuous", *extra, continuous_match=re.escape(str(self.path)), **keys)
+
+    def linked(self, script: Path) -> Path:
+        """A link to script in this folder, to run it by: its command line then names the folder (for
+        continuous_match), while Python runs the file linked to (sys.path[0] is the real file's folder)."""
+        link = self.path / script.name
+        if not link.exists():
+            link.symlink_to(script)
+        return link
 
     def put(self, windows: list[Window]) -> None:
         """Windows into the store before the daemon opens it (a continuous-mode producer's output)."""

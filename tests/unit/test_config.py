@@ -48,6 +48,7 @@ def test_file_then_env_then_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     ("autograd_nodes = 1\n", "autograd_nodes must be a bool"),
     ("max_sessions = true\n", "max_sessions must be a int"),
     ('continuous_gpu_mode = "full"\n', "continuous_gpu_mode must be 'sampled' or 'exact'"),
+    ('continuous_match = "train("\n', "continuous_match is not a regular expression"),
     ("host_cache_bytes = 1000\n", "host_cache_bytes must be at least 1 MiB"),
 ])
 def test_bad_config_files_are_refused_with_the_reason(tmp_path: Path, text: str, message: str) -> None:

@@ -22,20 +22,35 @@ def test_every_alone_file_exists_and_is_an_integration_test() -> None:
         assert rel.startswith("integration/"), rel
 
 
-def test_the_root_and_gpu_tiers_keep_to_one_group_and_other_files_to_their_own() -> None:
+def test_the_gpu_tier_keeps_to_one_group_the_service_folders_to_theirs_and_other_files_to_their_own() -> None:
     groups = {rel: conftest.xdist_group(rel) for rel in (
         "integration/test_cpu_profile.py", "integration/device/test_device_join.py",
-        "integration/security/test_sec_auth.py", "gpu/test_gpu_api.py",
+        "integration/security/test_sec_auth.py", "integration/security/test_sec_unit.py",
+        "integration/service/test_restart.py", "gpu/test_gpu_api.py", "gpu/test_analyzer.py",
         "unit/test_config.py", "unit/unwind/test_unwind_readelf.py", "views/test_html_browser.py")}
     assert groups == {
-        "integration/test_cpu_profile.py": conftest.SERIAL_GROUP,
-        "integration/device/test_device_join.py": conftest.SERIAL_GROUP,
-        "integration/security/test_sec_auth.py": conftest.SERIAL_GROUP,
+        "integration/test_cpu_profile.py": "integration/test_cpu_profile.py",
+        "integration/device/test_device_join.py": "integration/device/test_device_join.py",
+        "integration/security/test_sec_auth.py": "integration/security/",
+        "integration/security/test_sec_unit.py": "integration/security/",
+        "integration/service/test_restart.py": "integration/service/",
         "gpu/test_gpu_api.py": conftest.SERIAL_GROUP,
+        "gpu/test_analyzer.py": conftest.SERIAL_GROUP,
         "unit/test_config.py": "unit/test_config.py",
         "unit/unwind/test_unwind_readelf.py": "unit/unwind/test_unwind_readelf.py",
         "views/test_html_browser.py": "views/test_html_browser.py",
     }
+
+
+def test_every_continuous_daemon_of_the_integration_tier_profiles_only_its_own_targets() -> None:
+    """Integration files run side by side: a `--continuous` daemon must say which processes are its own
+    (continuous_match), else it captures the targets of the files beside it."""
+    for path in sorted((TESTS / "integration").rglob("test_*.py")):
+        rel = str(path.relative_to(TESTS))
+        if rel in conftest.ALONE_FILES:
+            continue
+        for call in re.findall(r'start\("--continuous"[^)]*\)', path.read_text()):
+            assert "continuous_match" in call, f"{rel}: {call}"
 
 
 def test_install_sh_runs_the_rest_with_xdist_then_the_alone_tests_by_themselves() -> None:

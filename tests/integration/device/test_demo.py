@@ -6,7 +6,8 @@ Its daemon loads every probe family the simulated GPU needs, so bcc's warnings a
 
 Another deepctxd that profiles every new process (--continuous) on the same machine attaches to the
 workload first and raises the CUPTI agent's semaphore, which releases it before this run's daemon is
-ready: it then exits before the attach ('exited while deepctx was attaching'). Run it alone."""
+ready: it then exits before the attach ('exited while deepctx was attaching'). The suite's continuous
+daemons therefore take only their own targets (continuous_match, tests/unit/test_xdist_groups.py)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -35,6 +36,7 @@ def libdir(native_targets: Path) -> Iterator[Path]:
         shutil.copy(native_targets / "libknown.so", folder / "libcuda.so.1")
         os.chmod(folder / "libcuda.so.1", 0o755)
         shutil.copy(native_targets / "setuid_spin", folder / "setuid_spin")
+        (folder / "sleep").symlink_to(shutil.which("sleep") or "/bin/sleep")
         os.chmod(folder / "setuid_spin", 0o4755)
         yield folder
     finally:
@@ -43,7 +45,8 @@ def libdir(native_targets: Path) -> Iterator[Path]:
 
 def gpu_sleeper(u: pwd.struct_passwd, libdir: Path) -> subprocess.Popen:
     """A process of u that maps libcuda.so.1 (LD_PRELOAD) and sleeps."""
-    p = subprocess.Popen([*as_user(u), "/bin/sleep", "600"], env={"LD_PRELOAD": str(libdir / "libcuda.so.1")})
+    # run by a link in libdir: the command line names the folder the test's continuous_match looks for
+    p = subprocess.Popen([*as_user(u), str(libdir / "sleep"), "600"], env={"LD_PRELOAD": str(libdir / "libcuda.so.1")})
     wait_for(lambda: "libcuda.so.1" in Path(f"/proc/{p.pid}/maps").read_text(), timeout=30, what="libcuda mapped")
     return p
 
@@ -71,7 +74,8 @@ def capturing(d: Daemon, pid: int) -> bool:
 
 def test_quota_one_refusal_line_and_window_owners(service_dir: ServiceDir, user: pwd.struct_passwd,
                                                   other_user: pwd.struct_passwd, libdir: Path) -> None:
-    d = service_dir.start("--continuous", continuous_window_s=1.0, continuous_scan_s=0.2, max_sessions_per_user=2)
+    d = service_dir.start("--continuous", continuous_window_s=1.0, continuous_scan_s=0.2, max_sessions_per_user=2,
+                          continuous_match=re.escape(str(libdir)))
     procs: list[subprocess.Popen] = []
     spin = None
     try:
@@ -129,10 +133,11 @@ def test_quota_one_refusal_line_and_window_owners(service_dir: ServiceDir, user:
 
 def test_root_is_served_when_continuous_captures_fill_max_sessions(service_dir: ServiceDir, user: pwd.struct_passwd,
                                                                    libdir: Path, native_targets: Path) -> None:
-    d = service_dir.start("--continuous", continuous_window_s=1.0, continuous_scan_s=0.2, max_sessions=1)
+    d = service_dir.start("--continuous", continuous_window_s=1.0, continuous_scan_s=0.2, max_sessions=1,
+                          continuous_match=re.escape(str(libdir)))
     p = gpu_sleeper(user, libdir)
     try:
-        # the user's process (or any other process mapping a GPU library on this host) fills max_sessions
+        # the user's process fills max_sessions
         wait_for(lambda: any(s["state"] == "capturing" for s in json.loads(d.cli("status", "--format", "json").stdout)
                              .get("sessions") or []), timeout=120, what="a continuous capture running")
         burner = str(native_targets / "cpu_burner")

@@ -26,9 +26,9 @@ def test_gpu_process_is_found_and_profiled_in_windows(service_dir, stopped) -> N
     from test_gpu_api_cpu import cuda_runtime
 
     # probes attached the whole window: the counts are exact (the default duty cycle scales them)
-    d = service_dir.start("--continuous", continuous_window_s=1.0, continuous_scan_s=0.2, continuous_gpu_duty=1.0)
+    d = service_dir.continuous(continuous_window_s=1.0, continuous_scan_s=0.2, continuous_gpu_duty=1.0)
     stopped.append(d)
-    t = StdinTarget([sys.executable, str(TARGET), "cuda", cuda_runtime(), "--launches", str(N_LAUNCH)])
+    t = StdinTarget([sys.executable, str(service_dir.linked(TARGET)), "cuda", cuda_runtime(), "--launches", str(N_LAUNCH)])
     try:
         # found by the scan (it maps libcudart), no attach asked for
         wait_for(lambda: (session_of(d, t.pid) or {}).get("state") == "capturing", timeout=120,
@@ -71,7 +71,7 @@ def test_launches_made_while_a_window_is_built_count_in_the_next(service_dir, st
     from deepctx.proto.v1 import deepctx_pb2 as pb
     from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
 
-    d = service_dir.start("--continuous", continuous_window_s=1.0, continuous_scan_s=0.2, continuous_gpu_duty=1.0,
+    d = service_dir.continuous(continuous_window_s=1.0, continuous_scan_s=0.2, continuous_gpu_duty=1.0,
                           continuous_gpu_mode=gpu_mode)
     stopped.append(d)
     stub = pb_grpc.ProfilerStub(grpc.insecure_channel(f"unix:{d.socket}"))
@@ -79,7 +79,7 @@ def test_launches_made_while_a_window_is_built_count_in_the_next(service_dir, st
     def windows() -> int:
         return stub.Status(pb.StatusRequest(), timeout=10).totals["continuous_windows"]
 
-    t = StdinTarget([sys.executable, str(ON_DEMAND), cuda_runtime()])
+    t = StdinTarget([sys.executable, str(service_dir.linked(ON_DEMAND)), cuda_runtime()])
     try:
         wait_for(lambda: (session_of(d, t.pid) or {}).get("state") == "capturing", timeout=120,
                  what="the continuous capture of the GPU process")
@@ -110,7 +110,7 @@ def test_gpu_probes_are_attached_for_their_share_of_each_window(service_dir, sto
     from deepctx.proto.v1 import deepctx_pb2 as pb
     from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
 
-    d = service_dir.start("--continuous", continuous_window_s=4.0, continuous_scan_s=0.2, continuous_gpu_duty=0.5)
+    d = service_dir.continuous(continuous_window_s=4.0, continuous_scan_s=0.2, continuous_gpu_duty=0.5)
     stopped.append(d)
     stub = pb_grpc.ProfilerStub(grpc.insecure_channel(f"unix:{d.socket}"))
 
@@ -120,7 +120,7 @@ def test_gpu_probes_are_attached_for_their_share_of_each_window(service_dir, sto
                 return dict(s.stats)
         return {}
 
-    t = StdinTarget([sys.executable, str(ON_DEMAND), cuda_runtime()])
+    t = StdinTarget([sys.executable, str(service_dir.linked(ON_DEMAND)), cuda_runtime()])
     try:
         wait_for(lambda: "gpu_probes_attached" in live(t.pid), timeout=120, what="the continuous capture")
 
@@ -168,9 +168,9 @@ def test_device_activity_follows_the_duty_cycle(service_dir, stopped) -> None:
         pytest.skip("CUPTI headers not found (pip install nvidia-cuda-cupti): agent and mocks not built")
     import os
 
-    d = service_dir.start("--continuous", continuous_window_s=4.0, continuous_scan_s=0.2, continuous_gpu_duty=0.5)
+    d = service_dir.continuous(continuous_window_s=4.0, continuous_scan_s=0.2, continuous_gpu_duty=0.5)
     stopped.append(d)
-    t = StdinTarget([sys.executable, str(MOCK_TARGET), str(MOCKS), "--phases", "1000", "--late-init"],
+    t = StdinTarget([sys.executable, str(service_dir.linked(MOCK_TARGET)), str(MOCKS), "--phases", "1000", "--late-init"],
                     env=dict(os.environ, CUDA_INJECTION64_PATH=str(AGENT)))
 
     def live() -> dict[str, int]:
@@ -231,7 +231,7 @@ def test_device_time_across_window_cuts_adds_up(service_dir, stopped) -> None:
 
     if not cupti_mocks_built():
         pytest.skip("CUPTI headers not found (pip install nvidia-cuda-cupti): agent and mocks not built")
-    d = service_dir.start("--continuous", continuous_window_s=1.0, continuous_scan_s=0.2, continuous_gpu_duty=1.0)
+    d = service_dir.continuous(continuous_window_s=1.0, continuous_scan_s=0.2, continuous_gpu_duty=1.0)
     stopped.append(d)
     stub = pb_grpc.ProfilerStub(grpc.insecure_channel(f"unix:{d.socket}"))
 
@@ -256,7 +256,7 @@ def test_device_time_across_window_cuts_adds_up(service_dir, stopped) -> None:
         return held
 
     # the agent hands its records over at every tick of its watcher (10 ms): some arrive during each build
-    t = StdinTarget([sys.executable, str(MOCK_TARGET), str(MOCKS), "--phases", "1000000"],
+    t = StdinTarget([sys.executable, str(service_dir.linked(MOCK_TARGET)), str(MOCKS), "--phases", "1000000"],
                     env=dict(os.environ, CUDA_INJECTION64_PATH=str(AGENT), DEEPCTX_FLUSH_MS="1"))
     try:
         wait_for(lambda: (session_of(d, t.pid) or {}).get("state") == "capturing", timeout=120,

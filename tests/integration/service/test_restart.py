@@ -45,8 +45,6 @@ def uprobe_lines() -> list[str]:
 
 @pytest.mark.skipif(not shutil.which("bpftool"), reason="bpftool is not installed")
 def test_sigkill_leaves_no_probes_and_a_restart_serves(service_dir, stopped, native_targets) -> None:
-    before = programs()
-    uprobes_before = uprobe_lines()
     d = service_dir.start()
     target = StdinTarget([sys.executable, str(RUNTIME_CALLS), "cuda", cuda_runtime()])
     pool = cf.ThreadPoolExecutor(1)
@@ -63,9 +61,9 @@ def test_sigkill_leaves_no_probes_and_a_restart_serves(service_dir, stopped, nat
         target.stop()
     assert fut.result(timeout=60).returncode != 0  # the client saw the daemon go
     pool.shutdown()
-    wait_for(lambda: not (programs() - before), 30, "the dead daemon's BPF programs to be released")
-    assert not ours & programs()
-    assert uprobe_lines() == uprobes_before
+    # its own programs and uprobes only: other test files' daemons load and attach theirs meanwhile
+    wait_for(lambda: not (ours & programs()), 30, "the dead daemon's BPF programs to be released")
+    assert not [line for line in uprobe_lines() if f"_bcc_{d.proc.pid}" in line]  # bcc's names end in its pid
     # a new daemon on the same socket and private directory
     d2 = service_dir.start()
     stopped.append(d2)

@@ -105,6 +105,30 @@ def test_captures_merge_to_the_sum_of_their_latest(store: WindowStore) -> None:
     assert store.query(T0, T0 + 3600, pid=200)["stats"]["gpu_api_calls"] == 9
 
 
+def test_continuous_match_picks_the_gpu_processes_it_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """continuous_match: only GPU processes whose command line matches are profiled; "" takes them all."""
+    from deepctx.daemon.processes import ProcessSummary
+
+    procs = [ProcessSummary(11, "u", "python3 /srv/jobs/train.py --lr 3", "3.12", ["libcudart.so.13"]),
+             ProcessSummary(12, "u", "python3 /srv/jobs/serve.py", "3.12", ["libcudart.so.13"]),
+             ProcessSummary(13, "u", "python3 /srv/jobs/train.py", "3.12", [])]  # no GPU library
+    monkeypatch.setattr(continuous, "list_processes", lambda: procs)
+
+    def started(match: str) -> list[int]:
+        profiler = ContinuousProfiler(None, Config(continuous_match=match), threading.Event())
+        ran: list[int] = []
+        monkeypatch.setattr(profiler, "_profile", ran.append)
+        pids = profiler.scan()
+        for t in profiler._active.values():
+            t.join()
+        assert sorted(ran) == sorted(pids)
+        return sorted(pids)
+
+    assert started("") == [11, 12]
+    assert started(r"/train\.py\b") == [11]
+    assert started("^nothing") == []
+
+
 def test_window_deltas() -> None:
     d = WindowDeltas()
     assert d({"gpu_api_calls": 10, "cpu_samples_in_profile": 4, "gpu_uprobes": 12, "gpu_probe_duty_permille": 250}) \
