@@ -22,6 +22,7 @@ from deepctx.daemon.duty_cycle import DutyCycle
 from deepctx.daemon.errors import NotFound, PermissionDenied
 from deepctx.daemon.probe_set import BuildInputs, ProbeSet
 from deepctx.daemon.self_profile import profiled
+from deepctx.daemon.store.deltas import is_running_total
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.trace import clock_offset_ns
 from deepctx.daemon.tree import CallTree
@@ -30,6 +31,7 @@ from deepctx.host.frames import Frame
 from deepctx.host.process_handle import ProcessHandle
 from deepctx.probes import program_stats, programs
 from deepctx.probes.family import ProbeFamily, Target
+from deepctx.probes.program_share import ProgramShare
 from deepctx.profiles.metrics import METRICS
 
 log = logging.getLogger("deepctx.capture")
@@ -204,6 +206,9 @@ class Capture:
         self._native: NativeSymbolizer | None = None
         self._gpu_frames: dict[int, list[Frame]] = {}
         self._resolved_ahead = 0  # of them, by resolve_ahead passes
+        self._share: ProgramShare | None = None  # what the captures on its program coordinate
+        self._stack_clears = 0  # the share's stack_clears its resolved-ahead ids were read under
+        self._stats_base: dict[str, int] = {}  # a program joined in use: its running totals at the attach
 
     @property
     def warnings(self) -> list[str]:
@@ -298,7 +303,11 @@ class Capture:
         t_compile = time.monotonic()
         # a loaded one where a capture of this kind ran before (or is about to give one back)
         prog = self.programs.acquire(probes.families,
-                                     give_up=lambda: self.shutdown.is_set() or self.stop_requested.is_set())
+                                     give_up=lambda: self.shutdown.is_set() or self.stop_requested.is_set(),
+                                     share_key=probes.share_key())
+        joined = bool(prog.share.users)  # other captures run on it: its counters did not start at zero
+        prog.share.join(target.pid)  # before its probes count: what is taken at a cut is kept for it
+        self._share, self._stack_clears = prog.share, prog.share.stack_clears
         bpf = self._bpf = prog.bpf
         self.clock_offset_ns = clock_offset_ns()  # trace events: BPF's clock -> Unix time
         thread_names: dict[int, str] = {}
@@ -310,9 +319,12 @@ class Capture:
             probes.attach(bpf, target)
             log.info("probes ready", extra={"session": self.id, "pid": target.pid, "families": self.probe_names,
                                             "program": prog.key, "compiled": prog.built_for == "capture",
+                                            "shared_with": len(prog.share.users) - 1,
                                             "compile_s": round(t_attach - t_compile, 3),
                                             "attach_s": round(time.monotonic() - t_attach, 3),
                                             "attach_parts": probes.attach_s})
+            if joined:  # the program's counters so far are the other captures': this one's stats count from here
+                self._stats_base = {k: v for k, v in probes.stats(bpf).items() if is_running_total(k)}
             native_heap.release()  # an attach's transient peak (tables read, numpy's work arrays) goes back
             self.state = "capturing"
             duty = DutyCycle.of(self, opts)  # opens NVML, before the clock starts
@@ -328,6 +340,9 @@ class Capture:
             poller.register(wake_r, select.POLLIN)
             last_maps = last_prewarm = 0.0
             window_t0, window_unix = t0, time.time()
+            # windows end at multiples of window_s on this clock: the same instants for every capture on the
+            # program (probes/program_share.py); a capture's first window ends at the next one
+            window_end = next_cut(t0, opts.window_s) if opts.window_s else float("inf")
             # the profile's start is its clock's (duration_s counts from t0), not the request's: compile and
             # attach came before it (0.4 s and more on a busy machine), and a window over
             # [started_unix, + duration_s] must hold what the capture counted
@@ -350,6 +365,7 @@ class Capture:
                 wait_s = min(BUSY_POLL_INTERVAL_S if busy else POLL_INTERVAL_S, opts.duration_s - elapsed)
                 if duty is not None:
                     wait_s = min(wait_s, duty.next_switch_s(time.monotonic() - window_t0))
+                wait_s = min(wait_s, window_end - time.monotonic())
                 # request_stop() sets the flag before it writes the wake pipe: the check below sees it
                 if any(fd == pidfd for fd, _ in poller.poll(max(wait_s, 0.0) * 1000)):
                     ended = "target_exited"
@@ -363,6 +379,10 @@ class Capture:
                     now = time.monotonic()
                     maps_due = now - last_maps >= probes.maps_refresh_s
                     # stack ids read before the mappings are refreshed: each was captured in a mapping it knows
+                    if self._share is not None and self._share.stack_clears != self._stack_clears:
+                        # another capture on the program emptied its stack maps: the ids resolved ahead are gone
+                        self._gpu_frames, self._resolved_ahead = {}, 0
+                        self._stack_clears = self._share.stack_clears
                     ahead = (probes.ahead_ids(bpf, self._inputs(thread_names, 0.0))
                              if maps_due and now - last_prewarm >= PREWARM_INTERVAL_S else None)
                     self._refresh(target, thread_names, refresh_maps=maps_due)
@@ -379,14 +399,16 @@ class Capture:
                     self.samples = probes.samples(bpf)
                     progress(Progress(min(time.monotonic() - t0, opts.duration_s), opts.duration_s, self.samples,
                                       "capturing"))
-                    if opts.window_s and time.monotonic() - window_t0 >= opts.window_s:
+                    if time.monotonic() >= window_end:
                         cut, cut_unix = time.monotonic(), time.time()
+                        index = cut_index(cut, opts.window_s)  # the latest boundary passed (a slow poll: more)
                         self.gpu_probed_s = duty.end_window(cut - window_t0) if duty else None
                         self.device_shares = duty.take_shares() if duty else None
                         self.gpu_busy = duty.take_busy() if duty else None
-                        self._cut_window(bpf, target, thread_names, cut - window_t0, window_unix)
+                        self._cut_window(bpf, target, thread_names, cut - window_t0, window_unix, index)
                         # the next window began at the cut: what ran while this one was built is in it
                         window_t0, window_unix = cut, cut_unix
+                        window_end = (index + 1) * opts.window_s
                         if duty is not None:
                             duty.start_window(time.monotonic() - window_t0)
                 except (OSError, procfs.ProcessGone):
@@ -436,17 +458,22 @@ class Capture:
             # every CPU): once the profile is built it happens behind its delivery, not before it. The next
             # capture of this kind waits for the program instead of compiling another.
             self.programs.releasing(prog)
-            _release(self.id, target, lambda: probes.detach(bpf, target),
-                     lambda clean: self.programs.release(prog, reusable=clean), background=built,
+
+            def give_back(clean: bool) -> None:
+                prog.share.leave(target.pid)
+                self.programs.release(prog, reusable=clean)
+
+            _release(self.id, target, lambda: probes.detach(bpf, target), give_back, background=built,
                      delivered=self.delivered)
 
     def _cut_window(self, bpf: Any, target: Target, thread_names: dict[int, str], duration: float,
-                    start_unix: float) -> None:
+                    start_unix: float, index: int) -> None:
         """Continuous mode: the window's counts leave the maps first (take_window), so that what the probes
-        count while it is built goes to the next window; this window's profile goes to on_window."""
+        count while it is built goes to the next window; this window's profile goes to on_window. index: the
+        cut's number, as every capture on the program numbers it."""
         probes = self.probes
         assert probes is not None
-        probes.take_window(bpf)
+        probes.take_window(bpf, target, index)
         try:
             result = self._build(bpf, target, thread_names, duration, "window")
         except Exception:  # one window lost, said in the log; the capture goes on with the next
@@ -455,7 +482,13 @@ class Capture:
             return
         finally:  # the taken counts are released either way: the next window reads the maps again
             self._native, self._gpu_frames, self._resolved_ahead = None, {}, 0  # its ids start again
-            probes.clear_window(bpf)
+            share = self._share
+            stacks_free = share.done(target.pid, index) if share is not None else True
+            probes.clear_window(bpf, target, stacks_free)
+            if share is not None:
+                if stacks_free:  # the stack maps may have been emptied: every capture on it forgets their ids
+                    share.stack_clears += 1
+                self._stack_clears = share.stack_clears
         result.started_unix = start_unix
         if self.on_window is not None:
             try:
@@ -495,6 +528,11 @@ class Capture:
         assert self.probes is not None
         built = self.probes.build(bpf, target, self._inputs(thread_names, duration))
         stats = built.stats
+        for k, base in self._stats_base.items():  # counted since this capture attached
+            if k in stats:
+                stats[k] = max(0, stats[k] - base)
+        if self._share is not None and len(self._share.users) > 1:
+            stats["program_captures"] = len(self._share.users)  # its counters count every capture's process
         if self.continuous:
             stats["continuous_windows_lost"] = self.windows_lost
         warnings = list(target.warnings) + built.warnings
@@ -511,6 +549,17 @@ class Capture:
             ended=ended, sample_hz=self.opts.sample_hz, tree=built.tree, stats=stats, warnings=warnings,
             hostname=built.hostname, mode=built.mode, trace=built.trace,
         )
+
+
+def next_cut(t: float, window_s: float) -> float:
+    """The first window boundary after t: a multiple of window_s on CLOCK_MONOTONIC, as every capture on a
+    shared program cuts its windows (probes/program_share.py)."""
+    return (cut_index(t, window_s) + 1) * window_s
+
+
+def cut_index(t: float, window_s: float) -> int:
+    """The number of the last window boundary at or before t."""
+    return int(t // window_s)
 
 
 def stat_warnings(stats: dict[str, int]) -> list[str]:

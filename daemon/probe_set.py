@@ -33,6 +33,7 @@ from deepctx.daemon.tree import CallTree
 from deepctx.daemon.unwind_stops import stop_marker
 from deepctx.host import procfs
 from deepctx.host.frames import Frame
+from deepctx.probes import programs
 from deepctx.probes.cpu_sampler import SAMPLE_F_USER_STACK_LOST, CpuSampler
 from deepctx.probes.device_activity import AgentUnusable, DeviceActivity, agent_mappings
 from deepctx.probes.family import ProbeFamily, Target
@@ -198,6 +199,15 @@ class ProbeSet:
     def _first(self, kind: type) -> Any:
         return next((f for f in self.families if isinstance(f, kind)), None)
 
+    def share_key(self) -> str | None:
+        """The key captures at once join one loaded program by (probes/programs.py): continuous mode's, whose
+        windows are cut at the same instants (daemon/capture.py), with the same program and the settings it
+        holds for all of them (the perf events' rate, the GPU probes' sampling interval). Device activity's
+        program is its capture's own: its ring buffers, flush state and agent settings are one per program."""
+        if not self.opts.window_s or self._first(DeviceActivity) is not None:
+            return None
+        return f"{programs.program_key(self.families)}:{self.opts.sample_hz}:{self.opts.window_s:g}:{self.opts.gpu_mode}"
+
     @property
     def names(self) -> list[str]:
         return [f.name for f in self.families]
@@ -252,13 +262,13 @@ class ProbeSet:
         for fam in sorted(self.families, key=lambda f: not isinstance(f, CpuSampler)):
             fam.finish(bpf, target, exited)
 
-    def take_window(self, bpf: Any) -> None:
+    def take_window(self, bpf: Any, target: Target, cut: int) -> None:
         for fam in self.families:
-            fam.take_window(bpf)
+            fam.take_window(bpf, target, cut)
 
-    def clear_window(self, bpf: Any) -> None:
+    def clear_window(self, bpf: Any, target: Target, stacks_free: bool) -> None:
         for fam in self.families:
-            fam.clear_window(bpf)
+            fam.clear_window(bpf, target, stacks_free)
 
     def stats(self, bpf: Any) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -10,6 +10,7 @@ from typing import Any
 
 from deepctx.probes.family import FamilyDefaults, Target, read_source
 from deepctx.probes.maps import CountsMap, entry_count, percpu_sum
+from deepctx.probes.program_share import share_of
 
 MIN_SAMPLE_HZ = 1
 MAX_SAMPLE_HZ = 10_000  # perf's default cap is 100 kHz, but beyond 10 kHz the probe itself dominates
@@ -87,7 +88,8 @@ class CpuSampler(FamilyDefaults):
         self.count_entries = count_entries
         self.max_targets = max_targets
         self.max_depth = max_stack_depth()
-        self._attached = False
+        self._attached = False  # counted among the users of the program's perf events
+        self.pid: int | None = None
         self.counts = CountsMap("counts", windows)  # windows: continuous mode cuts them (two generations)
         self.stack_clears = 0
 
@@ -114,41 +116,51 @@ class CpuSampler(FamilyDefaults):
     def attach(self, bpf: Any, target: Target) -> None:
         from bcc import PerfSWConfig, PerfType
 
+        self.pid = target.pid
         self.counts.bind(bpf)
         flags = SAMPLER_T_KERNEL_STACKS if self.kernel_stacks else 0
         bpf[b"targets"][ct.c_uint32(target.pid)] = SamplerTarget(flags)
-        if not self._attached:
-            bpf.attach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK,
-                                  fn_name=b"on_cpu_sample", sample_freq=self.sample_hz)
-            self._attached = True
+        share = share_of(bpf)
+        with share.lock:  # one perf event per CPU for every capture on the program (each samples its targets)
+            if not self._attached:
+                share.perf_users += 1
+                if share.perf_users == 1:
+                    bpf.attach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK,
+                                          fn_name=b"on_cpu_sample", sample_freq=self.sample_hz)
+                self._attached = True
 
-    def stop_sampling(self, bpf: Any) -> None:
-        """Stops the perf events (the maps stay readable)."""
+    def stop_sampling(self, bpf: Any, pid: int) -> None:
+        """Stops sampling pid (the maps stay readable); the perf events close with the program's last user."""
         from bcc import PerfSWConfig, PerfType
 
-        if self._attached:
-            bpf.detach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK)
-            self._attached = False
-
-    def finish(self, bpf: Any, target: Target, exited: bool) -> None:
-        self.stop_sampling(bpf)
-
-    def detach(self, bpf: Any, target: Target) -> None:
-        self.stop_sampling(bpf)  # where the capture failed before its end
         try:
-            del bpf[b"targets"][ct.c_uint32(target.pid)]
+            del bpf[b"targets"][ct.c_uint32(pid)]
         except KeyError:
             pass
+        share = share_of(bpf)
+        with share.lock:
+            if self._attached:
+                share.perf_users -= 1
+                if share.perf_users == 0:
+                    bpf.detach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK)
+                self._attached = False
 
-    def take_window(self, bpf: Any) -> None:
+    def finish(self, bpf: Any, target: Target, exited: bool) -> None:
+        self.stop_sampling(bpf, target.pid)
+
+    def detach(self, bpf: Any, target: Target) -> None:
+        self.stop_sampling(bpf, target.pid)  # where the capture failed before its end
+
+    def take_window(self, bpf: Any, target: Target, cut: int) -> None:
         """Continuous mode, at a window's cut: its counts leave the map, where the next window's start."""
-        self.counts.take(bpf)
+        self.counts.take(bpf, target.pid, cut)
 
-    def clear_window(self, bpf: Any) -> None:
+    def clear_window(self, bpf: Any, target: Target, stacks_free: bool) -> None:
         """Continuous mode, after a window was built. The stack map stays until it is half full: samples
-        taken while the window was built are in the next one, and their stack ids must still name stacks."""
+        taken while the window was built are in the next one, and their stack ids must still name stacks
+        (stacks_free: no capture on the program has counts left to build, probes/program_share.py)."""
         self.counts.release()
-        if entry_count(bpf[b"stacks"]) > self.stack_entries // 2:
+        if stacks_free and entry_count(bpf[b"stacks"]) > self.stack_entries // 2:
             bpf[b"stacks"].clear()
             self.stack_clears += 1
 
@@ -164,7 +176,7 @@ class CpuSampler(FamilyDefaults):
 
     def buckets(self, bpf: Any) -> list[SampleBucket]:
         out = []
-        for k, v in self.counts.items(bpf):
+        for k, v in self.counts.items(bpf, self.pid):
             count = v if isinstance(v, int) else v.value
             out.append(SampleBucket(k.pid, k.tid, k.user_stack, k.py_stack, k.kernel_stack_id, k.flags, count))
         return out

@@ -419,12 +419,12 @@ class DeviceActivity(FamilyDefaults):
             self.drain(bpf)
             self.pcs.close(bpf)
 
-    def take_window(self, bpf: Any) -> None:
+    def take_window(self, bpf: Any, target: Target, cut: int) -> None:
         """Continuous mode, at a window's cut: its device time leaves the map (correlations in flight stay;
         records handed over while the window is built count in the next one)."""
-        self.counts.take(bpf)
+        self.counts.take(bpf, target.pid, cut)
 
-    def clear_window(self, bpf: Any) -> None:
+    def clear_window(self, bpf: Any, target: Target, stacks_free: bool) -> None:
         self.counts.release()
 
     def stats(self, bpf: Any) -> dict[str, int]:

@@ -16,7 +16,9 @@ them and reads what they aggregated into the tree):
   load(bpf)              once per program: load its BPF functions (not per capture)
   attach(bpf, target)    fill the maps for the pid and attach events / uprobes
   poll(bpf, target)      while the capture runs; busy() asks for faster polls
-  take_window(bpf) / clear_window(bpf)   continuous mode, around each window's build
+  take_window(bpf, target, cut) / clear_window(bpf, target, stacks_free)   continuous mode, around each
+                         window's build (cut: the window boundary's number, the same for every capture on
+                         the program; stacks_free: none of them has counts left to build: program_share.py)
   finish(bpf, target, exited)            sampling ends (stop events, the agent's last records)
   stats(bpf)             counters for the profile
   detach(bpf, target)    take the pid's entries out of the maps, close its events: the program goes back
@@ -96,12 +98,14 @@ class ProbeFamily(Protocol):
     def busy(self) -> bool:
         ...
 
-    def take_window(self, bpf: Any) -> None:
-        """Continuous mode, at a window's cut: this window's counts leave the maps."""
+    def take_window(self, bpf: Any, target: Target, cut: int) -> None:
+        """Continuous mode, at a window's cut: the target's counts of this window leave the maps (the
+        program's other captures cut at the same instants: probes/program_share.py)."""
         ...
 
-    def clear_window(self, bpf: Any) -> None:
-        """Continuous mode, after the window was built."""
+    def clear_window(self, bpf: Any, target: Target, stacks_free: bool) -> None:
+        """Continuous mode, after the window was built; stack maps are emptied only where stacks_free (no
+        capture on the program has counts left to build that name their ids)."""
         ...
 
     def finish(self, bpf: Any, target: Target, exited: bool) -> None:
@@ -132,10 +136,10 @@ class FamilyDefaults:
     def busy(self) -> bool:
         return False
 
-    def take_window(self, bpf: Any) -> None:
+    def take_window(self, bpf: Any, target: Target, cut: int) -> None:
         pass
 
-    def clear_window(self, bpf: Any) -> None:
+    def clear_window(self, bpf: Any, target: Target, stacks_free: bool) -> None:
         pass
 
     def finish(self, bpf: Any, target: Target, exited: bool) -> None:

@@ -304,6 +304,7 @@ class GpuApi(FamilyDefaults):
         self.resumes = 0  # duty cycle: times the probes were attached again
         self.stack_clears = 0  # continuous mode: times the stack map was emptied at a window's end
         self.counts = CountsMap("gpu_counts", windows)  # windows: continuous mode cuts them
+        self.pid: int | None = None
         self._live = 1  # the probes are attached: 1, detached: 0, being switched: -1 (see pause)
         # Set before attach when the target's CUPTI agent reports its calls (left_to_agent()); cleared by
         # probe_agents_calls() when the agent turns out not to work.
@@ -330,6 +331,7 @@ class GpuApi(FamilyDefaults):
 
     def attach(self, bpf: Any, target: Target) -> None:
         # in the target alone: other processes that map the same libraries do not trap
+        self.pid = target.pid
         self.counts.bind(bpf)
         self._uprobes = UprobeAttacher(bpf, "on_gpu_api_entry", "on_gpu_api_return", pid=target.pid)
         bpf[b"gpu_config"][ct.c_int(0)] = GpuConfig(self.sample_interval_ns)
@@ -380,19 +382,20 @@ class GpuApi(FamilyDefaults):
     def attached(self) -> bool:
         return self._uprobes is not None and self._live == 1
 
-    def take_window(self, bpf: Any) -> None:
+    def take_window(self, bpf: Any, target: Target, cut: int) -> None:
         """Continuous mode, at a window's cut: its calls leave the map (the next window's count from zero
         there); names and handles stay known."""
-        self.counts.take(bpf)
+        self.counts.take(bpf, target.pid, cut)
 
-    def clear_window(self, bpf: Any) -> None:
+    def clear_window(self, bpf: Any, target: Target, stacks_free: bool) -> None:
         """Continuous mode, after a window was built. The stack map stays until it is half full: calls made
         while the window was built, and a hand-off call (or a device record) that spans its end, hold stack
         ids from it, which must still name their stacks. When it is cleared, so are the hand-offs' holders:
-        their work falls back to the worker's own path rather than to none."""
+        their work falls back to the worker's own path rather than to none. (stacks_free: no capture on the
+        program has counts left to build, probes/program_share.py.)"""
         self.counts.release()
         stacks = bpf[b"gpu_stacks"]
-        if entry_count(stacks) > self.stack_entries // 2:
+        if stacks_free and entry_count(stacks) > self.stack_entries // 2:
             stacks.clear()
             for name in (b"gpu_origins", b"gpu_node_origins", b"gpu_node_runs"):
                 bpf[name].clear()
@@ -552,7 +555,7 @@ class GpuApi(FamilyDefaults):
 
     def buckets(self, bpf: Any) -> list[GpuBucket]:
         out = []
-        for k, v in self.counts.items(bpf):
+        for k, v in self.counts.items(bpf, self.pid):
             api = gpu_apis.APIS[k.api_id]
             grid = (k.grid[0], k.grid[1], k.grid[2])
             block = (k.block[0], k.block[1], k.block[2])

@@ -7,6 +7,8 @@ import errno
 from collections.abc import Callable
 from typing import Any
 
+from deepctx.probes.program_share import share_of
+
 RAW_BATCH = 4096  # entries a lookup-batch syscall returns at most (raw_items)
 
 
@@ -89,7 +91,6 @@ class CountsMap:
     def __init__(self, name: str, windows: bool = False) -> None:
         self.name = name
         self.windows = windows
-        self.generation = 0
         self._taken: list[tuple[bytes, bytes]] | None = None
 
     def spare_entries(self, entries: int) -> int:
@@ -102,38 +103,65 @@ class CountsMap:
         generations of 65,536 GPU calls' or device records' keys lock 25 and 29 MB per process)."""
         return "BPF_F_NO_PREALLOC" if self.windows else "0"
 
+    def generation(self, bpf: Any) -> int:
+        """The generation the programs add to now (kept with the program: captures that share it flip it
+        for each other, probes/program_share.py)."""
+        return share_of(bpf).generations.get(self.name, 0)
+
     def table(self, bpf: Any) -> Any:
         """The generation the programs add to now."""
-        return bpf[f"{self.name}_{self.generation}".encode()]  # bcc wants bytes
+        return bpf[f"{self.name}_{self.generation(bpf)}".encode()]  # bcc wants bytes
 
     def bind(self, bpf: Any) -> None:
-        """Points the programs at the current generation, once per capture before its probes attach (until
-        then, every add finds no map and counts as a full one). Always set: a program that served a
-        windowed capture before may point at the other generation."""
-        self._point(bpf)
+        """Points the programs at the current generation, once per program before its first capture's probes
+        attach (until then, every add finds no map and counts as a full one). A program that served a
+        windowed capture before may point at the other generation: the pool's reset forgets it, and the
+        first capture after points it at the first."""
+        share = share_of(bpf)
+        with share.lock:
+            if self.name not in share.generations:
+                share.generations[self.name] = 0
+                self._point(bpf)
 
     def _point(self, bpf: Any) -> None:
         """The programs add to the current generation from now on. The kernel returns from this update once
         every program that may still hold the slot's old generation has finished (synchronize_rcu)."""
         bpf[self.name.encode()][ct.c_int(0)] = ct.c_int(self.table(bpf).get_fd())
 
-    def take(self, bpf: Any) -> None:
+    def take(self, bpf: Any, pid: int | None = None, cut: int | None = None) -> None:
+        """pid's counts up to window cut `cut` leave the map: the first capture of the program at that cut
+        flips the generation and reads the old one for all of them (program_share.py). Without a pid: every
+        process's counts, for the one reader of the program."""
         if not self.windows:
             raise RuntimeError(f"{self.name}: a capture that cuts no windows has no second generation to take into")
-        old = self.table(bpf)
-        self.generation ^= 1
-        self._point(bpf)
-        self._taken = take_raw_items(old)  # nothing adds to it any more: read and emptied in one pass
+        share = share_of(bpf)
+
+        def flip_and_read() -> list[tuple[bytes, bytes]]:
+            old = self.table(bpf)
+            share.generations[self.name] = self.generation(bpf) ^ 1
+            self._point(bpf)
+            return take_raw_items(old)  # nothing adds to it any more: read and emptied in one pass
+
+        if pid is None or cut is None:
+            with share.lock:
+                self._taken = flip_and_read()
+        else:
+            self._taken = share.take(self.name, cut, pid, flip_and_read)
 
     def release(self) -> None:
         """The taken window is built: later reads see the map again."""
         self._taken = None
 
-    def raw(self, bpf: Any) -> list[tuple[bytes, bytes]]:
-        return self._taken if self._taken is not None else raw_items(self.table(bpf))
+    def raw(self, bpf: Any, pid: int | None = None) -> list[tuple[bytes, bytes]]:
+        """The taken window's entries; else what the map holds now (every process's: readers keep their
+        pid's), with pid's entries taken at cuts its capture ended before building."""
+        if self._taken is not None:
+            return self._taken
+        rest = share_of(bpf).rest(self.name, pid) if pid is not None and self.windows else []
+        return rest + raw_items(self.table(bpf))
 
-    def items(self, bpf: Any) -> list[tuple[Any, Any]]:
-        return decoded(self.table(bpf), self.raw(bpf))
+    def items(self, bpf: Any, pid: int | None = None) -> list[tuple[Any, Any]]:
+        return decoded(self.table(bpf), self.raw(bpf, pid))
 
 
 def entry_count(table: Any) -> int:

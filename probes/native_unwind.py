@@ -26,6 +26,7 @@ from deepctx.host.unwind.space import NO_ROWS, TableSpace, Upload
 from deepctx.host.unwind.table import UnwindTable
 from deepctx.probes.family import PROBES_DIR, FamilyDefaults, Target, read_source
 from deepctx.probes.maps import entry_count
+from deepctx.probes.program_share import share_of
 from deepctx.probes.unwind_maps import SharedUnwindMaps, daemon_maps
 
 log = logging.getLogger(__name__)
@@ -337,8 +338,8 @@ class NativeUnwinder(FamilyDefaults):
         kept: TableSpace | None = getattr(bpf, "deepctx_unwind_space", None)  # kept on the program, as ring sinks are
         if kept is not None and (kept.max_rows, kept.max_pages, kept.max_rules) == (space.max_rows, space.max_pages,
                                                                                      space.max_rules):
-            if self._fits(kept, target):
-                return kept
+            if self._fits(kept, target) or len(share_of(bpf).users) > 1:
+                return kept  # another capture on the program unwinds with it: files that do not fit use frame pointers
         self._write_rules(bpf, space.initial_rules())
         bpf.deepctx_unwind_space = space
         return space
@@ -411,11 +412,12 @@ class NativeUnwinder(FamilyDefaults):
         n = min(int(st.len), self.config.max_depth)
         return list(st.ips[:n]), int(st.flags)
 
-    def clear_window(self, bpf: Any) -> None:
+    def clear_window(self, bpf: Any, target: Target, stacks_free: bool) -> None:
         """Continuous mode, after a window was built: the stack map is cleared once it is half full (what
-        was captured while the window was built belongs to the next one and still names its stacks)."""
+        was captured while the window was built belongs to the next one and still names its stacks), and
+        no capture on the program has counts left to build (stacks_free)."""
         stacks = bpf[b"native_stacks"]
-        if entry_count(stacks) > self.config.max_stacks // 2:
+        if stacks_free and entry_count(stacks) > self.config.max_stacks // 2:
             stacks.clear()
 
     def stats(self, bpf: Any) -> dict[str, int]:

@@ -9,8 +9,12 @@ all, for the next capture of that kind. A program being compiled ahead (prewarm)
 capture is waited for rather than compiled a second time. The counters prove it: `deepctx status` shows
 them, and a second capture leaves `compiled` and `loaded` where they were.
 
-Maps are not shared between captures that run at once: two at once get two programs (the second one
-compiled), so that nothing a capture reads was written for another.
+Captures that run at once share a program where they ask for it with the same share key (continuous mode's
+processes, daemon/probe_set.py): the second attaches to the first one's program, and what the program holds
+for both (perf events, count generations, the windows' cuts, stack maps) is coordinated by its
+ProgramShare (probes/program_share.py). Its maps are emptied once its last capture gives it back. Captures
+without a share key (one-shot attaches, device activity) get a program of their own, so that nothing a
+capture reads was written for another.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from deepctx.probes import compose
 from deepctx.probes.family import ProbeFamily
 from deepctx.probes.maps import drain_rings
+from deepctx.probes.program_share import ProgramShare, bind_share
 
 log = logging.getLogger("deepctx.programs")
 
@@ -63,6 +68,11 @@ class Program:
     funcs_counted: int = 0  # its loaded functions already counted in ProgramPool.loaded
     captures: int = 0  # captures it served
     built_for: str = ""  # "capture" while the capture that compiled it holds it, "" after (for the log)
+    share: ProgramShare = field(default_factory=ProgramShare)  # what its captures at once coordinate
+    holders: int = 0  # captures holding it now
+    share_key: str | None = None  # the key captures join it by while it is in use
+    dirty: bool = False  # a capture on it did not detach cleanly: freed once the last one gives it back
+    marked: bool = False  # counted in the pool's pending (releasing): a capture of its kind waits for it
 
 
 @dataclass
@@ -72,12 +82,13 @@ class ProgramCounters:
     reused: int = 0  # captures that got an already loaded program
     captures_served: int = 0  # captures that got a program
     discarded: int = 0  # programs freed: evicted, or not reusable after a capture
+    shared: int = 0  # captures that attached to a program another capture held (counted in reused too)
 
     def as_totals(self) -> dict[str, int]:
         """The daemon's Status totals (map<string, int64>: fields added, none changed)."""
         return {"bpf_programs_compiled": self.compiled, "bpf_programs_loaded": self.loaded,
                 "bpf_programs_reused": self.reused, "bpf_programs_discarded": self.discarded,
-                "captures_served": self.captures_served}
+                "bpf_programs_shared": self.shared, "captures_served": self.captures_served}
 
 
 class ProgramPool:
@@ -94,45 +105,92 @@ class ProgramPool:
         self._cond = threading.Condition()
         self._idle: OrderedDict[int, Program] = OrderedDict()  # by id(), least recently used first
         self._pending: dict[str, int] = {}  # programs of a key being compiled ahead or emptied
+        self._shared: dict[str, Program] = {}  # share key -> the program in use that captures join
 
     # --- taking and giving back ----------------------------------------------------------------------
 
-    def acquire(self, families: Sequence[ProbeFamily], give_up: Callable[[], bool] = lambda: False) -> Program:
-        """A loaded program for these families: an idle one, one that is about to be idle, or a new one.
-        give_up (checked every WAIT_SLICE_S while waiting): the capture is ending (daemon shutdown, `deepctx
-        stop`), so it waits no longer for a program of its kind."""
+    def acquire(self, families: Sequence[ProbeFamily], give_up: Callable[[], bool] = lambda: False,
+                share_key: str | None = None) -> Program:
+        """A loaded program for these families: one in use under share_key (joined), an idle one, one that is
+        about to be idle, or a new one. give_up (checked every WAIT_SLICE_S while waiting): the capture is
+        ending (daemon shutdown, `deepctx stop`), so it waits no longer for a program of its kind."""
         key = program_key(families)
         deadline = time.monotonic() + self.wait_s
         with self._cond:
             while True:
-                prog = self._take_idle(key)
+                prog = self._join(share_key)
+                if prog is None:
+                    prog = self._take_idle(key)
+                    if prog is not None:
+                        self.counters.reused += 1
+                        prog.built_for = ""
+                        self._hold(prog, share_key)
                 if prog is not None:
-                    self.counters.reused += 1
-                    self.counters.captures_served += 1
-                    prog.captures += 1
-                    prog.built_for = ""
                     return prog
                 left = deadline - time.monotonic()
                 if not self._pending.get(key) or left <= 0 or give_up():
                     break
                 self._cond.wait(min(left, WAIT_SLICE_S))
-        prog = self._build(key, families)
+            if share_key is not None:  # captures of its kind that start meanwhile wait for this one, and join it
+                self._pending[key] = self._pending.get(key, 0) + 1
+        try:
+            prog = self._build(key, families)
+        finally:
+            if share_key is not None:
+                with self._cond:
+                    self._done_pending(key)
+                    self._cond.notify_all()
         prog.built_for = "capture"
         with self._cond:
-            self.counters.captures_served += 1
-            prog.captures += 1
+            self._hold(prog, share_key)
         return prog
 
+    def _join(self, share_key: str | None) -> Program | None:
+        """The program in use under share_key, now held once more (under the lock)."""
+        prog = self._shared.get(share_key) if share_key is not None else None
+        if prog is None:
+            return None
+        if prog.marked:  # its one capture was about to give it back: no longer
+            prog.marked = False
+            self._done_pending(prog.key)
+        self.counters.reused += 1
+        self.counters.shared += 1
+        self._hold(prog, share_key)
+        return prog
+
+    def _hold(self, prog: Program, share_key: str | None) -> None:
+        self.counters.captures_served += 1
+        prog.captures += 1
+        prog.holders += 1
+        if prog.holders > 1:
+            prog.built_for = ""
+        if share_key is not None and share_key not in self._shared:
+            self._shared[share_key] = prog
+            prog.share_key = share_key
+
     def release(self, prog: Program, reusable: bool = True) -> None:
-        """After the capture's families detached: the program's maps are emptied and it waits for the next
-        capture of its kind, or it is freed (reusable False, or something is still attached to it)."""
+        """After a capture's families detached: while other captures hold the program, nothing more; after
+        the last, its maps are emptied and it waits for the next capture of its kind, or it is freed
+        (a capture on it not reusable, or something is still attached to it)."""
         self.count_loads(prog)
-        why = "" if reusable else "the capture did not detach cleanly"
+        with self._cond:
+            prog.holders -= 1
+            prog.dirty = prog.dirty or not reusable
+            if prog.holders > 0:
+                return
+            if prog.share_key is not None and self._shared.get(prog.share_key) is prog:
+                del self._shared[prog.share_key]
+            prog.share_key = None
+            if not prog.marked:  # a capture of its kind that starts while it is emptied waits for it
+                self._pending[prog.key] = self._pending.get(prog.key, 0) + 1
+            prog.marked = False
+        why = "the capture did not detach cleanly" if prog.dirty else ""
         if not why:
             why = _still_attached(prog.bpf)
         if not why:
             try:
                 reset_maps(prog.bpf)
+                prog.share.reset()
             except Exception as e:  # a map that would not empty: a fresh program is safer than stale counts
                 why = f"its maps could not be emptied: {e}"
         evicted: list[Program] = []
@@ -149,9 +207,11 @@ class ProgramPool:
 
     def releasing(self, prog: Program) -> None:
         """The capture that holds prog is about to detach and release it: a capture of the same kind that
-        starts meanwhile waits for it instead of compiling another."""
+        starts meanwhile waits for it instead of compiling another (when no other capture holds it)."""
         with self._cond:
-            self._pending[prog.key] = self._pending.get(prog.key, 0) + 1
+            if prog.holders == 1 and not prog.marked:
+                prog.marked = True
+                self._pending[prog.key] = self._pending.get(prog.key, 0) + 1
 
     def prewarm(self, families: Sequence[ProbeFamily]) -> None:
         """Compiles and loads a program before any capture asks for it (at daemon start, in a thread of its
@@ -231,6 +291,7 @@ class ProgramPool:
         t0 = time.monotonic()
         bpf = self._compile(families)
         prog = Program(key, bpf)
+        bind_share(bpf, prog.share)
         with self._cond:
             self.counters.compiled += 1
         try:

@@ -25,6 +25,7 @@ from deepctx.host.python.thread_names import read_thread_names
 from deepctx.host.python.threads import ThreadMapper, ThreadState
 from deepctx.probes.family import FamilyDefaults, Target, read_source
 from deepctx.probes.maps import entry_count, percpu_sum
+from deepctx.probes.program_share import share_of
 
 log = logging.getLogger("deepctx.python")
 
@@ -230,13 +231,14 @@ class PythonStacks(FamilyDefaults):
         proc.mem.close()
         self._detached[target.pid] = proc  # what its reader already named still names stacks
 
-    def clear_window(self, bpf: Any) -> None:
+    def clear_window(self, bpf: Any, target: Target, stacks_free: bool) -> None:
         """Continuous mode, after a window was built: the stack map is cleared once it is half full (ids are
-        hashes of the frames: stacks are interned again as they recur, names stay cached by id). Clearing it
-        at every window lost the stacks first stored while the window was built: the next poll found their
-        ids queued and the map without them."""
+        hashes of the frames: stacks are interned again as they recur, names stay cached by id) and no
+        capture on the program has counts left to build (stacks_free). Clearing it at every window lost the
+        stacks first stored while the window was built: the next poll found their ids queued and the map
+        without them."""
         stacks = bpf[b"py_stacks"]
-        if entry_count(stacks) > self.stack_entries // 2:
+        if stacks_free and entry_count(stacks) > self.stack_entries // 2:
             stacks.clear()
 
     def stats(self, bpf: Any) -> dict[str, int]:
@@ -316,8 +318,11 @@ class PythonStacks(FamilyDefaults):
                     del table[k]
                 except KeyError:
                     pass
-        for k, v in entries:
-            missed.setdefault(_value(v), set()).add(_value(k))
+        # the program's other captures get theirs at their next poll (probes/program_share.py)
+        share = share_of(bpf)
+        mine = share.route("py_misses", [(_value(v), (_value(v), _value(k))) for k, v in entries], self._procs)
+        for pid, tid in mine:
+            missed.setdefault(pid, set()).add(tid)
         return missed
 
     def _refresh(self, bpf: Any, pid: int, proc: _Proc, missed: AbstractSet[int] = frozenset()) -> None:
@@ -368,13 +373,16 @@ class PythonStacks(FamilyDefaults):
     def _learn_new_stacks(self, bpf: Any) -> None:
         """Reads the code objects of stacks stored since the last poll while their process lives."""
         queue = bpf[b"py_new_stacks"]
-        fresh: list[tuple[int, int | None]] = []
+        popped: list[tuple[int, tuple[int, int | None]]] = []
         while True:
             try:
                 leaf = queue.pop()
             except KeyError:
                 break
-            fresh.append((int(leaf.id), int(leaf.pid)))
+            popped.append((int(leaf.pid), (int(leaf.id), int(leaf.pid))))
+        # another capture's stacks wait for its own poll, which reads them from its process's memory
+        share = share_of(bpf)
+        fresh: list[tuple[int, int | None]] = share.route("py_new_stacks", popped, self._procs)
         if self._queue_overflowed(bpf):  # some ids never made it to the queue: look at them all
             fresh += [(k.value, None) for k in bpf[b"py_stacks"].keys() if k.value not in self._raw]
         self.learning = bool(fresh)

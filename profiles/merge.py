@@ -73,7 +73,8 @@ SHARES = frozenset({"gpu_probe_duty_permille", "gpu_busy_scaled_permille", "devi
                     "gpu_busy_recording_permille", "device_busy_scaled_permille"})
 LEVELS = frozenset({"device_agent_status", "cpu_stack_map_entries", "gpu_sample_interval_ns", "gpu_uprobes",
                     "gpu_probes_attached", "gpu_libraries_attached", "device_agent_injected", "device_usdt_sites",
-                    "device_probes_attached", "device_agent_awaited", "table_rules"})
+                    "device_probes_attached", "device_agent_awaited", "table_rules",
+                    "program_captures"})  # captures on the program a continuous window's probes shared
 
 
 class Merger:

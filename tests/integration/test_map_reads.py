@@ -152,7 +152,7 @@ def test_a_take_moves_the_programs_to_the_other_generation_and_reads_the_old_one
             os.getppid()
         assert per_pid(counts.items(bpf)) == {os.getpid(): 7}
         counts.take(bpf)
-        assert counts.generation == 1
+        assert counts.generation(bpf) == 1
         for _ in range(3):
             os.getppid()  # counted while the window is built: the next window's
         assert per_pid(counts.items(bpf)) == {os.getpid(): 7}  # the taken window
@@ -164,7 +164,7 @@ def test_a_take_moves_the_programs_to_the_other_generation_and_reads_the_old_one
         os.getppid()
         assert per_pid(counts.items(bpf)) == {os.getpid(): 4}
         counts.take(bpf)
-        assert counts.generation == 0 and per_pid(counts.items(bpf)) == {os.getpid(): 4}
+        assert counts.generation(bpf) == 0 and per_pid(counts.items(bpf)) == {os.getpid(): 4}
     finally:
         bpf.cleanup()
 
@@ -179,7 +179,7 @@ def test_without_windows_the_second_generation_has_one_entry_and_nothing_is_take
             os.getppid()
         with pytest.raises(RuntimeError, match="cuts no windows"):
             counts.take(bpf)
-        assert counts.generation == 0 and per_pid(counts.items(bpf)) == {os.getpid(): 6}
+        assert counts.generation(bpf) == 0 and per_pid(counts.items(bpf)) == {os.getpid(): 6}
     finally:
         bpf.cleanup()
 

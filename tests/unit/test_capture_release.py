@@ -107,11 +107,11 @@ class WindowFamily:
     def __init__(self, calls: list[str]) -> None:
         self.name, self.calls = "gpu", calls
 
-    def take_window(self, bpf: object) -> None:
-        self.calls.append("take")
+    def take_window(self, bpf: object, target: object, cut: int) -> None:
+        self.calls.append(f"take {cut}")
 
-    def clear_window(self, bpf: object) -> None:
-        self.calls.append("clear")
+    def clear_window(self, bpf: object, target: object, stacks_free: bool) -> None:
+        self.calls.append(f"clear {stacks_free}")
 
 
 def test_a_window_whose_build_fails_is_counted_and_the_next_is_cut_as_usual(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,10 +134,10 @@ def test_a_window_whose_build_fails_is_counted_and_the_next_is_cut_as_usual(monk
 
     monkeypatch.setattr(c, "_build", build)
     target = Target(4242, None, None)  # type: ignore[arg-type]
-    c._cut_window(object(), target, {}, 1.0, 100.0)
-    assert (calls, stored, c.windows_lost) == (["take", "clear"], [], 1)
-    c._cut_window(object(), target, {}, 1.0, 101.0)
-    assert (calls[2:], stored, c.windows_lost) == (["take", "build", "clear"], [101.0], 1)
+    c._cut_window(object(), target, {}, 1.0, 100.0, 7)
+    assert (calls, stored, c.windows_lost) == (["take 7", "clear True"], [], 1)
+    c._cut_window(object(), target, {}, 1.0, 101.0, 8)
+    assert (calls[2:], stored, c.windows_lost) == (["take 8", "build", "clear True"], [101.0], 1)
     assert capture.stat_warnings({"continuous_windows_lost": 1}) == [
         "1 continuous windows could not be built and are missing (deepctxd's log says why)"]
 

@@ -141,10 +141,12 @@ def test_window_end_keeps_stack_ids_until_the_map_is_half_full() -> None:
                                           b"gpu_node_runs")}  # keyed by bytes, as bcc wants its table names
     bpf[b"gpu_stacks"].update({i: i for i in range(4)})
     bpf[b"gpu_origins"][1] = "origin holding stack 3"
-    gpu.clear_window(bpf)
+    gpu.clear_window(bpf, None, stacks_free=True)  # type: ignore[arg-type]
     assert bpf[b"gpu_counts"].cleared == 0 and len(bpf[b"gpu_stacks"]) == 4 and bpf[b"gpu_origins"]  # ids stay valid
     bpf[b"gpu_stacks"][4] = 4  # more than half of 8
-    gpu.clear_window(bpf)
+    gpu.clear_window(bpf, None, stacks_free=False)  # type: ignore[arg-type]  # another capture on it has counts to build
+    assert len(bpf[b"gpu_stacks"]) == 5 and gpu.stack_clears == 0
+    gpu.clear_window(bpf, None, stacks_free=True)  # type: ignore[arg-type]
     assert not bpf[b"gpu_stacks"] and not bpf[b"gpu_origins"] and gpu.stack_clears == 1
 
 

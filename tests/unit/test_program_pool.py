@@ -71,7 +71,8 @@ def test_a_second_capture_compiles_and_loads_nothing() -> None:
     second = p.acquire([Fam("cpu")])  # another capture's own family objects, the same text
     assert second is first and len(made) == 1
     assert p.totals() == {"bpf_programs_compiled": 1, "bpf_programs_loaded": 1, "bpf_programs_reused": 1,
-                               "bpf_programs_discarded": 0, "captures_served": 2, "bpf_programs_idle": 0}
+                          "bpf_programs_discarded": 0, "bpf_programs_shared": 0, "captures_served": 2,
+                          "bpf_programs_idle": 0}
 
 
 def test_programs_of_other_text_or_sizes_are_other_programs() -> None:
@@ -198,3 +199,65 @@ def test_map_memory_sums_the_memlock_of_bpf_map_descriptors(tmp_path: Path) -> N
     # 7: no fdinfo (closed meanwhile)
     assert map_memory(str(tmp_path)) == {"bpf_maps": 2, "bpf_map_bytes": 134221824 + 65536}
     assert map_memory(str(tmp_path / "gone")) == {"bpf_maps": 0, "bpf_map_bytes": 0}
+
+
+def test_captures_of_one_share_key_attach_to_one_program_and_its_last_release_empties_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Continuous mode's captures at once (probes/program_share.py): the second joins the first one's program
+    (compiles nothing), a release leaves it to the others, and only the last one's empties it for the pool."""
+    resets: list[object] = []
+    monkeypatch.setattr("deepctx.probes.programs.reset_maps", resets.append)
+    p, made = pool()
+    a = p.acquire([Fam("cpu")], share_key="k")
+    b = p.acquire([Fam("cpu")], share_key="k")
+    assert b is a and len(made) == 1 and a.holders == 2
+    other = p.acquire([Fam("cpu")], share_key="k2")  # other settings: a program of its own
+    alone = p.acquire([Fam("cpu")])  # no share key (a one-shot attach): never joins
+    assert len({id(x) for x in (a, other, alone)}) == 3 and len(made) == 3
+    a.share.join(11)
+    a.share.perf_users = 2
+    p.releasing(a)  # another capture holds it: nothing waits for it
+    p.release(a)
+    assert resets == [] and a.holders == 1 and p.totals()["bpf_programs_idle"] == 0
+    c = p.acquire([Fam("cpu")], share_key="k")  # still in use: joined again
+    assert c is a and p.counters.shared == 2
+    p.release(a)
+    p.releasing(a)
+    p.release(a)
+    assert resets == [a.bpf] and a.holders == 0 and p.totals()["bpf_programs_idle"] == 1
+    assert (a.share.users, a.share.perf_users) == (set(), 0)  # the share starts again with the maps
+    assert p.acquire([Fam("cpu")], share_key="k") is a  # idle now: taken, and joined by the next
+    assert p.acquire([Fam("cpu")], share_key="k") is a and len(made) == 3
+    assert p.totals()["bpf_programs_compiled"] == 3
+
+
+def test_a_shared_program_a_capture_left_unclean_is_freed_after_the_last_release() -> None:
+    p, made = pool()
+    a = p.acquire([Fam("cpu")], share_key="k")
+    p.acquire([Fam("cpu")], share_key="k")
+    p.release(a, reusable=False)
+    assert not made[0].freed and a.holders == 1  # the other capture still runs on it
+    p.release(a)
+    assert made[0].freed and p.totals()["bpf_programs_idle"] == 0
+    assert p.acquire([Fam("cpu")], share_key="k") is not a and len(made) == 2
+
+
+def test_captures_that_start_together_wait_for_one_compile_and_share_it() -> None:
+    gate = threading.Event()
+    made: list[FakeBpf] = []
+
+    def slow_compile(families: Sequence[Any]) -> FakeBpf:
+        gate.wait(30)
+        made.append(FakeBpf())
+        return made[-1]
+
+    p = ProgramPool(compile_fn=slow_compile, free_fn=lambda bpf: None)
+    got: list[Any] = []
+    threads = [threading.Thread(target=lambda: got.append(p.acquire([Fam("cpu")], share_key="k"))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join(30)
+    assert len(made) == 1 and len({id(g) for g in got}) == 1 and got[0].holders == 3
+    assert p.counters.shared == 2

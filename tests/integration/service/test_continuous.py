@@ -57,6 +57,46 @@ def test_gpu_process_is_found_and_profiled_in_windows(service_dir, stopped) -> N
     assert t.pid in [p["pid"] for p in top["processes"]]
 
 
+def test_two_gpu_processes_share_one_program_and_each_window_holds_its_own_calls(service_dir, stopped) -> None:
+    """Two processes of one kind captured at once attach to one loaded program (#30: the second compiles
+    nothing), whose windows are cut at the same instants: each process's stored windows hold exactly its own
+    launches and mallocs, under its own Python line, while the other's run on the same maps."""
+    import grpc
+    from test_gpu_api_cpu import cuda_runtime
+
+    from deepctx.proto.v1 import deepctx_pb2 as pb
+    from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
+
+    d = service_dir.continuous(continuous_window_s=1.0, continuous_scan_s=0.2, continuous_gpu_duty=1.0)
+    stopped.append(d)
+    stub = pb_grpc.ProfilerStub(grpc.insecure_channel(f"unix:{d.socket}"))
+    launches = {0: N_LAUNCH, 1: 3 * N_LAUNCH}  # different counts: a window that took the other's would show
+    ts = [StdinTarget([sys.executable, str(service_dir.linked(TARGET)), "cuda", cuda_runtime(), "--launches",
+                       str(n)]) for n in launches.values()]
+    try:
+        wait_for(lambda: all((session_of(d, t.pid) or {}).get("state") == "capturing" for t in ts), timeout=120,
+                 what="both GPU processes captured")
+        totals = stub.Status(pb.StatusRequest(), timeout=10).totals
+        assert totals["bpf_programs_compiled"] == 1 and totals["bpf_programs_shared"] == 1, dict(totals)
+        for t in ts:
+            t.go()
+        for t in ts:
+            t.expect("done")
+        for i, t in enumerate(ts):
+            wait_for(lambda t=t, i=i: launches_in_store(d, t.pid) == launches[i] + 2 * N_HANDLE, timeout=60,
+                     what=f"process {i}'s launches in its stored windows")
+    finally:
+        for t in ts:
+            t.stop()
+    line = line_of(TARGET, "LINE_MALLOC")
+    for t in ts:
+        doc = json.loads(d.cli("profile", "--pid", str(t.pid), "--since", "1h", "--format", "json").stdout)
+        mallocs = sum(n["metrics"]["calls"] for anc, n in walk(doc) if n["kind"] == "api" and n["name"] == "cudaMalloc"
+                      and any(a["kind"] == "python" and a["line"] == line for a in anc))
+        assert mallocs == N_MALLOC
+    assert stub.Status(pb.StatusRequest(), timeout=10).totals["bpf_programs_compiled"] == 1
+
+
 ON_DEMAND = TARGET.parent / "launch_on_demand.py"
 
 
