@@ -233,6 +233,7 @@ def measure(d: Daemon, i: int, args: argparse.Namespace, programs: int, kept: li
             "found_s": found["ts"] - w0 if found else None, "ready_s": ready["ts"] - w0,
             "attach_wait_s": t_ready - t0, "span_s": span, "compiled": ready.get("compiled"),
             "compile_s": ready.get("compile_s"), "attach_s": ready.get("attach_s"),
+            "shared_with": ready.get("shared_with", 0),
             "cpu_s": c1 - c0, "children_cpu_s": k1 - k0, "idle_rate": idle,
             "net_cpu_s": net_cpu(c1 - c0 + k1 - k0, idle, span),
             "cache_builds": cache_builds(before, after),
@@ -251,6 +252,17 @@ def measure(d: Daemon, i: int, args: argparse.Namespace, programs: int, kept: li
     return row
 
 
+def held_by(d: Daemon) -> dict[str, float]:
+    """What the daemon holds once the processes are captured: its programs, their maps' kernel memory and its
+    resident memory."""
+    t = d.totals()
+    status = Path(f"/proc/{d.proc.pid}/status").read_text()
+    rss_kb = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+    return {"programs_compiled": int(t.get("bpf_programs_compiled", 0)),
+            "programs_shared": int(t.get("bpf_programs_shared", 0)),
+            "map_mb": round(int(t.get("bpf_map_bytes", 0)) / 1e6, 1), "rss_mb": round(rss_kb / 1024, 1)}
+
+
 def command_of(pid: int) -> str:
     """A process's command line ("" once it has exited): whose GPU process the daemon also captured."""
     try:
@@ -266,9 +278,14 @@ def machine() -> dict[str, Any]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| process | found (s) | attached (s) | span (s) | daemon CPU (s) | children (s) | idle rate "
+    head = ("| process | found (s) | attached (s) | program | span (s) | daemon CPU (s) | children (s) | idle rate "
             "| CPU − idle (s) | host-cache entries built | note |\n"
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+
+    def program(r: dict[str, Any]) -> str:
+        if r.get("compiled"):
+            return "compiled"
+        return f"shared with {r['shared_with']}" if r.get("shared_with") else "loaded ahead"
 
     def note(r: dict[str, Any]) -> str:
         out = [] if r["state"] == "capturing" else [f"state {r['state']}"]
@@ -277,7 +294,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         return "; ".join(out)
 
     return head + "".join(
-        f"| {r['process']} | {r['found_s']:.2f} | {r['ready_s']:.2f} | {r['span_s']:.2f} | {r['cpu_s']:.2f} | "
+        f"| {r['process']} | {r['found_s']:.2f} | {r['ready_s']:.2f} | {program(r)} | {r['span_s']:.2f} | "
+        f"{r['cpu_s']:.2f} | "
         f"{r['children_cpu_s']:.2f} | "
         f"{100 * r['idle_rate']:.1f}% | **{r['net_cpu_s']:.3f}** | "
         f"{', '.join(f'{k} {v}' for k, v in r['cache_builds'].items()) or 'none'} | {note(r)} |\n" for r in rows)
@@ -330,6 +348,7 @@ def main() -> int:
     env = {"DEEPCTX_SELF_PROFILE": str(Path(args.self_profile).resolve())} if args.self_profile else None
     rows: list[dict[str, Any]] = []
     kept: list[Target] = []
+    held: dict[str, float] = {}
     d = Daemon(work, args.shared_cache, env)
     try:
         t = time.monotonic()
@@ -343,6 +362,8 @@ def main() -> int:
                   f"{r['ready_s']:.2f} s, span {r['span_s']:.2f} s, daemon CPU {r['cpu_s']:.2f} s, idle "
                   f"{100 * r['idle_rate']:.1f}%, net {r['net_cpu_s']:.3f} s, built {r['cache_builds']}"
                   + (f", other captures {r['others']}" if r["others"] else ""), flush=True)
+        held = held_by(d)
+        print(f"# at the end ({len(kept)} processes still captured): {held}", flush=True)
     finally:
         for k in kept:
             k.end()
@@ -365,7 +386,7 @@ def main() -> int:
         print(f"deepctxd exited with {rc}", file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": info, "args": vars(args), "runtime": runtime,
-                                               "rows": rows, "summary": s}, indent=1))
+                                               "rows": rows, "summary": s, "held": held}, indent=1))
     return 0 if rc == 0 else 1
 
 
