@@ -97,6 +97,61 @@ def test_two_gpu_processes_share_one_program_and_each_window_holds_its_own_calls
     assert stub.Status(pb.StatusRequest(), timeout=10).totals["bpf_programs_compiled"] == 1
 
 
+SPINNER = """\
+import ctypes, os, sys, time
+lib = ctypes.CDLL(sys.argv[1])
+stub = ctypes.c_void_p(ctypes.cast(ctypes.CDLL(None).getpid, ctypes.c_void_p).value)
+grid = ctypes.c_uint64(1 | (1 << 32))
+def spin_{name}():
+    while True:
+        end = time.monotonic() + 0.002
+        while time.monotonic() < end:
+            pass
+        lib.cudaLaunchKernel(stub, grid, ctypes.c_uint32(1), grid, ctypes.c_uint32(1), None, ctypes.c_size_t(0), None)
+print("ready", os.getpid(), flush=True)
+spin_{name}()  # {folder}
+"""
+
+
+def test_a_process_left_alone_on_a_shared_program_is_still_sampled_and_probed(service_dir, stopped) -> None:
+    """The first capture on a shared program opens its perf events and the last closes them: when one of two
+    processes exits, the other's windows go on with CPU samples and GPU calls, and neither process's windows
+    hold the other's functions."""
+    from harness import Target
+    from test_gpu_api_cpu import cuda_runtime
+
+    d = service_dir.continuous(continuous_window_s=1.0, continuous_scan_s=0.2, continuous_gpu_duty=1.0)
+    stopped.append(d)
+
+    def spinner(name: str) -> Target:
+        return Target([sys.executable, "-c", SPINNER.format(name=name, folder=service_dir.path), cuda_runtime()])
+
+    def stored(pid: int) -> tuple[int, int, set[str]]:
+        """(CPU samples, launches, spin_* functions) in pid's stored windows."""
+        r = d.cli("profile", "--pid", str(pid), "--since", "1h", "--format", "json")
+        if r.returncode != 0:
+            return 0, 0, set()
+        doc = json.loads(r.stdout)
+        calls = sum(n["metrics"].get("calls", 0) for _, n in walk(doc) if n["kind"] == "kernel")
+        return total(doc), calls, {n["name"] for _, n in walk(doc) if n["name"].startswith("spin_")}
+
+    with spinner("a") as a, spinner("b") as b:
+        wait_for(lambda: all((session_of(d, t.pid) or {}).get("state") == "capturing" for t in (a, b)),
+                 timeout=120, what="both processes captured")
+        wait_for(lambda: all(stored(t.pid)[0] > 0 and stored(t.pid)[1] > 0 for t in (a, b)), timeout=60,
+                 what="windows of both")
+        a.proc.kill()
+        a.proc.wait()
+        wait_for(lambda: session_of(d, a.pid) is None, timeout=60, what="the first process's capture ended")
+        samples, calls, _ = stored(b.pid)
+        # alone on the program now: still sampled (its perf events stayed open) and probed
+        wait_for(lambda: stored(b.pid)[0] > samples + 19 and stored(b.pid)[1] > calls + 100, timeout=60,
+                 what="more windows of the second process")
+        assert stored(a.pid)[2] == {"spin_a"} and stored(b.pid)[2] == {"spin_b"}
+    totals = json.loads(d.cli("status", "--format", "json").stdout)["totals"]
+    assert int(totals["bpf_programs_shared"]) == 1 and int(totals["bpf_programs_compiled"]) == 1
+
+
 ON_DEMAND = TARGET.parent / "launch_on_demand.py"
 
 
