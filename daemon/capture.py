@@ -209,6 +209,7 @@ class Capture:
         self._share: ProgramShare | None = None  # what the captures on its program coordinate
         self._stack_clears = 0  # the share's stack_clears its resolved-ahead ids were read under
         self._stats_base: dict[str, int] = {}  # a program joined in use: its running totals at the attach
+        self._samples_base = 0  # and its CPU samples then
 
     @property
     def warnings(self) -> list[str]:
@@ -237,7 +238,7 @@ class Capture:
         if bpf is None:
             return {"cpu_samples": self.samples}
         try:
-            out = self.probes.stats(bpf) if self.probes is not None else {}
+            out = self._own(self.probes.stats(bpf)) if self.probes is not None else {}
             if self._resolved_ahead:
                 out["gpu_stacks_resolved_ahead"] = self._resolved_ahead
             return out
@@ -325,6 +326,7 @@ class Capture:
                                             "attach_parts": probes.attach_s})
             if joined:  # the program's counters so far are the other captures': this one's stats count from here
                 self._stats_base = {k: v for k, v in probes.stats(bpf).items() if is_running_total(k)}
+                self._samples_base = probes.samples(bpf)
             native_heap.release()  # an attach's transient peak (tables read, numpy's work arrays) goes back
             self.state = "capturing"
             duty = DutyCycle.of(self, opts)  # opens NVML, before the clock starts
@@ -396,7 +398,7 @@ class Capture:
                         last_prewarm = time.monotonic()
                     if duty is not None:
                         duty.update(time.monotonic() - window_t0)
-                    self.samples = probes.samples(bpf)
+                    self.samples = self._samples(bpf)
                     progress(Progress(min(time.monotonic() - t0, opts.duration_s), opts.duration_s, self.samples,
                                       "capturing"))
                     if time.monotonic() >= window_end:
@@ -426,7 +428,7 @@ class Capture:
             if program_stats.stats_enabled():  # what each probe cost, for benches that turned the counting on
                 log.info("probe costs", extra={"session": self.id, "pid": target.pid,
                                                "programs": program_stats.ran(program_stats.program_stats(bpf))})
-            self.samples = probes.samples(bpf)
+            self.samples = self._samples(bpf)
             progress(Progress(min(duration, opts.duration_s), opts.duration_s, self.samples, "symbolizing"))
             if ended != "target_exited":
                 self._refresh(target, thread_names, refresh_maps=True)
@@ -496,6 +498,17 @@ class Capture:
             except Exception:
                 log.exception("window not stored", extra={"session": self.id, "pid": target.pid})
 
+    def _own(self, stats: dict[str, int]) -> dict[str, int]:
+        """A program joined in use: its running totals counted since this capture attached."""
+        for k, base in self._stats_base.items():
+            if k in stats:
+                stats[k] = max(0, stats[k] - base)
+        return stats
+
+    def _samples(self, bpf: Any) -> int:
+        assert self.probes is not None
+        return max(0, self.probes.samples(bpf) - self._samples_base)
+
     def _symbolizer(self) -> NativeSymbolizer:
         if self._native is None:
             self._native = NativeSymbolizer(self.symbols)
@@ -527,10 +540,7 @@ class Capture:
                ended: str) -> CaptureResult:
         assert self.probes is not None
         built = self.probes.build(bpf, target, self._inputs(thread_names, duration))
-        stats = built.stats
-        for k, base in self._stats_base.items():  # counted since this capture attached
-            if k in stats:
-                stats[k] = max(0, stats[k] - base)
+        stats = self._own(built.stats)
         if self._share is not None and len(self._share.users) > 1:
             stats["program_captures"] = len(self._share.users)  # its counters count every capture's process
         if self.continuous:

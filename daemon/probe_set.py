@@ -200,11 +200,12 @@ class ProbeSet:
         return next((f for f in self.families if isinstance(f, kind)), None)
 
     def share_key(self) -> str | None:
-        """The key captures at once join one loaded program by (probes/programs.py): continuous mode's, whose
-        windows are cut at the same instants (daemon/capture.py), with the same program and the settings it
-        holds for all of them (the perf events' rate, the GPU probes' sampling interval). Device activity's
-        program is its capture's own: its ring buffers, flush state and agent settings are one per program."""
-        if not self.opts.window_s or self._first(DeviceActivity) is not None:
+        """The key captures at once join one loaded program by (probes/programs.py): the same program and the
+        settings it holds for all of them (the perf events' rate, the GPU probes' sampling interval), and the
+        same windows (continuous mode's are cut at the same instants: daemon/capture.py; one-shot captures
+        cut none). Device activity's program is its capture's own: its ring buffers, flush state and agent
+        settings are one per program."""
+        if self._first(DeviceActivity) is not None:
             return None
         return f"{programs.program_key(self.families)}:{self.opts.sample_hz}:{self.opts.window_s:g}:{self.opts.gpu_mode}"
 

@@ -7,7 +7,7 @@ import errno
 from collections.abc import Callable
 from typing import Any
 
-from deepctx.probes.program_share import share_of
+from deepctx.probes.program_share import pid_of, share_of
 
 RAW_BATCH = 4096  # entries a lookup-batch syscall returns at most (raw_items)
 
@@ -68,6 +68,24 @@ def _key_by_key(table: Any, delete: bool) -> list[tuple[bytes, bytes]]:
             except KeyError:
                 pass
     return out
+
+
+DELETE_BATCH = 4096  # keys a BPF_MAP_DELETE_BATCH call deletes
+
+
+def delete_keys(table: Any, keys: list[Any]) -> None:
+    """Deletes these keys (the table's ctypes Key objects) in batches; one by one where the kernel has no
+    batch ops (before 5.6) or a key went meanwhile."""
+    for i in range(0, len(keys), DELETE_BATCH):
+        chunk = keys[i:i + DELETE_BATCH]
+        try:
+            table.items_delete_batch((table.Key * len(chunk))(*chunk))
+        except Exception:
+            for k in chunk:
+                try:
+                    del table[k]
+                except KeyError:
+                    pass
 
 
 def decoded(table: Any, raw: list[tuple[bytes, bytes]]) -> list[tuple[Any, Any]]:
@@ -162,6 +180,12 @@ class CountsMap:
 
     def items(self, bpf: Any, pid: int | None = None) -> list[tuple[Any, Any]]:
         return decoded(self.table(bpf), self.raw(bpf, pid))
+
+    def forget(self, bpf: Any, pid: int) -> None:
+        """pid's entries leave the map (its capture ended while others on the program go on: a map no take
+        empties would keep them until the last one ends)."""
+        table = self.table(bpf)
+        delete_keys(table, [table.Key.from_buffer_copy(k) for k, _ in raw_items(table) if pid_of(k) == pid])
 
 
 def entry_count(table: Any) -> int:

@@ -32,7 +32,7 @@ from typing import Any
 
 from deepctx.probes import compose
 from deepctx.probes.family import ProbeFamily
-from deepctx.probes.maps import drain_rings
+from deepctx.probes.maps import delete_keys, drain_rings
 from deepctx.probes.program_share import ProgramShare, bind_share
 
 log = logging.getLogger("deepctx.programs")
@@ -338,24 +338,11 @@ def map_names(bpf: Any) -> list[tuple[str, int, int]]:
     return out
 
 
-DELETE_BATCH = 4096  # keys a BPF_MAP_DELETE_BATCH call deletes
-
-
 def _empty_hash(table: Any) -> None:
     """Deletes every entry by key, values never read: read out in batches (lookup-and-delete), a map of large
     values made a large buffer (native_procs' 32 KiB entries: 128 MiB for 4096 of them, and as much again
     copied; deepctxd's peak memory rose by 250 MB at its first release)."""
-    keys = list(table.keys())
-    for i in range(0, len(keys), DELETE_BATCH):
-        chunk = keys[i:i + DELETE_BATCH]
-        try:
-            table.items_delete_batch((table.Key * len(chunk))(*chunk))
-        except Exception:  # no batch ops (before 5.6), or a key gone meanwhile: one by one
-            for k in chunk:
-                try:
-                    del table[k]
-                except KeyError:
-                    pass
+    delete_keys(table, list(table.keys()))
 
 
 def reset_maps(bpf: Any) -> None:

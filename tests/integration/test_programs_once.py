@@ -17,6 +17,7 @@ from harness import (
     Target,
     cuda_runtime,
     profile_phase,
+    session_of,
     start_daemon,
     stop_daemon,
     wait_for,
@@ -75,6 +76,42 @@ def test_second_capture_compiles_nothing_and_takes_its_own_mode(fresh: Daemon) -
     s1, s2 = first["stats"], second["stats"]
     assert s2["gpu_api_calls_with_call_path"] == s2["gpu_api_calls"] == s1["gpu_api_calls"] == N_CALLS
     assert s1["gpu_api_calls_with_call_path"] <= s1["gpu_api_calls"]
+
+
+def test_captures_at_once_share_one_program_and_each_profile_holds_its_own_calls(fresh: Daemon) -> None:
+    """Two attaches at once (a job's ranks) attach to one loaded program: the second compiles nothing, each
+    profile holds exactly its own process's calls, and once both end the program goes back emptied and
+    serves the next capture."""
+    import concurrent.futures as cf
+
+    lib = cuda_runtime()
+    extra = {0: 0, 1: 22}  # more launches in the second: a profile that held the other's would show
+    ts = [StdinTarget([sys.executable, str(RUNTIME_CALLS), "cuda", lib, "--launches", str(11 + n)])
+          for n in extra.values()]
+    with cf.ThreadPoolExecutor(2) as pool:
+        futs = [pool.submit(fresh.attach_json, t.pid, "--duration", "300", "--mode", "exact") for t in ts]
+        wait_for(lambda: all((session_of(fresh, t.pid) or {}).get("state") == "capturing" for t in ts),
+                 what="both captures running", timeout=180)
+        mid = totals(fresh)
+        for t in ts:
+            t.go()
+        for t in ts:
+            t.expect("done")
+        for t in ts:
+            r = fresh.cli("stop", str(t.pid))
+            assert r.returncode == 0, r.stderr
+        docs = [f.result() for f in futs]
+    for t in ts:
+        t.stop()
+    assert mid["bpf_programs_compiled"] == 1 and mid["bpf_programs_shared"] == 1, mid
+    for i, doc in enumerate(docs):
+        assert doc["pid"] == ts[i].pid and doc["ended"] == "stopped"
+        assert launches(doc) == N_LAUNCH + extra[i]
+        assert doc["stats"]["program_captures"] == 2
+    wait_for(lambda: totals(fresh).get("bpf_programs_idle") == 1, what="the program given back", timeout=60)
+    third = profile_phase(fresh, StdinTarget([sys.executable, str(RUNTIME_CALLS), "cuda", lib]), "--mode", "exact")
+    assert launches(third) == N_LAUNCH and "program_captures" not in third["stats"]
+    assert totals(fresh)["bpf_programs_compiled"] == 1
 
 
 def test_kernel_stacks_follow_each_capture_on_one_program(fresh: Daemon, tmp_path: Path) -> None:
