@@ -24,7 +24,7 @@ Per process:
              capture's first --settle seconds, cost the daemon
 The span includes the wait for the daemon's next scan (continuous_scan_s, default 2 s): its idle cost is what
 the subtraction removes. With --keep, every capture on the shared program cuts its windows at the same
-instants (multiples of continuous_window_s), so their builds come together once a window: a baseline or span
+instants (continuous_window_s apart), so their builds come together once a window: a baseline or span
 shorter than a window holds that burst or not, and the rows then rise with the processes kept. --baseline 10
 --settle 9 (at the default 10 s windows) makes each hold one (BENCHMARKS.md, "Continuous captures share one
 program"). After the span the capture is checked ("capturing" in Status), the process is ended

@@ -342,9 +342,10 @@ class Capture:
             poller.register(wake_r, select.POLLIN)
             last_maps = last_prewarm = 0.0
             window_t0, window_unix = t0, time.time()
-            # windows end at multiples of window_s on this clock: the same instants for every capture on the
-            # program (probes/program_share.py); a capture's first window ends at the next one
-            window_end = next_cut(t0, opts.window_s) if opts.window_s else float("inf")
+            # windows end at the same instants for every capture on the program (probes/program_share.py):
+            # window_s apart from the first one's start; a capture that joined later ends its first at the next
+            anchor = prog.share.anchor(t0) if opts.window_s else t0
+            window_end = next_cut(t0, opts.window_s, anchor) if opts.window_s else float("inf")
             # the profile's start is its clock's (duration_s counts from t0), not the request's: compile and
             # attach came before it (0.4 s and more on a busy machine), and a window over
             # [started_unix, + duration_s] must hold what the capture counted
@@ -403,14 +404,14 @@ class Capture:
                                       "capturing"))
                     if time.monotonic() >= window_end:
                         cut, cut_unix = time.monotonic(), time.time()
-                        index = cut_index(cut, opts.window_s)  # the latest boundary passed (a slow poll: more)
+                        index = cut_index(cut, opts.window_s, anchor)  # the latest boundary passed (a slow poll: more)
                         self.gpu_probed_s = duty.end_window(cut - window_t0) if duty else None
                         self.device_shares = duty.take_shares() if duty else None
                         self.gpu_busy = duty.take_busy() if duty else None
                         self._cut_window(bpf, target, thread_names, cut - window_t0, window_unix, index)
                         # the next window began at the cut: what ran while this one was built is in it
                         window_t0, window_unix = cut, cut_unix
-                        window_end = (index + 1) * opts.window_s
+                        window_end = anchor + (index + 1) * opts.window_s
                         if duty is not None:
                             duty.start_window(time.monotonic() - window_t0)
                 except (OSError, procfs.ProcessGone):
@@ -561,15 +562,15 @@ class Capture:
         )
 
 
-def next_cut(t: float, window_s: float) -> float:
-    """The first window boundary after t: a multiple of window_s on CLOCK_MONOTONIC, as every capture on a
-    shared program cuts its windows (probes/program_share.py)."""
-    return (cut_index(t, window_s) + 1) * window_s
+def next_cut(t: float, window_s: float, anchor: float) -> float:
+    """The first window boundary after t: window_s apart from anchor on CLOCK_MONOTONIC, as every capture on
+    a shared program cuts its windows (probes/program_share.py)."""
+    return anchor + (cut_index(t, window_s, anchor) + 1) * window_s
 
 
-def cut_index(t: float, window_s: float) -> int:
+def cut_index(t: float, window_s: float, anchor: float) -> int:
     """The number of the last window boundary at or before t."""
-    return int(t // window_s)
+    return int((t - anchor) // window_s)
 
 
 def stat_warnings(stats: dict[str, int]) -> list[str]:

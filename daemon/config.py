@@ -45,7 +45,9 @@ class Config:
     host_cache_bytes: int = 64 << 20
     symbol_cache_files: int = 512  # files the host cache holds at most
     python_max_depth: int = 128
-    gpu_sampled_paths_per_s: int = 2000  # sampled mode: call paths captured per second (counts stay exact)
+    # sampled mode: call paths captured per second (counts stay exact), at most: a process's calls get one every
+    # CPUs / gpu_sampled_paths_per_s seconds (its own interval: processes on one program do not share it)
+    gpu_sampled_paths_per_s: int = 2000
     # extra calls that hand GPU work to worker threads: [{library = "regex", symbol = "name or prefix*",
     # label = "[my pool]"}] (PyTorch's autograd engine is built in); role = "node_created" / "node_run"
     # for work items numbered at creation (docs/cross-thread.md)

@@ -32,6 +32,21 @@ static __always_inline void cpu_stat_inc(int idx) {
         (*v)++;
 }
 
+/* A loss, in the program's counters and the target's own (looked up again: losses are rare, and a pointer
+ * kept across the walks would cost the verifier states). */
+static __always_inline void cpu_target_loss(__u32 pid, int idx) {
+    cpu_stat_inc(idx);
+    struct sampler_target *t = targets.lookup(&pid);
+    if (!t)
+        return;
+    if (idx == CPU_STAT_USER_STACK_LOST)
+        __sync_fetch_and_add(&t->user_stacks_lost, 1);
+    else if (idx == CPU_STAT_KERNEL_STACK_LOST)
+        __sync_fetch_and_add(&t->kernel_stacks_lost, 1);
+    else if (idx == CPU_STAT_COUNTS_FULL)
+        __sync_fetch_and_add(&t->dropped_map_full, 1);
+}
+
 int on_cpu_sample(struct deepctx_perf_event_data *ctx) {
     __u64 id = bpf_get_current_pid_tgid();
     __u32 pid = id >> 32;
@@ -39,6 +54,7 @@ int on_cpu_sample(struct deepctx_perf_event_data *ctx) {
     if (!t)
         return 0;
     cpu_stat_inc(CPU_STAT_SAMPLES);
+    __sync_fetch_and_add(&t->samples, 1);
     int zero_idx = 0;
     __s32 *kid = cpu_kstack.lookup(&zero_idx);
     if (!kid)
@@ -47,7 +63,7 @@ int on_cpu_sample(struct deepctx_perf_event_data *ctx) {
     if ((t->flags & SAMPLER_T_KERNEL_STACKS) && (__s64)PT_REGS_IP(&ctx->regs) < 0) {
         *kid = stacks.get_stackid(ctx, 0);
         if (*kid < 0)
-            cpu_stat_inc(CPU_STAT_KERNEL_STACK_LOST);
+            cpu_target_loss(pid, CPU_STAT_KERNEL_STACK_LOST);
     }
 
     struct sample_key key = {};
@@ -64,13 +80,13 @@ int on_cpu_sample(struct deepctx_perf_event_data *ctx) {
     key.flags |= (nflags & 0xff) << SAMPLE_F_NATIVE_SHIFT;
     if (key.user_stack == 0) {
         key.flags |= SAMPLE_F_USER_STACK_LOST;
-        cpu_stat_inc(CPU_STAT_USER_STACK_LOST);
+        cpu_target_loss(pid, CPU_STAT_USER_STACK_LOST);
     }
 #else
     int ustack = stacks.get_stackid(ctx, BPF_F_USER_STACK);
     if (ustack < 0) {
         key.flags |= SAMPLE_F_USER_STACK_LOST;
-        cpu_stat_inc(CPU_STAT_USER_STACK_LOST);
+        cpu_target_loss(pid, CPU_STAT_USER_STACK_LOST);
     } else {
         key.user_stack = (__u64)ustack;
     }
@@ -90,7 +106,7 @@ int on_cpu_sample(struct deepctx_perf_event_data *ctx) {
     int slot = 0;
     __u64 *count = counts_get(counts.lookup(&slot), &key, &zero);
     if (!count) {
-        cpu_stat_inc(CPU_STAT_COUNTS_FULL);
+        cpu_target_loss(pid, CPU_STAT_COUNTS_FULL);
         return 0;
     }
     __sync_fetch_and_add(count, 1);

@@ -19,9 +19,15 @@ struct sample_key {
 #define SAMPLE_F_PY_SHIFT          8          /* Python walker flags live in bits 8..15 */
 #define SAMPLE_F_NATIVE_SHIFT      16         /* native unwinder flags live in bits 16..23 */
 
-/* A target's settings for this capture (the value of `targets`, keyed by pid). */
+/* A target's settings for this capture (the value of `targets`, keyed by pid), and its own counters: the
+ * program's (cpu_stats) count every capture on it (probes/program_share.py). */
 struct sampler_target {
     __u32 flags;           /* SAMPLER_T_* */
+    __u32 pad;
+    __u64 samples;
+    __u64 user_stacks_lost;
+    __u64 kernel_stacks_lost;
+    __u64 dropped_map_full;
 };
 
 #define SAMPLER_T_KERNEL_STACKS    (1u << 0)  /* also record kernel stacks below system calls */

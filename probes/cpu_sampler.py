@@ -48,9 +48,17 @@ class SampleKey(ct.Structure):
 
 
 class SamplerTarget(ct.Structure):
-    """A target's settings for one capture (struct sampler_target, the value of `targets`)."""
+    """A target's settings for one capture and its own counters (struct sampler_target, the value of
+    `targets`)."""
 
-    _fields_ = [("flags", ct.c_uint32)]
+    _fields_ = [("flags", ct.c_uint32), ("pad", ct.c_uint32), ("samples", ct.c_uint64),
+                ("user_stacks_lost", ct.c_uint64), ("kernel_stacks_lost", ct.c_uint64),
+                ("dropped_map_full", ct.c_uint64)]
+
+
+# the target's own counters, by the names of the program's (STAT_NAMES)
+TARGET_STATS = {"cpu_samples": "samples", "cpu_user_stacks_lost": "user_stacks_lost",
+                "cpu_kernel_stacks_lost": "kernel_stacks_lost", "cpu_samples_dropped_map_full": "dropped_map_full"}
 
 
 @dataclass(slots=True)  # one per map entry: not frozen (a frozen init sets every field via object.__setattr__)
@@ -90,6 +98,7 @@ class CpuSampler(FamilyDefaults):
         self.max_depth = max_stack_depth()
         self._attached = False  # counted among the users of the program's perf events
         self.pid: int | None = None
+        self._last: SamplerTarget | None = None  # the target's counters as its entry left `targets`
         self.counts = CountsMap("counts", windows)  # windows: continuous mode cuts them (two generations)
         self.stack_clears = 0
 
@@ -133,6 +142,9 @@ class CpuSampler(FamilyDefaults):
         """Stops sampling pid (the maps stay readable); the perf events close with the program's last user."""
         from bcc import PerfSWConfig, PerfType
 
+        own = self._own(bpf)
+        if own is not None:
+            self._last = own
         try:
             del bpf[b"targets"][ct.c_uint32(pid)]
         except KeyError:
@@ -166,12 +178,26 @@ class CpuSampler(FamilyDefaults):
             bpf[b"stacks"].clear()
             self.stack_clears += 1
 
+    def _own(self, bpf: Any) -> SamplerTarget | None:
+        """The target's entry of `targets` (None: not attached, or gone)."""
+        if self.pid is None:
+            return None
+        try:
+            return SamplerTarget.from_buffer_copy(bytes(bpf[b"targets"][ct.c_uint32(self.pid)]))
+        except KeyError:
+            return None
+
     def samples(self, bpf: Any) -> int:
-        return percpu_sum(bpf[b"cpu_stats"], CPU_STAT_SAMPLES)
+        return self.stats(bpf)["cpu_samples"]
 
     def stats(self, bpf: Any) -> dict[str, int]:
-        table = bpf[b"cpu_stats"]
-        out = {STAT_NAMES[i]: percpu_sum(table, i) for i in range(CPU_STAT__COUNT)}
+        """The target's own counters (the program's count every capture on it)."""
+        own = self._own(bpf) or self._last
+        if own is not None:
+            out = {name: int(getattr(own, field)) for name, field in TARGET_STATS.items()}
+        else:  # never attached: the program's
+            table = bpf[b"cpu_stats"]
+            out = {STAT_NAMES[i]: percpu_sum(table, i) for i in range(CPU_STAT__COUNT)}
         out["cpu_stack_map_entries"] = self.stack_entries
         out["cpu_stack_map_clears"] = self.stack_clears
         return out

@@ -1,8 +1,8 @@
 /* GPU API probes: one entry and one return handler for every CUDA / HIP / NCCL entry point.
  * The entry handler finds which API fired by its address in the target (gpu_addrs, filled by user
  * space per process), reads the arguments that matter, captures the call path (Python walker and
- * native stack) of every call, or in sampled mode of the first call on each CPU after each
- * sample_interval_ns (gpu_config), and parks the call in gpu_inflight; the return handler
+ * native stack) of every call, or in sampled mode of the process's first call after each
+ * sample_interval_ns (gpu_config; gpu_ranges holds when), and parks the call in gpu_inflight; the return handler
  * adds calls, time and bytes to gpu_counts. A call made inside another probed call on the same thread
  * (the runtime calling the driver) is not counted twice: its caller is inside a GPU library (gpu_ranges),
  * or it runs deeper on the stack than the outer call's entry. Entry-only APIs (sampled mode) are counted
@@ -40,7 +40,6 @@ BPF_HASH(gpu_fn_names, struct gpu_fn_key, struct gpu_fn_name, GPU_NAME_ENTRIES);
 BPF_PERCPU_ARRAY(gpu_stats, __u64, GPU_STAT__COUNT);
 BPF_PERCPU_ARRAY(gpu_scratch, struct gpu_inflight, 1);
 BPF_PERCPU_ARRAY(gpu_name_scratch, struct gpu_fn_name, 1);
-BPF_PERCPU_ARRAY(gpu_next_sample, __u64, 1);
 BPF_ARRAY(gpu_config, struct gpu_config, 1);
 /* Native stacks by their hash (see gpu_fp_stack); allocated as stacks come, not at load. */
 BPF_F_TABLE("hash", __u64, struct gpu_fp_stack, gpu_stacks, GPU_STACK_ENTRIES, BPF_F_NO_PREALLOC);
@@ -437,16 +436,19 @@ int on_gpu_api_entry(struct pt_regs *ctx) {
         f->key.kind = kind <= GPU_COPY_DEFAULT ? (__u8)kind : GPU_COPY_UNKNOWN;
     }
 
-    /* The call path: of every call (exact), or of the first call on this CPU after each sampling
-     * interval (sampled: holds the capture rate to a budget however fast the calls come). */
+    /* The call path: of every call (exact), or of the process's first call after each sampling
+     * interval (sampled: holds the capture rate to a budget however fast the calls come). Two CPUs may
+     * both take one at an interval's start: a sample more, never a count less. */
     __u64 now = bpf_ktime_get_ns();
     int capture = 1;
     struct gpu_config *cfg = gpu_config.lookup(&zero);
     if (cfg && cfg->sample_interval_ns) {
-        __u64 *next = gpu_next_sample.lookup(&zero);
+        /* looked up again here rather than kept from gpu_called_by_library: a pointer held across the
+         * function doubles the verifier's states past its bound */
+        struct gpu_ranges *ranges = gpu_ranges.lookup(&ak.pid);
         capture = 0;
-        if (next && now >= *next) {
-            *next = now + cfg->sample_interval_ns;
+        if (ranges && now >= ranges->next_sample_ns) {
+            ranges->next_sample_ns = now + cfg->sample_interval_ns;
             capture = 1;
         }
     }

@@ -66,6 +66,9 @@ struct gpu_api_spec {
 struct gpu_ranges {
     __u64 start[GPU_MAX_RANGES];
     __u64 end[GPU_MAX_RANGES];
+    /* Sampled mode: when the process's next call gets its call path (BPF's clock). The process's own, not
+     * the CPU's: processes on one program (probes/program_share.py) do not take each other's samples. */
+    __u64 next_sample_ns;
 };
 
 enum gpu_copy_kind {
@@ -250,7 +253,7 @@ enum gpu_stat {
 
 /* Per-capture settings, written by user space into gpu_config[0]. */
 struct gpu_config {
-    __u64 sample_interval_ns;  /* per CPU, capture the call path of the first call after each interval
+    __u64 sample_interval_ns;  /* per process, capture the call path of the first call after each interval
                                   (0: every call, "exact" mode) */
 };
 

@@ -64,7 +64,8 @@ GPU_MAX_RANGES = 8
 
 
 class GpuRanges(ct.Structure):
-    _fields_ = [("start", ct.c_uint64 * GPU_MAX_RANGES), ("end", ct.c_uint64 * GPU_MAX_RANGES)]
+    _fields_ = [("start", ct.c_uint64 * GPU_MAX_RANGES), ("end", ct.c_uint64 * GPU_MAX_RANGES),
+                ("next_sample_ns", ct.c_uint64)]
 
 
 class GpuAddrKey(ct.Structure):

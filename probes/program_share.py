@@ -8,8 +8,8 @@ to each: probes/programs.py), and coordinate here what the program holds for all
 - its users (the pids captured on it) and its CPU sampler's perf events (opened by the first, closed by the
   last: every CPU's event runs the program for every target in its `targets` map);
 - the generation its count maps add to (probes/maps.py CountsMap);
-- the windows' cuts. Windows are cut at the same instants for every capture of the program (multiples of the
-  window on CLOCK_MONOTONIC: daemon/capture.py), so the first capture to reach a cut flips the generation and
+- the windows' cuts. Windows are cut at the same instants for every capture of the program (a window apart
+  from the first windowed capture's start, on CLOCK_MONOTONIC: anchor(), daemon/capture.py), so the first capture to reach a cut flips the generation and
   reads the old one whole, and what belongs to each user waits here until that user takes it;
 - when the stack maps may be emptied: only once every user has built the windows cut so far, since counts
   still to be built name their stacks by id;
@@ -44,6 +44,7 @@ class ProgramShare:
         self._routed: dict[str, dict[int, list[Any]]] = {}  # queue -> pid -> what another user drained for it
         self.cuts = 0  # generations flipped (windows cut for every user at once)
         self.stack_clears = 0  # times the users were free to empty the stack maps: stack ids read before name none
+        self.window_anchor: float | None = None  # CLOCK_MONOTONIC instant its windows are counted from
 
     # --- users -----------------------------------------------------------------------------------------
 
@@ -71,8 +72,18 @@ class ProgramShare:
             self._pending.clear()
             self._routed.clear()
             self.stack_clears = 0
+            self.window_anchor = None
 
     # --- windows ----------------------------------------------------------------------------------------
+
+    def anchor(self, t: float) -> float:
+        """The instant the program's window cuts are counted from: the start of the first windowed capture
+        on it (its windows are then as long as asked, as they were before programs were shared); a capture
+        that joins later cuts at the same instants, its first window ending at the next of them."""
+        with self.lock:
+            if self.window_anchor is None:
+                self.window_anchor = t
+            return self.window_anchor
 
     def take(self, name: str, cut: int, pid: int, flip_and_read: Callable[[], list[RawEntry]]) -> list[RawEntry]:
         """pid's entries of count map `name` up to window cut `cut`. The first user at a cut flips the map's
