@@ -135,14 +135,18 @@ class ProgramPool:
                 self._pending[key] = self._pending.get(key, 0) + 1
         try:
             prog = self._build(key, families)
-        finally:
+        except BaseException:
             if share_key is not None:
                 with self._cond:
                     self._done_pending(key)
                     self._cond.notify_all()
+            raise
         prog.built_for = "capture"
-        with self._cond:
+        with self._cond:  # held under share_key before the captures waiting for this compile look again
+            if share_key is not None:
+                self._done_pending(key)
             self._hold(prog, share_key)
+            self._cond.notify_all()
         return prog
 
     def _join(self, share_key: str | None) -> Program | None:
