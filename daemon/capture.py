@@ -22,7 +22,6 @@ from deepctx.daemon.duty_cycle import DutyCycle
 from deepctx.daemon.errors import NotFound, PermissionDenied
 from deepctx.daemon.probe_set import BuildInputs, ProbeSet
 from deepctx.daemon.self_profile import profiled
-from deepctx.daemon.store.deltas import is_running_total
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.trace import clock_offset_ns
 from deepctx.daemon.tree import CallTree
@@ -209,7 +208,6 @@ class Capture:
         self._share: ProgramShare | None = None  # what the captures on its program coordinate
         self._stack_clears = 0  # the share's stack_clears its resolved-ahead ids were read under
         self._stats_base: dict[str, int] = {}  # a program joined in use: its running totals at the attach
-        self._samples_base = 0  # and its CPU samples then
 
     @property
     def warnings(self) -> list[str]:
@@ -325,8 +323,7 @@ class Capture:
                                             "attach_s": round(time.monotonic() - t_attach, 3),
                                             "attach_parts": probes.attach_s})
             if joined:  # the program's counters so far are the other captures': this one's stats count from here
-                self._stats_base = {k: v for k, v in probes.stats(bpf).items() if is_running_total(k)}
-                self._samples_base = probes.samples(bpf)
+                self._stats_base = probes.program_totals(bpf)
             native_heap.release()  # an attach's transient peak (tables read, numpy's work arrays) goes back
             self.state = "capturing"
             duty = DutyCycle.of(self, opts)  # opens NVML, before the clock starts
@@ -399,7 +396,7 @@ class Capture:
                         last_prewarm = time.monotonic()
                     if duty is not None:
                         duty.update(time.monotonic() - window_t0)
-                    self.samples = self._samples(bpf)
+                    self.samples = probes.samples(bpf)
                     progress(Progress(min(time.monotonic() - t0, opts.duration_s), opts.duration_s, self.samples,
                                       "capturing"))
                     if time.monotonic() >= window_end:
@@ -429,7 +426,7 @@ class Capture:
             if program_stats.stats_enabled():  # what each probe cost, for benches that turned the counting on
                 log.info("probe costs", extra={"session": self.id, "pid": target.pid,
                                                "programs": program_stats.ran(program_stats.program_stats(bpf))})
-            self.samples = self._samples(bpf)
+            self.samples = probes.samples(bpf)
             progress(Progress(min(duration, opts.duration_s), opts.duration_s, self.samples, "symbolizing"))
             if ended != "target_exited":
                 self._refresh(target, thread_names, refresh_maps=True)
@@ -490,7 +487,7 @@ class Capture:
             probes.clear_window(bpf, target, stacks_free)
             if share is not None:
                 if stacks_free:  # the stack maps may have been emptied: every capture on it forgets their ids
-                    share.stack_clears += 1
+                    share.cleared()
                 self._stack_clears = share.stack_clears
         result.started_unix = start_unix
         if self.on_window is not None:
@@ -505,10 +502,6 @@ class Capture:
             if k in stats:
                 stats[k] = max(0, stats[k] - base)
         return stats
-
-    def _samples(self, bpf: Any) -> int:
-        assert self.probes is not None
-        return max(0, self.probes.samples(bpf) - self._samples_base)
 
     def _symbolizer(self) -> NativeSymbolizer:
         if self._native is None:

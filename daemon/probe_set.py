@@ -27,6 +27,7 @@ from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basena
 from deepctx.daemon.inject import agent as agent_injector
 from deepctx.daemon.inject.agent import agent_state
 from deepctx.daemon.origins import Origins
+from deepctx.daemon.store.deltas import is_running_total
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.trace import build_trace
 from deepctx.daemon.tree import CallTree
@@ -34,7 +35,7 @@ from deepctx.daemon.unwind_stops import stop_marker
 from deepctx.host import procfs
 from deepctx.host.frames import Frame
 from deepctx.probes import programs
-from deepctx.probes.cpu_sampler import SAMPLE_F_USER_STACK_LOST, CpuSampler
+from deepctx.probes.cpu_sampler import SAMPLE_F_USER_STACK_LOST, TARGET_STATS, CpuSampler
 from deepctx.probes.device_activity import AgentUnusable, DeviceActivity, agent_mappings
 from deepctx.probes.family import ProbeFamily, Target
 from deepctx.probes.gpu_api import GpuApi, HandoffPoint, builtin_handoffs
@@ -208,6 +209,12 @@ class ProbeSet:
         if self._first(DeviceActivity) is not None:
             return None
         return f"{programs.program_key(self.families)}:{self.opts.sample_hz}:{self.opts.window_s:g}:{self.opts.gpu_mode}"
+
+    def program_totals(self, bpf: Any) -> dict[str, int]:
+        """The running totals of the program's own counters (BPF per-CPU arrays, the families' counters):
+        what a capture that joins a program in use counts its stats from. The CPU sampler's are its
+        target's own (cpu_sampler.TARGET_STATS), counted from its attach already."""
+        return {k: v for k, v in self.stats(bpf).items() if is_running_total(k) and k not in TARGET_STATS}
 
     @property
     def names(self) -> list[str]:

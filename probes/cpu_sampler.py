@@ -162,8 +162,7 @@ class CpuSampler(FamilyDefaults):
 
     def detach(self, bpf: Any, target: Target) -> None:
         self.stop_sampling(bpf, target.pid)  # where the capture failed before its end
-        if share_of(bpf).users - {target.pid}:  # others go on with the program: its counts leave it now
-            self.counts.forget(bpf, target.pid)
+        self.counts.forget(bpf, target.pid)
 
     def take_window(self, bpf: Any, target: Target, cut: int) -> None:
         """Continuous mode, at a window's cut: its counts leave the map, where the next window's start."""

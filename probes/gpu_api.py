@@ -14,7 +14,6 @@ from deepctx.host.elf.symbols import ElfSymbols
 from deepctx.host.procfs import Mapping, ProcessGone, ProcessMemory, open_mapped_file
 from deepctx.probes.family import FamilyDefaults, Target, read_source
 from deepctx.probes.maps import CountsMap, entry_count, items, percpu_sum
-from deepctx.probes.program_share import share_of
 from deepctx.probes.uprobes import UprobeAttacher, load_for_uprobes
 from deepctx.probes.usdt import vaddr_to_offset
 
@@ -346,8 +345,7 @@ class GpuApi(FamilyDefaults):
     def detach(self, bpf: Any, target: Target) -> None:
         if self._uprobes is not None:
             self._uprobes.close()
-        if share_of(bpf).users - {target.pid}:  # others go on with the program: its counts leave it now
-            self.counts.forget(bpf, target.pid)
+        self.counts.forget(bpf, target.pid)
         state = self._pids.pop(target.pid, None)
         if state is None:
             return

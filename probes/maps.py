@@ -182,8 +182,10 @@ class CountsMap:
         return decoded(self.table(bpf), self.raw(bpf, pid))
 
     def forget(self, bpf: Any, pid: int) -> None:
-        """pid's entries leave the map (its capture ended while others on the program go on: a map no take
-        empties would keep them until the last one ends)."""
+        """pid's capture ends: where others on the program go on, its entries leave the map now (a map no take
+        empties would keep them until the last one ends; after the last, the pool's reset empties it)."""
+        if not share_of(bpf).users - {pid}:
+            return
         table = self.table(bpf)
         delete_keys(table, [table.Key.from_buffer_copy(k) for k, _ in raw_items(table) if pid_of(k) == pid])
 

@@ -42,7 +42,6 @@ class ProgramShare:
         self._taken: dict[tuple[str, int], dict[int, list[RawEntry]]] = {}  # (map, cut) -> pid -> its entries
         self._pending: dict[int, set[int]] = {}  # cut -> users yet to build its window
         self._routed: dict[str, dict[int, list[Any]]] = {}  # queue -> pid -> what another user drained for it
-        self.cuts = 0  # generations flipped (windows cut for every user at once)
         self.stack_clears = 0  # times the users were free to empty the stack maps: stack ids read before name none
         self.window_anchor: float | None = None  # CLOCK_MONOTONIC instant its windows are counted from
 
@@ -98,24 +97,21 @@ class ProgramShare:
                     if owner is not None:  # a process no capture holds any more: dropped
                         owner.append(entry)
                 self._taken[(name, cut)] = by_pid
-                if cut not in self._pending:
-                    self.cuts += 1
-                    self._pending[cut] = set(self.users)
-            return self._pop(name, pid, upto=cut)
+                self._pending.setdefault(cut, set(self.users))
+            out: list[RawEntry] = []
+            for (map_name, c), taken in sorted(self._taken.items(), key=lambda kv: kv[0][1]):
+                if map_name == name and c <= cut:
+                    out += taken.pop(pid, [])
+            self._taken = {k: v for k, v in self._taken.items() if v}
+            return out
 
     def rest(self, name: str, pid: int) -> list[RawEntry]:
         """pid's entries of `name` taken at cuts it has not built (its capture ends between a cut and its
-        own window's build): they go into its last profile, with what the map holds for it now."""
+        own window's build): they go into its last profile, with what the map holds for it now. Read, not
+        taken: leave() forgets them."""
         with self.lock:
-            return self._pop(name, pid, upto=None)
-
-    def _pop(self, name: str, pid: int, upto: int | None) -> list[RawEntry]:
-        out: list[RawEntry] = []
-        for (map_name, cut), taken in sorted(self._taken.items(), key=lambda kv: kv[0][1]):
-            if map_name == name and (upto is None or cut <= upto):
-                out += taken.pop(pid, [])
-        self._taken = {k: v for k, v in self._taken.items() if v}
-        return out
+            return [e for (map_name, c), taken in sorted(self._taken.items(), key=lambda kv: kv[0][1])
+                    if map_name == name for e in taken.get(pid, [])]
 
     def done(self, pid: int, cut: int | None) -> bool:
         """pid has built its windows up to `cut` (None: all). True when no user has a window left to build:
@@ -127,6 +123,12 @@ class ProgramShare:
                     if not self._pending[c]:
                         del self._pending[c]
             return not self._pending
+
+    def cleared(self) -> None:
+        """A user was free to empty the stack maps (done() said so): every user forgets the stack ids it
+        resolved ahead."""
+        with self.lock:
+            self.stack_clears += 1
 
     # --- queues -----------------------------------------------------------------------------------------
 
@@ -146,21 +148,15 @@ class ProgramShare:
             return mine
 
 
-_UNBOUND: dict[int, ProgramShare] = {}  # programs that take no attribute (tests' stand-ins), by id
-
-
 def bind_share(bpf: Any, share: ProgramShare) -> None:
     """Keeps the share with its program (as the native unwinder keeps its table space, as an attribute)."""
-    try:
-        bpf.deepctx_share = share
-    except AttributeError:
-        _UNBOUND[id(bpf)] = share
+    bpf.deepctx_share = share
 
 
 def share_of(bpf: Any) -> ProgramShare:
     """The program's share (made by the pool, probes/programs.py; one of its own for a program made
     elsewhere, as tests do)."""
-    share = getattr(bpf, "deepctx_share", None) or _UNBOUND.get(id(bpf))
+    share = getattr(bpf, "deepctx_share", None)
     if share is None:
         share = ProgramShare()
         bind_share(bpf, share)

@@ -9,12 +9,12 @@ all, for the next capture of that kind. A program being compiled ahead (prewarm)
 capture is waited for rather than compiled a second time. The counters prove it: `deepctx status` shows
 them, and a second capture leaves `compiled` and `loaded` where they were.
 
-Captures that run at once share a program where they ask for it with the same share key (continuous mode's
-processes, daemon/probe_set.py): the second attaches to the first one's program, and what the program holds
-for both (perf events, count generations, the windows' cuts, stack maps) is coordinated by its
-ProgramShare (probes/program_share.py). Its maps are emptied once its last capture gives it back. Captures
-without a share key (one-shot attaches, device activity) get a program of their own, so that nothing a
-capture reads was written for another.
+Captures that run at once share a program where they ask for it with the same share key (daemon/probe_set.py:
+continuous mode's processes, one-shot attaches made together): the second attaches to the first one's
+program, and what the program holds for both (perf events, count generations, the windows' cuts, stack maps)
+is coordinated by its ProgramShare (probes/program_share.py). Its maps are emptied once its last capture
+gives it back. Captures without a share key (those with device activity) get a program of their own, so that
+nothing such a capture reads was written for another.
 """
 
 from __future__ import annotations

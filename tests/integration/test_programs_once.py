@@ -108,6 +108,8 @@ def test_captures_at_once_share_one_program_and_each_profile_holds_its_own_calls
     for i, doc in enumerate(docs):
         assert doc["pid"] == ts[i].pid and doc["ended"] == "stopped"
         assert launches(doc) == N_LAUNCH + extra[i]
+        s = doc["stats"]  # its own samples, every one in its tree or counted dropped (the second joined)
+        assert s["cpu_samples"] == s["cpu_samples_in_profile"] + s["cpu_samples_dropped_map_full"]
     assert docs[0]["stats"]["program_captures"] == 2  # built while the other capture was on its program
     wait_for(lambda: totals(fresh).get("bpf_programs_idle") == 1, what="the program given back", timeout=60)
     third = profile_phase(fresh, StdinTarget([sys.executable, str(RUNTIME_CALLS), "cuda", lib]), "--mode", "exact")
