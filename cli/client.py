@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 from pathlib import Path
 
@@ -42,16 +43,36 @@ def not_running(path: str) -> CliError:
                     f"at its socket", status=3)
 
 
+def not_answering(path: str, timeout_s: float) -> CliError:
+    return CliError(f"deepctxd accepted a connection on {path} but did not answer within {timeout_s:g} s: it may "
+                    f"be overloaded or stuck; see its log (`journalctl -u deepctxd`)", status=3)
+
+
+def listening(path: str) -> bool:
+    """Something accepts connections on the socket. A socket file left by a daemon that was killed refuses them:
+    that is "not running" at once, where gRPC would retry until its timeout."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(path)
+        except OSError:
+            return False
+    return True
+
+
 def connect(path: str, timeout_s: float = 10.0) -> pb_grpc.ProfilerStub:
+    """timeout_s: how long a daemon that accepts the connection has to answer it (a daemon busy setting up
+    captures on a loaded machine can take seconds)."""
     if not os.path.exists(path):
         raise not_running(path)
     if not os.access(path, os.R_OK | os.W_OK):
         raise CliError(f"permission denied on {path}: run as root or as a member of the `deepctx` group", 4)
+    if not listening(path):
+        raise not_running(path)
     channel = grpc.insecure_channel(f"unix://{path}", options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
     try:
         grpc.channel_ready_future(channel).result(timeout=timeout_s)
     except grpc.FutureTimeoutError:
-        raise not_running(path) from None
+        raise not_answering(path, timeout_s) from None
     return pb_grpc.ProfilerStub(channel)
 
 

@@ -119,3 +119,14 @@ def native_targets() -> Path:
     with folder_lock(TARGETS):
         subprocess.run(["make", "-s", "-C", str(TARGETS)], check=True)
     return TARGETS / "bin"
+
+
+@pytest.fixture(autouse=True)
+def no_daemon_outlives_its_test() -> Iterator[None]:
+    """A daemon a test started and did not stop (it failed first) is stopped at the test's end; daemons of
+    wider-scoped fixtures were started before this snapshot and are left to their fixture."""
+    import harness
+
+    since = len(harness.STARTED)
+    yield
+    harness.reap_daemons(since)

@@ -47,6 +47,26 @@ class Daemon:
         return self.proc.poll() is None and self.cli("status", "--format", "json").returncode == 0
 
 
+STARTED: list[Daemon] = []  # every daemon start_daemon started in this test process, for reap_daemons
+
+
+def reap_daemons(since: int) -> list[Daemon]:
+    """Stops the daemons started after STARTED[since] that still run (a test that failed before its
+    stop_daemon), so that none outlives its test: a daemon left behind keeps probing, keeps the compiler's
+    pages mapped and takes CPU from every later test. Returns those it had to stop."""
+    left = [d for d in STARTED[since:] if d.proc.poll() is None]
+    for d in left:
+        d.proc.send_signal(signal.SIGTERM)
+    for d in left:
+        try:
+            d.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            d.proc.kill()
+            d.proc.wait()
+    del STARTED[since:]
+    return left
+
+
 def start_daemon(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Daemon:
     """extra: deepctxd's arguments; env: added to its environment."""
     sock = str(tmp / "deepctxd.sock")
@@ -59,6 +79,7 @@ def start_daemon(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> D
                                  *prewarm, *extra], stdout=out, stderr=subprocess.STDOUT,
                                 env={**os.environ, **env} if env else None)
     d = Daemon(proc, sock, log)
+    STARTED.append(d)
     r = d.cli("status", "--wait", "60")
     assert r.returncode == 0, f"deepctxd did not come up: {r.stderr}\n{log.read_text()}"
     return d

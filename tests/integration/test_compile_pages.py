@@ -25,13 +25,31 @@ def compiler_private_clean_kb() -> int:
     return total
 
 
+def others_mapping_the_compiler() -> list[str]:
+    """The other processes that map the compiler's libraries (their pages are then shared, not this one's)."""
+    import os
+
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if compose.COMPILER_FILES.search((proc / "maps").read_text()):
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.append(f"{proc.name} {cmdline[:120]}")
+        except OSError:
+            continue
+    return found
+
+
 def test_the_compilers_pages_leave_memory_after_a_compile_and_come_back_for_the_next() -> None:
     from bcc import BPF
 
     first = BPF(text=PROGRAM)
     try:
         before = compiler_private_clean_kb()
-        assert before > 10_000  # a compile touches tens of MB of LLVM
+        # a compile touches tens of MB of LLVM; another process mapping it (a daemon left running) shares them
+        assert before > 10_000, (before, others_mapping_the_compiler())
         assert compose.page_out_compiler() > 0
         after = compiler_private_clean_kb()
         assert after < before / 2, (before, after)

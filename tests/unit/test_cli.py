@@ -35,6 +35,35 @@ def test_daemon_not_running_tells_a_user_to_start_it_with_sudo(tmp_path: Path, c
     assert f"`sudo {Path(sys.executable).parent / 'deepctxd'}`" in capsys.readouterr().err
 
 
+def test_a_socket_left_by_a_killed_daemon_is_not_running_at_once(tmp_path: Path, capsys) -> None:
+    import socket
+    import time
+
+    path = tmp_path / "stale.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(str(path))  # the file exists; nothing listens on it
+        t0 = time.monotonic()
+        assert main(["--socket", str(path), "status"]) == 3
+        took = time.monotonic() - t0
+    assert "deepctxd is not running" in capsys.readouterr().err
+    assert took < 5  # not gRPC's retries until connect's 10 s answer time
+
+
+def test_a_daemon_that_accepts_but_does_not_answer_is_named_as_such(tmp_path: Path) -> None:
+    import socket
+
+    from deepctx.cli.client import CliError, connect
+
+    path = tmp_path / "busy.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(str(path))
+        s.listen(8)  # accepts in the kernel's backlog, never speaks HTTP/2
+        with pytest.raises(CliError) as e:
+            connect(str(path), timeout_s=0.3)
+    assert e.value.status == 3
+    assert e.value.message.startswith(f"deepctxd accepted a connection on {path} but did not answer within 0.3 s")
+
+
 def test_environment_variable_names_the_socket(tmp_path: Path) -> None:
     sock = tmp_path / "env.sock"
     r = subprocess.run([sys.executable, "-m", "deepctx.cli.main", "ps"], capture_output=True, text=True,
