@@ -195,10 +195,15 @@ def many_targets(args: argparse.Namespace) -> int:
                         raise RuntimeError("a deepctx attach ended early")
                     time.sleep(0.2)  # a bench's poll against a deadline
                 most: dict[str, float] = {}
-                end = time.monotonic() + args.settle
+                start = time.monotonic()
+                end, mark = start + args.settle, start + (args.every or args.settle + 1)
                 while time.monotonic() < end:  # the captures poll, name stacks, refresh maps meanwhile
                     now = memory_mb(d.proc.pid)
                     most = {k: max(v, most.get(k, 0.0)) for k, v in now.items()}
+                    if time.monotonic() >= mark:  # a row per --every: whether the RSS grows as captures run on
+                        rows.append((f"{n} at {mark - start:.0f} s", n, now | _maps_mb(d)))
+                        print(rows[-1][0], f"VmRSS {now['VmRSS']:.1f} MB", flush=True)
+                        mark += args.every
                     time.sleep(0.25)
                 rows.append((f"{n} capturing", n, most | _maps_mb(d)))
                 heap_report(d, args.heap, f"{n} capturing")
@@ -296,6 +301,8 @@ def main() -> int:
     ap.add_argument("--period", type=float, default=0.002, help="seconds between the targets' calls or steps")
     ap.add_argument("--settle", type=float, default=5.0, help="seconds the captures run at each count before "
                     "the RSS is read (the most seen meanwhile)")
+    ap.add_argument("--every", type=float, default=0.0, metavar="S",
+                    help="also a row every S seconds of --settle (the RSS now, not the most seen), to see a trend")
     ap.add_argument("--timeout", type=float, default=600, help="seconds for the captures at a count to start")
     ap.add_argument("--prewarm", action=argparse.BooleanOptionalAction, default=True,
                     help="the daemon compiles its programs ahead as it starts, as deepctxd does by default (default: "
