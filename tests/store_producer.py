@@ -5,8 +5,8 @@ profile, so a query over k windows must add up to exactly k times the fixture's 
 from __future__ import annotations
 
 import functools
-import gzip
 import json
+import lzma
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ CONTAINERS = {"h200_torch_ops": "a1" * 32, "h200_triton_kernel": "b2" * 32, "h20
 
 @functools.cache
 def _raw(name: str) -> bytes:
-    return gzip.decompress((FIXTURES / f"{name}.json.gz").read_bytes())
+    return lzma.decompress((FIXTURES / f"{name}.json.xz").read_bytes())
 
 
 def fixture(name: str) -> dict[str, Any]:

@@ -1,9 +1,10 @@
-"""Reading profile documents (deepctx.profile/v1 JSON, optionally gzipped) from files."""
+"""Reading profile documents (deepctx.profile/v1 JSON, optionally gzip- or xz-compressed) from files."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import lzma
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,11 @@ def load(path: str | Path) -> dict[str, Any]:
             raw = gzip.decompress(raw)
         except (OSError, EOFError) as e:
             raise DocumentError(f"{p}: not a valid gzip file ({e})") from None
+    elif raw[:6] == b"\xfd7zXZ\x00":
+        try:
+            raw = lzma.decompress(raw)
+        except lzma.LZMAError as e:
+            raise DocumentError(f"{p}: not a valid xz file ({e})") from None
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:

@@ -2,7 +2,7 @@
 line marked `# LINE_<RULE>` of its example and not on the --fixed variant; the estimated speedup is set
 against the achieved one (time of the inefficient variant / time of the fixed one, both unprofiled).
 The table is printed and, with $DEEPCTX_ARTIFACTS set, written there (analyzer_speedups.md and .json),
-with every profile (analyzer_<rule>_<variant>.json.gz, fixtures for the CPU-only tests).
+with every profile (analyzer_<rule>_<variant>.json.xz, fixtures for the CPU-only tests).
 
 Device activity: the examples start with the CUPTI agent (CUDA_INJECTION64_PATH, built from native/ as in
 test_device_activity.py), so rules that need GPU time get it; rules that need a timeline are captured with
@@ -15,8 +15,8 @@ DEEPCTX_ANALYZER_NO_AGENT=1 (profile without device activity)."""
 
 from __future__ import annotations
 
-import gzip
 import json
+import lzma
 import os
 import shlex
 import subprocess
@@ -108,7 +108,7 @@ def measure(daemon, rule: str, argv: list[str], variant: str, env: dict[str, str
     out = os.environ.get("DEEPCTX_ARTIFACTS")
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
-        with gzip.open(Path(out) / f"analyzer_{rule.replace('-', '_')}_{variant}.json.gz", "wt") as f:
+        with lzma.open(Path(out) / f"analyzer_{rule.replace('-', '_')}_{variant}.json.xz", "wt") as f:
             json.dump(doc, f, separators=(",", ":"))
     return Run(rule, variant, min(times), doc)
 

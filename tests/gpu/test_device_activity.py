@@ -294,7 +294,7 @@ def test_run_profiles_from_the_first_kernel(daemon, agent: Path, scripts: Path, 
 
 def test_trace_export_reads_in_hta(daemon, agent: Path, scripts: Path, tmp_path: Path) -> None:
     doc, _ = phase(daemon, [sys.executable, str(scripts / "resnet.py")], with_agent(agent), "--trace")
-    save("device_trace_profile.json.gz", json.dumps(doc))  # tests/fixtures/profiles/h200_resnet50_trace.json.gz
+    save("device_trace_profile.json.gz", json.dumps(doc))  # tests/fixtures/profiles/h200_resnet50_trace.json.xz
     pytest.importorskip("hta", reason="HolisticTraceAnalysis is not installed here: check the artifacts elsewhere")
     check_hta(doc, tmp_path)
 

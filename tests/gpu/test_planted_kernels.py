@@ -3,7 +3,7 @@ examples/inefficiencies/kernels/planted.cu (bad and fixed, launched from example
 is timed unprofiled, the bad variant is profiled with `deepctx run --pc-sampling`, and its rule must fire at
 the example's marked line naming a source line of planted.cu; the fixed variant must not fire it. The table of
 estimated against measured speedup is printed and, with $DEEPCTX_ARTIFACTS, written there
-(pc_rules_speedups.md, .json) with every profile (analyzer_<rule>_<variant>.json.gz: the recordings the CPU
+(pc_rules_speedups.md, .json) with every profile (analyzer_<rule>_<variant>.json.xz: the recordings the CPU
 tests want, tests/fixtures/profiles/analyzer/). With ncu on PATH, two kernels' stall reasons are set beside
 Nsight Compute's (pc_rules_ncu.md).
 
@@ -23,8 +23,8 @@ default 5), DEEPCTX_PC_PERIOD (--pc-period; default CUPTI's)."""
 
 from __future__ import annotations
 
-import gzip
 import json
+import lzma
 import os
 import shutil
 import statistics
@@ -198,7 +198,7 @@ def profiled(daemon, rule: str, fixed: bool, tmp: Path, period: str | None = Non
     variant = "fixed" if fixed else "inefficient"
     diagnose(rule, variant + (f" --pc-period {period}" if period else ""), doc)
     if save:
-        with gzip.open(stage(f"analyzer_{rule.replace('-', '_')}_{variant}.json.gz"), "wt") as f:
+        with lzma.open(stage(f"analyzer_{rule.replace('-', '_')}_{variant}.json.xz"), "wt") as f:
             json.dump(doc, f, separators=(",", ":"))
     return doc
 

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_cli_commands import profile_message  # noqa: E402
 
 PROFILES = Path(__file__).resolve().parents[1] / "fixtures" / "profiles"
-RESNET = str(PROFILES / "h200_resnet50_trace.json.gz")
-LAUNCH_LOOP = str(PROFILES / "analyzer" / "analyzer_launch_bound_loop_inefficient.json.gz")
+RESNET = str(PROFILES / "h200_resnet50_trace.json.xz")
+LAUNCH_LOOP = str(PROFILES / "analyzer" / "analyzer_launch_bound_loop_inefficient.json.xz")
 TORCH_FILE = "/opt/torch/.venv/lib/python3.12/site-packages/torch/nn/modules/module.py"
 HOST_CACHE_TOTALS = {"host_cache_entries": 12, "host_cache_bytes": 3_500_000, "host_cache_budget_bytes": 64 << 20,
                      "host_cache_hits": 40, "host_cache_misses": 12, "host_cache_builds": 12,
@@ -265,7 +265,7 @@ def test_diff_tables_keep_their_numbers(columns: int, capsys, monkeypatch) -> No
     assert ("(± noise, z not shown at 80 columns)" in captions) is (columns == 80)
 
 
-FIXED = str(PROFILES / "analyzer" / "analyzer_launch_bound_loop_fixed.json.gz")
+FIXED = str(PROFILES / "analyzer" / "analyzer_launch_bound_loop_fixed.json.xz")
 # --by: the two significant rows' function and where, at 80 and 120 columns and on a pipe (None)
 STEP_FILE = "/work/main/.snap/examples/inefficiencies/launch_bound_loop.py"
 REPLAY_FILE = "/opt/torch/.venv/lib/python3.12/site-packages/torch/cuda/graphs.py"

@@ -79,9 +79,9 @@ def gpu_doc(source_file: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def torch_doc() -> dict[str, Any]:
-    return load(FIXTURES / "h200_torch_ops.json.gz")
+    return load(FIXTURES / "h200_torch_ops.json.xz")
 
 
 @pytest.fixture(scope="session")
 def jax_doc() -> dict[str, Any]:
-    return load(FIXTURES / "h200_jax_jit.json.gz")
+    return load(FIXTURES / "h200_jax_jit.json.xz")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 import os
 import re
 import shutil
@@ -79,7 +80,7 @@ def test_hta_kernel_breakdown_matches_a_recorded_resnet50_step(tmp_path: Path) -
     """A ResNet-50 training step captured on the H200 with --trace (tests/gpu/test_device_activity.py):
     HTA's kernel time of today's export of it equals deepctx's within 1%."""
     pytest.importorskip("hta.trace_analysis")
-    doc = json.loads(gzip.open(Path(__file__).parents[1] / "fixtures" / "profiles" / "h200_resnet50_trace.json.gz", "rt").read())
+    doc = json.loads(lzma.decompress((Path(__file__).parents[1] / "fixtures" / "profiles" / "h200_resnet50_trace.json.xz").read_bytes()))
     kernels = [ev for ev in doc["trace"] if ev["kind"] == "kernel"]
     assert len(kernels) == 2157 and len({ev["name"] for ev in kernels}) == 72  # what the capture holds
     ours, hta_ns = trace_kernel_ns(doc), hta_kernel_ns(doc, tmp_path / "trace")

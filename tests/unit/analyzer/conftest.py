@@ -18,14 +18,14 @@ FIXTURES = HERE.parents[1] / "fixtures" / "profiles"
 
 @pytest.fixture(scope="session")
 def torch_ops() -> dict[str, Any]:
-    return load(FIXTURES / "h200_torch_ops.json.gz")
+    return load(FIXTURES / "h200_torch_ops.json.xz")
 
 
 @pytest.fixture(scope="session")
 def triton_kernel() -> dict[str, Any]:
-    return load(FIXTURES / "h200_triton_kernel.json.gz")
+    return load(FIXTURES / "h200_triton_kernel.json.xz")
 
 
 @pytest.fixture(scope="session")
 def jax_jit() -> dict[str, Any]:
-    return load(FIXTURES / "h200_jax_jit.json.gz")
+    return load(FIXTURES / "h200_jax_jit.json.xz")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 import re
 from pathlib import Path
 
 from deepctx.cli.main import main
 
-FIXTURE = str(Path(__file__).resolve().parents[2] / "fixtures" / "profiles" / "h200_torch_ops.json.gz")
+FIXTURE = str(Path(__file__).resolve().parents[2] / "fixtures" / "profiles" / "h200_torch_ops.json.xz")
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:
@@ -95,7 +96,7 @@ def test_report_html_analyzes_documents_without_findings(capsys, tmp_path: Path)
     data = html_data(out)
     assert [(f["rule"], f["location"]["line"]) for f in data["findings"]] == [("launch-bound-loop", 19), ("fp32-gemm", 26)]
     # a document that already carries findings keeps them (here: none)
-    doc = json.loads(gzip.decompress(Path(FIXTURE).read_bytes()))
+    doc = json.loads(lzma.decompress(Path(FIXTURE).read_bytes()))
     doc["findings"] = []
     given = tmp_path / "given.json"
     given.write_text(json.dumps(doc))

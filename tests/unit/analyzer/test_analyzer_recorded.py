@@ -1,5 +1,5 @@
 """The rules on their examples' profiles recorded on the GPU host by tests/gpu/test_analyzer.py (its
-$DEEPCTX_ARTIFACTS/analyzer_<rule>_<variant>.json.gz, copied to tests/fixtures/profiles/analyzer/): each rule
+$DEEPCTX_ARTIFACTS/analyzer_<rule>_<variant>.json.xz, copied to tests/fixtures/profiles/analyzer/): each rule
 fires at its example's marked line and not on the fixed variant, in CI, without a GPU. Skipped only for the
 rules listed in PENDING."""
 
@@ -32,7 +32,7 @@ PC_LIMITS = Limits(min_speedup=1.0)
 
 
 def recording(rule: str, variant: str) -> Path:
-    path = RECORDED / f"analyzer_{rule.replace('-', '_')}_{variant}.json.gz"
+    path = RECORDED / f"analyzer_{rule.replace('-', '_')}_{variant}.json.xz"
     if rule in PENDING:
         assert not path.exists(), f"{rule} has a recording now: take it out of PENDING"
         pytest.skip(f"{rule}: {PENDING[rule]}")
@@ -61,7 +61,7 @@ def test_rule_on_its_recorded_example(rule: str) -> None:
 def test_no_confident_finding_on_a_recorded_well_tuned_loop(model: str) -> None:
     """examples/inefficiencies/well_tuned.py (ResNet-50 at batch 256, GPT-2 small at 32x512, bf16 autocast) as
     recorded on the H200: whatever fires stays below confidence 0.5 (a lead)."""
-    a = analyze(load(RECORDED / f"analyzer_well_tuned_{model}.json.gz"))
+    a = analyze(load(RECORDED / f"analyzer_well_tuned_{model}.json.xz"))
     assert a.findings, "the recording has leads: the test would pass vacuously without them"
     assert [(f.rule, f.confidence) for f in a.findings if f.confidence >= 0.5] == []
 

@@ -20,17 +20,17 @@ FIXTURES = HERE.parents[1] / "fixtures" / "profiles"
 
 @pytest.fixture(scope="session")
 def torch_doc() -> dict[str, Any]:
-    return load(FIXTURES / "h200_torch_ops.json.gz")
+    return load(FIXTURES / "h200_torch_ops.json.xz")
 
 
 @pytest.fixture(scope="session")
 def jax_doc() -> dict[str, Any]:
-    return load(FIXTURES / "h200_jax_jit.json.gz")
+    return load(FIXTURES / "h200_jax_jit.json.xz")
 
 
 @pytest.fixture(scope="session")
 def triton_doc() -> dict[str, Any]:
-    return load(FIXTURES / "h200_triton_kernel.json.gz")
+    return load(FIXTURES / "h200_triton_kernel.json.xz")
 
 
 @pytest.fixture()

@@ -6,8 +6,8 @@ fixture (other pid, totals, node counts, kernel names) needs no new literals, wh
 
 from __future__ import annotations
 
-import gzip
 import json
+import lzma
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,7 +22,7 @@ N_MUL = 1000  # torch_ops.py: launches of x * 2 on the LINE_MUL line
 
 
 def read(path: str | Path) -> dict[str, Any]:
-    return json.loads(gzip.decompress(Path(path).read_bytes()))
+    return json.loads(lzma.decompress(Path(path).read_bytes()))
 
 
 def nodes(doc: dict[str, Any]) -> Iterator[tuple[list[Node], Node]]:

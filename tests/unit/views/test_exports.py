@@ -187,7 +187,7 @@ def test_exports_of_every_fixture_are_consistent(jax_doc, triton_doc) -> None:
 
 
 # start-up frames above one Python path and 158 plumbing frames (test_narrow_terminals' report of it)
-RESNET = HERE.parents[1] / "fixtures" / "profiles" / "h200_resnet50_trace.json.gz"
+RESNET = HERE.parents[1] / "fixtures" / "profiles" / "h200_resnet50_trace.json.xz"
 FOLD_FLAGS = {(): VIEWS_DEFAULT, ("--show-startup",): Fold(startup=False), ("--show-plumbing",): Fold(plumbing=False)}
 
 

@@ -87,7 +87,7 @@ def test_plumbing_frames_fold_into_their_callers() -> None:
 def test_the_h200_resnet_profile_has_one_module_frame() -> None:
     """The recorded ResNet-50 capture holds `<module> resnet.py:21` under `__libc_start_main` and directly
     under its thread (issue #34.9): folded, one node with both GPU times."""
-    doc = recorded.read(FIXTURES / "h200_resnet50_trace.json.gz")
+    doc = recorded.read(FIXTURES / "h200_resnet50_trace.json.xz")
     raw, folded = from_doc(doc, SHOW_ALL), from_doc(doc, Fold(plumbing=False))
     main = next(t for t in raw.children if t.frame.name == "python3" and any(
         c.frame.name == "__libc_start_main" for c in t.children))

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 from pathlib import Path
 
 import recorded
 
 from deepctx.cli.main import main
 
-FIXTURE = str(Path(__file__).resolve().parents[2] / "fixtures" / "profiles" / "h200_torch_ops.json.gz")
+FIXTURE = str(Path(__file__).resolve().parents[2] / "fixtures" / "profiles" / "h200_torch_ops.json.xz")
 DOC = recorded.read(FIXTURE)
 
 
@@ -113,12 +114,13 @@ def test_unknown_metric_and_bad_files_fail_with_one_line(tmp_path, capsys) -> No
     assert "no frame matches" in capsys.readouterr().err
 
 
-def test_plain_json_and_gzip_read_the_same(tmp_path, capsys) -> None:
-    plain = tmp_path / "p.json"
-    plain.write_bytes(gzip.decompress(Path(FIXTURE).read_bytes()))
+def test_plain_gzip_and_xz_json_read_the_same(tmp_path, capsys) -> None:
+    plain, gz = tmp_path / "p.json", tmp_path / "p.json.gz"
+    plain.write_bytes(lzma.decompress(Path(FIXTURE).read_bytes()))  # the fixture is xz
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
     a = report(capsys, FIXTURE, "--width", "150")
-    b = report(capsys, str(plain), "--width", "150")
-    assert a == b
+    assert report(capsys, str(plain), "--width", "150") == a
+    assert report(capsys, str(gz), "--width", "150") == a
 
 
 def test_html_option_writes_a_report(tmp_path, capsys) -> None:
@@ -159,3 +161,11 @@ def test_metric_names_from_the_profile_are_escaped(capsys, tmp_path) -> None:
     assert "\x1b" not in wide + narrow and "\x07" not in wide + narrow
     assert f"{shown} 7" in wide and "stall_[b…" in wide  # the totals; a column header, not markup
     assert f"({shown} not shown: the terminal is 60" in narrow
+
+
+def test_a_broken_xz_file_is_named_in_one_line(tmp_path, capsys) -> None:
+    broken = tmp_path / "p.json.xz"
+    broken.write_bytes(Path(FIXTURE).read_bytes()[:4000])  # cut short
+    assert main(["report", str(broken)]) != 0
+    err = capsys.readouterr().err
+    assert f"{broken}: not a valid xz file" in err and err.count("\n") == 1
