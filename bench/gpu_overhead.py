@@ -63,7 +63,8 @@ from marks import (  # noqa: E402
 )
 
 TICK = os.sysconf("SC_CLK_TCK")
-STEPS = {"launch_bound": 1500, "launch_backward": 600, "resnet50": 30, "gpt2": 20, "jax": 300, "mock_launch": 1500}
+STEPS = {"launch_bound": 1500, "launch_backward": 600, "resnet50": 30, "gpt2": 20, "jax": 300, "mock_launch": 1500,
+         "cudart_launch": 1500}
 # deepctx_exact_nonodes: exact mode without the autograd node probes (autograd_nodes = false), to show
 # what charging backward kernels to their forward lines costs
 # *_device: started with the CUPTI agent (as `deepctx run` starts it), captured with device activity.
@@ -75,7 +76,10 @@ STEPS = {"launch_bound": 1500, "launch_backward": 600, "resnet50": 30, "gpt2": 2
 VARIANTS = ["alone", "deepctx_sampled", "deepctx_exact", "deepctx_exact_nonodes", "deepctx_exact_device",
             "deepctx_exact_device_offset", "deepctx_exact_device_uprobes", "deepctx_sampled_device",
             "deepctx_sampled_device_offset", "deepctx_exact_device_nopython", "deepctx_sampled_device_duty10",
-            "deepctx_sampled_device_duty25", "deepctx_exact_device_duty10", "torch_cuda", "torch_stacks"]
+            "deepctx_sampled_device_duty25", "deepctx_exact_device_duty10", "torch_cuda", "torch_stacks",
+            "bare_uprobe"]
+# bare_uprobe (--alternate only): no deepctx; an entry and a return uprobe whose programs return at once on
+# the workload's launch function (cudaLaunchKernel in its libcudart): the floor any probe of the call pays
 # *_nopython: the capture walks no Python frames (`--python off`): what the Python walker costs per call
 # *_duty10: the GPU probes and device activity on for 10% of each 2 s period (`--gpu-duty 0.1`), the
 # counts and GPU times scaled up (time --alternate blocks in whole periods: 2, 4, 6 s); *_duty25: a quarter
@@ -294,6 +298,26 @@ def one_run(name: str, variant: str, daemons: dict[str, Deepctx], python: str) -
     return out
 
 
+class BareUprobe:
+    """An entry and a return uprobe on cudaLaunchKernel of the libcudart that pid maps, programs that return
+    at once (bcc, in this process), removed by close()."""
+
+    def __init__(self, pid: int) -> None:
+        from bcc import BPF
+
+        libs = {line.split()[-1] for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
+                if "/libcudart.so" in line}
+        if len(libs) != 1:
+            raise RuntimeError(f"pid {pid} maps {len(libs)} libcudart files; bare_uprobe needs one")
+        lib = libs.pop()
+        self.bpf = BPF(text=b"int on_entry(void *ctx) { return 0; }\nint on_return(void *ctx) { return 0; }\n")
+        self.bpf.attach_uprobe(name=lib.encode(), sym=b"cudaLaunchKernel", fn_name=b"on_entry", pid=pid)
+        self.bpf.attach_uretprobe(name=lib.encode(), sym=b"cudaLaunchKernel", fn_name=b"on_return", pid=pid)
+
+    def close(self) -> None:
+        self.bpf.cleanup()
+
+
 def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args: argparse.Namespace) -> list[dict]:
     """One process, blocks off, v1, off, v2, off, ..., --repeat times over the variants: an on-block attaches
     the variant's capture, waits --settle seconds, times --alternate seconds, then ends the capture
@@ -323,8 +347,24 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
         rows.append(prev)
         print(json.dumps(prev), flush=True)
         for i, variant in enumerate(on_variants * args.repeat):
-            dctx = daemon_for(variant, daemons)
             row: dict = {"workload": name, "variant": variant, "mode": "alternate", "block": 2 * i + 1}
+            if variant == "bare_uprobe":
+                probes = BareUprobe(pid)
+                try:
+                    time.sleep(args.settle)  # a chosen delay before timing, not synchronization
+                    row = timed(row)
+                finally:
+                    probes.close()
+                row |= {"daemon_cpu_share": 0.0, "daemon_rss_mb": 0.0, "profile_ready_s": 0.0}
+                off = timed({"workload": name, "variant": "alone", "mode": "alternate", "block": 2 * i + 2})
+                row["ratio"] = neighbour_ratio(prev, row, off)
+                row["cpu_ratio"] = 2 * row["cpu_ms_per_step"] / (prev["cpu_ms_per_step"] + off["cpu_ms_per_step"])
+                rows += [row, off]
+                print(json.dumps(row), flush=True)
+                print(json.dumps(off), flush=True)
+                prev = off
+                continue
+            dctx = daemon_for(variant, daemons)
             th, attach = start_capture(dctx, pid, variant)
             try:
                 time.sleep(args.settle)  # a chosen delay before timing, not synchronization
@@ -370,7 +410,7 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
 def alternate_table(rows: list[dict], workloads: list[str]) -> None:
     print(f"\n{'workload':15} {'variant':32} {'blocks':>6} {'ratio median':>12} {'mean [95%]':>21} {'min':>6} {'max':>6} "
           f"{'on steps/s':>10} {'off steps/s':>11} {'daemon CPU':>10} {'RSS MB':>7} {'ready s':>8} "
-          f"{'CPU ratio':>9} {'steal':>6} {'GPU ms/step':>11} {'corrected':>9}")
+          f"{'CPU ratio':>9} {'steal':>6} {'GPU ms/step':>11} {'µs/step':>8} {'corrected':>9}")
     for name in workloads:
         off = [r["steps_per_s"] for r in rows if r["workload"] == name and r["variant"] == "alone"]
         for v in VARIANTS:
@@ -386,8 +426,15 @@ def alternate_table(rows: list[dict], workloads: list[str]) -> None:
                   f"{max(r['daemon_rss_mb'] for r in rs):7.0f} "
                   f"{statistics.median(r['profile_ready_s'] for r in rs):8.2f} "
                   f"{statistics.median(r['cpu_ratio'] for r in rs):9.3f} "
-                  f"{100 * max(r['steal_share'] for r in rs):5.1f}% {gpu_ms_per_step(rs):>11}"
+                  f"{100 * max(r['steal_share'] for r in rs):5.1f}% {gpu_ms_per_step(rs):>11} "
+                  f"{statistics.median(extra_us_per_step(r) for r in rs):8.2f}"
                   + (f" {statistics.median(r['corrected_ratio'] for r in rs):9.4f}" if "corrected_ratio" in rs[0] else ""))
+
+
+def extra_us_per_step(row: dict) -> float:
+    """What the variant added to a step, in µs: 1/on - 1/off, off being the neighbours' mean rate (ratio x on).
+    The cost per call of a workload of 100 calls a step (launch_bound, mock_launch, cudart_launch) is this / 100."""
+    return 1e6 * (1 - 1 / row["ratio"]) / row["steps_per_s"]
 
 
 def gpu_ms_per_step(rs: list[dict]) -> str:
@@ -463,7 +510,7 @@ def main() -> int:
         ap.error("--witness goes with --alternate --pin (it needs a CPU of the workload's half)")
     if args.alternate:
         bad = [v for v in args.variants.split(",")
-               if (v != "alone" and not v.startswith("deepctx")) or v.endswith("_offset")]
+               if (v not in ("alone", "bare_uprobe") and not v.startswith("deepctx")) or v.endswith("_offset")]
         if bad:
             ap.error(f"--alternate runs deepctx variants in one process; not {bad} (a profiler of its own, or an "
                      "agent setting fixed at the process's start)")

@@ -181,6 +181,44 @@ def mock_launch_deep() -> Callable[[], None]:
     return step
 
 
+def cudart_launch() -> Callable[[], None]:
+    """No GPU: 100 cudaLaunchKernel calls a step into the real CUDA runtime (pip's nvidia-cuda-runtime, or
+    DEEPCTX_LIBCUDART), from 22 Python frames, the call issue #31 measured on the CI machine. Without a GPU
+    each call fails inside the runtime, but its entry and return probes fire as on a GPU host: what a probe
+    adds to the call shows against the call alone and against a bare entry+return uprobe
+    (gpu_overhead.py's bare_uprobe variant)."""
+    import ctypes
+
+    path = os.environ.get("DEEPCTX_LIBCUDART")
+    if not path:
+        import nvidia
+
+        found = [str(f) for base in nvidia.__path__ for f in sorted(Path(base).glob("cu*/lib/libcudart.so.*"))]
+        if not found:
+            raise RuntimeError("no libcudart: install pip's nvidia-cuda-runtime or set DEEPCTX_LIBCUDART")
+        path = found[0]
+    rt = ctypes.CDLL(path)
+    stub = ctypes.c_void_p(ctypes.cast(ctypes.CDLL(None).getpid, ctypes.c_void_p).value or 0)
+    grid = ctypes.c_uint64(1 | (1 << 32))  # dim3 (1, 1, 1): x and y in one eightbyte, z in the next
+    launch = rt.cudaLaunchKernel
+    launch.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint32,
+                       ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    one = ctypes.c_uint32(1)
+
+    def launches() -> None:
+        for _ in range(100):
+            launch(stub, grid, one, grid, one, None, 0, None)
+
+    def nested(depth: int) -> None:
+        if depth:
+            nested(depth - 1)
+        else:
+            launches()
+
+    # <module>, main, run_marked, the step, 17 nested and launches: 22 Python frames
+    return lambda: nested(16)
+
+
 def cpu_witness() -> Callable[[], None]:
     """No GPU, no library deepctx probes: interpreter-bound work beside a measured workload (gpu_overhead.py
     --witness), whose step rate tells how fast the host's CPUs ran in each block."""
@@ -195,7 +233,8 @@ def cpu_witness() -> Callable[[], None]:
 
 
 WORKLOADS = {"launch_bound": launch_bound, "launch_backward": launch_backward, "resnet50": resnet50, "gpt2": gpt2_small, "jax": jax_loop,
-             "mock_launch": mock_launch, "mock_launch_deep": mock_launch_deep, "cpu_witness": cpu_witness}
+             "mock_launch": mock_launch, "mock_launch_deep": mock_launch_deep, "cudart_launch": cudart_launch,
+             "cpu_witness": cpu_witness}
 
 
 def run_marked(step: Callable[[], None], step_times: str | None = None) -> int:

@@ -76,8 +76,13 @@ def connect(path: str, timeout_s: float = 10.0) -> pb_grpc.ProfilerStub:
     return pb_grpc.ProfilerStub(channel)
 
 
-def rpc_error(e: grpc.RpcError, path: str) -> CliError:
+def rpc_error(e: grpc.RpcError, path: str, streaming: bool = False) -> CliError:
+    """streaming: the daemon had answered on this call already (a capture's progress came), so a lost
+    connection is the daemon going away mid-capture, not a daemon that is not running."""
     code = e.code() if hasattr(e, "code") else None
+    if code == grpc.StatusCode.UNAVAILABLE and streaming:
+        return CliError(f"deepctxd closed the connection on {path} before the profile came (it stopped or "
+                        f"restarted): see its log (`journalctl -u deepctxd`)", status=3)
     if code == grpc.StatusCode.UNAVAILABLE:
         return not_running(path)
     details = e.details() if hasattr(e, "details") else str(e)

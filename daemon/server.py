@@ -25,6 +25,9 @@ log = logging.getLogger("deepctx.server")
 SERVICE_NAME = "deepctx.v1.Profiler"
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # profiles of 100k+ nodes
 ROOT_WORKERS = 8  # root's RPCs besides its captures' streams: status, stop, ps, queries at once
+# how long a stop waits for the running captures to send their profiles, before the server's own grace:
+# with that grace and the probes' detaching, inside systemd's TimeoutStopSec=30 (systemd/deepctxd.service)
+SHUTDOWN_CAPTURES_S = 15.0
 STREAMS_PER_CONNECTION = 100  # HTTP/2 streams one connection may open at once (more wait in the client)
 
 
@@ -120,6 +123,12 @@ class DaemonServer:
         if self.continuous is not None:
             self.continuous.stop()  # each capture stores its last window
         self.parts.stop_accepting()
+        # Captures end on the shutdown event; each then detaches, builds and sends its profile, which can take
+        # seconds on a loaded machine: the server's own grace would cut those streams ("not running" at the
+        # client, the profile lost), so the captures are waited for first, within SHUTDOWN_CAPTURES_S.
+        if not self.service.wait_idle(SHUTDOWN_CAPTURES_S):
+            log.warning("captures still running at shutdown; their clients may get no profile",
+                        extra={"after_s": SHUTDOWN_CAPTURES_S})
         if self._server is not None:
             self._server.stop(grace_s).wait()
         if not wait_released(grace_s):  # finished captures detach behind their profiles

@@ -130,6 +130,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         self.unwind_tables = TableCache(_cache_dir(config.cache_dir, "unwind"), files=file_cache.shared())
         self.programs = programs.daemon_pool()  # loaded BPF programs, handed from capture to capture
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # notified as each session ends (wait_idle)
         self._sessions: dict[int, Capture] = {}
         self._ids = itertools.count(1)
         self.totals: dict[str, int] = {"captures_started": 0, "captures_completed": 0, "captures_failed": 0,
@@ -269,6 +270,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         finally:
             with self._lock:
                 self._sessions.pop(cap.id, None)
+                self._idle.notify_all()
             native_heap.release()
 
     # --- RPCs ---------------------------------------------------------------------------------------
@@ -347,9 +349,16 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
             worker.join()
             with self._lock:
                 self._sessions.pop(cap.id, None)
+                self._idle.notify_all()
             if finished is not None:  # the client has it (or left once it came: the CLI does not wait for the end)
                 observe_capture(self.process_totals, finished)
             native_heap.release()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Waits until no capture runs (each has sent its profile, or stored its last window); False when some
+        still ran after timeout_s."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._sessions, timeout_s)
 
     def prewarm_programs(self) -> None:
         """Compiles and loads the programs most captures take, before the first capture asks (in a thread of

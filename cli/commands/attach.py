@@ -116,10 +116,12 @@ def capture(stub: object, req: pb.AttachRequest, socket: str, show_progress: boo
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[samples]} samples"),
                         TimeRemainingColumn(), console=err, transient=True, disable=not show_progress)
     profile = None
+    answered = False
     try:
         with progress:
             task = progress.add_task(f"pid {req.pid}: starting", total=req.duration_s, samples=0)
             for ev in stub.Attach(req):  # type: ignore[attr-defined]
+                answered = True
                 if ev.HasField("progress"):
                     p = ev.progress
                     progress.update(task, completed=p.elapsed_s, samples=p.samples,
@@ -128,7 +130,7 @@ def capture(stub: object, req: pb.AttachRequest, socket: str, show_progress: boo
                     profile = ev.profile
                     break
     except grpc.RpcError as e:
-        raise rpc_error(e, socket) from None
+        raise rpc_error(e, socket, streaming=answered) from None
     except KeyboardInterrupt:
         raise CliError("interrupted: the capture was cancelled", status=130) from None
     if profile is None:

@@ -175,9 +175,10 @@ class Capture:
         self.thread.start()
 
     def _run(self) -> None:
-        live = False
+        live = answered = False
         try:
             for ev in self.stub.Attach(self.req):
+                answered = True
                 if ev.HasField("progress"):
                     if not live and ev.progress.message == "capturing":
                         live = True
@@ -185,7 +186,7 @@ class Capture:
                 else:
                     self.profile = ev.profile
         except grpc.RpcError as e:
-            self.error = rpc_error(e, self.socket_path)
+            self.error = rpc_error(e, self.socket_path, streaming=answered)
         finally:
             if not live:
                 self.on_live()  # never leave the process waiting for a capture that failed

@@ -132,3 +132,18 @@ def text_of(doc: dict, permille: int) -> str:
     out = io.StringIO()
     render(doc, console=Console(file=out, width=120, color_system=None))
     return out.getvalue()
+
+
+def test_a_connection_lost_mid_capture_is_not_called_not_running() -> None:
+    import grpc
+
+    from deepctx.cli.client import rpc_error
+
+    class Lost(grpc.RpcError):
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.UNAVAILABLE
+
+    assert "deepctxd is not running" in rpc_error(Lost(), "/run/d.sock").message
+    mid = rpc_error(Lost(), "/run/d.sock", streaming=True)
+    assert mid.status == 3
+    assert mid.message.startswith("deepctxd closed the connection on /run/d.sock before the profile came")
