@@ -413,7 +413,8 @@ def alternate_table(rows: list[dict], workloads: list[str]) -> None:
           f"{'CPU ratio':>9} {'steal':>6} {'GPU ms/step':>11} {'µs/step':>8} {'corrected':>9}")
     for name in workloads:
         off = [r["steps_per_s"] for r in rows if r["workload"] == name and r["variant"] == "alone"]
-        for v in VARIANTS:
+        seen = [v for v in dict.fromkeys(r["variant"] for r in rows) if v not in VARIANTS]  # e.g. *_nopython
+        for v in VARIANTS + seen:
             rs = [r for r in rows if r["workload"] == name and r["variant"] == v and "ratio" in r]
             if not rs:
                 continue
