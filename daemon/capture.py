@@ -61,6 +61,7 @@ class CaptureOptions:
     gpu: str = "auto"  # auto | on | off
     gpu_mode: str = "exact"  # exact | sampled
     gpu_sampled_paths_per_s: int = 2000
+    gpu_api_time_every: int = 8
     native_unwind: bool = True
     window_s: float = 0.0  # continuous mode: cut a profile every window_s seconds (0: one profile at the end)
     gpu_activity: str = "auto"  # auto (the target's CUPTI agent, if any) | on (load one if absent) | off
@@ -80,6 +81,7 @@ class CaptureOptions:
         """The daemon-wide settings (a daemon Config), plus what this capture asks for."""
         return cls(python_max_depth=cfg.python_max_depth, stack_map_entries=cfg.stack_map_entries,
                    count_map_entries=cfg.count_map_entries, gpu_sampled_paths_per_s=cfg.gpu_sampled_paths_per_s,
+                   gpu_api_time_every=cfg.gpu_api_time_every,
                    native_unwind=cfg.native_unwind, autograd_nodes=cfg.autograd_nodes,
                    agent_calls=cfg.agent_calls, handoff_points=ProbeSet.handoff_points(cfg.handoff_points), **per_capture)
 

@@ -48,6 +48,10 @@ class Config:
     # sampled mode: call paths captured per second (counts stay exact), at most: a process's calls get one every
     # CPUs / gpu_sampled_paths_per_s seconds (its own interval: processes on one program do not share it)
     gpu_sampled_paths_per_s: int = 2000
+    # exact mode, where the kernel has uprobe sessions (Linux 6.13+): a launch's API time is measured on the first
+    # call of each call path and every gpu_api_time_every-th after it, and scaled to all; the others skip their
+    # return probe (a power of two; 1: every launch timed, as on older kernels). Counts and paths stay exact.
+    gpu_api_time_every: int = 8
     # extra calls that hand GPU work to worker threads: [{library = "regex", symbol = "name or prefix*",
     # label = "[my pool]"}] (PyTorch's autograd engine is built in); role = "node_created" / "node_run"
     # for work items numbered at creation (docs/cross-thread.md)
@@ -178,6 +182,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("max_sessions and max_sessions_per_user must be at least 1")
     if cfg.gpu_sampled_paths_per_s < 1:
         raise ConfigError("gpu_sampled_paths_per_s must be at least 1")
+    if cfg.gpu_api_time_every < 1 or cfg.gpu_api_time_every & (cfg.gpu_api_time_every - 1):
+        raise ConfigError(f"gpu_api_time_every must be a power of two (1, 2, 4, 8, ...), not {cfg.gpu_api_time_every}")
     for p in cfg.handoff_points:
         _validate_handoff(p)
     if cfg.python_max_depth < 1 or cfg.python_max_depth > 1024:

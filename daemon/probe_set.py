@@ -156,7 +156,7 @@ class ProbeSet:
         return GpuApi(mode=opts.gpu_mode, required=opts.gpu == "on", sampled_paths_per_s=opts.gpu_sampled_paths_per_s,
                       count_entries=opts.count_map_entries, stack_entries=opts.stack_map_entries,
                       symbol_cache=symbols, handoffs=builtin_handoffs(opts.autograd_nodes) + opts.handoff_points,
-                      windows=bool(opts.window_s))
+                      windows=bool(opts.window_s), api_time_every=opts.gpu_api_time_every)
 
     @staticmethod
     def sampler_of(opts: CaptureOptions) -> CpuSampler:

@@ -269,17 +269,28 @@ static __always_inline int gpu_called_by_library(struct pt_regs *ctx, __u32 pid)
     return 0;
 }
 
-static __always_inline void gpu_add(struct gpu_key *key, __u64 dt, __u64 bytes) {
+static __always_inline struct gpu_val *gpu_val_of(struct gpu_key *key) {
     struct gpu_val zero_val = {};
     int slot = 0;
-    struct gpu_val *v = counts_get(gpu_counts.lookup(&slot), key, &zero_val);
+    return counts_get(gpu_counts.lookup(&slot), key, &zero_val);
+}
+
+/* A call into its value: timed, its time in dt; untimed, counted only (API time estimated from the timed). */
+static __always_inline void gpu_add_to(struct gpu_val *v, __u64 dt, __u64 bytes, int timed) {
     if (v) {
         __sync_fetch_and_add(&v->calls, 1);
-        __sync_fetch_and_add(&v->time_ns, dt);
         __sync_fetch_and_add(&v->bytes, bytes);
+        if (timed) {
+            __sync_fetch_and_add(&v->time_ns, dt);
+            __sync_fetch_and_add(&v->timed, 1);
+        }
     } else {
         gpu_stat_inc(GPU_STAT_MAP_FULL);
     }
+}
+
+static __always_inline void gpu_add(struct gpu_key *key, __u64 dt, __u64 bytes, int timed) {
+    gpu_add_to(gpu_val_of(key), dt, bytes, timed);
 }
 
 /* Who the call is charged to beyond its own thread: the creator of the work item this thread runs
@@ -345,14 +356,10 @@ static __always_inline void gpu_node_run_entry(struct pt_regs *ctx, struct gpu_a
     gpu_node_types.update(&tk, tn);
 }
 
-int on_gpu_api_entry(struct pt_regs *ctx) {
-    __u64 id = bpf_get_current_pid_tgid();
-    struct gpu_addr_key ak = {};
-    ak.pid = id >> 32;
-    ak.addr = PT_REGS_IP(ctx);
-    struct gpu_api_spec *spec = gpu_addrs.lookup(&ak);
-    if (!spec)
-        return 0;  /* another process mapping the same library, or an API we do not track */
+/* A probed call's entry. Returns 1 where its return needs no probe (an uprobe session then leaves the return
+ * alone: nested calls, calls counted at entry, launches left untimed), 0 where the return probe must run. */
+static __always_inline int gpu_entry(struct pt_regs *ctx, struct gpu_api_spec *spec, struct gpu_addr_key ak,
+                                     __u64 id) {
     __u32 tid = (__u32)id;
     __u64 sp = PT_REGS_SP(ctx);
     int zero = 0;
@@ -389,14 +396,14 @@ int on_gpu_api_entry(struct pt_regs *ctx) {
     }
     if (gpu_called_by_library(ctx, ak.pid)) {
         gpu_stat_inc(GPU_STAT_NESTED);
-        return 0;
+        return 1;
     }
     int entry_only = spec->flags & GPU_SPEC_F_ENTRY_ONLY;
     struct gpu_inflight *outer = gpu_inflight.lookup(&tid);
     if (outer) {
         if (sp < outer->entry_sp) {  /* deeper on the stack: inside the outer probed call */
             gpu_stat_inc(GPU_STAT_NESTED);
-            return 0;
+            return 1;
         }
         if (!entry_only)
             gpu_stat_inc(GPU_STAT_STALE_INFLIGHT);
@@ -442,6 +449,7 @@ int on_gpu_api_entry(struct pt_regs *ctx) {
     __u64 now = bpf_ktime_get_ns();
     int capture = 1;
     struct gpu_config *cfg = gpu_config.lookup(&zero);
+    __u64 time_every = cfg ? cfg->api_time_every : 0;
     if (cfg && cfg->sample_interval_ns) {
         /* looked up again here rather than kept from gpu_called_by_library: a pointer held across the
          * function doubles the verifier's states past its bound */
@@ -486,17 +494,47 @@ int on_gpu_api_entry(struct pt_regs *ctx) {
         gpu_orphans.delete(&tid);
     }
 #endif
+    /* Launches return at once; their API time is timed on the first call of each call path and every
+     * time_every-th after it, the others counted here and their return left alone (uprobe sessions). */
+    struct gpu_val *v = 0;
+    if (!entry_only && time_every > 1 && f->cls == GPU_CLASS_LAUNCH) {
+        v = gpu_val_of(&f->key);
+        if (v && (v->calls & (time_every - 1))) {
+            entry_only = 1;
+            gpu_stat_inc(GPU_STAT_UNTIMED);
+        } else {
+            v = 0;
+        }
+    }
     if (entry_only) {
-        gpu_add(&f->key, 0, f->bytes);
+        if (v)
+            gpu_add_to(v, 0, f->bytes, 0);
+        else
+            gpu_add(&f->key, 0, f->bytes, 0);
 #ifdef GPU_LAST_CALL
         f->start_ns = now;  /* the scratch's key and time, parked for the join inside this call */
         gpu_last.update(&tid, (struct gpu_last_call *)f);
 #endif
-        return 0;
+        return 1;
     }
     f->start_ns = bpf_ktime_get_ns();
     gpu_inflight.update(&tid, f);
     return 0;
+}
+
+static __always_inline struct gpu_api_spec *gpu_spec_at(struct pt_regs *ctx, struct gpu_addr_key *ak, __u64 id) {
+    ak->pid = id >> 32;
+    ak->addr = PT_REGS_IP(ctx);
+    return gpu_addrs.lookup(ak);
+}
+
+int on_gpu_api_entry(struct pt_regs *ctx) {
+    __u64 id = bpf_get_current_pid_tgid();
+    struct gpu_addr_key ak = {};
+    struct gpu_api_spec *spec = gpu_spec_at(ctx, &ak, id);
+    if (spec)  /* else another process mapping the same library, or an API we do not track */
+        gpu_entry(ctx, spec, ak, id);
+    return 0;  /* a plain uprobe's program returns 0: anything else asks perf to record a sample */
 }
 
 /* Records handle -> name when cuModuleGetFunction & co return. */
@@ -545,33 +583,59 @@ static __always_inline int gpu_node_created_return(struct pt_regs *ctx, __u32 pi
     return 1;
 }
 
-int on_gpu_api_return(struct pt_regs *ctx) {
-    __u64 id = bpf_get_current_pid_tgid();
+static __always_inline void gpu_return(struct pt_regs *ctx, __u64 id) {
     __u32 tid = (__u32)id, pid = id >> 32;
     __u64 *pending = gpu_node_pending.lookup(&tid);
     if (pending && gpu_node_created_return(ctx, pid, tid, pending))
-        return 0;
+        return;
     struct gpu_node_run *run = gpu_node_runs.lookup(&tid);
     if (run && PT_REGS_SP(ctx) == run->entry_sp + 8) {
         gpu_node_runs.delete(&tid);  /* the work item is done */
-        return 0;
+        return;
     }
     struct gpu_origin *origin = gpu_origins.lookup(&pid);
     if (origin && origin->tid == tid && PT_REGS_SP(ctx) == origin->entry_sp + 8) {
         gpu_origins.delete(&pid);  /* the hand-off call returned: its work is done */
-        return 0;
+        return;
     }
     struct gpu_inflight *g = gpu_getfunc.lookup(&tid);
     if (g && gpu_getfunc_return(ctx, tid, g))
-        return 0;
+        return;
     struct gpu_inflight *f = gpu_inflight.lookup(&tid);
     if (!f)
-        return 0;
+        return;
     /* The return of a nested call: its stack pointer differs from the outer entry's (+8 for the
      * popped return address). */
     if (PT_REGS_SP(ctx) != f->entry_sp + 8)
-        return 0;
-    gpu_add(&f->key, bpf_ktime_get_ns() - f->start_ns, f->bytes);
+        return;
+    gpu_add(&f->key, bpf_ktime_get_ns() - f->start_ns, f->bytes, 1);
     gpu_inflight.delete(&tid);
+}
+
+int on_gpu_api_return(struct pt_regs *ctx) {
+    gpu_return(ctx, bpf_get_current_pid_tgid());
+    return 0;
+}
+
+/* Entry and return in one program, attached as an uprobe session (Linux 6.13+): an entry is at a probed
+ * function's first instruction, which gpu_addrs names; a return is at an address inside the caller, which it
+ * does not (bcc cannot call the bpf_session_is_return kfunc). The entry's 1 leaves the return alone. The
+ * return goes on in a program of its own, by tail call: with it inline, the verifier's walk of the entry and
+ * the return together passed its bound. */
+BPF_PROG_ARRAY(gpu_session_return, 1);
+
+int on_gpu_api_session_return(struct pt_regs *ctx) {
+    gpu_return(ctx, bpf_get_current_pid_tgid());
+    return 0;
+}
+
+int on_gpu_api_session(struct pt_regs *ctx) {
+    __u64 id = bpf_get_current_pid_tgid();
+    struct gpu_addr_key ak = {};
+    struct gpu_api_spec *spec = gpu_spec_at(ctx, &ak, id);
+    if (spec)
+        return gpu_entry(ctx, spec, ak, id);
+    gpu_session_return.call(ctx, 0);
+    gpu_stat_inc(GPU_STAT_NO_RETURN);  /* only where the tail call is missing: the return went unhandled */
     return 0;
 }

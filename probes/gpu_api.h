@@ -195,8 +195,9 @@ struct gpu_fp_stack {
 
 struct gpu_val {
     __u64 calls;
-    __u64 time_ns;         /* time inside the API call */
+    __u64 time_ns;         /* time inside the API call, of the calls timed */
     __u64 bytes;
+    __u64 timed;           /* calls whose time is in time_ns (all but launches left untimed: gpu_config) */
 };
 
 /* A call in flight on one thread, from its entry probe to its return probe. */
@@ -248,6 +249,7 @@ enum gpu_stat {
     GPU_STAT_NODES_UNKNOWN,    /* work items run whose creation was not seen (before attach, evicted, none) */
     GPU_STAT_NODE_CALLS,       /* calls charged to the call path that created the running work item */
     GPU_STAT_ADOPTED,          /* device-activity ids of unprobed runtime calls joined to their driver call */
+    GPU_STAT_UNTIMED,          /* launches counted at entry with their return left alone (api_time_every) */
     GPU_STAT__COUNT,
 };
 
@@ -255,6 +257,9 @@ enum gpu_stat {
 struct gpu_config {
     __u64 sample_interval_ns;  /* per process, capture the call path of the first call after each interval
                                   (0: every call, "exact" mode) */
+    __u64 api_time_every;      /* under uprobe sessions: time the first launch of each call path and every
+                                  this-many-th after it (a power of two); the others skip their return probe.
+                                  0 or 1: every call is timed */
 };
 
 #endif

@@ -26,7 +26,7 @@ GPU_NAME_LEN = 256
 GPU_STAT_CALLS, GPU_STAT_NESTED, GPU_STAT_STALE_INFLIGHT, GPU_STAT_NO_RETURN, GPU_STAT_MAP_FULL, \
     GPU_STAT_STACK_LOST, GPU_STAT_SAMPLED, GPU_STAT_NAMES_LEARNED, GPU_STAT_OBJECTS, GPU_STAT_HANDOFFS, \
     GPU_STAT_HANDED_OFF, GPU_STAT_NODES_CREATED, GPU_STAT_NODES_RUN, GPU_STAT_NODES_UNKNOWN, GPU_STAT_NODE_CALLS, \
-    GPU_STAT_ADOPTED, GPU_STAT__COUNT = range(17)
+    GPU_STAT_ADOPTED, GPU_STAT_UNTIMED, GPU_STAT__COUNT = range(18)
 GPU_TYPE_NAME_LEN = 128
 GPU_OBJ_WORDS = 4
 GPU_OBJ_STR = 256
@@ -47,6 +47,7 @@ STAT_NAMES = {
     GPU_STAT_NODES_UNKNOWN: "autograd_nodes_run_without_creator",
     GPU_STAT_NODE_CALLS: "gpu_calls_charged_to_node_creator",
     GPU_STAT_ADOPTED: "device_correlations_joined_to_driver_call",
+    GPU_STAT_UNTIMED: "gpu_api_launches_untimed",
 }
 
 
@@ -126,7 +127,7 @@ class GpuOrigin(ct.Structure):
 
 
 class GpuVal(ct.Structure):
-    _fields_ = [("calls", ct.c_uint64), ("time_ns", ct.c_uint64), ("bytes", ct.c_uint64)]
+    _fields_ = [("calls", ct.c_uint64), ("time_ns", ct.c_uint64), ("bytes", ct.c_uint64), ("timed", ct.c_uint64)]
 
 
 class GpuInflight(ct.Structure):
@@ -143,7 +144,7 @@ class GpuObjInfo(ct.Structure):
 
 
 class GpuConfig(ct.Structure):
-    _fields_ = [("sample_interval_ns", ct.c_uint64)]
+    _fields_ = [("sample_interval_ns", ct.c_uint64), ("api_time_every", ct.c_uint64)]
 
 
 @dataclass(slots=True)  # one per map entry: not frozen (a frozen init sets every field via object.__setattr__)
@@ -270,6 +271,14 @@ def left_to_agent(api: gpu_apis.Api) -> bool:
                                                or _async_copy_or_set(api))
 
 
+def api_time_ns(v: Any) -> int:
+    """A key's API time: measured on its timed calls, scaled to all its calls (every call is timed but launches
+    left untimed, GpuConfig.api_time_every; calls counted at entry have no time)."""
+    if not v.timed or v.timed >= v.calls:
+        return int(v.time_ns)
+    return int(v.time_ns) * int(v.calls) // int(v.timed)
+
+
 class GpuApi(FamilyDefaults):
     """Probe family "gpu". mode "exact" captures the call path of every call; "sampled" of at most
     `sampled_paths_per_s` calls a second, spread over time (the first call after each interval on each
@@ -280,7 +289,7 @@ class GpuApi(FamilyDefaults):
     def __init__(self, mode: str = "exact", required: bool = False, sampled_paths_per_s: int = 2000,
                  count_entries: int = 65536, stack_entries: int = 16384, symbol_cache: Any = None,
                  dwarf_stacks: bool = False, handoffs: tuple[HandoffPoint, ...] = BUILTIN_HANDOFFS,
-                 node_entries: int = 65536, windows: bool = False) -> None:
+                 node_entries: int = 65536, windows: bool = False, api_time_every: int = 8) -> None:
         if mode not in ("exact", "sampled"):
             raise ValueError(f"unknown GPU capture mode {mode!r} (exact or sampled)")
         self.mode = mode
@@ -293,6 +302,11 @@ class GpuApi(FamilyDefaults):
         self.node_entries = node_entries
         self.handoffs_found: list[str] = []  # "label: library symbol" for the status and the profile
         self.sampled_paths_per_s = sampled_paths_per_s
+        if api_time_every < 1 or api_time_every & (api_time_every - 1):
+            raise ValueError(f"api_time_every must be a power of two, not {api_time_every}")
+        # Where uprobe sessions are (Linux 6.13+), a launch's return is probed on the first call of each path
+        # and every api_time_every-th after it; the others skip their return trap (issue #31's cost model).
+        self.api_time_every = api_time_every
         self.count_entries = count_entries
         self.stack_entries = stack_entries
         ncpus = os.cpu_count() or 1
@@ -324,7 +338,23 @@ class GpuApi(FamilyDefaults):
                 "GPU_INFLIGHT_ENTRIES": 16384, "GPU_STACK_ENTRIES": self.stack_entries}
 
     def load(self, bpf: Any) -> None:
-        load_for_uprobes(bpf, ["on_gpu_api_entry", "on_gpu_api_return"])
+        load_for_uprobes(bpf, ["on_gpu_api_entry", "on_gpu_api_return"],
+                         session=["on_gpu_api_session", "on_gpu_api_session_return"])
+        self._link_session_return(bpf)
+
+    @staticmethod
+    def _link_session_return(bpf: Any) -> None:
+        """The session program's returns go on in on_gpu_api_session_return (a tail call): once it is loaded
+        as a session program (a tail call's target must be of the caller's kind)."""
+        from bcc import BPF
+
+        from deepctx.probes.uprobes import BPF_TRACE_UPROBE_SESSION
+
+        try:
+            fn = bpf.load_func(b"on_gpu_api_session_return", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_SESSION)
+        except Exception:  # no uprobe sessions here: the attach falls back to entry and return probes
+            return
+        bpf[b"gpu_session_return"][ct.c_int(0)] = ct.c_int(fn.fd)
 
     def prepare(self, target: Target) -> None:
         if not self.required and not self._library_mappings(target):
@@ -334,9 +364,18 @@ class GpuApi(FamilyDefaults):
         # in the target alone: other processes that map the same libraries do not trap
         self.pid = target.pid
         self.counts.bind(bpf)
-        self._uprobes = UprobeAttacher(bpf, "on_gpu_api_entry", "on_gpu_api_return", pid=target.pid)
-        bpf[b"gpu_config"][ct.c_int(0)] = GpuConfig(self.sample_interval_ns)
+        self._link_session_return(bpf)  # (a program compiled for this capture was not load()ed first)
+        self._uprobes = UprobeAttacher(bpf, "on_gpu_api_entry", "on_gpu_api_return", pid=target.pid,
+                                       session_fn="on_gpu_api_session")
+        bpf[b"gpu_config"][ct.c_int(0)] = GpuConfig(self.sample_interval_ns, 1)
         self._attach_new(bpf, target)
+        # launches left untimed only where their return is left alone too: under separate entry and return
+        # probes the return's trap is paid either way, and every call might as well be timed
+        bpf[b"gpu_config"][ct.c_int(0)] = GpuConfig(self.sample_interval_ns, self.time_every())
+
+    def time_every(self) -> int:
+        """1 launch in how many of each call path is timed (1: all; sessions decide on first attach)."""
+        return self.api_time_every if self._uprobes is not None and self._uprobes.session else 1
 
     def poll(self, bpf: Any, target: Target) -> None:
         self._attach_new(bpf, target)
@@ -407,6 +446,8 @@ class GpuApi(FamilyDefaults):
         table = bpf[b"gpu_stats"]
         out = {STAT_NAMES[i]: percpu_sum(table, i) for i in range(GPU_STAT__COUNT)}
         out["gpu_sample_interval_ns"] = self.sample_interval_ns
+        out["gpu_api_time_every"] = self.time_every()
+        out["gpu_uprobe_sessions"] = int(bool(self._uprobes and self._uprobes.session))
         out["gpu_libraries_attached"] = len(self.libraries_attached)
         out["gpu_uprobes"] = self._uprobes.probes if self._uprobes else 0
         out["gpu_probes_attached"] = self._live if self._uprobes is not None else 0
@@ -564,7 +605,7 @@ class GpuApi(FamilyDefaults):
             if api.symbol.startswith("_Z24hipExtModuleLaunchKernel"):  # global work sizes, in threads
                 grid = tuple(g // b if b else g for g, b in zip(grid, block, strict=True))  # type: ignore[assignment]
             out.append(GpuBucket(k.pid, k.tid, k.user_stack, k.py_stack, api, k.object, k.stream, grid, block,
-                                 k.shared_mem, k.kind, k.flags, v.calls, v.time_ns, v.bytes, k.origin_tid,
+                                 k.shared_mem, k.kind, k.flags, v.calls, api_time_ns(v), v.bytes, k.origin_tid,
                                  k.origin_user_stack, k.origin_py_stack, k.origin_label, k.origin_node))
         return out
 

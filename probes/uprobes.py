@@ -18,6 +18,7 @@ from typing import Any
 
 BPF_LINK_CREATE = 28
 BPF_TRACE_UPROBE_MULTI = 48
+BPF_TRACE_UPROBE_SESSION = 57  # Linux 6.13+: one program at entry and return; the entry's 1 skips the return
 BPF_F_UPROBE_MULTI_RETURN = 1
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine(), 321)
 _libc = ct.CDLL(None, use_errno=True)
@@ -33,14 +34,14 @@ class _UprobeMultiAttr(ct.Structure):
 
 
 def link_uprobe_multi(prog_fd: int, path: str, offsets: list[int], retprobe: bool, pid: int = 0,
-                      ref_ctr_offsets: list[int] | None = None) -> int:
+                      ref_ctr_offsets: list[int] | None = None, attach_type: int = BPF_TRACE_UPROBE_MULTI) -> int:
     """A uprobe_multi link on `offsets` of `path`, for every process (pid 0) or one; returns the link fd.
     ref_ctr_offsets: USDT semaphores (0: none), which the kernel raises in the processes that map the file."""
     n = len(offsets)
     offs = (ct.c_uint64 * n)(*offsets)
     refs = (ct.c_uint64 * n)(*ref_ctr_offsets) if ref_ctr_offsets is not None else None
     cpath = ct.create_string_buffer(os.fsencode(path))
-    attr = _UprobeMultiAttr(prog_fd=prog_fd, attach_type=BPF_TRACE_UPROBE_MULTI,
+    attr = _UprobeMultiAttr(prog_fd=prog_fd, attach_type=attach_type,
                             path=ct.addressof(cpath), offsets=ct.addressof(offs), cnt=n, pid=pid,
                             ref_ctr_offsets=ct.addressof(refs) if refs is not None else 0,
                             multi_flags=BPF_F_UPROBE_MULTI_RETURN if retprobe else 0)
@@ -77,20 +78,21 @@ def bcc_attach_uprobe() -> ct._CFuncPtr:  # type: ignore[name-defined]
     return fn
 
 
-def load_for_uprobes(bpf: Any, names: list[str]) -> None:
-    """Loads BPF functions as UprobeAttacher and usdt.UsdtAttacher will attach them (uprobe_multi), so the
-    verifier runs when the program is loaded, not at the first attach. Where the kernel has no uprobe_multi
-    nothing is loaded here: the attach loads them plain."""
+def load_for_uprobes(bpf: Any, names: list[str], session: list[str] | None = None) -> None:
+    """Loads BPF functions as UprobeAttacher and usdt.UsdtAttacher will attach them (uprobe_multi; session:
+    uprobe sessions), so the verifier runs when the program is loaded, not at the first attach. Where the
+    kernel has no uprobe_multi (or no sessions) nothing more is loaded here: the attach loads them plain."""
     from bcc import BPF
 
-    for name in names:
-        try:
-            bpf.load_func(name.encode(), BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
-        except Exception:
-            fn = bpf.funcs.pop(name.encode(), None)
-            if fn is not None:
-                os.close(fn.fd)
-            return
+    for attach_type, group in ((BPF_TRACE_UPROBE_MULTI, names), (BPF_TRACE_UPROBE_SESSION, session or [])):
+        for name in group:
+            try:
+                bpf.load_func(name.encode(), BPF.KPROBE, attach_type=attach_type)
+            except Exception:
+                fn = bpf.funcs.pop(name.encode(), None)
+                if fn is not None:
+                    os.close(fn.fd)
+                return
 
 
 class UprobeAttacher:
@@ -101,12 +103,16 @@ class UprobeAttacher:
     return, and with one capture per process, as continuous mode runs them, each process traps once per
     capture."""
 
-    def __init__(self, bpf: Any, entry_fn: str, return_fn: str, pid: int = 0) -> None:
+    def __init__(self, bpf: Any, entry_fn: str, return_fn: str, pid: int = 0, session_fn: str | None = None) -> None:
+        """session_fn: one program for entry and return (it tells them apart itself), attached as an uprobe
+        session where the kernel has them, in place of entry_fn and return_fn on offsets that want both."""
         self.bpf = bpf
         self.entry_fn = entry_fn
         self.return_fn = return_fn
+        self.session_fn = session_fn
         self.pid = pid
         self.multi: bool | None = None  # decided on first use
+        self.session: bool | None = None if session_fn else False  # decided on first use too
         self.links: list[int] = []
         self.probes = 0
         self.attached: list[tuple[str, list[int], bool]] = []  # what resume() attaches again
@@ -125,6 +131,22 @@ class UprobeAttacher:
         self.attached.append((path, offsets, with_return))
         if self.paused:
             return  # attached by resume()
+        if with_return and self.session is not False and self.multi is not False:
+            assert self.session_fn is not None
+            try:
+                fd = self._load(self.session_fn, BPF_TRACE_UPROBE_SESSION)
+                self.links.append(link_uprobe_multi(fd, path, offsets, retprobe=False, pid=self.pid,
+                                                    attach_type=BPF_TRACE_UPROBE_SESSION))
+                self.session = self.multi = True
+                self.probes += 2 * len(offsets)
+                return
+            except Exception:
+                if self.session:  # it worked before: this file is the problem
+                    raise
+                self.session = False  # an older kernel: entry and return probes of their own
+                fn = self.bpf.funcs.pop(self.session_fn.encode(), None)
+                if fn is not None:
+                    os.close(fn.fd)
         if self.multi is not False:
             try:
                 entry = self._load(self.entry_fn, BPF_TRACE_UPROBE_MULTI)

@@ -37,6 +37,12 @@ def hip_runtime() -> str:
 RUNTIMES = {"cuda": cuda_runtime, "hip": hip_runtime}
 
 
+def uprobe_sessions() -> bool:
+    """The kernel has uprobe sessions (Linux 6.13+)."""
+    major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    return (major, minor) >= (6, 13)
+
+
 def RuntimeTarget(prefix: str, lib: str, *args: str) -> StdinTarget:  # noqa: N802
     return StdinTarget([sys.executable, str(TARGET), prefix, lib, *args])
 
@@ -118,6 +124,11 @@ def test_exact_counts_and_arguments(daemon, runtime: tuple[str, str]) -> None:
 
     assert doc["stats"]["gpu_api_calls"] == N_MALLOC + N_LAUNCH + 2 * N_HANDLE + N_MEMCPY + N_SYNC
     assert doc["stats"]["gpu_kernel_handles_seen"] == 3
+    if uprobe_sessions():  # each launch path timed at its calls 0, 8, 16, ...; the others skip their return
+        assert doc["stats"]["gpu_uprobe_sessions"] == 1 and doc["stats"]["gpu_api_time_every"] == 8
+        assert doc["stats"]["gpu_api_launches_untimed"] == (N_LAUNCH - 2) + 2 * (N_HANDLE - 1)
+    else:
+        assert doc["stats"]["gpu_uprobe_sessions"] == 0 and doc["stats"]["gpu_api_launches_untimed"] == 0
     assert doc["stats"]["gpu_api_calls_with_call_path"] == doc["stats"]["gpu_api_calls"]
     assert doc["stats"]["gpu_api_nested_calls"] == 0
 
@@ -241,3 +252,35 @@ def test_a_frame_pointer_that_is_no_frame_ends_the_native_stack(daemon, native_t
         # the walk: cudaLaunchKernel's return address (its caller), then the bad register ends it;
         # the caller's caller (launch_below_stack ...) is not reached: its frame is what the register lost
         assert after == ["launch_with_frame_pointer"], (marker, caller, after)
+
+
+@pytest.mark.skipif(not uprobe_sessions(), reason="uprobe sessions need Linux 6.13+ (every launch is timed before)")
+def test_launch_api_time_of_one_in_eight_matches_every_launch_timed(tmp_path: Path) -> None:
+    """Exact mode times the first launch of each call path and every 8th after it (gpu_api_time_every), and
+    scales: its API time per launch must match a capture that times every launch (the estimate's error)."""
+    n = 20000
+    per_launch = {}
+    for every in (1, 8):
+        cfg = tmp_path / f"every{every}.toml"
+        cfg.write_text(f"gpu_api_time_every = {every}\n")
+        home = tmp_path / f"d{every}"
+        home.mkdir()
+        d = start_daemon(home, "--config", str(cfg))
+        t = RuntimeTarget("cuda", cuda_runtime(), "--launches", str(n))
+        try:
+            doc = profile_calls(d, t)
+        finally:
+            t.stop()
+            assert stop_daemon(d) == 0
+        kernels = [k for _, api in api_nodes(doc, "cudaLaunchKernel") for k in api["children"]
+                   if k["name"] == "getpid"]
+        assert sum(k["metrics"]["calls"] for k in kernels) == n  # counts stay exact
+        if every == 1:
+            assert doc["stats"]["gpu_api_launches_untimed"] == 0
+        elif len(kernels) == 1:  # one call path: timed at its calls 0, 8, 16, ...
+            assert doc["stats"]["gpu_api_launches_untimed"] == (n - (n + 7) // 8) + 2 * (N_HANDLE - 1)
+        per_launch[every] = sum(k["metrics"]["api_time_ns"] for k in kernels) / n
+    ratio = per_launch[8] / per_launch[1]
+    print(f"API time per launch: every launch timed {per_launch[1]:.0f} ns, 1 in 8 {per_launch[8]:.0f} ns")
+    # timing noise between two processes is tens of %; an estimate not scaled (or scaled twice) is 8x off
+    assert 0.6 < ratio < 1.6, per_launch

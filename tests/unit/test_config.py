@@ -50,6 +50,8 @@ def test_file_then_env_then_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     ('continuous_gpu_mode = "full"\n', "continuous_gpu_mode must be 'sampled' or 'exact'"),
     ('continuous_match = "train("\n', "continuous_match is not a regular expression"),
     ("host_cache_bytes = 1000\n", "host_cache_bytes must be at least 1 MiB"),
+    ("gpu_api_time_every = 6\n", "gpu_api_time_every must be a power of two"),
+    ("gpu_api_time_every = 0\n", "gpu_api_time_every must be a power of two"),
 ])
 def test_bad_config_files_are_refused_with_the_reason(tmp_path: Path, text: str, message: str) -> None:
     f = tmp_path / "d.toml"

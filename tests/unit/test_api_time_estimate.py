@@ -1,0 +1,31 @@
+"""Launch API time measured on 1 call in N of each call path (gpu_api_time_every) and scaled to all its calls."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepctx.probes.gpu_api import GpuApi, GpuVal, api_time_ns
+
+
+def test_every_call_timed_is_the_time_as_measured() -> None:
+    assert api_time_ns(GpuVal(calls=5, time_ns=5000, bytes=0, timed=5)) == 5000
+
+
+def test_one_in_eight_timed_is_scaled_to_all_calls() -> None:
+    # 20 calls, timed at 0, 8 and 16: 3 timed calls of 1,000 ns each -> 20,000 ns
+    assert api_time_ns(GpuVal(calls=20, time_ns=3000, bytes=0, timed=3)) == 20000
+
+
+def test_calls_counted_at_entry_only_have_no_time() -> None:
+    assert api_time_ns(GpuVal(calls=9, time_ns=0, bytes=0, timed=0)) == 0
+
+
+@pytest.mark.parametrize("every", [0, 3, 6, 12])
+def test_the_family_takes_only_powers_of_two(every: int) -> None:  # the BPF side masks with every - 1
+    with pytest.raises(ValueError, match="power of two"):
+        GpuApi(api_time_every=every)
+
+
+@pytest.mark.parametrize("every", [1, 2, 8, 64])
+def test_powers_of_two_are_taken(every: int) -> None:
+    assert GpuApi(api_time_every=every).api_time_every == every
