@@ -57,7 +57,7 @@ def test_demo_on_the_real_gpu(tmp_path: Path, short_tmp: Path) -> None:
     doc = json.loads((out / "profile.json").read_text())
     calls = gpu_ns = 0
     for anc, node in walk(doc):
-        if node["kind"] == "kernel" and any(a["kind"] == "python" and (a["name"], a["line"]) == ("step", line)
+        if node["kind"] == "kernel" and any(a["kind"] == "python" and (a["name"], a["line"]) == ("main.<locals>.step", line)
                                             for a in anc):
             calls += node["metrics"]["calls"]
             gpu_ns += node["metrics"].get("gpu_time_ns", 0)
@@ -66,7 +66,7 @@ def test_demo_on_the_real_gpu(tmp_path: Path, short_tmp: Path) -> None:
 
     finding = re.search(r"^\s*\d+\. launch-bound-loop  ~(\d+\.\d+)x", r.stdout, re.M)
     assert finding and float(finding.group(1)) > 1.0, r.stdout[-3000:]
-    assert f"at launch_bound_loop.py:{line} in step" in r.stdout
+    assert f"at launch_bound_loop.py:{line} in main.<locals>.step" in r.stdout
     trace = json.loads((out / "trace.json").read_text())
     assert any(e.get("cat") == "kernel" for e in trace["traceEvents"])
     assert "launch_bound_loop.py" in (out / "report.html").read_text()
