@@ -215,8 +215,10 @@ def cudart_launch() -> Callable[[], None]:
         else:
             launches()
 
-    # <module>, main, run_marked, the step, 17 nested and launches: 22 Python frames
-    return lambda: nested(16)
+    # <module>, main, run_marked, the step, 17 nested and launches: 22 Python frames (DEEPCTX_BENCH_NESTED
+    # sets the 16: how the cost of the Python walk goes with the stack's depth)
+    depth = int(os.environ.get("DEEPCTX_BENCH_NESTED", "16"))
+    return lambda: nested(depth)
 
 
 def cpu_witness() -> Callable[[], None]:

@@ -50,7 +50,7 @@
  * never before its page (so a window cannot fault where the frame would not). A thread's frames sit in
  * contiguous chunks (3.11+), a caller below its callee, so the window usually holds the next frames too:
  * one helper call for several frames (a call costs more than the copy). */
-#define PY_WIN 1024
+#define PY_WIN 4096
 struct py_scratch {
 	struct py_stack stack;
 	__u64 hash;      /* FNV-1a over (code, tag, lasti) of the frames so far */
