@@ -84,15 +84,22 @@ def load_for_uprobes(bpf: Any, names: list[str], session: list[str] | None = Non
     kernel has no uprobe_multi (or no sessions) nothing more is loaded here: the attach loads them plain."""
     from bcc import BPF
 
-    for attach_type, group in ((BPF_TRACE_UPROBE_MULTI, names), (BPF_TRACE_UPROBE_SESSION, session or [])):
+    def load(group: list[str], attach_type: int) -> bool:
         for name in group:
             try:
                 bpf.load_func(name.encode(), BPF.KPROBE, attach_type=attach_type)
             except Exception:
-                fn = bpf.funcs.pop(name.encode(), None)
-                if fn is not None:
-                    os.close(fn.fd)
-                return
+                for loaded in group:
+                    fn = bpf.funcs.pop(loaded.encode(), None)
+                    if fn is not None:
+                        os.close(fn.fd)
+                return False
+        return True
+
+    # where sessions load, they take every offset (UprobeAttacher.attach): the entry and return programs
+    # are not needed, and their verification (a second second on a GPU program) is saved
+    if not (session and load(session, BPF_TRACE_UPROBE_SESSION)):
+        load(names, BPF_TRACE_UPROBE_MULTI)
 
 
 class UprobeAttacher:
@@ -124,21 +131,22 @@ class UprobeAttacher:
         return self.bpf.load_func(name.encode(), BPF.KPROBE, attach_type=attach_type).fd
 
     def attach(self, path: str, offsets: list[int], with_return: bool = True) -> None:
-        """Entry probes at every offset, and return probes too unless with_return is False."""
+        """Entry probes at every offset, and return probes too unless with_return is False. Under a session
+        program every offset takes the session link: its entry leaves the return alone where none is due."""
         offsets = sorted(set(offsets))
         if not offsets:
             return
         self.attached.append((path, offsets, with_return))
         if self.paused:
             return  # attached by resume()
-        if with_return and self.session is not False and self.multi is not False:
+        if self.session is not False and self.multi is not False:
             assert self.session_fn is not None
             try:
                 fd = self._load(self.session_fn, BPF_TRACE_UPROBE_SESSION)
                 self.links.append(link_uprobe_multi(fd, path, offsets, retprobe=False, pid=self.pid,
                                                     attach_type=BPF_TRACE_UPROBE_SESSION))
                 self.session = self.multi = True
-                self.probes += 2 * len(offsets)
+                self.probes += (2 if with_return else 1) * len(offsets)
                 return
             except Exception:
                 if self.session:  # it worked before: this file is the problem
