@@ -257,30 +257,39 @@ def test_a_frame_pointer_that_is_no_frame_ends_the_native_stack(daemon, native_t
 @pytest.mark.skipif(not uprobe_sessions(), reason="uprobe sessions need Linux 6.13+ (every launch is timed before)")
 def test_launch_api_time_of_one_in_eight_matches_every_launch_timed(tmp_path: Path) -> None:
     """Exact mode times the first launch of each call path and every 8th after it (gpu_api_time_every), and
-    scales: its API time per launch must match a capture that times every launch (the estimate's error)."""
-    n = 20000
-    per_launch = {}
+    scales: its API time per launch must match captures that time every launch (the estimate's error).
+    Captures of the two kinds alternate, three of each, and their medians are compared: a launch's time on a
+    loaded machine moves with what else runs (one CI capture timing every launch gave 7.0 µs, the next
+    1.4 µs), where an estimate not scaled, or scaled twice, is 8 times off."""
+    import statistics
+
+    n = 10000
+    daemons = {}
     for every in (1, 8):
-        cfg = tmp_path / f"every{every}.toml"
-        cfg.write_text(f"gpu_api_time_every = {every}\n")
         home = tmp_path / f"d{every}"
         home.mkdir()
-        d = start_daemon(home, "--config", str(cfg))
-        t = RuntimeTarget("cuda", cuda_runtime(), "--launches", str(n))
-        try:
-            doc = profile_calls(d, t)
-        finally:
-            t.stop()
+        (home / "d.toml").write_text(f"gpu_api_time_every = {every}\n")
+        daemons[every] = start_daemon(home, "--config", str(home / "d.toml"))
+    per_launch: dict[int, list[float]] = {1: [], 8: []}
+    try:
+        for _ in range(3):
+            for every, d in daemons.items():
+                t = RuntimeTarget("cuda", cuda_runtime(), "--launches", str(n))
+                try:
+                    doc = profile_calls(d, t)
+                finally:
+                    t.stop()
+                kernels = [k for _, api in api_nodes(doc, "cudaLaunchKernel") for k in api["children"]
+                           if k["name"] == "getpid"]
+                assert sum(k["metrics"]["calls"] for k in kernels) == n  # counts stay exact
+                if every == 1:
+                    assert doc["stats"]["gpu_api_launches_untimed"] == 0
+                elif len(kernels) == 1:  # one call path: timed at its calls 0, 8, 16, ...
+                    assert doc["stats"]["gpu_api_launches_untimed"] == (n - (n + 7) // 8) + 2 * (N_HANDLE - 1)
+                per_launch[every].append(sum(k["metrics"]["api_time_ns"] for k in kernels) / n)
+    finally:
+        for d in daemons.values():
             assert stop_daemon(d) == 0
-        kernels = [k for _, api in api_nodes(doc, "cudaLaunchKernel") for k in api["children"]
-                   if k["name"] == "getpid"]
-        assert sum(k["metrics"]["calls"] for k in kernels) == n  # counts stay exact
-        if every == 1:
-            assert doc["stats"]["gpu_api_launches_untimed"] == 0
-        elif len(kernels) == 1:  # one call path: timed at its calls 0, 8, 16, ...
-            assert doc["stats"]["gpu_api_launches_untimed"] == (n - (n + 7) // 8) + 2 * (N_HANDLE - 1)
-        per_launch[every] = sum(k["metrics"]["api_time_ns"] for k in kernels) / n
-    ratio = per_launch[8] / per_launch[1]
-    print(f"API time per launch: every launch timed {per_launch[1]:.0f} ns, 1 in 8 {per_launch[8]:.0f} ns")
-    # timing noise between two processes is tens of %; an estimate not scaled (or scaled twice) is 8x off
-    assert 0.6 < ratio < 1.6, per_launch
+    ratio = statistics.median(per_launch[8]) / statistics.median(per_launch[1])
+    print(f"API time per launch (ns): every launch timed {per_launch[1]}, 1 in 8 {per_launch[8]}")
+    assert 0.5 < ratio < 2.0, per_launch

@@ -66,7 +66,16 @@ def test_live_top_refreshes_until_interrupted(service_dir, stopped) -> None:
         assert seen.count(b"deepctx top") >= 3, seen[-2000:]
         assert b"triton_kernel.py" in seen
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
+        # read on while it exits: a full pty (nobody reading) blocks top's redraw in write(), with the
+        # console's lock held, and its exit waits for that redraw (CI: no exit within 30 s)
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    os.read(master, 65536)
+                except OSError:  # the slave side closed as top exited
+                    break
+        assert proc.wait(timeout=5) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
