@@ -300,21 +300,30 @@ def one_run(name: str, variant: str, daemons: dict[str, Deepctx], python: str) -
 
 class BareUprobe:
     """An entry and a return uprobe on cudaLaunchKernel of the libcudart that pid maps, programs that return
-    at once (bcc, in this process), removed by close()."""
+    at once, linked as deepctx links its probes where it has no sessions (uprobe_multi, for pid alone);
+    removed by close()."""
 
     def __init__(self, pid: int) -> None:
         from bcc import BPF
+        from uprobe_session import file_offset
+
+        from deepctx.probes.uprobes import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
 
         libs = {line.split()[-1] for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
                 if "/libcudart.so" in line}
         if len(libs) != 1:
             raise RuntimeError(f"pid {pid} maps {len(libs)} libcudart files; bare_uprobe needs one")
         lib = libs.pop()
+        offset = file_offset(lib, "cudaLaunchKernel")
         self.bpf = BPF(text=b"int on_entry(void *ctx) { return 0; }\nint on_return(void *ctx) { return 0; }\n")
-        self.bpf.attach_uprobe(name=lib.encode(), sym=b"cudaLaunchKernel", fn_name=b"on_entry", pid=pid)
-        self.bpf.attach_uretprobe(name=lib.encode(), sym=b"cudaLaunchKernel", fn_name=b"on_return", pid=pid)
+        self.links = [link_uprobe_multi(self.bpf.load_func(fn, BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI).fd,
+                                        lib, [offset], retprobe, pid=pid)
+                      for fn, retprobe in ((b"on_entry", False), (b"on_return", True))]
 
     def close(self) -> None:
+        from deepctx.probes.uprobes import close_links
+
+        close_links(self.links)
         self.bpf.cleanup()
 
 

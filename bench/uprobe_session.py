@@ -16,7 +16,6 @@ Printed: ns each adds to a call (1/rate on - 1/rate alone, the alone rate the me
 from __future__ import annotations
 
 import argparse
-import ctypes as ct
 import os
 import statistics
 import subprocess
@@ -25,10 +24,8 @@ import time
 from pathlib import Path
 
 from deepctx.host.elf.image import ElfImage
-from deepctx.probes.uprobes import _SYS_BPF, BPF_LINK_CREATE, BPF_TRACE_UPROBE_MULTI, _libc, _UprobeMultiAttr
-
-BPF_TRACE_UPROBE_SESSION = 57  # enum bpf_attach_type (include/uapi/linux/bpf.h, Linux 6.13+)
-BPF_F_UPROBE_MULTI_RETURN = 1
+from deepctx.probes.uprobes import BPF_TRACE_UPROBE_MULTI, BPF_TRACE_UPROBE_SESSION, link_uprobe_multi
+from deepctx.probes.usdt import vaddr_to_offset
 
 LOOP = r"""
 import ctypes, sys, time
@@ -66,15 +63,13 @@ def libcudart() -> str:
 
 
 def file_offset(path: str, symbol: str) -> int:
+    """Where a symbol's code sits in its file (what a uprobe link takes)."""
     with ElfImage(path) as elf:
         found = elf.symbol(symbol)
-        if found is None:
-            raise SystemExit(f"{symbol} not in {path}")
-        vaddr = found[0]
-        for seg in elf.segments:
-            if seg.vaddr <= vaddr < seg.vaddr + seg.filesz:
-                return vaddr - seg.vaddr + seg.offset
-    raise SystemExit(f"{symbol} of {path} is in no loaded segment")
+        off = vaddr_to_offset([(seg.offset, seg.vaddr, seg.filesz) for seg in elf.segments], found[0]) if found else None
+    if off is None:
+        raise SystemExit(f"{symbol} is not in a loaded segment of {path}")
+    return off
 
 
 def main() -> int:
@@ -92,17 +87,9 @@ def main() -> int:
     assert target.stdout.readline().strip() == "ready"
     bpf = BPF(text=PROGRAMS)
 
-    def link(fn: str, attach_type: int, flags: int = 0) -> int:
+    def link(fn: str, attach_type: int, retprobe: bool = False) -> int:
         prog = bpf.load_func(fn.encode(), BPF.KPROBE, attach_type=attach_type).fd
-        offs = (ct.c_uint64 * 1)(offset)
-        path = ct.create_string_buffer(os.fsencode(lib))
-        attr = _UprobeMultiAttr(prog_fd=prog, attach_type=attach_type, path=ct.addressof(path),
-                                offsets=ct.addressof(offs), cnt=1, pid=target.pid, multi_flags=flags)
-        fd = _libc.syscall(_SYS_BPF, BPF_LINK_CREATE, ct.byref(attr), ct.sizeof(attr))
-        if fd < 0:
-            err = ct.get_errno()
-            raise OSError(err, f"link of {fn} (attach type {attach_type}): {os.strerror(err)}")
-        return fd
+        return link_uprobe_multi(prog, lib, [offset], retprobe, pid=target.pid, attach_type=attach_type)
 
     def rate() -> float:
         assert target.stdout is not None
@@ -115,7 +102,7 @@ def main() -> int:
     variants = {
         "entry only": lambda: [link("entry", BPF_TRACE_UPROBE_MULTI)],
         "entry + return": lambda: [link("entry", BPF_TRACE_UPROBE_MULTI),
-                                   link("ret", BPF_TRACE_UPROBE_MULTI, BPF_F_UPROBE_MULTI_RETURN)],
+                                   link("ret", BPF_TRACE_UPROBE_MULTI, retprobe=True)],
         "session, keep the return": lambda: [link("keep", BPF_TRACE_UPROBE_SESSION)],
         "session, skip the return": lambda: [link("skip", BPF_TRACE_UPROBE_SESSION)],
     }

@@ -268,9 +268,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
             self.totals["captures_failed"] += 1
             log.exception("continuous capture failed", extra={"pid": pid})
         finally:
-            with self._lock:
-                self._sessions.pop(cap.id, None)
-                self._idle.notify_all()
+            self._end_session(cap)
             native_heap.release()
 
     # --- RPCs ---------------------------------------------------------------------------------------
@@ -347,12 +345,15 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
             cap.delivered.set()
             cancelled.set()
             worker.join()
-            with self._lock:
-                self._sessions.pop(cap.id, None)
-                self._idle.notify_all()
+            self._end_session(cap)
             if finished is not None:  # the client has it (or left once it came: the CLI does not wait for the end)
                 observe_capture(self.process_totals, finished)
             native_heap.release()
+
+    def _end_session(self, cap: Capture) -> None:
+        with self._lock:
+            self._sessions.pop(cap.id, None)
+            self._idle.notify_all()
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Waits until no capture runs (each has sent its profile, or stored its last window); False when some

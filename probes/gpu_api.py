@@ -348,8 +348,10 @@ class GpuApi(FamilyDefaults):
         as a session program (a tail call's target must be of the caller's kind)."""
         from bcc import BPF
 
-        from deepctx.probes.uprobes import BPF_TRACE_UPROBE_SESSION
+        from deepctx.probes.uprobes import BPF_TRACE_UPROBE_SESSION, uprobe_sessions
 
+        if not uprobe_sessions():  # the attach takes entry and return probes
+            return
         try:
             fn = bpf.load_func(b"on_gpu_api_session_return", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_SESSION)
         except Exception:  # no uprobe sessions here: the attach falls back to entry and return probes
@@ -364,7 +366,7 @@ class GpuApi(FamilyDefaults):
         # in the target alone: other processes that map the same libraries do not trap
         self.pid = target.pid
         self.counts.bind(bpf)
-        self._link_session_return(bpf)  # (a program compiled for this capture was not load()ed first)
+        self._link_session_return(bpf)  # (a program compiled without the pool, as tests do, was not load()ed)
         self._uprobes = UprobeAttacher(bpf, "on_gpu_api_entry", "on_gpu_api_return", pid=target.pid,
                                        session_fn="on_gpu_api_session")
         bpf[b"gpu_config"][ct.c_int(0)] = GpuConfig(self.sample_interval_ns, 1)

@@ -10,6 +10,7 @@ the kernel has it, and falls back to one perf event per offset otherwise.
 from __future__ import annotations
 
 import ctypes as ct
+import functools
 import os
 import platform
 import threading
@@ -22,6 +23,18 @@ BPF_TRACE_UPROBE_SESSION = 57  # Linux 6.13+: one program at entry and return; t
 BPF_F_UPROBE_MULTI_RETURN = 1
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine(), 321)
 _libc = ct.CDLL(None, use_errno=True)
+SESSIONS_SINCE = (6, 13)  # the release that added BPF_TRACE_UPROBE_SESSION
+
+
+@functools.cache
+def uprobe_sessions() -> bool:
+    """The running kernel has uprobe sessions. Asked of the release, not by a load that fails: on older kernels
+    (Debian 12's 6.1) that would verify a program for nothing and print bcc's load error at every capture."""
+    try:
+        release = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
+    except ValueError:
+        return False
+    return release >= SESSIONS_SINCE
 
 
 class _UprobeMultiAttr(ct.Structure):
@@ -98,7 +111,7 @@ def load_for_uprobes(bpf: Any, names: list[str], session: list[str] | None = Non
 
     # where sessions load, they take every offset (UprobeAttacher.attach): the entry and return programs
     # are not needed, and their verification (a second second on a GPU program) is saved
-    if not (session and load(session, BPF_TRACE_UPROBE_SESSION)):
+    if not (session and uprobe_sessions() and load(session, BPF_TRACE_UPROBE_SESSION)):
         load(names, BPF_TRACE_UPROBE_MULTI)
 
 
@@ -119,7 +132,7 @@ class UprobeAttacher:
         self.session_fn = session_fn
         self.pid = pid
         self.multi: bool | None = None  # decided on first use
-        self.session: bool | None = None if session_fn else False  # decided on first use too
+        self.session: bool | None = None if session_fn and uprobe_sessions() else False  # decided on first use
         self.links: list[int] = []
         self.probes = 0
         self.attached: list[tuple[str, list[int], bool]] = []  # what resume() attaches again

@@ -23,6 +23,8 @@ from harness import (
 )
 from profile_paths import walk
 
+from deepctx.probes.uprobes import uprobe_sessions
+
 TARGET = Path(__file__).resolve().parents[1] / "targets" / "gpu" / "runtime_calls.py"
 N_MALLOC, N_LAUNCH, N_SYNC, N_MEMCPY, N_HANDLE = 7, 11, 5, 3, 4
 
@@ -35,12 +37,6 @@ def hip_runtime() -> str:
 
 
 RUNTIMES = {"cuda": cuda_runtime, "hip": hip_runtime}
-
-
-def uprobe_sessions() -> bool:
-    """The kernel has uprobe sessions (Linux 6.13+)."""
-    major, minor = (int(x) for x in os.uname().release.split(".")[:2])
-    return (major, minor) >= (6, 13)
 
 
 def RuntimeTarget(prefix: str, lib: str, *args: str) -> StdinTarget:  # noqa: N802

@@ -29,3 +29,22 @@ def test_the_family_takes_only_powers_of_two(every: int) -> None:  # the BPF sid
 @pytest.mark.parametrize("every", [1, 2, 8, 64])
 def test_powers_of_two_are_taken(every: int) -> None:
     assert GpuApi(api_time_every=every).api_time_every == every
+
+
+@pytest.mark.parametrize(("release", "has"), [("6.1.0-57-amd64", False), ("6.12.9", False), ("6.13.0", True),
+                                              ("6.18.44-fc-v1252-gpu", True), ("7.0.1", True), ("weird", False)])
+def test_uprobe_sessions_are_known_by_the_kernel_release(monkeypatch: pytest.MonkeyPatch, release: str,
+                                                         has: bool) -> None:
+    import os
+
+    from deepctx.probes import uprobes
+
+    real = os.uname()
+    monkeypatch.setattr(os, "uname", lambda: os.uname_result((real.sysname, real.nodename, release, real.version,
+                                                                real.machine)))
+    uprobes.uprobe_sessions.cache_clear()
+    try:
+        assert uprobes.uprobe_sessions() is has
+        assert (uprobes.UprobeAttacher(None, "e", "r", session_fn="s").session is None) is has
+    finally:
+        uprobes.uprobe_sessions.cache_clear()
