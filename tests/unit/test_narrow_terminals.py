@@ -20,6 +20,7 @@ from deepctx.cli.main import main
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_grpc import Unary  # noqa: E402
 from test_cli_commands import profile_message  # noqa: E402
 
 PROFILES = Path(__file__).resolve().parents[1] / "fixtures" / "profiles"
@@ -34,6 +35,9 @@ LONG_COMMAND = ("/opt/torch/.venv/bin/python3 -m torch.distributed.run --nproc-p
 
 
 class FakeDaemon:
+    def __init__(self) -> None:
+        self.Top = Unary(self.top)  # noqa: N815 (gRPC's name); top queries with Top.future
+
     def ListProcesses(self, req: pb.ListProcessesRequest) -> pb.ListProcessesReply:  # noqa: N802 (gRPC's name)
         return pb.ListProcessesReply(processes=[
             pb.ProcessEntry(pid=1234567, user="alice", command=LONG_COMMAND, python_version="3.12.3",
@@ -49,7 +53,7 @@ class FakeDaemon:
                                   duration_s=10.0, sample_hz=99, probes=["cpu", "python", "gpu", "device"],
                                   stats={"cpu_samples": 500, "cpu_user_stacks_lost": 3}, state="capturing")])
 
-    def Top(self, req: pb.TopRequest) -> pb.TopReply:  # noqa: N802
+    def top(self, req: pb.TopRequest) -> pb.TopReply:
         r = pb.TopReply(since_unix=1_796_000_000.0, until_unix=1_796_000_300.0, windows=3, sort="gpu_time_ns",
                         kernel_sort="gpu_time_ns")
         p = r.processes.add(host="h1", pid=1234567, command=LONG_COMMAND, windows=3)

@@ -48,13 +48,26 @@ def test_top_and_profile_answer_from_the_store(service_dir, stopped) -> None:
     assert r.returncode == 2 and "not a time span" in r.stderr
 
 
+def read_until_exit(proc: subprocess.Popen, master: int, within_s: float) -> bytes:
+    """What the process writes to the pty until it exits (its side closes) or within_s passes."""
+    out = b""
+    deadline = time.monotonic() + within_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        if select.select([master], [], [], 0.2)[0]:
+            try:
+                out += os.read(master, 65536)
+            except OSError:  # the slave side closed as the process exited
+                break
+    return out
+
+
 def test_live_top_refreshes_until_interrupted(service_dir, stopped) -> None:
     service_dir.put(sp.windows(time.time() - 600, 1, names=("h200_triton_kernel",)))
     d = service_dir.start()
     stopped.append(d)
     master, slave = pty.openpty()
     proc = subprocess.Popen([*DEEPCTX, "top", "--interval", "0.2", "--since", "1h"], stdout=slave, stderr=slave,
-                            env=dict(d.env(), COLUMNS="200", LINES="50"))
+                            env=dict(d.env(), COLUMNS="200", LINES="50", PYTHONFAULTHANDLER="1"))
     os.close(slave)
     seen = b""
     deadline = time.monotonic() + 60
@@ -66,16 +79,15 @@ def test_live_top_refreshes_until_interrupted(service_dir, stopped) -> None:
         assert seen.count(b"deepctx top") >= 3, seen[-2000:]
         assert b"triton_kernel.py" in seen
         proc.send_signal(signal.SIGINT)
-        # read on while it exits: a full pty (nobody reading) blocks top's redraw in write(), with the
-        # console's lock held, and its exit waits for that redraw (CI: no exit within 30 s)
-        deadline = time.monotonic() + 30
-        while proc.poll() is None and time.monotonic() < deadline:
-            if select.select([master], [], [], 0.2)[0]:
-                try:
-                    os.read(master, 65536)
-                except OSError:  # the slave side closed as top exited
-                    break
-        assert proc.wait(timeout=5) == 0
+        # read on while it exits: a full pty (nobody reading) would block top's redraw in write()
+        tail = read_until_exit(proc, master, 30)
+        try:
+            status = proc.wait(timeout=5)  # its pty side closes a moment before it is gone
+        except subprocess.TimeoutExpired:  # still running: its threads' stacks (PYTHONFAULTHANDLER) say where
+            proc.send_signal(signal.SIGABRT)
+            tail += read_until_exit(proc, master, 10)
+            raise AssertionError(f"top still ran 35 s after SIGINT:\n{tail[-6000:].decode(errors='replace')}") from None
+        assert status == 0, tail[-2000:]
     finally:
         if proc.poll() is None:
             proc.kill()
