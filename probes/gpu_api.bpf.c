@@ -26,6 +26,9 @@ BPF_HASH(gpu_node_runs, __u32, struct gpu_node_run, GPU_INFLIGHT_ENTRIES);
 BPF_HASH(gpu_node_types, struct gpu_fn_key, struct gpu_type_name, 4096);
 BPF_PERCPU_ARRAY(gpu_type_scratch, struct gpu_type_name, 1);
 BPF_HASH(gpu_comms, __u32, struct gpu_comm, GPU_INFLIGHT_ENTRIES);  /* tid -> name at its first capture */
+/* 1 once any process of this program has had a hand-off call or run a work item: until then no call looks
+ * for an origin (two hash look-ups a call saved where there are none: inference, plain CUDA) */
+BPF_ARRAY(gpu_origins_used, __u32, 1);
 #ifdef GPU_LAST_CALL  /* set by the device-activity family, which joins CUPTI's records to these calls */
 BPF_HASH(gpu_last, __u32, struct gpu_last_call, GPU_INFLIGHT_ENTRIES);
 BPF_HASH(gpu_orphans, __u32, struct gpu_orphan, GPU_INFLIGHT_ENTRIES);
@@ -64,21 +67,45 @@ static __always_inline void gpu_stat_inc(int idx) {
         (*v)++;
 }
 
-/* The value of argument slot `slot` at function entry (x86-64 SysV; see gpu_api.h). */
-static __always_inline __u64 gpu_arg(struct pt_regs *ctx, int slot) {
+/* The words at the stack pointer at a probed function's entry, read once a call (a helper call costs more
+ * than the copy): [0] the return address (x86-64; arm64 keeps it in the link register), [1] to [7] the
+ * argument slots 6 to 12. */
+#define GPU_ENTRY_WORDS 8
+static __always_inline void gpu_read_entry_words(struct pt_regs *ctx, __u64 *w) {
+    void *sp = (void *)PT_REGS_SP(ctx);
+    if (bpf_probe_read_user(w, 8 * GPU_ENTRY_WORDS, sp)) {
+        /* the words past the return address end the stack's mapping: read what is there */
+        __builtin_memset(w, 0, 8 * GPU_ENTRY_WORDS);
+        bpf_probe_read_user(w, 8, sp);
+    }
+}
+
+/* Where the probed call returns to, at its entry. */
+static __always_inline __u64 gpu_return_address(struct pt_regs *ctx, const __u64 *w) {
+#if defined(__TARGET_ARCH_arm64)
+    return ctx->regs[30];
+#else
+    return w[0];
+#endif
+}
+
+/* A register's value as loaded: the compiler may not merge the switch's loads below into one load from a
+ * computed context address, which the verifier refuses ("dereference of modified ctx ptr"). */
+#define GPU_REG(x) ({ __u64 __v = (x); asm volatile("" : "+r"(__v)); __v; })
+
+/* The value of argument slot `slot` at function entry (x86-64 SysV; see gpu_api.h); w: the entry words. */
+static __always_inline __u64 gpu_arg(struct pt_regs *ctx, const __u64 *w, int slot) {
     switch (slot) {
-    case 0: return PT_REGS_PARM1(ctx);
-    case 1: return PT_REGS_PARM2(ctx);
-    case 2: return PT_REGS_PARM3(ctx);
-    case 3: return PT_REGS_PARM4(ctx);
-    case 4: return PT_REGS_PARM5(ctx);
-    case 5: return PT_REGS_PARM6(ctx);
+    case 0: return GPU_REG(PT_REGS_PARM1(ctx));
+    case 1: return GPU_REG(PT_REGS_PARM2(ctx));
+    case 2: return GPU_REG(PT_REGS_PARM3(ctx));
+    case 3: return GPU_REG(PT_REGS_PARM4(ctx));
+    case 4: return GPU_REG(PT_REGS_PARM5(ctx));
+    case 5: return GPU_REG(PT_REGS_PARM6(ctx));
     }
     if (slot < 6 || slot > 12)  /* also GPU_NO_SLOT */
         return 0;
-    __u64 v = 0;
-    bpf_probe_read_user(&v, sizeof(v), (void *)(PT_REGS_SP(ctx) + 8 * (slot - 5)));
-    return v;
+    return w[(slot - 5) & (GPU_ENTRY_WORDS - 1)];
 }
 
 static __always_inline __u32 nccl_type_size(__u64 t) {
@@ -90,30 +117,31 @@ static __always_inline __u32 nccl_type_size(__u64 t) {
     }
 }
 
-static __always_inline void gpu_read_launch(struct pt_regs *ctx, struct gpu_api_spec *spec, struct gpu_key *k) {
+static __always_inline void gpu_read_launch(struct pt_regs *ctx, const __u64 *w, struct gpu_api_spec *spec,
+                                            struct gpu_key *k) {
     __u64 a, b;
     switch (spec->layout) {
     case GPU_LAYOUT_LAUNCH_DIM3:
-        k->object = gpu_arg(ctx, 0);
-        a = gpu_arg(ctx, 1);
-        k->grid[0] = (__u32)a; k->grid[1] = (__u32)(a >> 32); k->grid[2] = (__u32)gpu_arg(ctx, 2);
-        b = gpu_arg(ctx, 3);
-        k->block[0] = (__u32)b; k->block[1] = (__u32)(b >> 32); k->block[2] = (__u32)gpu_arg(ctx, 4);
-        k->shared_mem = (__u32)gpu_arg(ctx, 6);
-        k->stream = gpu_arg(ctx, 7);
+        k->object = gpu_arg(ctx, w, 0);
+        a = gpu_arg(ctx, w, 1);
+        k->grid[0] = (__u32)a; k->grid[1] = (__u32)(a >> 32); k->grid[2] = (__u32)gpu_arg(ctx, w, 2);
+        b = gpu_arg(ctx, w, 3);
+        k->block[0] = (__u32)b; k->block[1] = (__u32)(b >> 32); k->block[2] = (__u32)gpu_arg(ctx, w, 4);
+        k->shared_mem = (__u32)gpu_arg(ctx, w, 6);
+        k->stream = gpu_arg(ctx, w, 7);
         break;
     case GPU_LAYOUT_LAUNCH_SCALARS:
-        k->object = gpu_arg(ctx, 0);
-        k->grid[0] = gpu_arg(ctx, 1); k->grid[1] = gpu_arg(ctx, 2); k->grid[2] = gpu_arg(ctx, 3);
-        k->block[0] = gpu_arg(ctx, 4); k->block[1] = gpu_arg(ctx, 5); k->block[2] = gpu_arg(ctx, 6);
-        k->shared_mem = (__u32)gpu_arg(ctx, 7);
-        k->stream = gpu_arg(ctx, 8);
+        k->object = gpu_arg(ctx, w, 0);
+        k->grid[0] = gpu_arg(ctx, w, 1); k->grid[1] = gpu_arg(ctx, w, 2); k->grid[2] = gpu_arg(ctx, w, 3);
+        k->block[0] = gpu_arg(ctx, w, 4); k->block[1] = gpu_arg(ctx, w, 5); k->block[2] = gpu_arg(ctx, w, 6);
+        k->shared_mem = (__u32)gpu_arg(ctx, w, 7);
+        k->stream = gpu_arg(ctx, w, 8);
         break;
     case GPU_LAYOUT_LAUNCH_CU_EX: {
         /* CUlaunchConfig: 7 x u32 (grid, block, sharedMemBytes), then hStream at 32 */
         __u32 dims[7] = {};
-        __u64 cfg = gpu_arg(ctx, 0);
-        k->object = gpu_arg(ctx, 1);
+        __u64 cfg = gpu_arg(ctx, w, 0);
+        k->object = gpu_arg(ctx, w, 1);
         bpf_probe_read_user(dims, sizeof(dims), (void *)cfg);
         bpf_probe_read_user(&k->stream, sizeof(k->stream), (void *)(cfg + 32));
         k->grid[0] = dims[0]; k->grid[1] = dims[1]; k->grid[2] = dims[2];
@@ -125,8 +153,8 @@ static __always_inline void gpu_read_launch(struct pt_regs *ctx, struct gpu_api_
         /* cudaLaunchConfig_t: dim3 gridDim, dim3 blockDim, size_t dynamicSmemBytes @24, stream @32 */
         __u32 dims[6] = {};
         __u64 smem = 0;
-        __u64 cfg = gpu_arg(ctx, 0);
-        k->object = gpu_arg(ctx, 1);
+        __u64 cfg = gpu_arg(ctx, w, 0);
+        k->object = gpu_arg(ctx, w, 1);
         bpf_probe_read_user(dims, sizeof(dims), (void *)cfg);
         bpf_probe_read_user(&smem, sizeof(smem), (void *)(cfg + 24));
         bpf_probe_read_user(&k->stream, sizeof(k->stream), (void *)(cfg + 32));
@@ -165,13 +193,13 @@ static __always_inline void gpu_remember_object(__u32 pid, __u64 handle) {
 #define GPU_FNV_PRIME 0x100000001b3ULL
 
 /* Interns the calling thread's native stack by frame pointers; returns its id (its hash, never 0), or 0
- * when it could not be kept (the map is full). At a function's first instruction (at_entry) its caller
- * has no frame yet: the return address is where the call left it (x86-64: at the stack pointer; arm64:
- * in the link register), as the kernel's own walk adds it for uprobes at function entry. The depth and
+ * when it could not be kept (the map is full). At a function's first instruction its caller has no frame
+ * yet: ret is its return address (gpu_return_address), the frame the kernel's own walk adds for uprobes at
+ * function entry; 0 elsewhere. The depth and
  * the running hash live in the scratch value, not in registers, so that every way out of the loop
  * reaches the code after it in the same verifier state (what follows, the Python walk, is verified
  * once, not once per exit). `off > GPU_FP_WIN - 16` also catches a frame below the window (off wraps). */
-static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, int at_entry) {
+static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret) {
     __u32 zero = 0;
     struct gpu_fp_scratch *s = gpu_fp_scratch.lookup(&zero);
     if (!s)
@@ -181,18 +209,10 @@ static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, int at_entry) {
     s->st.ip[0] = ip;
     s->st.depth = 1;
     s->hash = (0xcbf29ce484222325ULL ^ ip) * GPU_FNV_PRIME;
-    if (at_entry) {
-        __u64 ret = 0;
-#if defined(__TARGET_ARCH_arm64)
-        ret = ctx->regs[30];
-#else
-        bpf_probe_read_user(&ret, sizeof(ret), (void *)sp);
-#endif
-        if (ret) {
-            s->st.ip[1] = ret;
-            s->hash = (s->hash ^ ret) * GPU_FNV_PRIME;
-            s->st.depth = 2;
-        }
+    if (ret) {  /* at a function's entry: its return address */
+        s->st.ip[1] = ret;
+        s->hash = (s->hash ^ ret) * GPU_FNV_PRIME;
+        s->st.depth = 2;
     }
     s->st.flags = GPU_FP_F_TRUNCATED; /* until a frame ends the walk before its bound */
     s->len = 0;
@@ -239,14 +259,15 @@ static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, int at_entry) {
     return rc == 0 || rc == -17 /* EEXIST: another CPU kept it meanwhile */ ? h : 0;
 }
 
-/* The calling thread's call path: native stack id (0 = none) and Python stack id. */
-static __always_inline void gpu_capture_path(struct pt_regs *ctx, int at_entry, __u32 pid, __u32 tid,
+/* The calling thread's call path: native stack id (0 = none) and Python stack id. entry_ret: at a function's
+ * entry, its return address (gpu_return_address); elsewhere 0. */
+static __always_inline void gpu_capture_path(struct pt_regs *ctx, __u64 entry_ret, __u32 pid, __u32 tid,
                                              __u64 *user_stack, __u64 *py_stack) {
 #if defined(DEEPCTX_NATIVE_UNWIND) && defined(GPU_DWARF_STACKS)
     __u32 nflags = 0;
     *user_stack = native_stack_capture(ctx, pid, &nflags);
 #else
-    *user_stack = gpu_fp_capture(ctx, at_entry);
+    *user_stack = gpu_fp_capture(ctx, entry_ret);
 #endif
 #ifdef DEEPCTX_PYTHON
     __u32 pyflags = 0;
@@ -255,12 +276,10 @@ static __always_inline void gpu_capture_path(struct pt_regs *ctx, int at_entry, 
 }
 
 /* Was this call made from inside a probed GPU library (the runtime calling the driver)? */
-static __always_inline int gpu_called_by_library(struct pt_regs *ctx, __u32 pid) {
+static __always_inline int gpu_called_by_library(__u64 ret, __u32 pid) {
     struct gpu_ranges *r = gpu_ranges.lookup(&pid);
     if (!r)
         return 0;
-    __u64 ret = 0;
-    bpf_probe_read_user(&ret, sizeof(ret), (void *)PT_REGS_SP(ctx));  /* the return address */
 #pragma unroll
     for (int i = 0; i < GPU_MAX_RANGES; i++) {
         if (ret >= r->start[i] && ret < r->end[i])
@@ -296,7 +315,18 @@ static __always_inline void gpu_add(struct gpu_key *key, __u64 dt, __u64 bytes, 
 /* Who the call is charged to beyond its own thread: the creator of the work item this thread runs
  * (a backward node's forward line), else another thread's hand-off call running in the process. Also
  * used by the device-activity family for the calls only it sees. */
+static __always_inline void gpu_origins_in_use(void) {
+    int zero = 0;
+    __u32 *used = gpu_origins_used.lookup(&zero);
+    if (used && !*used)
+        *used = 1;
+}
+
 static __always_inline int gpu_apply_origin(__u32 pid, __u32 tid, struct gpu_key *k) {
+    int zero = 0;
+    __u32 *used = gpu_origins_used.lookup(&zero);
+    if (used && !*used)
+        return 0;
     struct gpu_node_run *run = gpu_node_runs.lookup(&tid);
     if (run) {
         k->origin_user_stack = run->user_stack;
@@ -318,8 +348,9 @@ static __always_inline int gpu_apply_origin(__u32 pid, __u32 tid, struct gpu_key
 }
 
 /* A thread starts running a work item: find who created it; name its type once per process. */
-static __always_inline void gpu_node_run_entry(struct pt_regs *ctx, struct gpu_api_spec *spec, __u32 pid, __u32 tid) {
-    __u64 node = gpu_arg(ctx, spec->object_slot);
+static __always_inline void gpu_node_run_entry(struct pt_regs *ctx, const __u64 *w, struct gpu_api_spec *spec,
+                                               __u32 pid, __u32 tid) {
+    __u64 node = gpu_arg(ctx, w, spec->object_slot);
     struct gpu_node_key nk = {};
     nk.pid = pid;
     if (!node || bpf_probe_read_user(&nk.seq, sizeof(nk.seq), (void *)(node + spec->node_off)))
@@ -337,6 +368,7 @@ static __always_inline void gpu_node_run_entry(struct pt_regs *ctx, struct gpu_a
     run.label = spec->api_id;
     run.entry_sp = PT_REGS_SP(ctx);
     bpf_probe_read_user(&run.node_type, sizeof(run.node_type), (void *)node);
+    gpu_origins_in_use();  /* before the entry: a launch that sees the flag unset finds no entry to miss */
     gpu_node_runs.update(&tid, &run);
     struct gpu_fn_key tk = {};
     tk.pid = pid;
@@ -356,29 +388,39 @@ static __always_inline void gpu_node_run_entry(struct pt_regs *ctx, struct gpu_a
     gpu_node_types.update(&tk, tn);
 }
 
+/* Sampled mode: is this call the process's first after its sampling interval? Two CPUs may both take one
+ * at an interval's start: a sample more, never a count less. Exact mode: every call. */
+static __always_inline int gpu_take_path(__u32 pid, __u64 now) {
+    int zero = 0;
+    struct gpu_config *cfg = gpu_config.lookup(&zero);
+    if (!cfg || !cfg->sample_interval_ns)
+        return 1;
+    struct gpu_ranges *ranges = gpu_ranges.lookup(&pid);
+    if (!ranges || now < ranges->next_sample_ns)
+        return 0;
+    ranges->next_sample_ns = now + cfg->sample_interval_ns;
+    return 1;
+}
+
 /* A probed call's entry. Returns 1 where its return needs no probe (an uprobe session then leaves the return
- * alone: nested calls, calls counted at entry, launches left untimed), 0 where the return probe must run. */
+ * alone: nested calls, calls counted at entry, launches left untimed), 0 where the return probe must run.
+ * The call path is taken at one place for every class that takes one (calls and hand-offs), and what the
+ * code after it needs is kept in the scratch value, not in registers: the verifier then walks the Python
+ * and native walks once, not once for every way of reaching them (the program is close to its bound). */
 static __always_inline int gpu_entry(struct pt_regs *ctx, struct gpu_api_spec *spec, struct gpu_addr_key ak,
                                      __u64 id) {
     __u32 tid = (__u32)id;
     __u64 sp = PT_REGS_SP(ctx);
     int zero = 0;
-    if (spec->cls == GPU_CLASS_HANDOFF) {
-        struct gpu_origin o = {};
-        o.tid = tid;
-        o.label = spec->api_id;
-        o.entry_sp = sp;
-        gpu_capture_path(ctx, 1, ak.pid, tid, &o.user_stack, &o.py_stack);
-        gpu_origins.update(&ak.pid, &o);
-        gpu_stat_inc(GPU_STAT_HANDOFFS);
-        return 0;
-    }
+    __u64 w[GPU_ENTRY_WORDS];
+    gpu_read_entry_words(ctx, w);
+    __u64 ret = gpu_return_address(ctx, w);
     if (spec->cls == GPU_CLASS_NODE_CREATED) {  /* its number is known at return */
         gpu_node_pending.update(&tid, &sp);
         return 0;
     }
     if (spec->cls == GPU_CLASS_NODE_RUN) {
-        gpu_node_run_entry(ctx, spec, ak.pid, tid);
+        gpu_node_run_entry(ctx, w, spec, ak.pid, tid);
         return 0;
     }
     if (spec->cls == GPU_CLASS_GETFUNC || spec->cls == GPU_CLASS_FUNC_ALIAS) {
@@ -389,26 +431,28 @@ static __always_inline int gpu_entry(struct pt_regs *ctx, struct gpu_api_spec *s
         g->key.pid = ak.pid;
         g->cls = spec->cls;
         g->entry_sp = sp;
-        g->out_ptr = gpu_arg(ctx, spec->object_slot);
-        g->name_ptr = gpu_arg(ctx, spec->name_slot);
+        g->out_ptr = gpu_arg(ctx, w, spec->object_slot);
+        g->name_ptr = gpu_arg(ctx, w, spec->name_slot);
         gpu_getfunc.update(&tid, g);
         return 0;
     }
-    if (gpu_called_by_library(ctx, ak.pid)) {
-        gpu_stat_inc(GPU_STAT_NESTED);
-        return 1;
-    }
-    int entry_only = spec->flags & GPU_SPEC_F_ENTRY_ONLY;
-    struct gpu_inflight *outer = gpu_inflight.lookup(&tid);
-    if (outer) {
-        if (sp < outer->entry_sp) {  /* deeper on the stack: inside the outer probed call */
+    int handoff = spec->cls == GPU_CLASS_HANDOFF;
+    if (!handoff) {
+        if (gpu_called_by_library(ret, ak.pid)) {
             gpu_stat_inc(GPU_STAT_NESTED);
             return 1;
         }
-        if (!entry_only)
-            gpu_stat_inc(GPU_STAT_STALE_INFLIGHT);
+        struct gpu_inflight *outer = gpu_inflight.lookup(&tid);
+        if (outer) {
+            if (sp < outer->entry_sp) {  /* deeper on the stack: inside the outer probed call */
+                gpu_stat_inc(GPU_STAT_NESTED);
+                return 1;
+            }
+            if (!(spec->flags & GPU_SPEC_F_ENTRY_ONLY))
+                gpu_stat_inc(GPU_STAT_STALE_INFLIGHT);
+        }
+        gpu_stat_inc(GPU_STAT_CALLS);
     }
-    gpu_stat_inc(GPU_STAT_CALLS);
 
     struct gpu_inflight *f = gpu_scratch.lookup(&zero);
     if (!f)
@@ -422,53 +466,51 @@ static __always_inline int gpu_entry(struct pt_regs *ctx, struct gpu_api_spec *s
     f->entry_sp = sp;
 
     if (spec->cls == GPU_CLASS_LAUNCH) {
-        gpu_read_launch(ctx, spec, &f->key);
+        gpu_read_launch(ctx, w, spec, &f->key);
         gpu_remember_object(ak.pid, f->key.object);
     } else {
         if (spec->object_slot != GPU_NO_SLOT)
-            f->key.object = gpu_arg(ctx, spec->object_slot);
+            f->key.object = gpu_arg(ctx, w, spec->object_slot);
         if (spec->stream_slot != GPU_NO_SLOT)
-            f->key.stream = gpu_arg(ctx, spec->stream_slot);
+            f->key.stream = gpu_arg(ctx, w, spec->stream_slot);
     }
     if (spec->bytes_slot != GPU_NO_SLOT) {
-        __u64 n = gpu_arg(ctx, spec->bytes_slot);
+        __u64 n = gpu_arg(ctx, w, spec->bytes_slot);
         if (spec->dtype_slot != GPU_NO_SLOT)
-            n *= nccl_type_size(gpu_arg(ctx, spec->dtype_slot));
+            n *= nccl_type_size(gpu_arg(ctx, w, spec->dtype_slot));
         if (spec->bytes_mul_slot != GPU_NO_SLOT)
-            n *= gpu_arg(ctx, spec->bytes_mul_slot);
+            n *= gpu_arg(ctx, w, spec->bytes_mul_slot);
         f->bytes = n * (spec->bytes_scale ? spec->bytes_scale : 1);
     }
     if (spec->kind_slot != GPU_NO_SLOT) {
-        __u64 kind = gpu_arg(ctx, spec->kind_slot);
+        __u64 kind = gpu_arg(ctx, w, spec->kind_slot);
         f->key.kind = kind <= GPU_COPY_DEFAULT ? (__u8)kind : GPU_COPY_UNKNOWN;
     }
 
-    /* The call path: of every call (exact), or of the process's first call after each sampling
-     * interval (sampled: holds the capture rate to a budget however fast the calls come). Two CPUs may
-     * both take one at an interval's start: a sample more, never a count less. */
-    __u64 now = bpf_ktime_get_ns();
-    int capture = 1;
-    struct gpu_config *cfg = gpu_config.lookup(&zero);
-    __u64 time_every = cfg ? cfg->api_time_every : 0;
-    if (cfg && cfg->sample_interval_ns) {
-        /* looked up again here rather than kept from gpu_called_by_library: a pointer held across the
-         * function doubles the verifier's states past its bound */
-        struct gpu_ranges *ranges = gpu_ranges.lookup(&ak.pid);
-        capture = 0;
-        if (ranges && now >= ranges->next_sample_ns) {
-            ranges->next_sample_ns = now + cfg->sample_interval_ns;
-            capture = 1;
-        }
-    }
-    if (capture) {
+    /* The call path: of every call (exact), or of the process's first call after each sampling interval
+     * (sampled: holds the capture rate to a budget however fast the calls come); of every hand-off. */
+    f->start_ns = bpf_ktime_get_ns();  /* the entry's time until the call is parked */
+    if (handoff || gpu_take_path(ak.pid, f->start_ns)) {
         f->key.flags |= GPU_KEY_F_SAMPLED;
+        gpu_capture_path(ctx, ret, ak.pid, tid, &f->key.user_stack, &f->key.py_stack);
+    }
+    f = gpu_scratch.lookup(&zero);  /* what follows reads the scratch again: nothing held across the walk */
+    if (!f)
+        return 0;
+    if (f->cls == GPU_CLASS_HANDOFF) {
+        struct gpu_origin o = {};
+        o.tid = tid;
+        o.label = f->key.api_id;
+        o.entry_sp = f->entry_sp;
+        o.user_stack = f->key.user_stack;
+        o.py_stack = f->key.py_stack;
+        gpu_origins_in_use();
+        gpu_origins.update(&ak.pid, &o);
+        gpu_stat_inc(GPU_STAT_HANDOFFS);
+        return 0;
+    }
+    if (f->key.flags & GPU_KEY_F_SAMPLED) {
         gpu_stat_inc(GPU_STAT_SAMPLED);
-        gpu_capture_path(ctx, 1, ak.pid, tid, &f->key.user_stack, &f->key.py_stack);
-        if (!gpu_comms.lookup(&tid)) {
-            struct gpu_comm comm = {};
-            bpf_get_current_comm(comm.comm, sizeof(comm.comm));
-            gpu_comms.update(&tid, &comm);
-        }
         if (f->key.user_stack == 0) {
             f->key.flags |= GPU_KEY_F_STACK_LOST;
             gpu_stat_inc(GPU_STAT_STACK_LOST);
@@ -483,7 +525,7 @@ static __always_inline int gpu_entry(struct pt_regs *ctx, struct gpu_api_spec *s
      * before: the id's device work goes under this call, next to its count, not under a second path. */
     struct gpu_orphan *orphan = gpu_orphans.lookup(&tid);
     if (orphan) {
-        if (orphan->pid == ak.pid && now - orphan->time_ns <= GPU_JOIN_WINDOW_NS && f->cls != GPU_CLASS_SYNC &&
+        if (orphan->pid == ak.pid && f->start_ns - orphan->time_ns <= GPU_JOIN_WINDOW_NS && f->cls != GPU_CLASS_SYNC &&
             f->cls != GPU_CLASS_ALLOC && f->cls != GPU_CLASS_FREE) {
             struct gpu_corr_key ck = {};
             ck.pid = ak.pid;
@@ -496,24 +538,30 @@ static __always_inline int gpu_entry(struct pt_regs *ctx, struct gpu_api_spec *s
 #endif
     /* Launches return at once; their API time is timed on the first call of each call path and every
      * time_every-th after it, the others counted here and their return left alone (uprobe sessions). */
-    struct gpu_val *v = 0;
+    int entry_only = spec->flags & GPU_SPEC_F_ENTRY_ONLY;
+    struct gpu_config *cfg = gpu_config.lookup(&zero);
+    __u64 time_every = cfg ? cfg->api_time_every : 0;
     if (!entry_only && time_every > 1 && f->cls == GPU_CLASS_LAUNCH) {
-        v = gpu_val_of(&f->key);
-        if (v && (v->calls & (time_every - 1))) {
-            entry_only = 1;
+        struct gpu_val *v = gpu_val_of(&f->key);
+        if (v && (v->calls & (time_every - 1))) {  /* a path seen before, so its thread's name is known */
+            gpu_add_to(v, 0, f->bytes, 0);
             gpu_stat_inc(GPU_STAT_UNTIMED);
-        } else {
-            v = 0;
+#ifdef GPU_LAST_CALL
+            gpu_last.update(&tid, (struct gpu_last_call *)f);  /* key and entry time, for a join inside it */
+#endif
+            return 1;
         }
     }
+    /* The thread's name at its first call with a path (a launch path's first call is timed) */
+    if ((f->key.flags & GPU_KEY_F_SAMPLED) && !gpu_comms.lookup(&tid)) {
+        struct gpu_comm comm = {};
+        bpf_get_current_comm(comm.comm, sizeof(comm.comm));
+        gpu_comms.update(&tid, &comm);
+    }
     if (entry_only) {
-        if (v)
-            gpu_add_to(v, 0, f->bytes, 0);
-        else
-            gpu_add(&f->key, 0, f->bytes, 0);
+        gpu_add(&f->key, 0, f->bytes, 0);
 #ifdef GPU_LAST_CALL
-        f->start_ns = now;  /* the scratch's key and time, parked for the join inside this call */
-        gpu_last.update(&tid, (struct gpu_last_call *)f);
+        gpu_last.update(&tid, (struct gpu_last_call *)f);  /* key and entry time, for a join inside it */
 #endif
         return 1;
     }

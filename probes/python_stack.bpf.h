@@ -59,6 +59,7 @@ struct py_scratch {
 	__u64 wlen;      /* bytes of win read there (0: none) */
 	__u8 win[PY_WIN + PY_SIZE_MASK + 1 + 8];
 	__u8 code[PY_SIZE_MASK + 1 + 8];
+	__u8 tstate[PY_TSTATE_SPAN + 8];
 };
 
 BPF_HASH(py_procs, __u32, struct py_proc, PY_PROCS_MAX);
@@ -128,13 +129,28 @@ static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *f
 		}
 		return 0;
 	}
-	int err = 0;
-	__u64 ident = py_read_u64(tstate + proc->tstate_ident, &err);
+	__u32 zero = 0;
+	struct py_scratch *s = py_scratch.lookup(&zero);
+	if (!s)
+		return 0;
+	/* The thread's id and its frame (or cframe) pointer, in one read: user space keeps the two fields
+	 * within PY_TSTATE_SPAN bytes (PyLayout.check), and a helper call costs more than the bytes between */
+	__u64 off_ident = proc->tstate_ident, off_frame = proc->tstate_frame;
+	/* lo = min(off_ident, off_frame) and the length without branches: a branch here would have the
+	 * verifier walk all that follows once per side */
+	__u64 below = 0 - ((off_frame - off_ident) >> 63); /* all ones where off_frame < off_ident */
+	PY_OPAQUE(below);
+	__u64 lo = (off_ident & ~below) | (off_frame & below);
+	__u64 len = (off_ident ^ off_frame ^ lo) - lo + 8; /* the other offset, less lo, and its 8 bytes */
+	PY_OPAQUE(len); /* the masked register itself bounds the read (0 only past a span check() refuses) */
+	len &= PY_TSTATE_SPAN - 1;
+	int err = bpf_probe_read_user(s->tstate, len, (void *)(tstate + lo));
+	__u64 ident = *(__u64 *)(s->tstate + ((off_ident - lo) & (PY_TSTATE_SPAN - 1)));
+	__u64 frame = *(__u64 *)(s->tstate + ((off_frame - lo) & (PY_TSTATE_SPAN - 1)));
 	if (err || ident != th->ident) { /* the thread state was freed or belongs to another thread */
 		py_note_miss(pid, tid, flags);
 		return 0;
 	}
-	__u64 frame = py_read_u64(tstate + proc->tstate_frame, &err);
 	if (!err && frame && proc->cframe_current != PY_NO_OFFSET)
 		frame = py_read_u64(frame + proc->cframe_current, &err);
 	if (err) {
@@ -145,10 +161,6 @@ static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *f
 	if (!frame)
 		return 0; /* the thread is not running Python code */
 
-	__u32 zero = 0;
-	struct py_scratch *s = py_scratch.lookup(&zero);
-	if (!s)
-		return 0;
 	struct py_stack *st = &s->stack;
 
 	/* Copy the layout into locals once; masks keep offsets inside the read buffers. */

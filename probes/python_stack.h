@@ -13,6 +13,10 @@
 #define PY_RETRY_NS 500000000ull /* a thread without a thread state is looked for again this often */
 #endif
 
+/* The thread state's id and frame fields are read in one go, fewer bytes than this from the first to the
+ * end of the last (host/python/layouts.py: TSTATE_READ_MAX, PyLayout.check refuses a layout past it). */
+#define PY_TSTATE_SPAN 256
+
 /* py_proc.cframe_current of versions whose thread state points at the frame itself. */
 #define PY_NO_OFFSET 0xffffffffu
 

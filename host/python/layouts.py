@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from deepctx.host.python.debug_offsets import DebugOffsets
 
 FRAME_READ_MAX = 128  # the BPF walker reads at most this many bytes of a frame / code object
+TSTATE_READ_MAX = 255  # ... and its thread state's id and frame fields in one read of fewer bytes than 256
 
 
 @dataclass(frozen=True)
@@ -73,11 +74,20 @@ class PyLayout:
         lo = min(self.code_firstlineno, self.code_name)
         return lo, max(self.code_firstlineno + 4, self.code_name + 8)
 
+    @property
+    def tstate_span(self) -> int:
+        """Bytes from the first to the end of the last of the thread state's id and frame fields."""
+        return abs(self.tstate_ident - self.tstate_frame) + 8
+
     def check(self) -> None:
-        """The BPF walker masks offsets to 7 bits: refuse a layout it cannot read."""
+        """The BPF walker masks offsets and sizes: refuse a layout it cannot read."""
         lo, hi = self.code_tag_span
         if self.frame_size > FRAME_READ_MAX or hi - lo > FRAME_READ_MAX:
             raise ValueError(f"Python {self.version[0]}.{self.version[1]}: frame or code layout too large to read")
+        if self.tstate_span > TSTATE_READ_MAX:
+            raise ValueError(f"Python {self.version[0]}.{self.version[1]}: the thread state's id and frame fields "
+                             f"lie {self.tstate_span} bytes apart, more than the walker reads at once "
+                             f"({TSTATE_READ_MAX})")
 
 
 _BASE_311 = dict(

@@ -3,6 +3,7 @@ Py_BUILD_CORE), and 3.13+'s _Py_DebugOffsets as the interpreter's ELF file carri
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from targets.python.pythons import INTERPRETERS, Interpreter
 
 from deepctx.host.elf.image import ElfImage
 from deepctx.host.python.debug_offsets import MAX_SIZE, parse_debug_offsets
-from deepctx.host.python.layouts import LAYOUTS, PyLayout, layout_from_debug_offsets
+from deepctx.host.python.layouts import LAYOUTS, TSTATE_READ_MAX, PyLayout, layout_from_debug_offsets
 from deepctx.probes.python_stack import proc_config
 
 
@@ -132,3 +133,20 @@ def test_walker_config_fits_its_buffers(version: tuple[int, int]) -> None:
         assert off + 8 <= 128
     assert cfg.code_firstlineno + 4 <= cfg.code_read_size and cfg.code_name + 8 <= cfg.code_read_size
     assert cfg.frame_instr + 8 <= cfg.frame_size
+
+
+@pytest.mark.parametrize("version", sorted(LAYOUTS))
+def test_the_thread_states_fields_are_read_in_one_go(version: tuple[int, int]) -> None:
+    """The walker reads the thread state's id and frame fields in one read of fewer than PY_TSTATE_SPAN bytes."""
+    layout = LAYOUTS[version]
+    assert layout.tstate_span == abs(layout.tstate_ident - layout.tstate_frame) + 8 <= TSTATE_READ_MAX
+
+
+def test_a_layout_whose_thread_state_fields_lie_far_apart_is_refused() -> None:
+    far = dataclasses.replace(LAYOUTS[(3, 11)], tstate_ident=LAYOUTS[(3, 11)].tstate_frame + TSTATE_READ_MAX)
+    with pytest.raises(ValueError, match="thread state's id and frame fields lie 263 bytes apart"):
+        far.check()
+
+
+def test_the_read_bound_matches_the_header(tmp_path: Path) -> None:
+    assert c_values(tmp_path, ['"python_stack.h"'], ["PY_TSTATE_SPAN"]) == [TSTATE_READ_MAX + 1]

@@ -1,0 +1,61 @@
+"""The GPU program's verifier budget: the kernel refuses a program whose verification walks more than 1M
+instructions, and the exact-mode GPU program (Python walker, native unwinder, the GPU API probes, the CPU
+sampler) once stood at 954K of it, so that any change to the walk failed to load. Its call path is now taken
+at one place with nothing held across the walks; this keeps each program that a capture loads well inside the
+bound, on this kernel, so that a change that doubles a walk's verification shows here and not as a capture
+that fails to load (issue #31)."""
+
+from __future__ import annotations
+
+import ctypes as ct
+import os
+import re
+
+import pytest
+
+from deepctx.probes import compose
+from deepctx.probes.cpu_sampler import CpuSampler
+from deepctx.probes.gpu_api import GpuApi
+from deepctx.probes.native_unwind import NativeUnwinder
+from deepctx.probes.python_stack import PythonStacks
+from deepctx.probes.uprobes import BPF_TRACE_UPROBE_SESSION, uprobe_sessions
+
+BOUND = 1_000_000  # BPF_COMPLEXITY_LIMIT_INSNS
+HEADROOM = 0.6  # each program within this share of the bound
+
+
+def processed(bpf: object, name: str, prog_type: int, attach_type: int = -1) -> int:
+    """Instructions the verifier walked to load `name` (its log at level 1), the load checked."""
+    from bcc import lib
+
+    log = ct.create_string_buffer(1 << 24)
+    fn = name.encode()
+    module = bpf.module  # type: ignore[attr-defined]
+    fd = lib.bcc_func_load(module, prog_type, fn, lib.bpf_function_start(module, fn),
+                           lib.bpf_function_size(module, fn), lib.bpf_module_license(module),
+                           lib.bpf_module_kern_version(module), 1, log, len(log), None, attach_type)
+    text = log.value.decode(errors="replace")
+    found = re.findall(r"processed (\d+) insns", text)
+    assert fd >= 0, f"{name} did not load: {text[-600:]}"
+    os.close(fd)
+    assert found, text[-600:]
+    return int(found[-1])
+
+
+@pytest.mark.parametrize("mode", ["exact", "sampled"])
+def test_the_gpu_program_verifies_well_inside_the_bound(mode: str) -> None:
+    from bcc import BPF
+
+    families = [PythonStacks(max_depth=128), NativeUnwinder(cache=None, shared=False), GpuApi(mode=mode),
+                CpuSampler(99, False, 16384, 65536)]
+    bpf = compose.compile_program(families)
+    try:
+        counts = {"on_gpu_api_entry": processed(bpf, "on_gpu_api_entry", BPF.KPROBE),
+                  "on_cpu_sample": processed(bpf, "on_cpu_sample", BPF.PERF_EVENT)}
+        if uprobe_sessions():
+            counts["on_gpu_api_session"] = processed(bpf, "on_gpu_api_session", BPF.KPROBE,
+                                                     BPF_TRACE_UPROBE_SESSION)
+        over = {k: v for k, v in counts.items() if v > HEADROOM * BOUND}
+        assert not over, f"verifier walked {counts} (bound {BOUND:,})"
+    finally:
+        compose.cleanup_program(bpf)
