@@ -390,11 +390,12 @@ static __always_inline void gpu_node_run_entry(struct pt_regs *ctx, const __u64 
 
 /* Sampled mode: is this call the process's first after its sampling interval? Two CPUs may both take one
  * at an interval's start: a sample more, never a count less. Exact mode: every call. */
-static __always_inline int gpu_take_path(__u32 pid, __u64 now) {
+static __always_inline int gpu_take_path(__u32 pid) {
     int zero = 0;
     struct gpu_config *cfg = gpu_config.lookup(&zero);
     if (!cfg || !cfg->sample_interval_ns)
         return 1;
+    __u64 now = bpf_ktime_get_ns();
     struct gpu_ranges *ranges = gpu_ranges.lookup(&pid);
     if (!ranges || now < ranges->next_sample_ns)
         return 0;
@@ -467,7 +468,6 @@ static __always_inline int gpu_entry(struct pt_regs *ctx, struct gpu_api_spec *s
 
     if (spec->cls == GPU_CLASS_LAUNCH) {
         gpu_read_launch(ctx, w, spec, &f->key);
-        gpu_remember_object(ak.pid, f->key.object);
     } else {
         if (spec->object_slot != GPU_NO_SLOT)
             f->key.object = gpu_arg(ctx, w, spec->object_slot);
@@ -489,8 +489,10 @@ static __always_inline int gpu_entry(struct pt_regs *ctx, struct gpu_api_spec *s
 
     /* The call path: of every call (exact), or of the process's first call after each sampling interval
      * (sampled: holds the capture rate to a budget however fast the calls come); of every hand-off. */
-    f->start_ns = bpf_ktime_get_ns();  /* the entry's time until the call is parked */
-    if (handoff || gpu_take_path(ak.pid, f->start_ns)) {
+#ifdef GPU_LAST_CALL
+    f->start_ns = bpf_ktime_get_ns();  /* the entry's time, for the joins below (the clock is read where needed) */
+#endif
+    if (handoff || gpu_take_path(ak.pid)) {
         f->key.flags |= GPU_KEY_F_SAMPLED;
         gpu_capture_path(ctx, ret, ak.pid, tid, &f->key.user_stack, &f->key.py_stack);
     }
@@ -543,7 +545,7 @@ static __always_inline int gpu_entry(struct pt_regs *ctx, struct gpu_api_spec *s
     __u64 time_every = cfg ? cfg->api_time_every : 0;
     if (!entry_only && time_every > 1 && f->cls == GPU_CLASS_LAUNCH) {
         struct gpu_val *v = gpu_val_of(&f->key);
-        if (v && (v->calls & (time_every - 1))) {  /* a path seen before, so its thread's name is known */
+        if (v && (v->calls & (time_every - 1))) {  /* a path seen before: its handle and thread are known */
             gpu_add_to(v, 0, f->bytes, 0);
             gpu_stat_inc(GPU_STAT_UNTIMED);
 #ifdef GPU_LAST_CALL
@@ -552,7 +554,10 @@ static __always_inline int gpu_entry(struct pt_regs *ctx, struct gpu_api_spec *s
             return 1;
         }
     }
-    /* The thread's name at its first call with a path (a launch path's first call is timed) */
+    /* A kernel handle's first launch, and the thread's name at its first call with a path: each a launch path's
+     * first call, which is timed (untimed launches returned above) */
+    if (f->cls == GPU_CLASS_LAUNCH)
+        gpu_remember_object(ak.pid, f->key.object);
     if ((f->key.flags & GPU_KEY_F_SAMPLED) && !gpu_comms.lookup(&tid)) {
         struct gpu_comm comm = {};
         bpf_get_current_comm(comm.comm, sizeof(comm.comm));

@@ -43,8 +43,9 @@
 #define PY_OPAQUE(x) asm volatile("" : "+r"(x))
 /* 1 if x != 0 else 0, without a branch. */
 #define PY_NONZERO(x) ({ __u64 __v = (__u64)(x); __v |= 0 - __v; PY_OPAQUE(__v); __v >> 63; })
-/* A frame's flags at a position, as a term of an order-independent sum. */
-#define PY_FLAG_TERM(pos, fl) (((__u64)(fl) + 1) * (((__u64)(pos) << 32) + 0xff51afd7ed558ccdULL))
+/* Hashed where a C-stack shim frame sits: above user space, so no code object's address (its flags in the low
+ * bits, which alignment leaves zero) is it. */
+#define PY_SHIM_MARK 0x9E3779B97F4A7C15ULL
 
 /* Frames are read a window at a time: the bytes that end with a frame, back to at most PY_WIN before it and
  * never before its page (so a window cannot fault where the frame would not). A thread's frames sit in
@@ -53,8 +54,7 @@
 #define PY_WIN 4096
 struct py_scratch {
 	struct py_stack stack;
-	__u64 hash;      /* FNV-1a over (code, tag, lasti) of the frames so far */
-	__u64 flag_hash; /* sum of PY_FLAG_TERM over the frames so far */
+	__u64 hash;      /* FNV-1a over (code and flags, tag, lasti) of the frames so far, and shims' marks */
 	__u64 wbase;     /* the user address win[0] was read from */
 	__u64 wlen;      /* bytes of win read there (0: none) */
 	__u8 win[PY_WIN + PY_SIZE_MASK + 1 + 8];
@@ -183,15 +183,14 @@ static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *f
 	__u64 ptr_mask = 0 - (__u64)(proc->instr_is_pointer & 1); /* all ones: frame_instr is a pointer */
 	PY_OPAQUE(ptr_mask);
 
-	/* depth, flags and the running hashes live in the map value, not in registers, and the
+	/* depth, flags and the running hash live in the map value, not in registers, and the
 	 * per-version choices above are masks, not branches: every path through an iteration ends
 	 * in the same verifier state, so the loop costs the verifier the same at any depth. The id
-	 * hashes the frames in order (FNV-1a) and their flags as a sum of per-position terms, so a
-	 * shim frame can mark its caller an entry frame afterwards. */
+	 * hashes the frames in order (FNV-1a), each with its flags, and a mark where a shim frame sits
+	 * (which makes its caller an entry frame afterwards). */
 	st->depth = 0;
 	st->flags = 0;
 	s->hash = 0xcbf29ce484222325ULL;
-	s->flag_hash = 0;
 	s->wlen = 0;
 	frame_size &= PY_SIZE_MASK;
 	for (int i = 0; i < PY_MAX_WALK; i++) {
@@ -221,13 +220,11 @@ static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *f
 		__u64 owner = fr[off_owner] & owner_mask;
 		__u32 depth = st->depth;
 		if (owner >= owner_shim) {
-			/* A C-stack shim sits below the first frame of each eval activation (3.12+). */
-			if (depth > 0 && depth <= PY_MAX_DEPTH) {
-				__u8 old = st->frame_flags[depth - 1];
-				__u8 new = old | PYFRAME_F_ENTRY;
-				st->frame_flags[depth - 1] = new;
-				s->flag_hash += PY_FLAG_TERM(depth - 1, new) - PY_FLAG_TERM(depth - 1, old);
-			}
+			/* A C-stack shim sits below the first frame of each eval activation (3.12+): it makes the
+			 * frame before it an entry frame, and the id says so by hashing a mark where it sits */
+			if (depth > 0 && depth <= PY_MAX_DEPTH)
+				st->frame_flags[depth - 1] |= PYFRAME_F_ENTRY;
+			s->hash = (s->hash ^ PY_SHIM_MARK) * PY_FNV_PRIME;
 			frame = prev;
 			continue;
 		}
@@ -264,9 +261,9 @@ static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *f
 		st->frames[depth].tag = tag;
 		st->frames[depth].lasti = lasti;
 		st->frame_flags[depth] = fflags;
-		s->hash = (s->hash ^ code) * PY_FNV_PRIME;
+		/* the flags in the low bits of the code object's address, which alignment leaves zero */
+		s->hash = (s->hash ^ code ^ fflags) * PY_FNV_PRIME;
 		s->hash = (s->hash ^ (((__u64)tag << 32) | (__u32)lasti)) * PY_FNV_PRIME;
-		s->flag_hash += PY_FLAG_TERM(depth, fflags);
 		st->depth = depth + 1;
 		frame = prev;
 	}
@@ -283,7 +280,7 @@ static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *f
 	if (depth == 0)
 		return 0;
 
-	__u64 h = (s->hash ^ depth ^ ((__u64)sflags << 32)) * PY_FNV_PRIME ^ (s->flag_hash * 0x9E3779B97F4A7C15ULL);
+	__u64 h = (s->hash ^ depth ^ ((__u64)sflags << 32)) * PY_FNV_PRIME;
 	if (h == 0)
 		h = 1;
 	if (py_stacks.lookup(&h)) { /* a stack seen before: no bucket lock, no copy */
