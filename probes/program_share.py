@@ -44,12 +44,28 @@ class ProgramShare:
         self._routed: dict[str, dict[int, list[Any]]] = {}  # queue -> pid -> what another user drained for it
         self.stack_clears = 0  # times the users were free to empty the stack maps: stack ids read before name none
         self.window_anchor: float | None = None  # CLOCK_MONOTONIC instant its windows are counted from
+        self.slots: dict[str, dict[int, int]] = {}  # array of per-process entries -> pid -> its slot
 
     # --- users -----------------------------------------------------------------------------------------
 
     def join(self, pid: int) -> None:
         with self.lock:
             self.users.add(pid)
+
+    def claim_slot(self, array: str, pid: int, size: int) -> int:
+        """The slot of pid in one of the program's arrays of per-process entries (the lowest free one)."""
+        with self.lock:
+            taken = self.slots.setdefault(array, {})
+            if pid not in taken:
+                free = set(range(size)) - set(taken.values())
+                if not free:
+                    raise ValueError(f"more than {size} processes on one program ({array} is full)")
+                taken[pid] = min(free)
+            return taken[pid]
+
+    def release_slot(self, array: str, pid: int) -> int | None:
+        with self.lock:
+            return self.slots.get(array, {}).pop(pid, None)
 
     def leave(self, pid: int) -> None:
         """The capture of pid is over: nothing more is kept for it."""

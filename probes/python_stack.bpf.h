@@ -3,8 +3,8 @@
  * only). Reads user memory only (bpf_probe_read_user). The per-cpu scratch is safe: tracing BPF
  * programs do not nest on a cpu.
  *
- * User space (python_stack.py) fills py_procs (per-pid layout) and py_threads (native tid ->
- * PyThreadState); the walker follows the thread's current frame outwards and interns the frames in
+ * User space (python_stack.py) fills py_procs (per-process layout, in a slot), py_proc_slots (pid -> slot)
+ * and py_threads (native tid -> PyThreadState and its process's slot); the walker follows the thread's current frame outwards and interns the frames in
  * py_stacks. New stack ids go to the py_new_stacks queue so user space names their code objects
  * while the process is alive; threads without a (valid) entry go to py_misses for a refresh. */
 #ifndef DEEPCTX_PYTHON_STACK_BPF_H
@@ -62,7 +62,11 @@ struct py_scratch {
 	__u8 tstate[PY_TSTATE_SPAN + 8];
 };
 
-BPF_HASH(py_procs, __u32, struct py_proc, PY_PROCS_MAX);
+/* Layouts by slot (user space gives each process one: probes/program_share.py), which its threads' entries
+ * name: a sample looks up its thread and reads an array, one hash look-up, not two; py_proc_slots tells a
+ * Python process's thread not known yet (a miss, for a refresh) from another process's. */
+BPF_ARRAY(py_procs, struct py_proc, PY_PROCS_MAX);
+BPF_HASH(py_proc_slots, __u32, __u32, PY_PROCS_MAX); /* pid -> slot */
 BPF_HASH(py_threads, __u32, struct py_thread, PY_THREADS_MAX);
 BPF_F_TABLE("hash", __u64, struct py_stack, py_stacks, PY_STACKS_MAX, BPF_F_NO_PREALLOC);
 BPF_HASH(py_misses, __u32, __u32, PY_MISSES_MAX); /* tid -> pid */
@@ -110,16 +114,19 @@ static __always_inline __u64 py_read_u64(__u64 addr, int *err)
 /* Interns the current thread's Python stack; returns its id in py_stacks, 0 when there is none. */
 static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *flags)
 {
-	struct py_proc *proc = py_procs.lookup(&pid);
-	if (!proc)
-		return 0;
-	py_stat_inc(PYSTACK_STAT_CAPTURES);
-
 	struct py_thread *th = py_threads.lookup(&tid);
 	if (!th) {
-		py_note_miss(pid, tid, flags);
+		if (py_proc_slots.lookup(&pid)) { /* a thread of a Python process, not known yet */
+			py_stat_inc(PYSTACK_STAT_CAPTURES);
+			py_note_miss(pid, tid, flags);
+		}
 		return 0;
 	}
+	__u32 slot = th->proc_slot;
+	struct py_proc *proc = py_procs.lookup(&slot);
+	if (!proc || proc->pid != pid) /* the thread id of a process gone, taken by another */
+		return 0;
+	py_stat_inc(PYSTACK_STAT_CAPTURES);
 	__u64 tstate = th->tstate;
 	if (!tstate) { /* no thread state when user space last looked: ask again now and then */
 		__u64 now = bpf_ktime_get_ns();

@@ -31,7 +31,7 @@
 #define PYFRAME_F_GENERATOR (1u << 1) /* frame owned by a generator/coroutine (never "incomplete") */
 
 /* Per-cpu counters in py_stats (indices). */
-#define PYSTACK_STAT_CAPTURES 0    /* captures for a pid in py_procs */
+#define PYSTACK_STAT_CAPTURES 0    /* captures for a pid with an entry in py_procs */
 #define PYSTACK_STAT_STACKS 1      /* captures that returned a stack id */
 #define PYSTACK_STAT_TSTATE_MISS 2 /* thread without (valid) thread state: user space refreshes */
 #define PYSTACK_STAT_TRUNCATED 3
@@ -40,7 +40,8 @@
 #define PYSTACK_STAT_NEW_LOST 6 /* new stack ids that did not fit in py_new_stacks */
 #define PYSTACK_STAT_COUNT 7
 
-/* Everything the walker needs to know about one process's interpreter (py_procs value).
+/* Everything the walker needs to know about one process's interpreter (py_procs value, in the slot its
+ * threads' entries name).
  * Per-version differences are data (offsets and masks), not branches: the walk loop stays
  * branch-free on them, which keeps it cheap for the verifier at any depth. */
 struct py_proc {
@@ -65,6 +66,7 @@ struct py_proc {
 	__u32 code_read_size;   /* <= 128 */
 	__u32 code_firstlineno; /* offset of co_firstlineno (int) relative to code_read */
 	__u32 code_name;        /* offset of co_name (pointer) relative to code_read */
+	__u32 pid;              /* the process the entry is for (0: a free slot) */
 };
 
 /* py_threads value: the PyThreadState of a native thread id (host tid). */
@@ -72,6 +74,8 @@ struct py_thread {
 	__u64 tstate; /* 0: no thread state when last looked (a native thread, or one not started yet) */
 	__u64 ident;  /* tstate != 0: the u64 expected at tstate + tstate_ident (detects a freed tstate);
 	               * tstate == 0: bpf_ktime_get_ns() after which a sample reports a miss again */
+	__u32 proc_slot; /* its process's entry in py_procs */
+	__u32 pad;
 };
 
 /* One Python frame as the walker saw it. */

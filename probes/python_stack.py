@@ -33,6 +33,7 @@ log = logging.getLogger("deepctx.python")
 PY_NO_OFFSET = 0xFFFFFFFF
 PY_OWNER_NONE = 256  # an owner value no frame has
 PY_RETRY_NS = 500_000_000
+PY_PROCS_MAX = 256  # Python processes one loaded program walks at once (py_procs' slots)
 
 PYSTACK_STAT_CAPTURES = 0
 PYSTACK_STAT_STACKS = 1
@@ -64,12 +65,12 @@ class PyProc(ct.Structure):
         "version", "tstate_ident", "tstate_frame", "cframe_current", "frame_code", "frame_previous",
         "frame_instr", "frame_size", "instr_is_pointer", "frame_owner", "owner_mask", "owner_shim",
         "owner_generator", "frame_is_entry", "entry_mask", "entry_always", "code_adaptive", "code_read",
-        "code_read_size", "code_firstlineno", "code_name",
+        "code_read_size", "code_firstlineno", "code_name", "pid",
     )]
 
 
 class PyThread(ct.Structure):
-    _fields_ = [("tstate", ct.c_uint64), ("ident", ct.c_uint64)]
+    _fields_ = [("tstate", ct.c_uint64), ("ident", ct.c_uint64), ("proc_slot", ct.c_uint32), ("pad", ct.c_uint32)]
 
 
 class PyNewStack(ct.Structure):
@@ -146,6 +147,7 @@ class _Proc:
     last_refresh: float = 0.0
     names: dict[int, str] = field(default_factory=dict)  # host tid -> threading's name (threads gone keep theirs)
     name_reads_left: int = 0  # reads still due for threads without a name since the map last changed
+    slot: int = 0  # its entry in py_procs (attach)
 
 
 class PythonStacks(FamilyDefaults):
@@ -179,6 +181,7 @@ class PythonStacks(FamilyDefaults):
             "PY_MAX_DEPTH": self.max_depth,
             "PY_STACKS_MAX": self.stack_entries,
             "PY_THREADS_MAX": self.thread_entries,
+            "PY_PROCS_MAX": PY_PROCS_MAX,
         }
 
     def prepare(self, target: Target) -> None:
@@ -201,8 +204,12 @@ class PythonStacks(FamilyDefaults):
 
     def attach(self, bpf: Any, target: Target) -> None:
         proc = self._procs[target.pid]
+        proc.slot = share_of(bpf).claim_slot("py_procs", target.pid, PY_PROCS_MAX)
+        cfg = proc_config(proc.interp.layout)
+        cfg.pid = target.pid
         table = bpf[b"py_procs"]
-        table[ct.c_uint32(target.pid)] = table.Leaf.from_buffer_copy(bytes(proc_config(proc.interp.layout)))
+        table[ct.c_int(proc.slot)] = table.Leaf.from_buffer_copy(bytes(cfg))
+        bpf[b"py_proc_slots"][ct.c_uint32(target.pid)] = ct.c_uint32(proc.slot)
         self._refresh(bpf, target.pid, proc)
 
     def poll(self, bpf: Any, target: Target) -> None:
@@ -222,10 +229,15 @@ class PythonStacks(FamilyDefaults):
         proc = self._procs.pop(target.pid, None)
         if proc is None:
             return
-        entries = [(bpf[b"py_procs"], target.pid)] + [(bpf[b"py_threads"], tid) for tid in proc.threads]
+        # its threads first, then the pid's slot, then the layout (an array's entry deleted is zeroed: pid 0)
+        entries = [(bpf[b"py_threads"], ct.c_uint32(tid)) for tid in proc.threads]
+        entries.append((bpf[b"py_proc_slots"], ct.c_uint32(target.pid)))
+        slot = share_of(bpf).release_slot("py_procs", target.pid)
+        if slot is not None:
+            entries.append((bpf[b"py_procs"], ct.c_int(slot)))
         for table, key in entries:
             try:
-                del table[ct.c_uint32(key)]
+                del table[key]
             except KeyError:
                 pass
         proc.mem.close()
@@ -346,7 +358,7 @@ class PythonStacks(FamilyDefaults):
                 continue
             changed = changed or proc.threads.get(tid) != want
             value = want if st else (0, retry_at)
-            table[ct.c_uint32(tid)] = table.Leaf.from_buffer_copy(bytes(PyThread(*value)))
+            table[ct.c_uint32(tid)] = table.Leaf.from_buffer_copy(bytes(PyThread(*value, proc.slot)))
             proc.threads[tid] = want
         for tid in set(proc.threads) - set(tids):
             try:

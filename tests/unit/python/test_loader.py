@@ -68,7 +68,8 @@ class FakeTable:
 class FakeBPF(dict):
     def __init__(self, max_depth: int) -> None:
         super().__init__({  # keyed by bytes, as bcc wants its table names
-            b"py_procs": FakeTable(ps.PyProc), b"py_threads": FakeTable(ps.PyThread),
+            b"py_procs": FakeTable(ps.PyProc), b"py_proc_slots": FakeTable(ct.c_uint32),
+            b"py_threads": FakeTable(ps.PyThread),
             b"py_misses": FakeTable(ct.c_uint32), b"py_stacks": FakeTable(ps.py_stack_type(max_depth)),
             b"py_new_stacks": FakeTable(ps.PyNewStack), b"py_stats": FakeTable(ct.c_uint64, percpu=2),
         })
@@ -102,11 +103,14 @@ def test_lifecycle(target: tuple[subprocess.Popen, Target, dict]) -> None:
     bpf = FakeBPF(128)
     fam.attach(bpf, t)
 
-    assert bytes(bpf[b"py_procs"].data[t.pid]) == bytes(ps.proc_config(interp.layout))
+    slot = bpf[b"py_proc_slots"].data[t.pid].value
+    want = ps.proc_config(interp.layout)
+    want.pid = t.pid
+    assert bytes(bpf[b"py_procs"].data[slot]) == bytes(want)
     threads = bpf[b"py_threads"].data
     assert set(threads) == set(thread_ids(t.pid))
     main = threads[info["tid"]]
-    assert main.tstate != 0
+    assert main.tstate != 0 and {th.proc_slot for th in threads.values()} == {slot}
     with ProcessMemory(t.pid) as mem:
         assert ThreadMapper(mem, interp).snapshot()[info["tid"]].tstate == main.tstate
 
@@ -138,7 +142,7 @@ def test_lifecycle(target: tuple[subprocess.Popen, Target, dict]) -> None:
     stats = fam.stats(bpf)
     assert set(stats) >= {"python_tstate_misses", "python_truncated", "python_read_errors", "python_stacks"}
     fam.detach(bpf, t)
-    assert not bpf[b"py_procs"].data and not threads
+    assert not bpf[b"py_procs"].data and not bpf[b"py_proc_slots"].data and not threads
     assert [f.frame.name for f in fam.frames(bpf, t, 42)][:4] == ["<module>", "top", "mid", "leaf"]
     assert fam.interpreter_modules(t.pid) == interp.modules
 
