@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import struct
 
+import pytest
+
 from deepctx.probes.program_share import ProgramShare, pid_of
 
 
@@ -87,3 +89,13 @@ def test_queued_items_reach_their_own_user() -> None:
     assert share.route("py_new_stacks", [(11, "e")], {22}) == ["e"]  # no capture holds 11: the caller's
     share.reset()
     assert (share.users, share.route("py_misses", [(22, 1)], {11})) == (set(), [1])
+
+
+def test_slots_are_the_lowest_free_one_per_process_and_refused_when_full() -> None:
+    share = ProgramShare()
+    assert [share.claim_slot("py_procs", pid, 3) for pid in (40, 41, 40)] == [0, 1, 0]
+    assert share.release_slot("py_procs", 40) == 0 and share.release_slot("py_procs", 40) is None
+    assert [share.claim_slot("py_procs", pid, 3) for pid in (42, 43)] == [0, 2]
+    with pytest.raises(ValueError, match="more than 3 processes on one program"):
+        share.claim_slot("py_procs", 44, 3)
+    assert share.claim_slot("other", 44, 3) == 0  # each array its own slots
