@@ -589,8 +589,7 @@ class GpuApi(FamilyDefaults):
                 (entry if entry_only(api, self.mode) else both).add(off)
         assert self._uprobes is not None
         before = self._uprobes.probes
-        self._uprobes.attach(lib.path, sorted(both))
-        self._uprobes.attach(lib.path, sorted(entry - both), with_return=False)
+        self._uprobes.attach(lib.path, sorted(both), entry_only=sorted(entry - both))  # one link where sessions work
         lib.probes += self._uprobes.probes - before
         log.info("GPU probes attached", extra={"library": lib.path, "kind": lib.kind, "probes": lib.probes,
                                                "left_to_the_agent": len(lib.agents_calls),

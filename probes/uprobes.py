@@ -135,7 +135,7 @@ class UprobeAttacher:
         self.session: bool | None = None if session_fn and uprobe_sessions() else False  # decided on first use
         self.links: list[int] = []
         self.probes = 0
-        self.attached: list[tuple[str, list[int], bool]] = []  # what resume() attaches again
+        self.attached: list[tuple[str, list[int], list[int]]] = []  # (path, returns, entries): for resume()
         self.paused = False
 
     def _load(self, name: str, attach_type: int) -> int:
@@ -143,23 +143,29 @@ class UprobeAttacher:
 
         return self.bpf.load_func(name.encode(), BPF.KPROBE, attach_type=attach_type).fd
 
-    def attach(self, path: str, offsets: list[int], with_return: bool = True) -> None:
-        """Entry probes at every offset, and return probes too unless with_return is False. Under a session
-        program every offset takes the session link: its entry leaves the return alone where none is due."""
-        offsets = sorted(set(offsets))
-        if not offsets:
+    def attach(self, path: str, offsets: list[int], with_return: bool = True, entry_only: list[int] = ()) -> None:
+        """Entry probes at every offset, and return probes too unless with_return is False; entry_only: more
+        offsets probed at entry alone. Under a session program every offset takes the one session link (its
+        entry leaves the return alone where none is due); otherwise one entry link takes them all and a
+        return link the offsets that want returns."""
+        returns = sorted(set(offsets)) if with_return else []
+        entries = sorted(set(offsets) | set(entry_only))
+        if not entries:
             return
-        self.attached.append((path, offsets, with_return))
+        self.attached.append((path, returns, entries))
         if self.paused:
             return  # attached by resume()
+        self._attach(path, returns, entries)
+
+    def _attach(self, path: str, returns: list[int], entries: list[int]) -> None:
         if self.session is not False and self.multi is not False:
             assert self.session_fn is not None
             try:
                 fd = self._load(self.session_fn, BPF_TRACE_UPROBE_SESSION)
-                self.links.append(link_uprobe_multi(fd, path, offsets, retprobe=False, pid=self.pid,
+                self.links.append(link_uprobe_multi(fd, path, entries, retprobe=False, pid=self.pid,
                                                     attach_type=BPF_TRACE_UPROBE_SESSION))
                 self.session = self.multi = True
-                self.probes += (2 if with_return else 1) * len(offsets)
+                self.probes += len(entries) + len(returns)
                 return
             except Exception:
                 if self.session:  # it worked before: this file is the problem
@@ -172,11 +178,11 @@ class UprobeAttacher:
             try:
                 entry = self._load(self.entry_fn, BPF_TRACE_UPROBE_MULTI)
                 ret = self._load(self.return_fn, BPF_TRACE_UPROBE_MULTI)
-                self.links.append(link_uprobe_multi(entry, path, offsets, retprobe=False, pid=self.pid))
-                if with_return:
-                    self.links.append(link_uprobe_multi(ret, path, offsets, retprobe=True, pid=self.pid))
+                self.links.append(link_uprobe_multi(entry, path, entries, retprobe=False, pid=self.pid))
+                if returns:
+                    self.links.append(link_uprobe_multi(ret, path, returns, retprobe=True, pid=self.pid))
                 self.multi = True
-                self.probes += (2 if with_return else 1) * len(offsets)
+                self.probes += len(entries) + len(returns)
                 return
             except Exception:
                 if self.multi:  # it worked before: this file is the problem
@@ -186,12 +192,12 @@ class UprobeAttacher:
                     fn = self.bpf.funcs.pop(name.encode(), None)
                     if fn is not None:
                         os.close(fn.fd)
-        for off in offsets:
+        for off in entries:
             self._attach_one(path, off, retprobe=False)
             self.probes += 1
-            if with_return:
-                self._attach_one(path, off, retprobe=True)
-                self.probes += 1
+        for off in returns:
+            self._attach_one(path, off, retprobe=True)
+            self.probes += 1
 
     def _attach_one(self, path: str, offset: int, retprobe: bool) -> None:
         from bcc import BPF
@@ -224,5 +230,6 @@ class UprobeAttacher:
             return
         self.paused = False
         calls, self.attached, self.probes = self.attached, [], 0
-        for path, offsets, with_return in calls:
-            self.attach(path, offsets, with_return)
+        for path, returns, entries in calls:
+            self.attached.append((path, returns, entries))
+            self._attach(path, returns, entries)

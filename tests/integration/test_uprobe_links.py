@@ -140,3 +140,22 @@ def test_the_gpu_probes_are_attached_for_their_target_alone(monkeypatch: pytest.
     target = Target(4242, None, AddressSpace([]))  # no GPU library mapped: nothing to attach yet
     api.attach(bpf, target)
     assert seen == [4242]
+
+
+def test_offsets_with_and_without_returns_share_one_entry_link(probe: tuple[Any, int, str, dict[str, int]]) -> None:
+    """GpuApi attaches a library's offsets that want returns and its entry-only ones in one call: one entry
+    link takes them all, a return link only the first kind (an uprobe session: one link for all). Each of the
+    three functions fires at entry once a call, labs at its return too; the entry-only ones never return."""
+    bpf, _, path, offsets = probe
+    attacher = UprobeAttacher(bpf, "on_call", "on_call", pid=os.getpid())
+    attacher.attach(path, [offsets["labs"]], entry_only=[offsets["ffs"], offsets["toascii"]])
+    try:
+        assert attacher.multi is True and len(attacher.links) == 2 and attacher.probes == 4
+        assert attacher.attached == [(path, [offsets["labs"]], sorted([offsets["labs"], offsets["ffs"],
+                                                                        offsets["toascii"]]))]
+        c = ct.CDLL(ctypes.util.find_library("c"))
+        before = calls(bpf)
+        c.labs(-3), c.ffs(8), c.toascii(200)
+        assert calls(bpf) - before == 4  # three entries and labs's return
+    finally:
+        attacher.close()
