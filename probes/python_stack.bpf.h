@@ -3,10 +3,11 @@
  * only). Reads user memory only (bpf_probe_read_user). The per-cpu scratch is safe: tracing BPF
  * programs do not nest on a cpu.
  *
- * User space (python_stack.py) fills py_procs (per-process layout, in a slot), py_proc_slots (pid -> slot)
- * and py_threads (native tid -> PyThreadState and its process's slot); the walker follows the thread's current frame outwards and interns the frames in
- * py_stacks. New stack ids go to the py_new_stacks queue so user space names their code objects
- * while the process is alive; threads without a (valid) entry go to py_misses for a refresh. */
+ * User space (python_stack.py) fills py_procs (per-process layout, in a slot), py_proc_slots (pid ->
+ * slot) and py_threads (native tid -> PyThreadState and its process's slot); the walker follows the
+ * thread's current frame outwards and interns the frames in py_stacks. New stack ids go to the
+ * py_new_stacks queue so user space names their code objects while the process is alive; threads
+ * without a (valid) entry go to py_misses for a refresh. */
 #ifndef DEEPCTX_PYTHON_STACK_BPF_H
 #define DEEPCTX_PYTHON_STACK_BPF_H
 

@@ -14,7 +14,7 @@ import functools
 import os
 import platform
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 BPF_LINK_CREATE = 28
@@ -143,7 +143,8 @@ class UprobeAttacher:
 
         return self.bpf.load_func(name.encode(), BPF.KPROBE, attach_type=attach_type).fd
 
-    def attach(self, path: str, offsets: list[int], with_return: bool = True, entry_only: list[int] = ()) -> None:
+    def attach(self, path: str, offsets: Sequence[int], with_return: bool = True,
+               entry_only: Sequence[int] = ()) -> None:
         """Entry probes at every offset, and return probes too unless with_return is False; entry_only: more
         offsets probed at entry alone. Under a session program every offset takes the one session link (its
         entry leaves the return alone where none is due); otherwise one entry link takes them all and a
