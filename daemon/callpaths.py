@@ -9,7 +9,7 @@ from deepctx.daemon.symbolize.kernel import KernelSymbols
 from deepctx.daemon.symbolize.native import NativeSymbolizer
 from deepctx.host.frames import TRUNCATED, UNWIND_LOST, UNWIND_STOPPED, Frame, thread_frame
 from deepctx.host.procfs import AddressSpace
-from deepctx.host.python.merge import merge_stacks
+from deepctx.host.python.merge import mark_missing_python, merge_stacks
 
 LOST_STACK = Frame("native", "[lost user stack]")
 
@@ -137,6 +137,8 @@ class CallPathResolver:
             if merged.count(TRUNCATED) > 1:  # native and Python stacks both cut: one marker says it
                 merged = [TRUNCATED] + [f for f in merged if f != TRUNCATED]
             frames += merged
+        elif self.read_python is not None:  # a Python process: say where its Python frames are missing
+            frames += mark_missing_python(native, self.python_modules, keep_libpython=self.native_python)
         else:
             frames += native
         frames += self.kernel_frames(kernel_stack_id)

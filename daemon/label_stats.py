@@ -11,6 +11,7 @@ from deepctx.daemon.gpu_tree import NOT_SAMPLED, UNNAMED_KERNEL
 from deepctx.daemon.tree import CallTree
 from deepctx.host.frames import (
     PYTHON_FREED_CODE,
+    PYTHON_MISSING,
     PYTHON_UNKNOWN,
     PYTHON_UNREADABLE,
     TRUNCATED,
@@ -42,6 +43,11 @@ LABELS = (
           "[Python walk stopped: unreadable frame] on {what}: the Python walker could not read a frame or its code "
           "object at the sample (a page not resident, which BPF cannot fault in, or a frame still being set up; "
           "see python_read_errors), so the Python frames above it are missing"),
+    Label("python_missing", lambda f: f == PYTHON_MISSING,
+          "[Python frames missing] on {what}: the thread was running Python code but the Python walker had no "
+          "stack for it: it found no thread state for the thread (python_tstate_misses: a sub-interpreter's "
+          "thread, or one deeper in the interpreter's thread list than the walker searches) or the stack map was "
+          "full (python_stack_map_full)"),
     Label("unwinding_stopped", lambda f: f.kind == "native" and f.name in _STOPS,
           "[unwinding stopped: …] on {what}: the native unwinder stopped before the thread's entry for the reason "
           "named: code with no unwind table, an unreadable stack, an unwind rule it cannot evaluate"),

@@ -71,6 +71,9 @@ TRUNCATED = Frame("native", "[truncated]")
 UNWIND_LOST = Frame("native", "[unwinding lost the callers]")
 # Where the Python walker stopped at a frame it could not read: the Python frames beyond it are missing.
 PYTHON_UNREADABLE = Frame("native", "[Python walk stopped: unreadable frame]")
+# Where a thread was running Python code (the interpreter's eval loop on its native stack) but the Python walker
+# had no stack for it: it stands where the Python frames would, at the innermost eval activation.
+PYTHON_MISSING = Frame("python", "[Python frames missing]")
 # Outermost frame of a native (.eh_frame) walk that stopped before the thread's entry, by its reason.
 UNWIND_STOPPED = {
     "no_table": Frame("native", "[unwinding stopped: no unwind table]"),

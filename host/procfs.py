@@ -222,6 +222,15 @@ def thread_ids(pid: int) -> list[int]:
         raise ProcessGone(pid) from e
 
 
+def pid_namespace(pid: int) -> tuple[int, int]:
+    """(device, inode) of the process's pid namespace, as bpf_get_ns_current_pid_tgid() takes them."""
+    try:
+        st = os.stat(f"/proc/{pid}/ns/pid")
+    except FileNotFoundError as e:
+        raise ProcessGone(pid) from e
+    return st.st_dev, st.st_ino
+
+
 def thread_name(pid: int, tid: int) -> str | None:
     try:
         return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()

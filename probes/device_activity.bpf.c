@@ -131,6 +131,35 @@ static __always_inline int dev_corr_live(struct dev_corr_slot *s, __u64 now) {
     return s->key.pid && !s->corr.joined && now - s->corr.api_start_ns < DEV_CORR_YOUNG_NS;
 }
 
+/* A correlation's call the GPU API probes do not track (or sampled mode's entry-only calls): its call path, taken
+ * as the API probes take theirs, into the scratch's call. Nothing the caller decided with is used after the walks:
+ * the settings are looked up again, so that every way here reaches the walks in one verifier state (the caller's
+ * branches each made one, and the walks were verified once for each: 669K of the verifier's 1M instructions). */
+static __always_inline void dev_unprobed_path(struct pt_regs *ctx, __u32 pid, __u32 tid, __u32 corr) {
+    int zero = 0;
+    struct dev_corr *c = dev_corr_scratch.lookup(&zero);
+    if (!c)
+        return;
+    gpu_capture_path(ctx, 0, pid, tid, &c->call.user_stack, &c->call.py_stack);  /* as the API probes do */
+    c = dev_corr_scratch.lookup(&zero);
+    struct dev_config *cfg = dev_config.lookup(&zero);
+    if (!c || !cfg)
+        return;
+    if (c->call.user_stack == 0)
+        c->call.flags |= GPU_KEY_F_STACK_LOST;
+    int agent_calls = cfg->agent_calls;
+    /* a backward node's or a hand-off worker's call, as gpu_api (which counts those it probes) */
+    if (gpu_apply_origin(pid, tid, &c->call) && agent_calls)
+        gpu_stat_inc(c->call.origin_node ? GPU_STAT_NODE_CALLS : GPU_STAT_HANDED_OFF);
+    if (!agent_calls) {  /* the probed driver call this runtime call makes may adopt the id */
+        struct gpu_orphan orphan = {};
+        orphan.pid = pid;
+        orphan.correlation = corr;
+        orphan.time_ns = c->api_start_ns;
+        gpu_orphans.update(&tid, &orphan);
+    }
+}
+
 int on_dev_correlation(struct pt_regs *ctx) {
     __u64 id = bpf_get_current_pid_tgid();
     __u32 pid = id >> 32, tid = (__u32)id;
@@ -177,19 +206,10 @@ int on_dev_correlation(struct pt_regs *ctx) {
         c->call.api_id = DEV_API_UNPROBED;
         c->call.flags = GPU_KEY_F_SAMPLED;
         dev_learn_name(pid, fn);  /* CUPTI's function name: names the call in the tree */
-        gpu_capture_path(ctx, 0, pid, tid, &c->call.user_stack, &c->call.py_stack);  /* as the API probes do */
-        if (c->call.user_stack == 0)
-            c->call.flags |= GPU_KEY_F_STACK_LOST;
-        /* a backward node's or a hand-off worker's call, as gpu_api (which counts those it probes) */
-        if (gpu_apply_origin(pid, tid, &c->call) && agent_calls)
-            gpu_stat_inc(c->call.origin_node ? GPU_STAT_NODE_CALLS : GPU_STAT_HANDED_OFF);
-        if (!agent_calls) {  /* the probed driver call this runtime call makes may adopt the id */
-            struct gpu_orphan orphan = {};
-            orphan.pid = pid;
-            orphan.correlation = corr;
-            orphan.time_ns = c->api_start_ns;
-            gpu_orphans.update(&tid, &orphan);
-        }
+        dev_unprobed_path(ctx, pid, tid, corr);
+        c = dev_corr_scratch.lookup(&zero);
+        if (!c)
+            return 0;
     }
     __u32 zero32 = 0;
     __u64 *next = dev_corr_next.lookup(&zero32);

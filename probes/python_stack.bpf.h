@@ -5,9 +5,12 @@
  *
  * User space (python_stack.py) fills py_procs (per-process layout, in a slot), py_proc_slots (pid ->
  * slot) and py_threads (native tid -> PyThreadState and its process's slot); the walker follows the
- * thread's current frame outwards and interns the frames in py_stacks. New stack ids go to the
- * py_new_stacks queue so user space names their code objects while the process is alive; threads
- * without a (valid) entry go to py_misses for a refresh. */
+ * thread's current frame outwards and interns the frames in py_stacks. A thread it has no state for is
+ * looked for in the interpreter's thread list at once (py_search_thread: a new thread has its Python frames
+ * from its first sample, not from user space's next refresh) and the entry it writes is announced in
+ * py_found (user space deletes it when the thread goes). New stack ids go to the py_new_stacks queue so
+ * user space names their code objects while the process is alive; threads still without a (valid) state go
+ * to py_misses for a refresh. */
 #ifndef DEEPCTX_PYTHON_STACK_BPF_H
 #define DEEPCTX_PYTHON_STACK_BPF_H
 
@@ -71,6 +74,7 @@ BPF_HASH(py_proc_slots, __u32, __u32, PY_PROCS_MAX); /* pid -> slot */
 BPF_HASH(py_threads, __u32, struct py_thread, PY_THREADS_MAX);
 BPF_F_TABLE("hash", __u64, struct py_stack, py_stacks, PY_STACKS_MAX, BPF_F_NO_PREALLOC);
 BPF_HASH(py_misses, __u32, __u32, PY_MISSES_MAX); /* tid -> pid */
+BPF_HASH(py_found, __u32, __u32, PY_MISSES_MAX);  /* tid -> pid: py_threads entries the walker wrote */
 BPF_QUEUE(py_new_stacks, struct py_new_stack, PY_NEW_STACKS_MAX);
 BPF_PERCPU_ARRAY(py_stats, __u64, PYSTACK_STAT_COUNT);
 BPF_PERCPU_ARRAY(py_scratch, struct py_scratch, 1);
@@ -112,31 +116,120 @@ static __always_inline __u64 py_read_u64(__u64 addr, int *err)
 	return v;
 }
 
+/* Looks for the current thread's state in the main interpreter's thread list, newest first: its id there is
+ * the thread's id as its pid namespace sees it (3.11+), or (3.10) a pthread_t whose struct holds that id at
+ * ident_tid. Returns 1 with the state and the ident to check it by. */
+static __always_inline int py_search_thread(struct py_proc *proc, __u32 tid, __u64 *tstate, __u64 *ident)
+{
+	__u64 head = proc->threads_head;
+	if (!head)
+		return 0;
+	__u64 want = tid;
+	if (proc->pidns_ino) {
+		struct bpf_pidns_info ns = {};
+		if (bpf_get_ns_current_pid_tgid(proc->pidns_dev, proc->pidns_ino, &ns, sizeof(ns)))
+			return 0;
+		want = ns.pid; /* the thread's id there (tgid is the process's) */
+	}
+	__u64 off_ident = proc->tstate_ident, off_next = proc->tstate_next, off_tid = proc->ident_tid;
+	int err = 0;
+	__u64 ts = py_read_u64(head, &err);
+	for (int i = 0; i < PY_SEARCH_MAX; i++) {
+		if (!ts || err)
+			break;
+		__u64 id = py_read_u64(ts + off_ident, &err);
+		__u64 got = id;
+		if (off_tid != PY_NO_OFFSET) {
+			__u32 t = 0;
+			got = bpf_probe_read_user(&t, sizeof(t), (void *)(id + off_tid)) ? 0 : t;
+		}
+		if (!err && id && got == want) {
+			*tstate = ts;
+			*ident = id;
+			return 1;
+		}
+		ts = py_read_u64(ts + off_next, &err);
+	}
+	return 0;
+}
+
+/* A thread without a usable entry (none, or none found within its retry time): searches for its state and
+ * writes what it finds, or when to look again. Returns 1 when it found the state. The entry for "not found"
+ * is written before the search, so that nothing decided from the old entry is held across it: the verifier
+ * walks the search's iterations once, not once for each way here. */
+static __always_inline int py_learn_thread(struct py_proc *proc, __u32 slot, __u32 pid, __u32 tid,
+                                           struct py_thread *old, __u32 *flags)
+{
+	int search = proc->threads_head != 0;
+	struct py_thread entry = {.proc_slot = slot};
+	entry.searches = old ? old->searches + 1 : 1;
+	entry.ident = bpf_ktime_get_ns() + (search ? PY_SEARCH_RETRY_NS : PY_RETRY_NS);
+	py_threads.update(&tid, &entry);
+	if (!old)
+		py_found.update(&tid, &pid); /* user space deletes it when the thread goes */
+	entry.searches = 0;
+	if (py_search_thread(proc, tid, &entry.tstate, &entry.ident)) {
+		py_threads.update(&tid, &entry);
+		py_stat_inc(PYSTACK_STAT_FOUND);
+		return 1;
+	}
+	/* not found: again soon (it may not be bound to its thread yet); a refresh is asked for at the 1st, 2nd,
+	 * 4th ... failure only (native threads never have a state), and without a search at every retry */
+	struct py_thread *th = py_threads.lookup(&tid);
+	__u32 n = th ? th->searches : 1;
+	if (!proc->threads_head || !(n & (n - 1)))
+		py_note_miss(pid, tid, flags);
+	else
+		*flags |= PYSTACK_F_TSTATE_MISS;
+	return 0;
+}
+
+/* A thread whose entry has no state (none yet, or none found within its retry time): looks for it now and then.
+ * Returns 1 when its entry has a state now. */
+static __always_inline int py_thread_missing(__u32 pid, __u32 tid, struct py_thread *th, __u32 *flags)
+{
+	__u32 slot;
+	if (th) {
+		slot = th->proc_slot;
+	} else {
+		__u32 *known = py_proc_slots.lookup(&pid);
+		if (!known)
+			return 0; /* not a Python process */
+		slot = *known; /* a thread of a Python process, not known yet */
+	}
+	struct py_proc *proc = py_procs.lookup(&slot);
+	if (!proc || proc->pid != pid) /* the thread id of a process gone, taken by another */
+		return 0;
+	if (th && bpf_ktime_get_ns() < th->ident) { /* looked for not long ago */
+		py_stat_inc(PYSTACK_STAT_CAPTURES);
+		*flags |= PYSTACK_F_TSTATE_MISS;
+		return 0;
+	}
+	int found = py_learn_thread(proc, slot, pid, tid, th, flags);
+	if (!found)
+		py_stat_inc(PYSTACK_STAT_CAPTURES); /* else counted with the walk */
+	return found;
+}
+
 /* Interns the current thread's Python stack; returns its id in py_stacks, 0 when there is none. */
 static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *flags)
 {
 	struct py_thread *th = py_threads.lookup(&tid);
-	if (!th) {
-		if (py_proc_slots.lookup(&pid)) { /* a thread of a Python process, not known yet */
-			py_stat_inc(PYSTACK_STAT_CAPTURES);
-			py_note_miss(pid, tid, flags);
-		}
-		return 0;
+	if (!th || !th->tstate) {
+		if (!py_thread_missing(pid, tid, th, flags))
+			return 0;
+		th = py_threads.lookup(&tid);
+		if (!th)
+			return 0;
 	}
+	/* the layout looked up here whichever way the entry came: the search's way held its own pointer to it, which
+	 * made the walk's verifier state differ, and the walk was verified twice */
 	__u32 slot = th->proc_slot;
 	struct py_proc *proc = py_procs.lookup(&slot);
 	if (!proc || proc->pid != pid) /* the thread id of a process gone, taken by another */
 		return 0;
 	py_stat_inc(PYSTACK_STAT_CAPTURES);
 	__u64 tstate = th->tstate;
-	if (!tstate) { /* no thread state when user space last looked: ask again now and then */
-		__u64 now = bpf_ktime_get_ns();
-		if (now >= th->ident) {
-			th->ident = now + PY_RETRY_NS;
-			py_note_miss(pid, tid, flags);
-		}
-		return 0;
-	}
 	__u32 zero = 0;
 	struct py_scratch *s = py_scratch.lookup(&zero);
 	if (!s)
@@ -156,6 +249,9 @@ static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *f
 	__u64 ident = *(__u64 *)(s->tstate + ((off_ident - lo) & (PY_TSTATE_SPAN - 1)));
 	__u64 frame = *(__u64 *)(s->tstate + ((off_frame - lo) & (PY_TSTATE_SPAN - 1)));
 	if (err || ident != th->ident) { /* the thread state was freed or belongs to another thread */
+		th->tstate = 0;
+		th->ident = 0; /* searched for at its next sample */
+		th->searches = 0;
 		py_note_miss(pid, tid, flags);
 		return 0;
 	}

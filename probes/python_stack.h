@@ -12,6 +12,14 @@
 #ifndef PY_RETRY_NS
 #define PY_RETRY_NS 500000000ull /* a thread without a thread state is looked for again this often */
 #endif
+#ifndef PY_SEARCH_RETRY_NS
+/* ... where the walker looks for it itself (py_proc.threads_head set): a thread caught before its state was
+ * bound to it gets its Python frames this soon after */
+#define PY_SEARCH_RETRY_NS 10000000ull
+#endif
+#ifndef PY_SEARCH_MAX
+#define PY_SEARCH_MAX 32 /* thread states a search looks at, newest first (new threads are pushed at the head) */
+#endif
 
 /* The thread state's id and frame fields are read in one go, fewer bytes than this from the first to the
  * end of the last (host/python/layouts.py: TSTATE_READ_MAX, PyLayout.check refuses a layout past it). */
@@ -38,7 +46,8 @@
 #define PYSTACK_STAT_READ_ERROR 4
 #define PYSTACK_STAT_MAP_FULL 5
 #define PYSTACK_STAT_NEW_LOST 6 /* new stack ids that did not fit in py_new_stacks */
-#define PYSTACK_STAT_COUNT 7
+#define PYSTACK_STAT_FOUND 7    /* threads whose state the walker found itself, in the interpreter's list */
+#define PYSTACK_STAT_COUNT 8
 
 /* Everything the walker needs to know about one process's interpreter (py_procs value, in the slot its
  * threads' entries name).
@@ -67,15 +76,21 @@ struct py_proc {
 	__u32 code_firstlineno; /* offset of co_firstlineno (int) relative to code_read */
 	__u32 code_name;        /* offset of co_name (pointer) relative to code_read */
 	__u32 pid;              /* the process the entry is for (0: a free slot) */
+	__u32 tstate_next;      /* PyThreadState.next */
+	__u32 ident_tid;        /* PY_NO_OFFSET: the ident is the thread's id; else where the struct pthread the ident
+	                         * points at holds the thread's id (3.10: glibc's tid) */
+	__u64 threads_head;     /* address of the main interpreter's thread list head; 0: the walker does not search */
+	__u64 pidns_dev;        /* the process's pid namespace (stat of /proc/PID/ns/pid): thread ids in the */
+	__u64 pidns_ino;        /* interpreter's list are as it sees them; 0: the initial namespace's */
 };
 
 /* py_threads value: the PyThreadState of a native thread id (host tid). */
 struct py_thread {
 	__u64 tstate; /* 0: no thread state when last looked (a native thread, or one not started yet) */
 	__u64 ident;  /* tstate != 0: the u64 expected at tstate + tstate_ident (detects a freed tstate);
-	               * tstate == 0: bpf_ktime_get_ns() after which a sample reports a miss again */
+	               * tstate == 0: bpf_ktime_get_ns() after which a sample looks for it again */
 	__u32 proc_slot; /* its process's entry in py_procs */
-	__u32 pad;
+	__u32 searches;  /* tstate == 0: the walker's searches that did not find it (a miss is reported at 1, 2, 4 ...) */
 };
 
 /* One Python frame as the walker saw it. */

@@ -15,14 +15,14 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepctx.host.procfs import ProcessGone, ProcessMemory, thread_ids
+from deepctx.host.procfs import ProcessGone, ProcessMemory, pid_namespace, thread_ids
 from deepctx.host.python.code import CodeReader
 from deepctx.host.python.discovery import Interpreter, find_interpreter
 from deepctx.host.python.layouts import PyLayout
 from deepctx.host.python.pyframe import PyFrameInfo
 from deepctx.host.python.stacks import RawFrame, RawStack, prefetch, symbolize_stack
 from deepctx.host.python.thread_names import read_thread_names
-from deepctx.host.python.threads import ThreadMapper, ThreadState
+from deepctx.host.python.threads import ThreadMapper, ThreadState, main_interpreter
 from deepctx.probes.family import FamilyDefaults, Target, read_source
 from deepctx.probes.maps import entry_count, percpu_sum
 from deepctx.probes.program_share import share_of
@@ -33,6 +33,8 @@ log = logging.getLogger("deepctx.python")
 PY_NO_OFFSET = 0xFFFFFFFF
 PY_OWNER_NONE = 256  # an owner value no frame has
 PY_RETRY_NS = 500_000_000
+PY_SEARCH_RETRY_NS = 10_000_000
+PY_SEARCH_MAX = 32
 PY_PROCS_MAX = 256  # Python processes one loaded program walks at once (py_procs' slots)
 
 PYSTACK_STAT_CAPTURES = 0
@@ -42,7 +44,8 @@ PYSTACK_STAT_TRUNCATED = 3
 PYSTACK_STAT_READ_ERROR = 4
 PYSTACK_STAT_MAP_FULL = 5
 PYSTACK_STAT_NEW_LOST = 6
-PYSTACK_STAT_COUNT = 7
+PYSTACK_STAT_FOUND = 7
+PYSTACK_STAT_COUNT = 8
 
 STAT_NAMES = {
     PYSTACK_STAT_CAPTURES: "python_captures",
@@ -52,9 +55,11 @@ STAT_NAMES = {
     PYSTACK_STAT_READ_ERROR: "python_read_errors",
     PYSTACK_STAT_MAP_FULL: "python_stack_map_full",
     PYSTACK_STAT_NEW_LOST: "python_new_stacks_lost",
+    PYSTACK_STAT_FOUND: "python_threads_found",
 }
 
 REFRESH_S = 1.0  # thread states are re-read at least this often, misses or not
+WALKER_OWNS = (-1, -1)  # _Proc.threads: an entry the walker wrote (py_found), or one left to it
 # Refreshes after a change of the thread map that read the names again while a thread with a thread state has
 # none (a thread caught between its start and its entry in threading._active, or one threading does not know)
 NAME_RETRIES = 3
@@ -65,12 +70,12 @@ class PyProc(ct.Structure):
         "version", "tstate_ident", "tstate_frame", "cframe_current", "frame_code", "frame_previous",
         "frame_instr", "frame_size", "instr_is_pointer", "frame_owner", "owner_mask", "owner_shim",
         "owner_generator", "frame_is_entry", "entry_mask", "entry_always", "code_adaptive", "code_read",
-        "code_read_size", "code_firstlineno", "code_name", "pid",
-    )]
+        "code_read_size", "code_firstlineno", "code_name", "pid", "tstate_next", "ident_tid",
+    )] + [(name, ct.c_uint64) for name in ("threads_head", "pidns_dev", "pidns_ino")]
 
 
 class PyThread(ct.Structure):
-    _fields_ = [("tstate", ct.c_uint64), ("ident", ct.c_uint64), ("proc_slot", ct.c_uint32), ("pad", ct.c_uint32)]
+    _fields_ = [("tstate", ct.c_uint64), ("ident", ct.c_uint64), ("proc_slot", ct.c_uint32), ("searches", ct.c_uint32)]
 
 
 class PyNewStack(ct.Structure):
@@ -121,6 +126,8 @@ def proc_config(layout: PyLayout) -> PyProc:
         code_read_size=hi - lo,
         code_firstlineno=layout.code_firstlineno - lo,
         code_name=layout.code_name - lo,
+        tstate_next=layout.tstate_next,
+        ident_tid=PY_NO_OFFSET,
     )
 
 
@@ -148,6 +155,12 @@ class _Proc:
     names: dict[int, str] = field(default_factory=dict)  # host tid -> threading's name (threads gone keep theirs)
     name_reads_left: int = 0  # reads still due for threads without a name since the map last changed
     slot: int = 0  # its entry in py_procs (attach)
+    cfg: PyProc = field(default_factory=PyProc)  # what its py_procs entry holds
+
+    @property
+    def searching(self) -> bool:
+        """The walker looks for this process's new threads itself (py_search_thread)."""
+        return bool(self.cfg.threads_head)
 
 
 class PythonStacks(FamilyDefaults):
@@ -205,15 +218,25 @@ class PythonStacks(FamilyDefaults):
     def attach(self, bpf: Any, target: Target) -> None:
         proc = self._procs[target.pid]
         proc.slot = share_of(bpf).claim_slot("py_procs", target.pid, PY_PROCS_MAX)
-        cfg = proc_config(proc.interp.layout)
-        cfg.pid = target.pid
-        table = bpf[b"py_procs"]
-        table[ct.c_int(proc.slot)] = table.Leaf.from_buffer_copy(bytes(cfg))
+        proc.cfg = proc_config(proc.interp.layout)
+        proc.cfg.pid = target.pid
+        try:
+            proc.cfg.pidns_dev, proc.cfg.pidns_ino = pid_namespace(target.pid)
+        except ProcessGone as e:
+            raise ValueError(f"process {target.pid} exited") from e
+        self._write_proc(bpf, proc)
         bpf[b"py_proc_slots"][ct.c_uint32(target.pid)] = ct.c_uint32(proc.slot)
         self._refresh(bpf, target.pid, proc)
 
     def poll(self, bpf: Any, target: Target) -> None:
-        missed = self._drain_misses(bpf)
+        missed = self._drain(bpf, "py_misses")
+        # entries the walker wrote: the family deletes them when their threads go, and reads the Python names of
+        # the threads it found while they live
+        for pid, tids in self._drain(bpf, "py_found").items():
+            missed.setdefault(pid, set()).update(tids)
+            proc = self._procs.get(pid)  # none: a process no capture holds (its entries go with the program)
+            for tid in tids if proc is not None else ():
+                proc.threads.setdefault(tid, WALKER_OWNS)
         now = time.monotonic()
         for pid, proc in self._procs.items():
             if pid in missed or now - proc.last_refresh >= REFRESH_S:
@@ -317,9 +340,10 @@ class PythonStacks(FamilyDefaults):
         self._raw[stack_id] = raw
         return raw
 
-    def _drain_misses(self, bpf: Any) -> dict[int, set[int]]:
-        """pid -> its threads that had samples without a known (or valid) thread state."""
-        table = bpf[b"py_misses"]
+    def _drain(self, bpf: Any, name: str) -> dict[int, set[int]]:
+        """pid -> its threads in a tid -> pid map the walker fills: py_misses (samples without a known or valid
+        thread state) or py_found (entries it wrote in py_threads)."""
+        table = bpf[name.encode()]
         missed: dict[int, set[int]] = {}
         try:
             entries = list(table.items_lookup_and_delete_batch())
@@ -332,7 +356,7 @@ class PythonStacks(FamilyDefaults):
                     pass
         # the program's other captures get theirs at their next poll (probes/program_share.py)
         share = share_of(bpf)
-        mine = share.route("py_misses", [(_value(v), (_value(v), _value(k))) for k, v in entries], self._procs)
+        mine = share.route(name, [(_value(v), (_value(v), _value(k))) for k, v in entries], self._procs)
         for pid, tid in mine:
             missed.setdefault(pid, set()).add(tid)
         return missed
@@ -348,15 +372,28 @@ class PythonStacks(FamilyDefaults):
         except (MemoryError, ProcessGone) as e:  # exiting, or caught mid-update: the next poll retries
             log.debug("thread states unreadable", extra={"pid": pid, "error": str(e)})
             return
+        if not proc.searching:
+            self._start_search(bpf, proc)
         table = bpf[b"py_threads"]
         retry_at = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + PY_RETRY_NS  # bpf_ktime_get_ns's clock
         changed = False
         for tid in tids:
             st = states.get(tid)
-            want = (st.tstate, st.ident) if st else (0, 0)
-            if proc.threads.get(tid) == want and tid not in missed:
+            old = proc.threads.get(tid)
+            if st is None and proc.searching:
+                # the walker looks for it itself, and retries soon: an entry from here would hold it back
+                if old is not None and old[0] > 0:  # a state written here is gone
+                    try:
+                        del table[ct.c_uint32(tid)]
+                    except KeyError:
+                        pass
+                    changed = True
+                proc.threads[tid] = WALKER_OWNS
                 continue
-            changed = changed or proc.threads.get(tid) != want
+            want = (st.tstate, st.ident) if st else (0, 0)
+            if old == want and tid not in missed:
+                continue
+            changed = changed or old != want
             value = want if st else (0, retry_at)
             table[ct.c_uint32(tid)] = table.Leaf.from_buffer_copy(bytes(PyThread(*value, proc.slot)))
             proc.threads[tid] = want
@@ -371,6 +408,27 @@ class PythonStacks(FamilyDefaults):
             proc.name_reads_left = NAME_RETRIES
         if proc.name_reads_left:
             self._read_names(proc, states)
+
+    def _start_search(self, bpf: Any, proc: _Proc) -> None:
+        """Lets the walker search the main interpreter's thread list once it is known: the interpreter exists,
+        and (3.10) where struct pthread holds the thread id was found."""
+        lay = proc.interp.layout
+        ident_tid = proc.mapper.pthread_tid_offset if lay.ident_is_pthread else PY_NO_OFFSET
+        if ident_tid is None:
+            return
+        try:
+            main = main_interpreter(proc.mem, proc.interp)
+        except (MemoryError, ProcessGone):
+            return
+        if main:
+            proc.cfg.ident_tid = ident_tid
+            proc.cfg.threads_head = main + lay.interp_threads_head
+            self._write_proc(bpf, proc)
+
+    @staticmethod
+    def _write_proc(bpf: Any, proc: _Proc) -> None:
+        table = bpf[b"py_procs"]
+        table[ct.c_int(proc.slot)] = table.Leaf.from_buffer_copy(bytes(proc.cfg))
 
     def _read_names(self, proc: _Proc, states: dict[int, ThreadState]) -> None:
         """The threads' Python names, read from threading._active ({} without the threading module)."""

@@ -10,7 +10,7 @@ everything found: no Python frame is ever lost.
 
 from __future__ import annotations
 
-from deepctx.host.frames import CUT_MARKERS, Frame
+from deepctx.host.frames import CUT_MARKERS, PYTHON_MISSING, Frame
 from deepctx.host.python.pyframe import PyFrameInfo
 
 EVAL_FUNCTION = "_PyEval_EvalFrameDefault"
@@ -70,3 +70,12 @@ def merge_stacks(
     if marker:
         out.insert(0, marker)
     return out
+
+
+def mark_missing_python(native: list[Frame], python_modules: set[str], keep_libpython: bool = False) -> list[Frame]:
+    """A sample without Python frames: where its native stack shows the thread running Python code (an eval
+    activation), the PYTHON_MISSING marker takes the activations' place as Python frames would; a thread outside
+    Python (no activation) keeps its native frames as they are."""
+    if not any(is_eval_activation(f, python_modules) for f in native):
+        return native
+    return merge_stacks(native, [PyFrameInfo(PYTHON_MISSING, True)], python_modules, keep_libpython)

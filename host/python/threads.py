@@ -38,6 +38,20 @@ def walk_thread_states(mem: ProcessMemory, interp: Interpreter) -> list[ThreadSt
     return out
 
 
+def main_interpreter(mem: ProcessMemory, interp: Interpreter) -> int:
+    """The main interpreter's address: the oldest (new ones are pushed at the list's head); 0 before the runtime
+    has one. Raises MemoryError if unreadable."""
+    lay = interp.layout
+    istate = mem.read_u64(interp.runtime + lay.runtime_interpreters_head)
+    main = 0
+    for _ in range(MAX_INTERPRETERS):
+        if not istate:
+            break
+        main = istate
+        istate = mem.read_u64(istate + lay.interp_next)
+    return main
+
+
 def namespace_tids(pid: int) -> dict[int, int]:
     """Thread id as the target sees it (innermost pid namespace) -> host tid."""
     out: dict[int, int] = {}
@@ -94,6 +108,11 @@ class ThreadMapper:
         self.mem = mem
         self.interp = interp
         self._pthread_off: int | None = None
+
+    @property
+    def pthread_tid_offset(self) -> int | None:
+        """Where struct pthread holds the thread's id (3.10's ident is a pthread_t), once a snapshot found it."""
+        return self._pthread_off
 
     def snapshot(self) -> dict[int, ThreadState]:
         states = walk_thread_states(self.mem, self.interp)

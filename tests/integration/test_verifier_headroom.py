@@ -15,6 +15,7 @@ import pytest
 
 from deepctx.probes import compose
 from deepctx.probes.cpu_sampler import CpuSampler
+from deepctx.probes.device_activity import DeviceActivity
 from deepctx.probes.gpu_api import GpuApi
 from deepctx.probes.native_unwind import NativeUnwinder
 from deepctx.probes.python_stack import PythonStacks
@@ -57,5 +58,22 @@ def test_the_gpu_program_verifies_well_inside_the_bound(mode: str) -> None:
                                                      BPF_TRACE_UPROBE_SESSION)
         over = {k: v for k, v in counts.items() if v > HEADROOM * BOUND}
         assert not over, f"verifier walked {counts} (bound {BOUND:,})"
+    finally:
+        compose.cleanup_program(bpf)
+
+
+@pytest.mark.parametrize("windows", [False, True])
+def test_the_device_programs_walk_a_call_path_well_inside_the_bound(windows: bool) -> None:
+    """The agent's correlation probe takes the call path of a call the API probes do not track, with the same walks:
+    it stood at 669K, the walks verified once for each way its branches reached them, and the Python walker's
+    thread search (issue 35) took it past the bound (continuous captures with device activity failed to load)."""
+    from bcc import BPF
+
+    families = [PythonStacks(max_depth=128), NativeUnwinder(cache=None, shared=False), GpuApi(mode="sampled"),
+                DeviceActivity(windows=windows), CpuSampler(99, False, 16384, 65536)]
+    bpf = compose.compile_program(families)
+    try:
+        n = processed(bpf, "on_dev_correlation", BPF.KPROBE)
+        assert n <= HEADROOM * BOUND, f"verifier walked {n:,} instructions for on_dev_correlation (bound {BOUND:,})"
     finally:
         compose.cleanup_program(bpf)

@@ -17,6 +17,7 @@ from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.tree import CallTree
 from deepctx.daemon.unwind_stops import stop_marker
 from deepctx.host.frames import (
+    PYTHON_MISSING,
     PYTHON_UNREADABLE,
     TRUNCATED,
     UNWIND_LOST,
@@ -115,11 +116,37 @@ def test_a_python_marker_stays_above_the_frames_it_cut() -> None:
                       Frame("native", "memcpy", module="libc.so.6")]
 
 
+def test_a_python_thread_without_its_python_frames_is_marked_where_they_belong() -> None:
+    """The walker had no stack (its thread state was not found): the marker takes the eval loop's place, in a
+    Python process only, and only where the thread was running Python code."""
+    libpy = "libpython3.12.so"
+    ev = Frame("native", "_PyEval_EvalFrameDefault", module=libpy)
+    start = Frame("native", "start_thread", module="libc.so.6")
+    leaf = Frame("native", "clock_gettime", module="libc.so.6")
+    stacks = {1: [start, Frame("native", "thread_run", module=libpy), ev, Frame("native", "PyObject_Call", module=libpy),
+                  ev, leaf],
+              2: [start, Frame("native", "PyThreadState_Clear", module=libpy), Frame("native", "munmap", module="libc.so.6")]}
+
+    class Named(NativeSymbolizer):
+        def symbolize_stack(self, pid: int, space: AddressSpace, ips: list[int]) -> list[Frame]:
+            return list(stacks[ips[0]])
+
+    def make(read_python: bool) -> CallPathResolver:
+        return CallPathResolver(7, AddressSpace([]), lambda sid: ([sid], False), Named(SymbolCache()), {7: "python3"},
+                                read_python=(lambda sid: []) if read_python else None, python_modules={libpy})
+
+    r = make(True)
+    assert r.path(7, 1, 0, False)[1:] == [start, PYTHON_MISSING, leaf]
+    assert r.path(7, 2, 0, False)[1:] == stacks[2]  # its thread state's teardown: no Python code ran
+    assert make(False).path(7, 1, 0, False)[1:] == stacks[1]  # not a Python capture: nothing is said missing
+
+
 def labelled_tree() -> CallTree:
     """40 samples cut at the depth limit (10 of them also in code with no symbol or mapping), 7 with an
     unreadable Python frame, 5 under an unwinder stop, 3 under a frame-pointer walk that went astray, 2 and 4 in
     Python frames of an exited process and of freed code, 1 lost stack; 30 launches of an unnamed kernel, 6 of them
-    from a call path whose code was freed; 9 launches with no sampled call path; 100 clean samples."""
+    from a call path whose code was freed; 9 launches with no sampled call path; 11 samples and 12 launches of a
+    thread running Python whose Python stack the walker did not have; 100 clean samples."""
     t = CallTree("python3 run.py")
     t.add([THREAD, TRUNCATED, STEP], "cpu_samples", 30)
     t.add([THREAD, TRUNCATED, STEP, Frame("native", "[unmapped]+0x7f0012", module="[unmapped]")], "cpu_samples", 10)
@@ -135,6 +162,8 @@ def labelled_tree() -> CallTree:
     t.add([THREAD, MAIN, Frame("python", "[code object freed]"), api, Frame("kernel", UNNAMED_KERNEL)], "calls", 6)
     t.add([THREAD, TRUNCATED, TRUNCATED, STEP], "cpu_samples", 0)  # nested: a path counts once per label
     t.add([THREAD, NOT_SAMPLED, api, Frame("kernel", "gemm")], "calls", 9)
+    t.add([THREAD, PYTHON_MISSING, Frame("native", "clock_gettime", module="libc.so.6")], "cpu_samples", 11)
+    t.add([THREAD, PYTHON_MISSING, api, Frame("kernel", "gemm")], "calls", 12)
     return t
 
 
@@ -144,14 +173,15 @@ def test_each_label_has_its_own_stat_with_exact_counts() -> None:
         "cpu_samples_truncated": 40, "cpu_samples_unmapped": 10, "cpu_samples_python_unreadable": 7,
         "cpu_samples_unwinding_stopped": 5, "cpu_samples_unwind_lost": 3, "cpu_samples_python_unknown": 2,
         "cpu_samples_python_freed_code": 4, "gpu_calls_python_freed_code": 6, "cpu_samples_user_stack_lost": 1,
-        "gpu_calls_unnamed_kernel": 30, "gpu_calls_not_sampled": 9}
+        "gpu_calls_unnamed_kernel": 30, "gpu_calls_not_sampled": 9, "cpu_samples_python_missing": 11,
+        "gpu_calls_python_missing": 12}
     assert label_stats(CallTree("clean")) == {}  # no labels, no stats
 
 
 def test_each_cause_is_warned_in_its_own_words() -> None:
     stats = {**label_stats(labelled_tree()), "cpu_samples_in_profile": 200}
     warnings = label_warnings(stats)
-    assert len(warnings) == 9  # every label but the lost stack (cpu_user_stacks_lost has its warning)
+    assert len(warnings) == 10  # every label but the lost stack (cpu_user_stacks_lost has its warning)
     assert warnings[0] == ("[truncated] on 40 CPU samples (20.0% of the profile): a call path deeper than the walkers' "
                            "depth limit loses its outermost frames there (native: kernel.perf_event_max_stack or the "
                            "unwinder's depth; Python: python_max_depth)")
@@ -164,6 +194,9 @@ def test_each_cause_is_warned_in_its_own_words() -> None:
     assert next(w for w in warnings if w.startswith("[Python walk stopped")).startswith(
         "[Python walk stopped: unreadable frame] on 7 CPU samples (3.5% of the profile): the Python walker could not "
         "read a frame")
+    assert next(w for w in warnings if w.startswith("[Python frames missing]")).startswith(
+        "[Python frames missing] on 11 CPU samples (5.5% of the profile) and 12 GPU calls: the thread was running "
+        "Python code but the Python walker had no stack for it: it found no thread state for the thread")
     assert warnings[-2].startswith("[call path not sampled] on 9 GPU calls: sampled mode took no call path")
     assert warnings[-1] == ("[unnamed kernel] on 30 kernel launches: the runtime passed no kernel name deepctxd could "
                             "resolve")

@@ -227,6 +227,55 @@ def test_thread_started_after_attach(py_daemon: Daemon, python: Interpreter) -> 
     assert hits >= 0.5 * sum(v for _, v in paths) > 0, [pynames(p) for p, _ in paths]
 
 
+MISSING = "[Python frames missing]"
+
+
+def short_thread_samples(doc: dict[str, Any], main_tid: int) -> tuple[int, int, int, int]:
+    """Of the threads other than the main one: (threads, samples, samples with Python frames, samples marked
+    [Python frames missing]). The rest ran no Python code: a thread's start and end in C (clone, thread state
+    set-up and teardown, munmap of its stack), as the interpreter runs them."""
+    paths = [(p, v) for p, v in self_paths(doc) if p[0]["kind"] == "thread" and p[0]["tid"] != main_tid]
+    threads = {p[0]["tid"] for p, _ in paths}
+    python = sum(v for p, v in paths if any(n != MISSING for n in pynames(p)))
+    missing = sum(v for p, v in paths if MISSING in pynames(p))
+    return len(threads), sum(v for _, v in paths), python, missing
+
+
+def check_short_threads(doc: dict[str, Any], main_tid: int) -> None:
+    threads, samples, python, missing = short_thread_samples(doc, main_tid)
+    outside = samples - python - missing
+    assert threads >= 5 and samples >= 200, (threads, samples)
+    assert python >= 0.99 * (python + missing), (python, missing, doc["stats"])
+    assert outside <= 0.03 * samples, (outside, samples)  # not a miss the marker failed to show
+    assert doc["stats"].get("cpu_samples_python_missing", 0) == missing
+    # found by the walker itself at their first samples, not by a refresh from user space
+    assert doc["stats"]["python_threads_found"] >= threads - 1, doc["stats"]
+    calls = sum(v for p, v in self_paths(doc) if contains_chain(pynames(p), ["short_worker", "spin_until"]))
+    assert calls >= 0.95 * samples, (calls, samples)
+
+
+def test_threads_living_a_fifth_of_a_second_carry_their_python_frames(py_daemon: Daemon, python: Interpreter) -> None:
+    """Issue 35: a new thread's samples had only native frames for its first 0.1 to 0.2 s, until user space
+    learnt its thread state; the walker now finds it in the interpreter's thread list at its first sample."""
+    with PyTarget(python, "short_threads.py") as t:
+        doc = py_daemon.attach_json(t.pid, "--duration", "1.5", "--rate", FAST_RATE)
+    check_short_threads(doc, t.info["tid"])
+
+
+def test_short_threads_of_a_process_in_its_own_pid_namespace(py_daemon: Daemon) -> None:
+    """Its thread states hold the thread ids its namespace gives: the walker compares them with those."""
+    python = next((i for i in INTERPRETERS if i.path is not None and i.version >= (3, 11)), None)
+    if python is None:
+        pytest.skip("no CPython 3.11+ here")
+    argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", str(python.path), str(TARGETS / "short_threads.py")]
+    with Target(argv, env=dict(os.environ, DEEPCTX_TARGET_SECONDS="90")) as t:
+        inner = json.loads(t.line.split(None, 2)[2])
+        assert t.pid == 1 and inner["tid"] == 1  # pid 1 of its namespace; the host knows it as unshare's child
+        host_pid = int(Path(f"/proc/{t.proc.pid}/task/{t.proc.pid}/children").read_text().split()[0])
+        doc = py_daemon.attach_json(host_pid, "--duration", "1.5", "--rate", FAST_RATE)
+    check_short_threads(doc, host_pid)
+
+
 def test_ctypes_qsort_callback(py_daemon: Daemon, python: Interpreter) -> None:
     with PyTarget(python, "ctypes_qsort.py") as t:
         doc = py_daemon.attach_json(t.pid, *FAST)

@@ -34,6 +34,8 @@ def test_constants(tmp_path: Path) -> None:
     pairs = {
         "PY_NO_OFFSET": ps.PY_NO_OFFSET,
         "PY_RETRY_NS": ps.PY_RETRY_NS,
+        "PY_SEARCH_RETRY_NS": ps.PY_SEARCH_RETRY_NS,
+        "PY_SEARCH_MAX": ps.PY_SEARCH_MAX,
         "PY_MAX_DEPTH": 128,
         "PYSTACK_F_TRUNCATED": stacks.PYSTACK_F_TRUNCATED,
         "PYSTACK_F_TSTATE_MISS": stacks.PYSTACK_F_TSTATE_MISS,
@@ -48,6 +50,7 @@ def test_constants(tmp_path: Path) -> None:
         "PYSTACK_STAT_READ_ERROR": ps.PYSTACK_STAT_READ_ERROR,
         "PYSTACK_STAT_MAP_FULL": ps.PYSTACK_STAT_MAP_FULL,
         "PYSTACK_STAT_NEW_LOST": ps.PYSTACK_STAT_NEW_LOST,
+        "PYSTACK_STAT_FOUND": ps.PYSTACK_STAT_FOUND,
         "PYSTACK_STAT_COUNT": ps.PYSTACK_STAT_COUNT,
     }
     assert c_values(tmp_path, [HEADER], list(pairs)) == list(pairs.values())

@@ -20,7 +20,7 @@ from targets.python.pythons import INTERPRETERS, Interpreter
 from deepctx.host.procfs import AddressSpace, ProcessMemory, process_info, read_maps, thread_ids
 from deepctx.host.python.code import CodeReader
 from deepctx.host.python.stacks import symbolize_stack
-from deepctx.host.python.threads import ThreadMapper
+from deepctx.host.python.threads import GLIBC_PTHREAD_TID, ThreadMapper, main_interpreter
 from deepctx.probes import python_stack as ps
 from deepctx.probes.family import Target
 
@@ -70,7 +70,7 @@ class FakeBPF(dict):
         super().__init__({  # keyed by bytes, as bcc wants its table names
             b"py_procs": FakeTable(ps.PyProc), b"py_proc_slots": FakeTable(ct.c_uint32),
             b"py_threads": FakeTable(ps.PyThread),
-            b"py_misses": FakeTable(ct.c_uint32), b"py_stacks": FakeTable(ps.py_stack_type(max_depth)),
+            b"py_misses": FakeTable(ct.c_uint32), b"py_found": FakeTable(ct.c_uint32), b"py_stacks": FakeTable(ps.py_stack_type(max_depth)),
             b"py_new_stacks": FakeTable(ps.PyNewStack), b"py_stats": FakeTable(ct.c_uint64, percpu=2),
         })
 
@@ -106,13 +106,23 @@ def test_lifecycle(target: tuple[subprocess.Popen, Target, dict]) -> None:
     slot = bpf[b"py_proc_slots"].data[t.pid].value
     want = ps.proc_config(interp.layout)
     want.pid = t.pid
-    assert bytes(bpf[b"py_procs"].data[slot]) == bytes(want)
-    threads = bpf[b"py_threads"].data
-    assert set(threads) == set(thread_ids(t.pid))
-    main = threads[info["tid"]]
-    assert main.tstate != 0 and {th.proc_slot for th in threads.values()} == {slot}
+    ns = os.stat(f"/proc/{t.pid}/ns/pid")
+    want.pidns_dev, want.pidns_ino = ns.st_dev, ns.st_ino
+    # the walker searches the main interpreter's thread list for threads it does not know
     with ProcessMemory(t.pid) as mem:
-        assert ThreadMapper(mem, interp).snapshot()[info["tid"]].tstate == main.tstate
+        want.threads_head = main_interpreter(mem, interp) + interp.layout.interp_threads_head
+        assert mem.read_u64(want.threads_head) != 0
+    # 3.10: its ident is a pthread_t, whose struct holds the thread id where glibc keeps it
+    want.ident_tid = GLIBC_PTHREAD_TID if interp.layout.ident_is_pthread else ps.PY_NO_OFFSET
+    got = bpf[b"py_procs"].data[slot]
+    assert bytes(got) == bytes(want), {f: (getattr(got, f), getattr(want, f)) for f, _ in ps.PyProc._fields_}
+    threads = bpf[b"py_threads"].data
+    main = threads[info["tid"]]
+    # entries only for threads with a state: one for a thread without any would hold the walker's search back
+    with ProcessMemory(t.pid) as mem:
+        states = ThreadMapper(mem, interp).snapshot()
+    assert set(threads) == set(states) and states[info["tid"]].tstate == main.tstate
+    assert main.tstate != 0 and {th.proc_slot for th in threads.values()} == {slot}
 
     # a sample of an unknown thread asks for a refresh on the next poll
     refreshes = fam.refreshes
@@ -121,6 +131,13 @@ def test_lifecycle(target: tuple[subprocess.Popen, Target, dict]) -> None:
     fam.poll(bpf, t)
     assert fam.refreshes == refreshes + 1 and not bpf[b"py_misses"].data
     assert threads[info["tid"]].tstate == main.tstate
+
+    # an entry the walker wrote (py_found) is the family's to delete when the thread is gone
+    ghost = max(thread_ids(t.pid)) + 100000  # no such thread
+    threads[ghost] = ps.PyThread(0, 0, slot, 1)
+    bpf[b"py_found"].data[ghost] = ct.c_uint32(t.pid)
+    fam.poll(bpf, t)
+    assert fam.refreshes == refreshes + 2 and not bpf[b"py_found"].data and ghost not in threads
 
     # a new stack is named at the next poll, and stays named once the process is gone
     raw = _walk_in_leaf(t.pid, interp, main.tstate)

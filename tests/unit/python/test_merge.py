@@ -3,8 +3,8 @@ frame is ever lost, whatever the native unwinder found."""
 
 import random
 
-from deepctx.host.frames import TRUNCATED, Frame
-from deepctx.host.python.merge import group_activations, merge_stacks
+from deepctx.host.frames import PYTHON_MISSING, TRUNCATED, Frame
+from deepctx.host.python.merge import group_activations, mark_missing_python, merge_stacks
 from deepctx.host.python.pyframe import PyFrameInfo
 
 LIBPY = "libpython3.11.so.1.0"
@@ -63,6 +63,15 @@ def test_leaf_in_c_below_python():
     native = [ev(), nat("time_sleep"), nat("clock_nanosleep", "libc.so.6")]
     python = [py("<module>", True), py("wait")]
     assert names(merge_stacks(native, python, MODS)) == ["<module>", "wait", "clock_nanosleep"]
+
+
+def test_missing_python_frames_are_marked_at_the_innermost_activation():
+    native = [*START, ev(), nat("PyObject_Call"), ev(), nat("clock_gettime", "libc.so.6")]
+    assert names(mark_missing_python(native, MODS)) == ["__libc_start_main", PYTHON_MISSING.name, "clock_gettime"]
+    kept = mark_missing_python(native, MODS, keep_libpython=True)
+    assert names(kept) == [*names(START), EVAL, "PyObject_Call", PYTHON_MISSING.name, "clock_gettime"]
+    outside = [nat("start_thread", "libc.so.6"), nat("PyThreadState_Clear"), nat("munmap", "libc.so.6")]
+    assert mark_missing_python(outside, MODS) == outside  # no Python code running: nothing is missing
 
 
 def test_static_interpreter_executable_is_the_python_module():

@@ -107,7 +107,7 @@ def test_the_family_reads_names_on_thread_map_changes_and_none_without_threading
         target = FamilyTarget(proc.pid, process_info(proc.pid), AddressSpace(read_maps(proc.pid)))
         fam = PythonStacks()
         fam.prepare(target)
-        bpf = {b"py_threads": FakeThreadTable()}
+        bpf = {b"py_threads": FakeThreadTable(), b"py_procs": FakeThreadTable()}
         state = fam._procs[proc.pid]
         for _ in range(NAME_RETRIES + 2):  # the first write of the map, then refreshes that change nothing
             fam._refresh(bpf, proc.pid, state)
