@@ -333,6 +333,8 @@ class ProbeSet:
             thread_names = {**gpu.thread_names(bpf), **thread_names}
         native = inputs.symbolizer
         python_names = python.thread_names(target.pid) if python is not None else None
+        if python is not None:  # OS names of threads the Python walker met, gone before /proc was read
+            thread_names = {**python.os_thread_names(target.pid), **thread_names}
 
         def resolver(read_stack: StackReader,
                      read_kernel: Callable[[int], list[int]] | None = None, dwarf: bool = True,

@@ -8,9 +8,9 @@
  * thread's current frame outwards and interns the frames in py_stacks. A thread it has no state for is
  * looked for in the interpreter's thread list at once (py_search_thread: a new thread has its Python frames
  * from its first sample, not from user space's next refresh) and the entry it writes is announced in
- * py_found (user space deletes it when the thread goes). New stack ids go to the py_new_stacks queue so
- * user space names their code objects while the process is alive; threads still without a (valid) state go
- * to py_misses for a refresh. */
+ * py_found with the thread's OS name (user space deletes the entry when the thread goes). New stack ids go
+ * to the py_new_stacks queue so user space names their code objects while the process is alive; threads
+ * still without a (valid) state go to py_misses for a refresh. */
 #ifndef DEEPCTX_PYTHON_STACK_BPF_H
 #define DEEPCTX_PYTHON_STACK_BPF_H
 
@@ -74,7 +74,7 @@ BPF_HASH(py_proc_slots, __u32, __u32, PY_PROCS_MAX); /* pid -> slot */
 BPF_HASH(py_threads, __u32, struct py_thread, PY_THREADS_MAX);
 BPF_F_TABLE("hash", __u64, struct py_stack, py_stacks, PY_STACKS_MAX, BPF_F_NO_PREALLOC);
 BPF_HASH(py_misses, __u32, __u32, PY_MISSES_MAX); /* tid -> pid */
-BPF_HASH(py_found, __u32, __u32, PY_MISSES_MAX);  /* tid -> pid: py_threads entries the walker wrote */
+BPF_HASH(py_found, __u32, struct py_found_thread, PY_MISSES_MAX); /* tid -> py_threads entries the walker wrote */
 BPF_QUEUE(py_new_stacks, struct py_new_stack, PY_NEW_STACKS_MAX);
 BPF_PERCPU_ARRAY(py_stats, __u64, PYSTACK_STAT_COUNT);
 BPF_PERCPU_ARRAY(py_scratch, struct py_scratch, 1);
@@ -165,8 +165,11 @@ static __always_inline int py_learn_thread(struct py_proc *proc, __u32 slot, __u
 	entry.searches = old ? old->searches + 1 : 1;
 	entry.ident = bpf_ktime_get_ns() + (search ? PY_SEARCH_RETRY_NS : PY_RETRY_NS);
 	py_threads.update(&tid, &entry);
-	if (!old)
-		py_found.update(&tid, &pid); /* user space deletes it when the thread goes */
+	if (!old) { /* user space deletes it when the thread goes, and has its OS name even if it has gone by then */
+		struct py_found_thread found = {.pid = pid};
+		bpf_get_current_comm(found.comm, sizeof(found.comm));
+		py_found.update(&tid, &found);
+	}
 	entry.searches = 0;
 	if (py_search_thread(proc, tid, &entry.tstate, &entry.ident)) {
 		py_threads.update(&tid, &entry);

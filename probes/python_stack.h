@@ -93,6 +93,13 @@ struct py_thread {
 	__u32 searches;  /* tstate == 0: the walker's searches that did not find it (a miss is reported at 1, 2, 4 ...) */
 };
 
+/* py_found value: a thread the walker wrote an entry for, and its OS name then (the thread may be gone before
+ * deepctxd reads /proc). */
+struct py_found_thread {
+	__u32 pid;
+	char comm[16];
+};
+
 /* One Python frame as the walker saw it. */
 struct py_frame {
 	__u64 code;  /* PyCodeObject address */

@@ -11,11 +11,12 @@ from __future__ import annotations
 import ctypes as ct
 import logging
 import time
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepctx.host.procfs import ProcessGone, ProcessMemory, pid_namespace, thread_ids
+from deepctx.host.procfs import ProcessGone, ProcessMemory, pid_namespace, thread_ids, thread_name
 from deepctx.host.python.code import CodeReader
 from deepctx.host.python.discovery import Interpreter, find_interpreter
 from deepctx.host.python.layouts import PyLayout
@@ -59,6 +60,9 @@ STAT_NAMES = {
 }
 
 REFRESH_S = 1.0  # thread states are re-read at least this often, misses or not
+# After the walker met new threads, poll often this long: threading's names can only be read while the threads
+# live (a data loader's or a pool's threads come in bursts, and may live a fraction of a poll interval)
+NEW_THREADS_BUSY_S = 2.0
 WALKER_OWNS = (-1, -1)  # _Proc.threads: an entry the walker wrote (py_found), or one left to it
 # Refreshes after a change of the thread map that read the names again while a thread with a thread state has
 # none (a thread caught between its start and its entry in threading._active, or one threading does not know)
@@ -76,6 +80,10 @@ class PyProc(ct.Structure):
 
 class PyThread(ct.Structure):
     _fields_ = [("tstate", ct.c_uint64), ("ident", ct.c_uint64), ("proc_slot", ct.c_uint32), ("searches", ct.c_uint32)]
+
+
+class PyFoundThread(ct.Structure):
+    _fields_ = [("pid", ct.c_uint32), ("comm", ct.c_char * 16)]
 
 
 class PyNewStack(ct.Structure):
@@ -182,6 +190,8 @@ class PythonStacks(FamilyDefaults):
         self._lost_seen = 0
         self.refreshes = 0
         self.name_reads = 0
+        self._os_names: dict[int, dict[int, str]] = {}  # pid -> tid -> OS name when the walker met the thread
+        self._busy_until = 0.0  # monotonic time until which new threads keep the polls frequent
 
     # -- ProbeFamily ---------------------------------------------------------------------------------
 
@@ -227,17 +237,26 @@ class PythonStacks(FamilyDefaults):
         self._write_proc(bpf, proc)
         bpf[b"py_proc_slots"][ct.c_uint32(target.pid)] = ct.c_uint32(proc.slot)
         self._refresh(bpf, target.pid, proc)
+        # polls come often for a while: threads that start meanwhile are named while they live, and a process that
+        # keeps starting threads keeps them often (poll)
+        self._busy_until = time.monotonic() + NEW_THREADS_BUSY_S
 
     def poll(self, bpf: Any, target: Target) -> None:
-        missed = self._drain(bpf, "py_misses")
+        missed: dict[int, set[int]] = {}
+        for pid, tid, _ in self._drain(bpf, "py_misses", _value):
+            missed.setdefault(pid, set()).add(tid)
         # entries the walker wrote: the family deletes them when their threads go, and reads the Python names of
-        # the threads it found while they live
-        for pid, tids in self._drain(bpf, "py_found").items():
-            missed.setdefault(pid, set()).update(tids)
-            proc = self._procs.get(pid)  # none: a process no capture holds (its entries go with the program)
-            for tid in tids if proc is not None else ():
-                proc.threads.setdefault(tid, WALKER_OWNS)
+        # the threads it met while they live
+        found = self._drain(bpf, "py_found", lambda v: int(v.pid))
         now = time.monotonic()
+        for pid, tid, value in found:
+            missed.setdefault(pid, set()).add(tid)
+            self._os_names.setdefault(pid, {})[tid] = bytes(value.comm).split(b"\0", 1)[0].decode(errors="replace")
+            proc = self._procs.get(pid)  # none: a process no capture holds (its entries go with the program)
+            if proc is not None:
+                proc.threads.setdefault(tid, WALKER_OWNS)
+        if found:
+            self._busy_until = now + NEW_THREADS_BUSY_S
         for pid, proc in self._procs.items():
             if pid in missed or now - proc.last_refresh >= REFRESH_S:
                 self._refresh(bpf, pid, proc, missed.get(pid, set()))
@@ -245,8 +264,9 @@ class PythonStacks(FamilyDefaults):
 
     def busy(self) -> bool:
         """Poll again soon: new stacks are being stored, and their code objects can only be read while the
-        process lives (a stack first seen in the target's last moments otherwise stays [unknown])."""
-        return self.learning
+        process lives (a stack first seen in the target's last moments otherwise stays [unknown]); or new threads
+        came lately, whose Python names can only be read while they live."""
+        return self.learning or time.monotonic() < self._busy_until
 
     def detach(self, bpf: Any, target: Target) -> None:
         proc = self._procs.pop(target.pid, None)
@@ -304,6 +324,11 @@ class PythonStacks(FamilyDefaults):
         self._named[py_stack_id] = named
         return named
 
+    def os_thread_names(self, pid: int) -> dict[int, str]:
+        """Host tid -> the OS name of each thread the walker met or a refresh saw (a thread gone before the capture
+        read /proc keeps it)."""
+        return {tid: name for tid, name in self._os_names.get(pid, {}).items() if name}
+
     def thread_names(self, pid: int) -> dict[int, str]:
         """Host tid -> the thread's Python name (threading.Thread's), for the threads read while the process ran."""
         proc = self._procs.get(pid) or self._detached.get(pid)
@@ -340,11 +365,10 @@ class PythonStacks(FamilyDefaults):
         self._raw[stack_id] = raw
         return raw
 
-    def _drain(self, bpf: Any, name: str) -> dict[int, set[int]]:
-        """pid -> its threads in a tid -> pid map the walker fills: py_misses (samples without a known or valid
-        thread state) or py_found (entries it wrote in py_threads)."""
+    def _drain(self, bpf: Any, name: str, pid_of: Callable[[Any], int]) -> list[tuple[int, int, Any]]:
+        """(pid, tid, value) of the entries of a map keyed by tid that the walker fills, emptied: py_misses (tid ->
+        pid: samples without a known or valid thread state) or py_found (entries it wrote in py_threads)."""
         table = bpf[name.encode()]
-        missed: dict[int, set[int]] = {}
         try:
             entries = list(table.items_lookup_and_delete_batch())
         except Exception:  # kernels without batch ops: one syscall per entry
@@ -356,10 +380,7 @@ class PythonStacks(FamilyDefaults):
                     pass
         # the program's other captures get theirs at their next poll (probes/program_share.py)
         share = share_of(bpf)
-        mine = share.route(name, [(_value(v), (_value(v), _value(k))) for k, v in entries], self._procs)
-        for pid, tid in mine:
-            missed.setdefault(pid, set()).add(tid)
-        return missed
+        return share.route(name, [(pid_of(v), (pid_of(v), _value(k), v)) for k, v in entries], self._procs)
 
     def _refresh(self, bpf: Any, pid: int, proc: _Proc, missed: AbstractSet[int] = frozenset()) -> None:
         """Writes host tid -> thread state for every thread of the process (0 for threads without one);
@@ -374,6 +395,10 @@ class PythonStacks(FamilyDefaults):
             return
         if not proc.searching:
             self._start_search(bpf, proc)
+        names = self._os_names.setdefault(pid, {})
+        for tid in tids:  # read once per thread, while it lives (the walker reads those it meets itself)
+            if tid not in names:
+                names[tid] = thread_name(pid, tid) or ""
         table = bpf[b"py_threads"]
         retry_at = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + PY_RETRY_NS  # bpf_ktime_get_ns's clock
         changed = False

@@ -17,7 +17,8 @@ HEADER = '"python_stack.h"'
 
 @pytest.mark.parametrize(
     ("c_name", "mirror"),
-    [("py_proc", ps.PyProc), ("py_thread", ps.PyThread), ("py_frame", ps.PyFrame), ("py_new_stack", ps.PyNewStack)],
+    [("py_proc", ps.PyProc), ("py_thread", ps.PyThread), ("py_frame", ps.PyFrame), ("py_new_stack", ps.PyNewStack),
+     ("py_found_thread", ps.PyFoundThread)],
 )
 def test_struct_mirrors(tmp_path: Path, c_name: str, mirror: type[ct.Structure]) -> None:
     pairs = struct_layout(c_name, mirror)

@@ -51,8 +51,8 @@ class FakeTable:
         return [(ct.c_uint32(k), v) for k, v in self.data.items()]
 
     def items_lookup_and_delete_batch(self) -> list[tuple[int, int]]:
-        # bcc's batch operations hand scalars over as ints (elements of ctypes arrays)
-        out = [(k, v.value) for k, v in self.data.items()]
+        # bcc's batch operations hand scalars over as ints (elements of ctypes arrays), structs as they are
+        out = [(k, v.value if isinstance(v, ct._SimpleCData) else v) for k, v in self.data.items()]
         self.data.clear()
         return out
 
@@ -70,7 +70,7 @@ class FakeBPF(dict):
         super().__init__({  # keyed by bytes, as bcc wants its table names
             b"py_procs": FakeTable(ps.PyProc), b"py_proc_slots": FakeTable(ct.c_uint32),
             b"py_threads": FakeTable(ps.PyThread),
-            b"py_misses": FakeTable(ct.c_uint32), b"py_found": FakeTable(ct.c_uint32), b"py_stacks": FakeTable(ps.py_stack_type(max_depth)),
+            b"py_misses": FakeTable(ct.c_uint32), b"py_found": FakeTable(ps.PyFoundThread), b"py_stacks": FakeTable(ps.py_stack_type(max_depth)),
             b"py_new_stacks": FakeTable(ps.PyNewStack), b"py_stats": FakeTable(ct.c_uint64, percpu=2),
         })
 
@@ -132,12 +132,17 @@ def test_lifecycle(target: tuple[subprocess.Popen, Target, dict]) -> None:
     assert fam.refreshes == refreshes + 1 and not bpf[b"py_misses"].data
     assert threads[info["tid"]].tstate == main.tstate
 
-    # an entry the walker wrote (py_found) is the family's to delete when the thread is gone
+    # an entry the walker wrote (py_found) is the family's to delete when the thread is gone; its OS name stays
     ghost = max(thread_ids(t.pid)) + 100000  # no such thread
     threads[ghost] = ps.PyThread(0, 0, slot, 1)
-    bpf[b"py_found"].data[ghost] = ct.c_uint32(t.pid)
+    bpf[b"py_found"].data[ghost] = ps.PyFoundThread(t.pid, b"loader_7")
+    fam._busy_until = 0.0  # as after the attach's while without new threads
+    assert not fam.busy()
     fam.poll(bpf, t)
     assert fam.refreshes == refreshes + 2 and not bpf[b"py_found"].data and ghost not in threads
+    comm = Path(f"/proc/{t.pid}/comm").read_text().strip()  # read at the refreshes for the live thread
+    assert fam.os_thread_names(t.pid) == {info["tid"]: comm, ghost: "loader_7"} and fam.os_thread_names(t.pid + 1) == {}
+    assert fam.busy()  # new threads: polls come often for a while, to read their Python names while they live
 
     # a new stack is named at the next poll, and stays named once the process is gone
     raw = _walk_in_leaf(t.pid, interp, main.tstate)
