@@ -154,6 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     server.stop()
     if profiler is not None:
         profiler.stop()
+    if server.compiling_ahead():
+        # A compile in flight is inside LLVM: the process's exit would run LLVM's and bcc's static destructors
+        # under it (deepctxd once died of SIGSEGV so, stopped a second after it started). Everything is
+        # detached and the socket is gone: the process ends here, without them.
+        log.info("exiting while programs compile ahead (left unfinished)")
+        logging.shutdown()
+        os._exit(0)
     return 0
 
 

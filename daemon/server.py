@@ -70,6 +70,7 @@ class DaemonServer:
         self.parts.guard.limits = self.rpc_limits
         self.health = health.HealthServicer()
         self._server: grpc.Server | None = None
+        self._prewarm_thread: threading.Thread | None = None
 
     def start(self) -> None:
         _prepare_socket(self.config.socket)
@@ -99,7 +100,8 @@ class DaemonServer:
             self.continuous.start()
         # the common programs are compiled and loaded while the daemon already serves
         if self.config.prewarm_programs:
-            threading.Thread(target=self._prewarm, name="prewarm", daemon=True).start()
+            self._prewarm_thread = threading.Thread(target=self._prewarm, name="prewarm", daemon=True)
+            self._prewarm_thread.start()
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self._server = server
@@ -115,6 +117,10 @@ class DaemonServer:
             self.service.prewarm_programs()
         except Exception:  # a capture compiles what is missing: the daemon serves on
             log.exception("programs not compiled ahead")
+
+    def compiling_ahead(self) -> bool:
+        """The programs compiled at start are still compiling (in C: bcc and LLVM, outside the interpreter)."""
+        return self._prewarm_thread is not None and self._prewarm_thread.is_alive()
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Ends every capture (each detaches its probes and returns what it has), then stops serving."""

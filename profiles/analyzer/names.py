@@ -168,3 +168,18 @@ _COLLECTIVE_KERNEL = re.compile(r"nccl|rccl|oneRankReduce|cross_device_reduce|al
 
 def is_collective_kernel(name: str) -> bool:
     return bool(_COLLECTIVE_KERNEL.search(name))
+
+
+# torch.optim's update implementations: _single_tensor_adam (a loop over the parameters, several kernels each),
+# _multi_tensor_adam (foreach: a few kernels per chunk of tensors), _fused_adam (one kernel per group)
+_OPTIMIZER_IMPL = re.compile(r"^_(single_tensor|multi_tensor|fused)_(\w+)$")
+_OPTIMIZER_FILE = re.compile(r"/torch/optim/\w+\.py$")
+FUSED_OPTIMIZERS = frozenset({"adam", "adamw", "sgd", "adagrad"})  # torch.optim classes that take fused=True
+
+
+def optimizer_impl(file: str | None, function: str) -> tuple[str, str] | None:
+    """(optimizer, path) of a torch.optim update frame: ('adam', 'single_tensor'), ('sgd', 'fused') ..."""
+    if not file or not _OPTIMIZER_FILE.search(file):
+        return None
+    m = _OPTIMIZER_IMPL.match(function.rsplit(".", 1)[-1])
+    return (m.group(2), m.group(1)) if m else None

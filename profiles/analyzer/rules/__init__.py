@@ -17,4 +17,5 @@ from deepctx.profiles.analyzer.rules import (  # noqa: F401
     pc_uncoalesced,
     small_grid,
     sync_in_loop,
+    unfused_optimizer,
 )

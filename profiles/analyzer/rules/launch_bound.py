@@ -14,6 +14,7 @@ from deepctx.profiles.analyzer.rules.common import (
     site_text,
     top_kernels,
 )
+from deepctx.profiles.analyzer.rules.unfused_optimizer import optimizer_launch
 
 ASSUMED_TINY_KERNEL_NS = 2_000  # a kernel that fits in one wave finishes in a few µs on current GPUs
 
@@ -30,7 +31,8 @@ class LaunchBound(Rule):
         one_wave = ctx.device.sm_count * ONE_WAVE_THREADS_PER_SM
         idle = basis.gpu_idle_ns
         out = []
-        for site, recs in by_site(launches(idx)).items():
+        # an optimizer step's launches get the framework's fix (unfused-optimizer), not generic batching advice
+        for site, recs in by_site(r for r in launches(idx) if not optimizer_launch(r)).items():
             n = sum(r.calls for r in recs)
             if n < lim.launch_bound_launches:
                 continue

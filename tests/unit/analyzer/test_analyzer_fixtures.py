@@ -78,7 +78,8 @@ def test_annotate_writes_findings_and_analysis_as_json(torch_ops: dict[str, Any]
     assert an["device_time"] == {"source": "none", "busy_ns": 0, "gpu_time_ns": 0}
     assert an["device"] == {"name": None, "sm_count": 132, "source": "default"}
     assert [r["status"] for r in an["rules"]] == ["not_evaluated", "fired", "clear", "clear", "clear", "clear",
-                                                  "clear", "fired", "clear", "clear"] + ["not_evaluated"] * 6  # no PC samples
+                                                  "clear", "fired", "clear", "clear"] + ["not_evaluated"] * 6 + [
+                                                  "clear"]  # no PC samples; no optimizer step
     json.dumps(doc)  # every value serializes
 
 

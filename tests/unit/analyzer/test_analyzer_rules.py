@@ -63,6 +63,54 @@ def test_launch_bound_not_on_few_launches_or_long_kernels() -> None:
     assert findings(launch_loop(10_000, (1, 1, 1), gpu_ns_each=20_000), "launch-bound-loop") == []
 
 
+# --- 17. unfused optimizer ------------------------------------------------------------------------------
+
+def optimizer_loop(impl: str, launches: int = 6_400, gpu_ns_each: int = 0, file: str = "optim/adam.py") -> dict[str, Any]:
+    """A training step whose optimizer.step() (train.py:20) runs torch.optim's impl: 100 ms of Python in it and
+    launches of 10 µs each."""
+    b = DocBuilder()
+    cls = "AdamW" if "adam" in impl else "RMSprop"
+    step = MAIN + [py("step", 20), lib(f"{cls}.step", 200, "optim/adamw.py" if cls == "AdamW" else file),
+                   lib(impl.split("_")[-1], 900, file), lib(impl, 400, file)]
+    b.cpu(step, 100)
+    b.launch(step, MUL, launches, launches * 10_000, gpu_ns_each * launches, operator="mul")
+    return b.doc
+
+
+def test_unfused_optimizer_points_at_the_step_and_names_the_fused_optimizer() -> None:
+    doc = optimizer_loop("_single_tensor_adam")
+    [f] = findings(doc, "unfused-optimizer")
+    assert at(f) == (TRAIN, 20, "step")
+    ev = f["evidence"]
+    assert (ev["launches"], ev["optimizer"], ev["implementation"]) == (6_400, "adam", "_single_tensor_adam")
+    assert ev["host_time_ns"] == 164 * MS and ev["host_per_launch_ns"] == 25_625
+    # T = 100 ms of Python + 64 ms in cudaLaunchKernel; R = 6400 x (25.625 - 2) µs = 151.2 ms
+    assert f["estimated_speedup"] == pytest.approx(164 / (164 - 151.2), abs=0.01) and f["confidence"] == 0.5
+    # AdamW's update runs in adam.py: the class comes from its step frame
+    assert "(torch.optim.AdamW(params, ..., fused=True))" in f["suggestion"]
+    # the generic advice (batch the loop, CUDA graphs) stays out of it
+    assert findings(doc, "launch-bound-loop") == []
+
+
+def test_unfused_optimizer_with_gpu_time_and_the_foreach_path() -> None:
+    [f] = findings(optimizer_loop("_multi_tensor_adam", launches=640, gpu_ns_each=5_000), "unfused-optimizer")
+    assert f["evidence"]["implementation"] == "_multi_tensor_adam" and f["evidence"]["gpu_per_launch_ns"] == 5_000
+    assert f["confidence"] == 0.8 and "fused=True" in f["suggestion"]
+
+
+def test_unfused_optimizer_quiet_when_fused_or_gpu_bound_or_nothing_better() -> None:
+    assert findings(optimizer_loop("_fused_adam", launches=100), "unfused-optimizer") == []
+    # update kernels that outlast their launch: the GPU sets the pace
+    assert findings(optimizer_loop("_single_tensor_adam", gpu_ns_each=40_000), "unfused-optimizer") == []
+    assert findings(optimizer_loop("_single_tensor_adam", launches=50), "unfused-optimizer") == []
+    # RMSprop has no fused implementation: foreach is the fix for its per-parameter loop, and its foreach path is
+    # left to the generic rule
+    [f] = findings(optimizer_loop("_single_tensor_rmsprop", file="optim/rmsprop.py"), "unfused-optimizer")
+    assert "foreach=True" in f["suggestion"] and "fused" not in f["suggestion"]
+    foreach = optimizer_loop("_multi_tensor_rmsprop", file="optim/rmsprop.py")
+    assert findings(foreach, "unfused-optimizer") == [] and len(findings(foreach, "launch-bound-loop")) == 1
+
+
 # --- 3. sync in a loop -----------------------------------------------------------------------------------
 
 def item_loop(item_calls: int) -> dict[str, Any]:
