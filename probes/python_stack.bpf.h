@@ -168,7 +168,8 @@ static __always_inline int py_learn_thread(struct py_proc *proc, __u32 slot, __u
 	if (!old) { /* user space deletes it when the thread goes, and has its OS name even if it has gone by then */
 		struct py_found_thread found = {.pid = pid};
 		bpf_get_current_comm(found.comm, sizeof(found.comm));
-		py_found.update(&tid, &found);
+		if (py_found.update(&tid, &found))
+			py_stat_inc(PYSTACK_STAT_FOUND_LOST); /* user space sweeps py_threads for its dead threads */
 	}
 	entry.searches = 0;
 	if (py_search_thread(proc, tid, &entry.tstate, &entry.ident)) {

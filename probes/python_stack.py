@@ -46,7 +46,8 @@ PYSTACK_STAT_READ_ERROR = 4
 PYSTACK_STAT_MAP_FULL = 5
 PYSTACK_STAT_NEW_LOST = 6
 PYSTACK_STAT_FOUND = 7
-PYSTACK_STAT_COUNT = 8
+PYSTACK_STAT_FOUND_LOST = 8
+PYSTACK_STAT_COUNT = 9
 
 STAT_NAMES = {
     PYSTACK_STAT_CAPTURES: "python_captures",
@@ -57,6 +58,7 @@ STAT_NAMES = {
     PYSTACK_STAT_MAP_FULL: "python_stack_map_full",
     PYSTACK_STAT_NEW_LOST: "python_new_stacks_lost",
     PYSTACK_STAT_FOUND: "python_threads_found",
+    PYSTACK_STAT_FOUND_LOST: "python_found_announcements_lost",
 }
 
 REFRESH_S = 1.0  # thread states are re-read at least this often, misses or not
@@ -188,6 +190,7 @@ class PythonStacks(FamilyDefaults):
         self.learning = False  # the last poll found new stacks: more may come before the process exits
         self._stack_type = py_stack_type(max_depth)
         self._lost_seen = 0
+        self._found_lost_seen = 0
         self.refreshes = 0
         self.name_reads = 0
         self._os_names: dict[int, dict[int, str]] = {}  # pid -> tid -> OS name when the walker met the thread
@@ -257,6 +260,7 @@ class PythonStacks(FamilyDefaults):
                 proc.threads.setdefault(tid, WALKER_OWNS)
         if found:
             self._busy_until = now + NEW_THREADS_BUSY_S
+        self._sweep_unannounced(bpf)
         for pid, proc in self._procs.items():
             if pid in missed or now - proc.last_refresh >= REFRESH_S:
                 self._refresh(bpf, pid, proc, missed.get(pid, set()))
@@ -491,6 +495,19 @@ class PythonStacks(FamilyDefaults):
             if proc is not None:
                 prefetch(proc.codes, raw)
                 self._owner.setdefault(stack_id, proc.interp.pid)
+
+    def _sweep_unannounced(self, bpf: Any) -> None:
+        """py_found was full when the walker wrote some entries (counted): they are looked for in py_threads, so
+        that those of this family's processes are deleted with their threads (else they stay until detach)."""
+        lost = percpu_sum(bpf[b"py_stats"], PYSTACK_STAT_FOUND_LOST)
+        if lost == self._found_lost_seen:
+            return
+        self._found_lost_seen = lost
+        slots = {proc.slot: proc for proc in self._procs.values()}
+        for key, value in list(bpf[b"py_threads"].items()):
+            proc = slots.get(int(value.proc_slot))
+            if proc is not None:
+                proc.threads.setdefault(_value(key), WALKER_OWNS)  # deleted by a refresh once the thread is gone
 
     def _queue_overflowed(self, bpf: Any) -> bool:
         lost = percpu_sum(bpf[b"py_stats"], PYSTACK_STAT_NEW_LOST)

@@ -144,6 +144,16 @@ def test_lifecycle(target: tuple[subprocess.Popen, Target, dict]) -> None:
     assert fam.os_thread_names(t.pid) == {info["tid"]: comm, ghost: "loader_7"} and fam.os_thread_names(t.pid + 1) == {}
     assert fam.busy()  # new threads: polls come often for a while, to read their Python names while they live
 
+    # entries the walker could not announce (py_found full, counted) are found in py_threads, and go with their
+    # threads all the same
+    unannounced = ghost + 1
+    threads[unannounced] = ps.PyThread(0, 0, slot, 1)
+    bpf[b"py_stats"].data[ps.PYSTACK_STAT_FOUND_LOST] = 1
+    fam.poll(bpf, t)  # finds it
+    fam._procs[t.pid].last_refresh = 0.0
+    fam.poll(bpf, t)  # a refresh: its thread is gone
+    assert unannounced not in threads and fam.stats(bpf)["python_found_announcements_lost"] == 2  # 1 on each of 2 CPUs
+
     # a new stack is named at the next poll, and stays named once the process is gone
     raw = _walk_in_leaf(t.pid, interp, main.tstate)
     value = ps.py_stack_type(128)()
