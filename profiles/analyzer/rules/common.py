@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from deepctx.profiles.analyzer import apis
 from deepctx.profiles.analyzer.index import GpuRecord, ProfileIndex, Site
 from deepctx.profiles.analyzer.names import short_kernel_name
 
 ONE_WAVE_THREADS_PER_SM = 2048  # resident threads per multiprocessor on every NVIDIA GPU since Volta
+ASSUMED_TINY_KERNEL_NS = 2_000  # a kernel that fits in one wave finishes in a few µs on current GPUs
 
 
 def steady(records: Iterable[GpuRecord]) -> list[GpuRecord]:
@@ -54,6 +56,32 @@ def pure_host_ns(idx: ProfileIndex, tid: int | None) -> int:
 
 def launch_api_ns(records: Iterable[GpuRecord]) -> int:
     return sum(r.api_time_ns for r in records if r.api_class in (apis.LAUNCH, apis.GRAPH))
+
+
+@dataclass(frozen=True)
+class LaunchCost:
+    """What a site's launches cost the host: its CPU time outside GPU calls plus the time inside its launch
+    calls, per launch (launch-bound-loop, unfused-optimizer)."""
+
+    launches: int
+    host_ns: int
+    measured: bool  # the records carry GPU time
+    gpu_ns: int  # their GPU time
+
+    @property
+    def per_launch_ns(self) -> float:
+        return self.host_ns / self.launches
+
+    def removable_ns(self, launches: int, kernel_ns: float, idle_ns: int | None) -> float:
+        """The host's cost above the GPU's of `launches` launches of kernel_ns each: what goes when they are
+        launched at once (a graph, a fused kernel). Launch cost the GPU hid behind other work costs nothing."""
+        removable = launches * (self.per_launch_ns - kernel_ns)
+        return min(removable, idle_ns) if idle_ns is not None else removable
+
+
+def launch_cost(idx: ProfileIndex, site: Site | None, records: list[GpuRecord]) -> LaunchCost:
+    return LaunchCost(sum(r.calls for r in records), site_cpu_ns(idx, site) + launch_api_ns(records),
+                      any(r.gpu_time_ns for r in records), sum(r.gpu_time_ns for r in records))
 
 
 def top_kernels(records: Iterable[GpuRecord], n: int = 3) -> list[dict[str, object]]:

@@ -6,17 +6,15 @@ from deepctx.profiles.analyzer.finding import Finding
 from deepctx.profiles.analyzer.names import is_bounded_work_kernel
 from deepctx.profiles.analyzer.registry import Context, NotEvaluated, Rule, register
 from deepctx.profiles.analyzer.rules.common import (
+    ASSUMED_TINY_KERNEL_NS,
     ONE_WAVE_THREADS_PER_SM,
     by_site,
-    launch_api_ns,
+    launch_cost,
     launches,
-    site_cpu_ns,
     site_text,
     top_kernels,
 )
 from deepctx.profiles.analyzer.rules.unfused_optimizer import optimizer_launch
-
-ASSUMED_TINY_KERNEL_NS = 2_000  # a kernel that fits in one wave finishes in a few µs on current GPUs
 
 
 @register
@@ -33,15 +31,13 @@ class LaunchBound(Rule):
         out = []
         # an optimizer step's launches get the framework's fix (unfused-optimizer), not generic batching advice
         for site, recs in by_site(r for r in launches(idx) if not optimizer_launch(r)).items():
-            n = sum(r.calls for r in recs)
+            cost = launch_cost(idx, site, recs)
+            n, host_ns, per_launch, measured = cost.launches, cost.host_ns, cost.per_launch_ns, cost.measured
             if n < lim.launch_bound_launches:
                 continue
-            host_ns = site_cpu_ns(idx, site) + launch_api_ns(recs)
-            per_launch = host_ns / n
-            measured = any(r.gpu_time_ns for r in recs)
             if measured:
                 tiny = recs
-                kernel_ns = sum(r.gpu_time_ns for r in recs) / n
+                kernel_ns = cost.gpu_ns / n
             else:
                 # without GPU time only kernels with bounded work per thread are known to be short
                 tiny = [r for r in recs if r.threads is not None and r.threads <= one_wave
@@ -50,9 +46,7 @@ class LaunchBound(Rule):
             n_tiny = sum(r.calls for r in tiny)
             if n_tiny < lim.launch_bound_launches or kernel_ns >= per_launch:
                 continue
-            removable = n_tiny * (per_launch - kernel_ns)
-            if idle is not None:  # launch cost the GPU hid behind other work costs nothing
-                removable = min(removable, idle)
+            removable = cost.removable_ns(n_tiny, kernel_ns, idle)
             evidence: dict[str, object] = {
                 "launches": n, "host_per_launch_ns": round(per_launch), "host_time_ns": host_ns,
                 "kernels": top_kernels(recs), "largest_grid_blocks": max((r.blocks or 0) for r in recs),

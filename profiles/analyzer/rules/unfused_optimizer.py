@@ -10,14 +10,12 @@ from deepctx.profiles.analyzer.index import GpuRecord, Site
 from deepctx.profiles.analyzer.names import FUSED_OPTIMIZERS, optimizer_impl
 from deepctx.profiles.analyzer.registry import Context, NotEvaluated, Rule, register
 from deepctx.profiles.analyzer.rules.common import (
-    launch_api_ns,
+    ASSUMED_TINY_KERNEL_NS,
+    launch_cost,
     launches,
-    site_cpu_ns,
     site_text,
     top_kernels,
 )
-
-ASSUMED_TINY_KERNEL_NS = 2_000  # as launch-bound-loop: an update kernel of one parameter takes a few µs
 
 
 def update_path(r: GpuRecord) -> tuple[str, str] | None:
@@ -66,19 +64,15 @@ class UnfusedOptimizer(Rule):
                 groups[(r.ctx.site, *impl)].append(r)
         out = []
         for (site, optimizer, path), recs in groups.items():
-            n = sum(r.calls for r in recs)
+            cost = launch_cost(idx, site, recs)
+            n, host_ns, per_launch, measured = cost.launches, cost.host_ns, cost.per_launch_ns, cost.measured
             if n < lim.launch_bound_launches:
                 continue
-            host_ns = site_cpu_ns(idx, site) + launch_api_ns(recs)
-            per_launch = host_ns / n
-            measured = any(r.gpu_time_ns for r in recs)
-            kernel_ns = sum(r.gpu_time_ns for r in recs) / n if measured else ASSUMED_TINY_KERNEL_NS
+            kernel_ns = cost.gpu_ns / n if measured else ASSUMED_TINY_KERNEL_NS
             if kernel_ns >= per_launch:
                 continue  # the update kernels outlast their launches: the GPU, not the host, sets the pace
             # fused, the launches become a few per parameter group: their host cost goes, the GPU's work stays
-            removable = n * (per_launch - kernel_ns)
-            if idle is not None:
-                removable = min(removable, idle)
+            removable = cost.removable_ns(n, kernel_ns, idle)
             fusable = optimizer in FUSED_OPTIMIZERS
             how = "fused=True" if fusable else "foreach=True"
             evidence: dict[str, object] = {
