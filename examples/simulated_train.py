@@ -19,7 +19,7 @@ import sys
 import time
 
 ROWS = 64
-TINY_NS, MATMUL_NS = 300, 50_000  # made up: the simulated device is idle most of each step
+TINY_NS, MATMUL_NS = 300, 5_000  # made up: the simulated device is idle most of each step
 
 
 class Dim3(ctypes.Structure):

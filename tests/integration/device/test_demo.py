@@ -27,7 +27,7 @@ from profile_paths import walk
 
 DEMO = REPO / "examples" / "demo.py"
 WORKLOAD = REPO / "examples" / "simulated_train.py"
-TINY_NS, MATMUL_NS = 300, 50_000  # simulated_train.py's made-up kernel times
+TINY_NS, MATMUL_NS = 300, 5_000  # simulated_train.py's made-up kernel times
 ADD_BIAS, MATMUL = "add_bias(float*, float const*, int)", "mock_matmul(float*, int)"
 
 
