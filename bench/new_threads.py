@@ -31,37 +31,32 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from profile_paths import self_paths  # noqa: E402
+
 TARGET = REPO / "tests" / "targets" / "python" / "short_threads.py"
 WORKER = "short_worker"
+THREAD_NAME = "short"  # threading's name of the target's threads
 MISSING = "[Python frames missing]"
 
 
 # --- counting (pure: tests/unit/test_bench_new_threads.py) -------------------------------------------------
 
-def _self_paths(doc: dict[str, Any]) -> list[tuple[list[dict[str, Any]], int]]:
-    """(nodes from below the root, own CPU samples) of every node with some."""
-    out = []
-    stack: list[tuple[list[dict[str, Any]], dict[str, Any]]] = [([c], c) for c in doc["root"]["children"]]
-    while stack:
-        path, node = stack.pop()
-        own = node.get("metrics", {}).get("cpu_samples", 0)
-        if own:
-            out.append((path, own))
-        stack.extend(([*path, c], c) for c in node.get("children", []))
-    return out
-
-
 def deepctx_counts(doc: dict[str, Any], main_tid: int) -> dict[str, int]:
-    """Samples of the threads other than main_tid: all, with the worker's frame, marked missing, with no Python frame."""
+    """Samples of the threads other than main_tid: all, with the worker's frame, marked missing, with no Python
+    frame; and those threads, and how many of them carry threading's name (`... (short)`)."""
     out = {"samples": 0, "worker": 0, "missing": 0, "outside_python": 0}
-    for path, n in _self_paths(doc):
-        if not path or path[0].get("kind") != "thread" or path[0].get("tid") == main_tid:
+    for path, n in self_paths(doc):
+        if path[0].get("kind") != "thread" or path[0].get("tid") == main_tid:
             continue
         python = [f["name"] for f in path if f.get("kind") == "python"]
         out["samples"] += n
         out["worker"] += n * (WORKER in python)
         out["missing"] += n * (MISSING in python)
         out["outside_python"] += n * (not python)
+    threads = [c for c in doc["root"]["children"] if c.get("kind") == "thread" and c.get("tid") != main_tid]
+    out["threads"] = len(threads)
+    out["named"] = sum(1 for c in threads if c["name"].endswith(f"({THREAD_NAME})"))
     return out
 
 
@@ -102,7 +97,7 @@ def main() -> int:
     sys.path.insert(0, str(REPO / "bench"))
     sys.path.insert(0, str(REPO / "tests"))
     from attach_latency import wait_programs_loaded
-    from cpu_vs_pyspy import find_pyspy
+    from cpu_vs_pyspy import find_pyspy, timed_child, tree_cpu
     from harness import DEEPCTX, start_daemon, stop_daemon
 
     pyspy = find_pyspy(args.pyspy)
@@ -129,11 +124,18 @@ def main() -> int:
         wait_programs_loaded(d)
         for rnd in range(args.rounds):
             out = work / f"deepctx-{rnd}.json"
-            r = subprocess.run([*DEEPCTX, "attach", str(pid), "--duration", str(args.duration), "--rate", str(args.rate),
-                                "--format", "json", "--quiet", "-o", str(out)], env=d.env(), capture_output=True, text=True)
-            if r.returncode != 0:
-                raise RuntimeError(f"deepctx attach exited {r.returncode}: {r.stderr.strip()}")
-            dc = deepctx_counts(json.loads(out.read_text()), main_tid)
+            err = open(work / f"attach-{rnd}.err", "w+")  # noqa: SIM115 (closed below)
+            c0 = tree_cpu(d.proc.pid)
+            rc, cli_s, _ = timed_child([*DEEPCTX, "attach", str(pid), "--duration", str(args.duration), "--rate",
+                                        str(args.rate), "--format", "json", "--quiet", "-o", str(out)],
+                                       env=d.env(), stderr=err, timeout=args.duration + 300)
+            time.sleep(1.0)  # the capture's teardown, counted as cpu_vs_pyspy.py counts it (its --settle)
+            daemon_s = tree_cpu(d.proc.pid) - c0
+            err.seek(0)
+            if rc != 0:
+                raise RuntimeError(f"deepctx attach exited {rc}: {err.read().strip()}")
+            err.close()
+            dc = deepctx_counts(json.loads(out.read_text()), main_tid) | {"daemon_cpu_s": daemon_s, "cli_cpu_s": cli_s}
             sout = work / f"pyspy-{rnd}.json"
             r = subprocess.run([pyspy, "record", "--pid", str(pid), "--duration", str(args.duration), "--rate",
                                 str(args.rate), "--format", "speedscope", "-o", str(sout)], capture_output=True, text=True)
@@ -144,7 +146,8 @@ def main() -> int:
                    "deepctx_share": share(dc["worker"], dc["samples"]), "pyspy_share": share(ps["worker"], ps["samples"])}
             rows.append(row)
             print(f"round {rnd + 1}: deepctx {dc['worker']}/{dc['samples']} ({100 * row['deepctx_share']:.1f}%; "
-                  f"{dc['missing']} marked missing, {dc['outside_python']} outside Python)  py-spy "
+                  f"{dc['missing']} marked missing, {dc['outside_python']} outside Python; threads named "
+                  f"{dc['named']}/{dc['threads']}; deepctxd {daemon_s:.2f} + CLI {cli_s:.2f} CPU-s)  py-spy "
                   f"{ps['worker']}/{ps['samples']} ({100 * row['pyspy_share']:.1f}%)", flush=True)
     finally:
         target.kill()

@@ -19,10 +19,12 @@ def test_deepctx_counts_split_the_short_threads_samples_by_what_they_hold() -> N
     doc = {"root": node("root", "python3", children=[
         node("thread", "python3 (MainThread)", tid=7, children=[node("python", "<module>", 9)]),  # main: left out
         node("thread", "python3 (short)", tid=8, children=[node("python", "_bootstrap", 1, [worker])]),
+        node("thread", "python3", tid=10, children=[node("python", "short_worker", 4)]),
         node("thread", "thread 9", tid=9, children=[
             node("native", "start_thread", children=[node("python", nt.MISSING, 5), node("native", "munmap", 2)])]),
     ])}
-    assert nt.deepctx_counts(doc, main_tid=7) == {"samples": 51, "worker": 43, "missing": 5, "outside_python": 2}
+    assert nt.deepctx_counts(doc, main_tid=7) == {"samples": 55, "worker": 47, "missing": 5, "outside_python": 2,
+                                                   "threads": 3, "named": 1}
 
 
 def test_pyspy_counts_leave_the_main_thread_out() -> None:
