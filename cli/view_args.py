@@ -25,10 +25,14 @@ def add_fold_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--show-plumbing", action="store_true",
                    help="keep framework plumbing frames (Module._wrapped_call_impl, Module._call_impl and the "
                         "others listed in docs/views.md; default: folded into their callers)")
+    p.add_argument("--show-dispatch", action="store_true",
+                   help="keep the native frames around PyTorch operators (the Python binding, the dispatcher, "
+                        "autograd and kernel wrappers; default: folded, so a path reads line -> aten::mm -> "
+                        "cudaLaunchKernel -> kernel)")
 
 
 def fold_of(args: argparse.Namespace) -> Fold:
-    return Fold(startup=not args.show_startup, plumbing=not args.show_plumbing)
+    return Fold(startup=not args.show_startup, plumbing=not args.show_plumbing, dispatch=not args.show_dispatch)
 
 
 def view_console(width: int | None = None, color: str = "auto", file: Any = None) -> Console:

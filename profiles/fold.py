@@ -10,13 +10,24 @@ Plumbing: Python frames that only pass a call on (`Module._wrapped_call_impl` �
 `forward`) and repeat at every layer of a model. Folded, each one's children and self values go to its
 caller, so `step → ResNet.forward → Bottleneck.forward` reads as the model is written.
 
+Dispatch: the native frames around a PyTorch operator (`aten::mm`, host/torch_ops.py): the Python binding
+and dispatcher frames that lead from a Python line to the operator, and the dispatcher, autograd and kernel
+wrapper frames inside it, down to the next operator, GPU API call, Python frame or thread. Ten to thirty
+native frames per call become `line → aten::matmul → aten::mm → cudaLaunchKernel → kernel`, as the
+PyTorch profiler shows them; each folded frame's children and self values go to its caller. Native frames
+on paths without an operator stay.
+
 The tree builder (profiles/tree.py: from_doc) and the HTML report's flags (cli/formats/html_payload.py)
 both classify frames here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # (file path suffix, qualified name): frames that do nothing but dispatch to the next one
 PLUMBING: tuple[tuple[str, str], ...] = (
@@ -44,13 +55,15 @@ class Fold:
 
     startup: bool = True
     plumbing: bool = True
+    dispatch: bool = True
 
     def any(self) -> bool:
-        return self.startup or self.plumbing
+        return self.startup or self.plumbing or self.dispatch
 
 
 VIEWS_DEFAULT = Fold()
-SHOW_ALL = Fold(startup=False, plumbing=False)  # the tree as recorded
+SHOW_ALL = Fold(startup=False, plumbing=False, dispatch=False)  # the tree as recorded
+OPERATOR_PREFIX = "aten::"  # the operator nodes dispatch folding works around (not "[backward of ...]" labels)
 
 
 def is_plumbing(kind: str, name: str, file: str | None) -> bool:
@@ -62,3 +75,31 @@ def is_plumbing(kind: str, name: str, file: str | None) -> bool:
 
 def is_startup(kind: str) -> bool:
     return kind in STARTUP_KINDS
+
+
+def is_operator(kind: str, name: str) -> bool:
+    return kind == "op" and name.startswith(OPERATOR_PREFIX)
+
+
+def dispatch_frames(root: T, kind_name: Callable[[T], tuple[str, str]], children: Callable[[T], Iterable[T]]) -> set[int]:
+    """The ids of the nodes that dispatch folding folds: native frames whose subtree reaches an operator
+    through native frames only, and native frames below an operator down to the next other frame."""
+    order: list[tuple[T, bool]] = []  # preorder, each with whether an operator is above it through natives
+    stack: list[tuple[T, bool]] = [(root, False)]
+    while stack:
+        node, inside = stack.pop()
+        kind, name = kind_name(node)
+        order.append((node, inside and kind == "native"))
+        below = is_operator(kind, name) or (inside and kind == "native")
+        stack.extend((c, below) for c in children(node))
+    leads: set[int] = set()  # native nodes from which an operator is reached through natives
+    fold: set[int] = set()
+    for node, inside in reversed(order):  # children before parents
+        if kind_name(node)[0] != "native":
+            continue
+        if any(id(c) in leads or is_operator(*kind_name(c)) for c in children(node)):
+            leads.add(id(node))
+            fold.add(id(node))
+        elif inside:
+            fold.add(id(node))
+    return fold

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, ParamSpec, TypeVar
 
-from deepctx.profiles.fold import SHOW_ALL, ZONE_ROOTS, Fold, is_plumbing, is_startup
+from deepctx.profiles.fold import SHOW_ALL, ZONE_ROOTS, Fold, dispatch_frames, is_plumbing, is_startup
 from deepctx.profiles.metrics import METRIC_UNITS, RANK_ORDER
 
 P = ParamSpec("P")
@@ -137,7 +137,9 @@ def _folded(root: dict[str, Any], out_root: ViewNode, metrics: list[str], fold: 
         add_into(found.self, vn.self)
         return found
 
-    folded = {"startup": 0, "plumbing": 0}  # frames folded away: the views' header says so where any were
+    folded = {"startup": 0, "plumbing": 0, "dispatch": 0}  # frames folded away: the views' header says so
+    dispatch = dispatch_frames(root, lambda n: (n["kind"], n["name"]), lambda n: n["children"]) if fold.dispatch \
+        else set()
     # (document node, the ViewNode it became, its thread's (or the root's) ViewNode, still above Python)
     stack: list[tuple[dict[str, Any], ViewNode, ViewNode, bool]] = [(root, out_root, out_root, True)]
     while stack:
@@ -152,6 +154,10 @@ def _folded(root: dict[str, Any], out_root: ViewNode, metrics: list[str], fold: 
                 add_into(into.self, {m: child["metrics"].get(m, 0) for m in metrics})
                 folded["plumbing"] += 1
                 stack.append((child, into, base, False))
+            elif id(child) in dispatch:  # a native frame around an operator: into its caller, as plumbing
+                add_into(vn.self, {m: child["metrics"].get(m, 0) for m in metrics})
+                folded["dispatch"] += 1
+                stack.append((child, vn, base, above))
             elif above and kind == "python" and fold.startup:
                 folded["startup"] += vn is not base
                 stack.append((child, child_of(base, child), base, False))

@@ -12,7 +12,7 @@ from typing import Any
 
 from deepctx.cli.views.diff import DiffNode, kernel_changes, kernel_metric, path_changes
 from deepctx.host.identity import NOBODY, AccessCheckFailed, Ids, as_identity, read_regular
-from deepctx.profiles.fold import VIEWS_DEFAULT, ZONE_ROOTS, Fold, is_plumbing, is_startup
+from deepctx.profiles.fold import VIEWS_DEFAULT, ZONE_ROOTS, Fold, dispatch_frames, is_plumbing, is_startup
 from deepctx.profiles.metrics import METRIC_TITLES, METRIC_UNITS
 from deepctx.profiles.tree import Frame, ViewNode, gc_paused
 
@@ -83,6 +83,7 @@ def _common(metrics: list[str], default_metric: str) -> dict[str, Any]:
 LIFT = 1  # the outermost Python frame below start-up frames: moves up to its thread
 PLUMBING = 2  # framework plumbing: its children and self values go to its caller
 STARTUP = 4  # a start-up frame: goes when lifting leaves it with nothing
+DISPATCH = 8  # a native frame around a PyTorch operator: its children and self values go to its caller
 
 
 @gc_paused
@@ -93,6 +94,7 @@ def profile_payload(doc: dict[str, Any], root: ViewNode, default_metric: str, so
     metrics = list(root.total)
     cols = _Columns(metrics)
     flags: list[int] = []
+    dispatch = dispatch_frames(root, lambda n: (n.frame.kind, n.frame.name), lambda n: n.children)
     # (node, parent's index, above its thread's outermost Python frame, below a start-up frame)
     stack: list[tuple[ViewNode, int, bool, bool]] = [(root, -1, True, False)]
     while stack:
@@ -101,7 +103,7 @@ def profile_payload(doc: dict[str, Any], root: ViewNode, default_metric: str, so
         for m in metrics:
             cols.values[m].append(node.self[m])
         f = node.frame
-        bits = PLUMBING if is_plumbing(f.kind, f.name, f.file) else 0
+        bits = (PLUMBING if is_plumbing(f.kind, f.name, f.file) else 0) | (DISPATCH if id(node) in dispatch else 0)
         if f.kind in ZONE_ROOTS:
             above, under_startup = True, False
         elif above and is_startup(f.kind):
@@ -116,7 +118,7 @@ def profile_payload(doc: dict[str, Any], root: ViewNode, default_metric: str, so
             "meta": _meta(doc), **_common(metrics, default_metric), "kinds": cols.kinds, "strings": cols.strings,
             "nodes": {**cols.cols, "flags": flags}, "values": cols.values, "sources": sources,
             "findings": doc.get("findings") or [], "trace": doc.get("trace") or None,
-            "fold": {"startup": fold.startup, "plumbing": fold.plumbing}}
+            "fold": {"startup": fold.startup, "plumbing": fold.plumbing, "dispatch": fold.dispatch}}
 
 
 @gc_paused

@@ -309,7 +309,8 @@ def header(console: Console, doc: dict[str, Any], root: ViewNode, view: str, opt
     n = opts.folded
     folded = ([f"start-up frames above {n['startup']} Python path{'s' * (n['startup'] > 1)} (--show-startup)"]
               if n.get("startup") else []) + ([f"{n['plumbing']} plumbing frames (--show-plumbing)"]
-                                               if n.get("plumbing") else [])
+                                               if n.get("plumbing") else []) \
+        + ([f"{n['dispatch']} native frames around operators (--show-dispatch)"] if n.get("dispatch") else [])
     if folded:
         console.print(Text("folded: " + ", ".join(folded), style="dim"))
     sort = f"{view}, % of {'self' if opts.by == 'self' else 'total'} {metric_title(opts.metric)}"

@@ -7,17 +7,17 @@
   const D = JSON.parse(document.getElementById("deepctx-data").textContent);
   mark("parse");
   const folding = foldState(D);
-  if (folding && (folding.startup || folding.plumbing)) foldTree(D, folding);
+  if (folding && (folding.startup || folding.plumbing || folding.dispatch)) foldTree(D, folding);
   mark("fold");
 
-  // What the toggles fold: the page's address (#show=startup,plumbing) where a toggle was changed, else
+  // What the toggles fold: the page's address (#show=startup,plumbing,dispatch) where a toggle was changed, else
   // what the report was written with. null for a page without flags (a diff).
   function foldState(D) {
     if (!D.nodes.flags) return null;
     const m = /(?:^#|&)show=([a-z,]*)/.exec(location.hash);
-    if (!m) return { startup: D.fold.startup, plumbing: D.fold.plumbing };
+    if (!m) return { startup: D.fold.startup, plumbing: D.fold.plumbing, dispatch: D.fold.dispatch !== false };
     const show = m[1].split(",");
-    return { startup: !show.includes("startup"), plumbing: !show.includes("plumbing") };
+    return { startup: !show.includes("startup"), plumbing: !show.includes("plumbing"), dispatch: !show.includes("dispatch") };
   }
   // Folds the recorded tree in place, as profiles/tree.py does: flagged frames hand their children (and a
   // plumbing frame its self values) to another node, where children of the same frame and thread merge;
@@ -26,7 +26,7 @@
   // its children up by frame (100k nodes: about 100 ms).
   function foldTree(D, fold) {
     const N = D.nodes, F = N.flags, count = N.parent.length, ms = D.metrics;
-    const LIFT = 1, PLUMBING = 2, STARTUP = 4;
+    const LIFT = 1, PLUMBING = 2, STARTUP = 4, DISPATCH = 8;
     const map = new Int32Array(count), base = new Int32Array(count);
     const orig = new Int32Array(count), parentOf = new Int32Array(count), firstKid = new Int32Array(count).fill(-1);
     const nextSib = new Int32Array(count).fill(-1), zone = new Uint8Array(count), shared = new Uint8Array(count);
@@ -61,7 +61,9 @@
       const lifted = fold.startup && (f & LIFT);
       const into = lifted ? base[p] : map[p];
       if (lifted) shared[into] = 1;
-      if (fold.plumbing && (f & PLUMBING)) { map[i] = into; base[i] = base[p]; shared[into] = 1; continue; }
+      if ((fold.plumbing && (f & PLUMBING)) || (fold.dispatch && (f & DISPATCH))) {
+        map[i] = into; base[i] = base[p]; shared[into] = 1; continue;
+      }
       map[i] = childOf(into, i);
       const k = D.kinds[N.kind[i]];
       base[i] = k === "thread" || k === "root" ? map[i] : base[p];
@@ -310,14 +312,17 @@
   if (folding) {
     $("show-startup").checked = !folding.startup;
     $("show-plumbing").checked = !folding.plumbing;
+    $("show-dispatch").checked = !folding.dispatch;
     const refold = () => {
-      const show = ["startup", "plumbing"].filter((k) => $("show-" + k).checked);
+      const show = ["startup", "plumbing", "dispatch"].filter((k) => $("show-" + k).checked);
       location.hash = "show=" + show.join(",");
       location.reload();
     };
     $("show-startup").addEventListener("change", refold);
     $("show-plumbing").addEventListener("change", refold);
-    document.body.dataset.fold = (folding.startup ? "startup " : "") + (folding.plumbing ? "plumbing" : "");
+    $("show-dispatch").addEventListener("change", refold);
+    document.body.dataset.fold = [["startup", folding.startup], ["plumbing", folding.plumbing], ["dispatch", folding.dispatch]]
+      .filter((kv) => kv[1]).map((kv) => kv[0]).join(" ");
   } else {
     $("folds").hidden = true;
   }

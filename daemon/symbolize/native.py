@@ -11,6 +11,7 @@ from deepctx.host.elf.symbols import ElfSymbols
 from deepctx.host.file_cache import FileCache
 from deepctx.host.frames import UNMAPPED, UNWIND_LOST, Frame
 from deepctx.host.procfs import AddressSpace, Mapping, open_mapped_file
+from deepctx.host.torch_ops import TORCH_LIBRARY, OperatorNames, operator_frame
 
 
 class SymbolCache:
@@ -77,6 +78,9 @@ class NativeSymbolizer:
         self._frames: dict[tuple[int, int], Frame] = {}
         self._not_code: set[tuple[int, int]] = set()  # return addresses - 1 found outside executable memory
         self.stacks_cut = 0  # native stacks whose walk left executable memory (see symbolize_stack)
+        # PyTorch operator entries (at::_ops::<op>::call/redispatch) -> the op frame that stands above them
+        self.operators = OperatorNames(cache.files)
+        self._op_of: dict[Frame, Frame] = {}
 
     def symbolize(self, pid: int, space: AddressSpace, addr: int) -> Frame:
         """A native frame for an exact code address (callers pass return addresses minus one)."""
@@ -102,9 +106,25 @@ class NativeSymbolizer:
             if vaddr is not None:
                 hit = syms.lookup(vaddr)
                 if hit is not None:
-                    return Frame("native", demangle(hit[0]), module=mod)
+                    frame = Frame("native", demangle(hit[0]), module=mod)
+                    if frame not in self._op_of:
+                        self._operator(pid, space, m, frame)
+                    return frame
                 return Frame("native", f"{mod}+{vaddr:#x}", module=mod)
         return Frame("native", f"{mod}+{file_offset:#x}", module=mod)
+
+    def _operator(self, pid: int, space: AddressSpace, m: Mapping, frame: Frame) -> None:
+        """Notes the operator frame to stand above a PyTorch operator's entry or registered kernel."""
+        found = operator_frame(frame.name)
+        if found is None:
+            return
+        struct, wrapper = found
+        # the schemas are in libtorch_cpu.so: the entry's own library, or the one the process maps beside a
+        # wrapper's (libtorch_cuda.so)
+        lib = m if not wrapper else next((x for x in space.mappings if x.file_backed
+                                          and module_name(x).startswith(TORCH_LIBRARY)), None)
+        path = _path(pid, lib) if lib is not None else None
+        self._op_of[frame] = Frame("op", self.operators.name(struct, path, wrapper), module=frame.module)
 
     def symbolize_stack(self, pid: int, space: AddressSpace, ips_leaf_first: list[int]) -> list[Frame]:
         """Frames outermost first. Every IP but the leaf is a return address: look up ip-1, the call.
@@ -127,8 +147,32 @@ class NativeSymbolizer:
                 frame = self.symbolize(pid, space, ip - 1)
             frames.append(frame)
         frames.reverse()
-        return frames
+        return with_operators(frames, self._op_of) if self._op_of else frames
 
     def _in_code(self, space: AddressSpace, addr: int) -> bool:
         m = space.find(addr)
         return m is not None and m.executable
+
+
+def _path(pid: int, m: Mapping) -> str | None:
+    try:
+        return open_mapped_file(pid, m)
+    except OSError:
+        return None
+
+
+def with_operators(frames: list[Frame], op_of: dict[Frame, Frame]) -> list[Frame]:
+    """Frames outermost first, with an operator frame above each operator's first entry frame: `aten::mm`
+    above `at::_ops::mm::call`, and not again above the `redispatch` frames that pass the same call from one
+    dispatch key to the next (autograd to CUDA). A different operator called inside it gets its own."""
+    out: list[Frame] = []
+    current: Frame | None = None  # the operator whose entry frames run now, until a frame that is not native
+    for f in frames:
+        op = op_of.get(f)
+        if op is not None and op != current:
+            out.append(op)
+            current = op
+        elif f.kind != "native":
+            current = None
+        out.append(f)
+    return out

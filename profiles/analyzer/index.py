@@ -16,6 +16,7 @@ from deepctx.profiles.analyzer.names import (
     operator_of,
 )
 from deepctx.profiles.analyzer.pcs import KernelPcs, kernel_pcs
+from deepctx.profiles.fold import OPERATOR_PREFIX, is_operator
 
 GPU_KINDS = frozenset({"kernel", "memcpy", "memset", "sync"})
 
@@ -223,8 +224,10 @@ def _child_context(ctx: Context, node: dict[str, Any]) -> Context:
     elif kind in ("native", "op"):
         if kind == "native" and apis.is_api_entry(name):
             changes["in_api"] = True
-        elif not ctx.in_api and kind == "native":
-            op = operator_of(name)
+        elif not ctx.in_api:
+            # an operator node (aten::mul.Tensor -> mul), or the operator a native frame implements
+            op = name.removeprefix(OPERATOR_PREFIX).split(".", 1)[0] if is_operator(kind, name) else \
+                operator_of(name) if kind == "native" else None
             if op and op != ctx.op:
                 changes["op"] = op
         if not ctx.compile and is_compile_frame(kind, name):

@@ -58,6 +58,25 @@ def test_elementwise_kernel_launches_under_their_line(torch_profile: dict) -> No
     assert {n["block"][0] for n in kernels} >= {128}
 
 
+def test_kernels_carry_their_aten_operators(torch_profile: dict) -> None:
+    """#33.1 on real PyTorch: each multiply's kernel sits under `aten::mul.Tensor` (read from
+    libtorch_cpu.so's schema strings), once per launch path, below the line; where native unwinding did
+    not reach the operator's entry, the path has no operator and is counted here."""
+    line = line_of(TARGETS / "torch_ops.py", "LINE_MUL")
+    kernels = [(anc, n) for anc, n in under_line(torch_profile, "torch_ops.py", line) if n["kind"] == "kernel"]
+    with_op = sum(n["metrics"]["calls"] for anc, n in kernels
+                  if [a["name"] for a in anc if a["kind"] == "op"] == ["aten::mul.Tensor"])
+    without = [(a["name"] for a in anc) for anc, n in kernels if not any(a["kind"] == "op" for a in anc)]
+    print("multiply launches under aten::mul.Tensor:", with_op, "of 1000; without an operator:", len(without))
+    assert with_op >= 990, [[(a["kind"], a["name"]) for a in anc] for anc, _ in kernels[:2]]
+    by_op: dict[str, int] = {}  # `a @ a / 64`: matmul's mm (cuBLAS: one or more kernels each), then a divide
+    for anc, n in under_line(torch_profile, "torch_ops.py", line_of(TARGETS / "torch_ops.py", "LINE_MATMUL")):
+        if n["kind"] == "kernel":
+            ops = " > ".join(a["name"] for a in anc if a["kind"] == "op")
+            by_op[ops] = by_op.get(ops, 0) + n["metrics"]["calls"]
+    assert by_op.get("aten::div.Tensor") == 20 and by_op.get("aten::matmul > aten::mm", 0) >= 20, by_op
+
+
 def test_synchronize_shows_its_wait(torch_profile: dict) -> None:
     line = line_of(TARGETS / "torch_ops.py", "LINE_SYNC")
     syncs = [n for _, n in under_line(torch_profile, "torch_ops.py", line) if n["kind"] == "sync"]

@@ -8,12 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import recorded
 from profile_paths import pc_sampled_with_source
 from synth import big_profile, gpu_profile, trace_events
 
 from deepctx.cli.formats.html import HtmlReport
 from deepctx.profiles.fold import VIEWS_DEFAULT
 from deepctx.profiles.tree import from_doc
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "profiles"
 
 FINDING = {"rule": "launch-bound-loop", "title": "1000 tiny kernels launched one at a time",
            "location": {"file": "", "line": 7, "function": "multiply"},
@@ -212,11 +215,11 @@ def test_fold_toggles_rebuild_the_tree(browser: Any, tmp_path: Path, shots: Any)
         return page.evaluate("window.deepctx.nodes"), sorted(names), page.evaluate("document.body.dataset.fold")
 
     nodes, names, fold = state()
-    assert (nodes, fold) == (12, "startup plumbing")
+    assert (nodes, fold) == (12, "startup plumbing dispatch")
     assert names.count("<module>") == 1 and "Module._call_impl" not in names and "Py_RunMain" not in names
     assert "Py_FinalizeEx" in names and "_start" in names  # start-up with no Python below stays
     shots(page, "folded")
-    for box, expected in (("#show-plumbing", (14, "startup ")), ("#show-startup", (28, ""))):
+    for box, expected in (("#show-plumbing", (14, "startup dispatch")), ("#show-startup", (28, "dispatch"))):
         with page.expect_navigation():
             page.check(box)
         page.wait_for_function("() => document.body.dataset.ready === '1'", timeout=30_000)
@@ -224,6 +227,29 @@ def test_fold_toggles_rebuild_the_tree(browser: Any, tmp_path: Path, shots: Any)
         assert (nodes, fold) == expected
     assert names.count("<module>") == 3 and names.count("Module._call_impl") == 3 and "Py_RunMain" in names
     assert page.is_checked("#show-startup") and page.is_checked("#show-plumbing")
+    assert requests == []
+    page.context.close()
+
+
+def test_the_dispatch_toggle_shows_the_native_frames_around_operators(browser: Any, tmp_path: Path, shots: Any) -> None:
+    """The operator miniature's capture (tests/fixtures/profiles/ops_miniature.json.xz): folded, each line's
+    launches sit under their aten:: operators; the toggle brings the dispatcher's native frames back."""
+    doc = recorded.read(FIXTURES / "ops_miniature.json.xz")
+    page, requests = open_report(browser, write(tmp_path, "ops.html", HtmlReport(embed_sources=False).render(doc)))
+
+    def names() -> list[str]:
+        return page.eval_on_selector_all("#flame g.frame", "els => els.map(e => e.getAttribute('name'))")
+
+    folded = names()
+    assert {"aten::matmul", "aten::mm", "aten::mul.Tensor", "aten::addmm"} <= set(folded)
+    assert "at::_ops::mm::call(long)" not in folded and "at::native::mm_cuda(long)" not in folded
+    with page.expect_navigation():
+        page.check("#show-dispatch")
+    page.wait_for_function("() => document.body.dataset.ready === '1'", timeout=30_000)
+    shown = names()
+    assert {"aten::mm", "at::_ops::mm::call(long)", "at::native::mm_cuda(long)"} <= set(shown)
+    assert page.evaluate("document.body.dataset.fold") == "startup plumbing"
+    shots(page, "dispatch-shown")
     assert requests == []
     page.context.close()
 

@@ -23,7 +23,7 @@ def multiply(x: torch.Tensor) -> torch.Tensor:
 def wait_for_gpu() -> None:
     a = torch.randn(4096, 4096, device="cuda")
     for _ in range(20):
-        a = a @ a / 64
+        a = a @ a / 64  # LINE_MATMUL
     torch.cuda.synchronize()  # LINE_SYNC
 
 

@@ -21,10 +21,7 @@ EXAMPLES = REPO / "examples" / "inefficiencies"
 
 # Rules whose example is being reworked, so their recording is not kept yet (BENCHMARKS.md says why).
 # Any other rule without a recording fails: a rule cannot land untested in CI.
-PENDING: dict[str, str] = {
-    "unfused-optimizer": "new on 2026-12-05, when no GPU host was lent: its example awaits its first recording by "
-                         "tests/gpu/test_analyzer.py; test_analyzer_rules.py tests the rule on synthetic profiles",
-}
+PENDING: dict[str, str] = {}
 # The PC-sampling rules with recordings: checked with their exact facts below, not by the generic test.
 PC_RECORDED = ("long-scoreboard", "uncoalesced-access", "bank-conflicts", "warp-divergence", "fp32-fma",
                "low-occupancy")

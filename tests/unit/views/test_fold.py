@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import recorded
-from synth import Builder, nat, py, thread
+from synth import Builder, frame, nat, py, thread
 
-from deepctx.cli.formats.html_payload import LIFT, PLUMBING, STARTUP, profile_payload
+from deepctx.cli.formats.html_payload import DISPATCH, LIFT, PLUMBING, STARTUP, profile_payload
 from deepctx.profiles.fold import SHOW_ALL, Fold, is_plumbing
 from deepctx.profiles.tree import ViewNode, from_doc
 
@@ -79,7 +79,7 @@ def test_plumbing_frames_fold_into_their_callers() -> None:
     [step] = [c.children[0] for c in main.children if c.frame.name == "<module>"]
     assert (step.self["cpu_samples"], step.total["cpu_samples"]) == (1, 11)
     assert count(folded) == 12
-    assert folded.extra["folded"] == {"startup": 2, "plumbing": 6}  # the full and the cut stack; 2 per path
+    assert folded.extra["folded"] == {"startup": 2, "plumbing": 6, "dispatch": 0}  # the full and the cut stack; 2 per path
     shown = from_doc(split_profile(), Fold(startup=False))
     assert count(shown) == 28 - 2 * 3  # each of the three recorded paths loses its two plumbing frames
 
@@ -99,7 +99,7 @@ def test_the_h200_resnet_profile_has_one_module_frame() -> None:
     assert [(c.frame.name, c.frame.line, c.total["gpu_time_ns"], c.total["cpu_samples"]) for c in fmain.children] == [
         ("<module>", 21, 50056319, 4), ("<module>", 22, 0, 0)]
     assert (count(raw), count(folded), count(from_doc(doc, Fold()))) == (13519, 13339, 13221)
-    assert "folded" not in raw.extra and folded.extra["folded"] == {"startup": 1, "plumbing": 0}
+    assert "folded" not in raw.extra and folded.extra["folded"] == {"startup": 1, "plumbing": 0, "dispatch": 0}
     assert folded.total == raw.total
 
 
@@ -124,4 +124,70 @@ def test_html_payload_flags_what_its_toggles_fold() -> None:
     assert flags["Module._call_impl"] == PLUMBING and flags["Linear.forward"] == 0
     assert flags["start_thread"] == STARTUP  # a native thread's frames: the page keeps them, nothing is lifted
     assert sum(1 for f in p["nodes"]["flags"] if f & LIFT) == 2  # <module> below the full and the cut stack
-    assert p["fold"] == {"startup": True, "plumbing": False}
+    assert p["fold"] == {"startup": True, "plumbing": False, "dispatch": True}
+
+
+# A capture of the operator miniature (tests/integration/test_operators.py's target, recorded on the CI VM
+# in exact mode): matmul -> mm, sum.dim_IntList, addmm and mul.Tensor launching through the real libcudart.
+OPS = FIXTURES / "ops_miniature.json.xz"
+
+
+def test_dispatch_folding_leaves_the_line_its_operators_and_launches() -> None:
+    doc = recorded.read(OPS)
+    raw, folded = from_doc(doc, SHOW_ALL), from_doc(doc, Fold())
+
+    def below_lines(root: ViewNode) -> dict[int, list[list[str]]]:
+        out: dict[int, list[list[str]]] = {}
+        for n in root.walk():
+            if n.frame.kind == "python" and n.frame.file and n.frame.file.endswith("ops_calls.py") and n.frame.name == "step":
+                paths, stack = [], [(c, [c]) for c in n.children]
+                while stack:
+                    node, path = stack.pop()
+                    if node.frame.kind == "kernel":
+                        paths.append([f"{p.frame.kind}:{p.frame.name}" for p in path])
+                    stack.extend((c, [*path, c]) for c in node.children)
+                out.setdefault(n.frame.line, []).extend(sorted(paths))
+        return out
+
+    got = below_lines(folded)
+    assert sorted(got.values()) == [
+        [["op:aten::addmm", "api:cudaLaunchKernel", "kernel:gemm_kernel"]],
+        [["op:aten::matmul", "op:aten::mm", "api:cudaLaunchKernel", "kernel:gemm_kernel"]],
+        [["op:aten::mul.Tensor", "api:cudaLaunchKernel", "kernel:mul_kernel"]],
+        [["op:aten::sum.dim_IntList", "api:cudaLaunchKernel", "kernel:reduce_kernel"]],
+    ]
+    assert all(len(p) > 6 for paths in below_lines(raw).values() for p in paths)  # the natives, recorded
+    assert folded.total == raw.total  # folded frames' values went to their callers
+    assert from_doc(doc, Fold(dispatch=False)).extra["folded"]["dispatch"] == 0
+    assert folded.extra["folded"]["dispatch"] > 0
+
+
+def test_dispatch_folding_keeps_paths_without_operators() -> None:
+    """Native frames fold only where an aten operator stands below them or above them; a hand-off label
+    (an op node that is not an operator) folds nothing."""
+    b = Builder()
+    t = thread("MainThread", 11)
+    line = py("step", TRAIN, 12)
+    b.add([t, line, nat("THPVariable_mm", "libtorch_python.so"), frame("op", "aten::mm", module="libtorch_cpu.so"), nat("at::_ops::mm::call", "libtorch_cpu.so"),
+          nat("cublasSgemm_v2", "libcublas.so")], cpu_samples=3)
+    b.add([t, line, nat("my_extension_op", "libmine.so"), nat("helper", "libmine.so")], cpu_samples=2)
+    b.add([t, line, nat("handoff_run", "libpool.so"), frame("op", "[pool]"), nat("run_task", "libpool.so")], cpu_samples=1)
+    root = from_doc(b.doc, Fold())
+    step = next(n for n in root.walk() if n.frame.name == "step")
+    kids = {c.frame.name: c for c in step.children}
+    assert sorted(kids) == ["aten::mm", "handoff_run", "my_extension_op"]
+    assert kids["aten::mm"].self["cpu_samples"] == 3 and not kids["aten::mm"].children  # cuBLAS folded into it
+    assert [c.frame.name for c in kids["my_extension_op"].children] == ["helper"]
+    assert [c.frame.name for c in kids["handoff_run"].children] == ["[pool]"]
+    assert root.extra["folded"]["dispatch"] == 3  # THPVariable_mm, the entry, cublasSgemm_v2
+
+
+def test_html_payload_flags_dispatch_frames() -> None:
+    doc = recorded.read(OPS)
+    p = profile_payload(doc, from_doc(doc), "calls", {})
+    names = [p["strings"][i] for i in p["nodes"]["name"]]
+    flagged = {n for n, f in zip(names, p["nodes"]["flags"], strict=True) if f & DISPATCH}
+    assert {"ops_matmul", "at::_ops::mm::call(long)", "at::_ops::mm::redispatch(int, long)",
+            "at::native::mm_cuda(long)"} <= flagged
+    assert not flagged & {"aten::mm", "aten::matmul", "step", "cudaLaunchKernel", "gemm_kernel", "_start"}
+    assert p["fold"] == {"startup": True, "plumbing": True, "dispatch": True}

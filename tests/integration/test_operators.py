@@ -1,0 +1,90 @@
+"""PyTorch operators as nodes (#33.1), on the real CUDA runtime without a GPU: a miniature of ATen
+(tests/targets/ops/: libtorch_cpu.so with the entry points and the schema strings in .rodata, libtorch_cuda.so
+with a registered CUDA kernel) launches from Python lines; each launch's path carries `aten::<op>[.<overload>]`
+nodes between the line and the launch, one per operator (not again for its redispatch), also where the
+frame-pointer walk lost the entry points (from the CUDA kernel's wrapper), and the views fold the native
+frames around them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from harness import StdinTarget, cuda_runtime, line_of, profile_phase, start_daemon, stop_daemon
+from profile_paths import walk
+
+from deepctx.profiles.fold import Fold
+from deepctx.profiles.tree import ViewNode, from_doc
+
+TARGET = Path(__file__).resolve().parents[1] / "targets" / "gpu" / "ops_calls.py"
+ROUNDS, GEMMS, REDUCES, MULS = 5, 3, 2, 4  # ops_calls.py's
+
+
+@pytest.fixture(scope="module")
+def ops_doc(tmp_path_factory: pytest.TempPathFactory, native_targets: Path) -> dict:
+    d = start_daemon(tmp_path_factory.mktemp("ops"))
+    try:
+        t = StdinTarget([sys.executable, str(TARGET), str(native_targets / "torch" / "libtorch_cpu.so"), cuda_runtime()])
+        try:
+            doc = profile_phase(d, t)
+        finally:
+            t.stop()
+    finally:
+        assert stop_daemon(d) == 0
+    return doc
+
+
+def launches(doc: dict, marker: str, kernel: str) -> list[tuple[list[dict], dict]]:
+    line = line_of(TARGET, marker)
+    return [(anc, n) for anc, n in walk(doc) if n["kind"] == "kernel" and n["name"] == kernel
+            and any(a["kind"] == "python" and a["line"] == line for a in anc)]
+
+
+@pytest.mark.parametrize(("marker", "kernel", "per_round", "ops", "entry"), [
+    ("LINE_MATMUL", "gemm_kernel", GEMMS, ["aten::matmul", "aten::mm"], "at::_ops::mm::call(long)"),
+    ("LINE_SUM", "reduce_kernel", REDUCES, ["aten::sum.dim_IntList"], "at::_ops::sum_dim_IntList::call(long)"),
+    ("LINE_ADDMM", "gemm_kernel", GEMMS, ["aten::addmm"], "at::_ops::addmm::call(long)"),
+    # the entry points lost: the operator from libtorch_cuda's wrapper, named from libtorch_cpu's schemas
+    ("LINE_MUL", "mul_kernel", MULS, ["aten::mul.Tensor"], "at::wrapper_CUDA_mul_Tensor(long)"),
+])
+def test_each_launch_carries_its_operators(ops_doc: dict, marker: str, kernel: str, per_round: int,
+                                           ops: list[str], entry: str) -> None:
+    found = launches(ops_doc, marker, kernel)
+    assert sum(n["metrics"]["calls"] for _, n in found) == ROUNDS * per_round
+    line = line_of(TARGET, marker)
+    for anc, _ in found:
+        kinds = [(a["kind"], a["name"]) for a in anc]
+        assert [a["name"] for a in anc if a["kind"] == "op"] == ops, kinds
+        py = max(i for i, a in enumerate(anc) if a["kind"] == "python")
+        assert anc[py]["line"] == line, kinds
+        inner = next(i for i, a in enumerate(anc) if a["kind"] == "op" and a["name"] == ops[-1])
+        # the operator stands right above its entry frame, below the line, with the native frames kept
+        assert py < inner and anc[inner + 1]["name"] == entry, kinds
+        assert anc[inner]["module"] == ("libtorch_cuda.so" if marker == "LINE_MUL" else "libtorch_cpu.so"), anc[inner]
+        if marker == "LINE_MUL":  # the frame-pointer walk skipped the frameless entry points
+            assert not [a for a in anc if a["name"].startswith("at::_ops::")], kinds
+        assert anc[-1]["kind"] == "api" and anc[-1]["name"] == "cudaLaunchKernel", kinds
+
+
+def test_the_views_fold_the_native_frames_around_operators(ops_doc: dict) -> None:
+    line = line_of(TARGET, "LINE_MATMUL")
+
+    def path_below_line(root: ViewNode) -> list[tuple[str, str]]:
+        node = next(n for n in root.walk() if n.frame.kind == "python" and n.frame.line == line)
+        path = []
+        while node.children:
+            assert len(node.children) == 1, [c.frame for c in node.children]
+            node = node.children[0]
+            path.append((node.frame.kind, node.frame.name))
+        return path
+
+    folded = path_below_line(from_doc(ops_doc, Fold()))
+    assert folded == [("op", "aten::matmul"), ("op", "aten::mm"), ("api", "cudaLaunchKernel"), ("kernel", "gemm_kernel")]
+    shown = path_below_line(from_doc(ops_doc, Fold(dispatch=False)))
+    names = [n for _, n in shown]
+    assert names.index("ops_matmul") < names.index("aten::matmul") < names.index("at::_ops::matmul::call(long)") \
+        < names.index("aten::mm") < names.index("at::_ops::mm::call(long)") < names.index("at::_ops::mm::redispatch(int, long)") \
+        < names.index("at::native::mm_cuda(long)") < names.index("cudaLaunchKernel"), shown
+    root = from_doc(ops_doc, Fold())
+    assert root.extra["folded"]["dispatch"] >= 6  # ops_matmul, the entries, redispatch, mm_cuda, launch_stub...

@@ -1,0 +1,40 @@
+"""PyTorch-like operators through a miniature of ATen (tests/targets/ops/torch_cpu.cc and torch_cuda.cc).
+
+    python ops_calls.py LIBTORCH_CPU LIBCUDART
+
+Prints "ready <pid>", waits for a line, runs ROUNDS steps (matmul, whose mm launches GEMMS kernels; a
+sum.dim_IntList launching REDUCES; addmm launching GEMMS; mul.Tensor launching MULS from its CUDA kernel's
+wrapper, its entry points without frame pointers), prints "done".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+ROUNDS, GEMMS, REDUCES, MULS = 5, 3, 2, 4
+
+
+def step(lib: ctypes.CDLL) -> None:
+    lib.ops_matmul(GEMMS)  # LINE_MATMUL
+    lib.ops_sum(REDUCES)  # LINE_SUM
+    lib.ops_addmm(GEMMS)  # LINE_ADDMM
+    lib.ops_mul(MULS)  # LINE_MUL
+
+
+def main() -> None:
+    lib = ctypes.CDLL(sys.argv[1])
+    for fn in (lib.ops_matmul, lib.ops_sum, lib.ops_addmm, lib.ops_mul):
+        fn.argtypes, fn.restype = [ctypes.c_long], ctypes.c_long
+    assert lib.ops_init(sys.argv[2].encode()) == 0
+    print(f"ready {os.getpid()}", flush=True)
+    sys.stdin.readline()
+    for _ in range(ROUNDS):
+        step(lib)
+    print("done", flush=True)
+    sys.stdin.readline()
+
+
+if __name__ == "__main__":
+    main()
