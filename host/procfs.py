@@ -121,6 +121,9 @@ def open_mapped_file(pid: int, m: Mapping) -> str:
     raise FileNotFoundError(m.path)
 
 
+MAX_OFFSET = 1 << 63  # pread's offset is signed: addresses at or above it are no user address anyway
+
+
 class ProcessMemory:
     """Reads a process's memory through /proc/<pid>/mem (needs ptrace-read permission: root here)."""
 
@@ -132,6 +135,8 @@ class ProcessMemory:
             raise ProcessGone(pid) from e
 
     def read(self, addr: int, size: int) -> bytes:
+        if not 0 <= addr < MAX_OFFSET:  # a garbage pointer (a structure read while the target changed it)
+            raise MemoryError(f"cannot read {size} bytes at {addr:#x} in pid {self.pid}: not an address")
         try:
             data = os.pread(self._fd, size, addr)
         except OSError as e:  # EIO: unmapped address; ESRCH: process gone
@@ -156,6 +161,8 @@ class ProcessMemory:
         return out
 
     def read_up_to(self, addr: int, size: int) -> bytes:
+        if not 0 <= addr < MAX_OFFSET:
+            return b""
         try:
             return os.pread(self._fd, size, addr)
         except OSError:

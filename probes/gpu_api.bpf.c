@@ -299,7 +299,9 @@ static __always_inline void gpu_add_to(struct gpu_val *v, __u64 dt, __u64 bytes,
     if (v) {
         __sync_fetch_and_add(&v->calls, 1);
         __sync_fetch_and_add(&v->bytes, bytes);
-        if (timed) {
+        if (timed && !v->first_ns && !v->timed) {
+            v->first_ns = dt | 1;  /* nonzero: taken (two first calls at once: one is kept, counted untimed) */
+        } else if (timed) {
             __sync_fetch_and_add(&v->time_ns, dt);
             __sync_fetch_and_add(&v->timed, 1);
         }

@@ -195,9 +195,11 @@ struct gpu_fp_stack {
 
 struct gpu_val {
     __u64 calls;
-    __u64 time_ns;         /* time inside the API call, of the calls timed */
+    __u64 time_ns;         /* time inside the API call, of the calls timed but the first */
     __u64 bytes;
     __u64 timed;           /* calls whose time is in time_ns (all but launches left untimed: gpu_config) */
+    __u64 first_ns;        /* the first timed call's time, apart: a path's first call is often its slowest (the
+                            * runtime's lazy loading), and scaled with 1 launch in 8 it would count 8 times */
 };
 
 /* A call in flight on one thread, from its entry probe to its return probe. */

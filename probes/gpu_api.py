@@ -127,7 +127,8 @@ class GpuOrigin(ct.Structure):
 
 
 class GpuVal(ct.Structure):
-    _fields_ = [("calls", ct.c_uint64), ("time_ns", ct.c_uint64), ("bytes", ct.c_uint64), ("timed", ct.c_uint64)]
+    _fields_ = [("calls", ct.c_uint64), ("time_ns", ct.c_uint64), ("bytes", ct.c_uint64), ("timed", ct.c_uint64),
+                ("first_ns", ct.c_uint64)]
 
 
 class GpuInflight(ct.Structure):
@@ -272,11 +273,16 @@ def left_to_agent(api: gpu_apis.Api) -> bool:
 
 
 def api_time_ns(v: Any) -> int:
-    """A key's API time: measured on its timed calls, scaled to all its calls (every call is timed but launches
-    left untimed, GpuConfig.api_time_every; calls counted at entry have no time)."""
-    if not v.timed or v.timed >= v.calls:
-        return int(v.time_ns)
-    return int(v.time_ns) * int(v.calls) // int(v.timed)
+    """A key's API time: its first timed call's as measured, the others' measured on the timed calls and
+    scaled to all the calls after the first (every call is timed but launches left untimed,
+    GpuConfig.api_time_every; calls counted at entry have no time). With only the first call timed, that
+    call stands for all."""
+    first, rest, calls, timed = int(v.first_ns), int(v.time_ns), int(v.calls), int(v.timed)
+    if not first:
+        return rest if not timed or timed >= calls else rest * calls // timed
+    if not timed:
+        return first * calls
+    return first + (rest if timed >= calls - 1 else rest * (calls - 1) // timed)
 
 
 class GpuApi(FamilyDefaults):

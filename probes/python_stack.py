@@ -464,7 +464,8 @@ class PythonStacks(FamilyDefaults):
         self.name_reads += 1
         try:
             proc.names.update(read_thread_names(proc.mem, proc.interp, states))
-        except (MemoryError, OSError, ProcessGone) as e:  # caught mid-update or exiting: read at the next change
+        # caught mid-update (garbage pointers, sizes) or exiting: read at the next change
+        except (MemoryError, OSError, ProcessGone, ValueError, OverflowError) as e:
             log.debug("thread names unreadable", extra={"pid": proc.interp.pid, "error": str(e)})
         unnamed = any(tid not in proc.names for tid in states)
         proc.name_reads_left = proc.name_reads_left - 1 if unnamed else 0

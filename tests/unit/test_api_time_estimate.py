@@ -20,6 +20,17 @@ def test_calls_counted_at_entry_only_have_no_time() -> None:
     assert api_time_ns(GpuVal(calls=9, time_ns=0, bytes=0, timed=0)) == 0
 
 
+def test_the_first_call_counts_once() -> None:
+    # 20 calls, timed at 0 (apart: 50,000 ns, the runtime loading), 8 and 16 (1,000 ns each): the 19 after the
+    # first scaled from the two -> 50,000 + 19,000; scaled with the others it would have made 3 x 17,333
+    assert api_time_ns(GpuVal(calls=20, time_ns=2000, bytes=0, timed=2, first_ns=50_000)) == 69_000
+    # every call timed: the sum as measured
+    assert api_time_ns(GpuVal(calls=5, time_ns=4000, bytes=0, timed=4, first_ns=7_000)) == 11_000
+    # only the first timed (fewer calls than the period): it stands for all of them
+    assert api_time_ns(GpuVal(calls=3, time_ns=0, bytes=0, timed=0, first_ns=2_000)) == 6_000
+    assert api_time_ns(GpuVal(calls=1, time_ns=0, bytes=0, timed=0, first_ns=2_001)) == 2_001
+
+
 @pytest.mark.parametrize("every", [0, 3, 6, 12])
 def test_the_family_takes_only_powers_of_two(every: int) -> None:  # the BPF side masks with every - 1
     with pytest.raises(ValueError, match="power of two"):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
 from collections.abc import Callable
 
-from deepctx.host.procfs import AddressSpace, Mapping, environ_value, parse_maps, process_info
+import pytest
+
+from deepctx.host.procfs import AddressSpace, Mapping, ProcessMemory, environ_value, parse_maps, process_info
 from deepctx.probes.device_activity import expected_agent
 
 MAPS = """\
@@ -48,6 +51,21 @@ def test_merge_keeps_unmapped_libraries_and_prefers_new_mappings() -> None:
     merged = old.merged_with(newer)
     assert merged.find(0x7F1300000010).path == "/usr/lib/other.so"  # remapped range: the new file wins
     assert merged.find(0x7F1400000010).path == "/tmp/my lib (deleted)"  # unmapped since: kept
+
+
+def test_memory_reads_refuse_what_is_no_address() -> None:
+    """A pointer read from a structure the target changed meanwhile can be anything: one at or above 2^63 is
+    an unreadable address (MemoryError, as an unmapped one), not an OverflowError that ends the capture (it
+    ended one in CI, reading a 3.13 thread's frames for their names)."""
+    buf = ctypes.create_string_buffer(b"deepctx!")
+    with ProcessMemory(os.getpid()) as mem:
+        assert mem.read(ctypes.addressof(buf), 8) == b"deepctx!"
+        for addr in (1 << 63, (1 << 64) - 8, -8):
+            with pytest.raises(MemoryError, match="not an address"):
+                mem.read_u64(addr)
+            assert mem.read_up_to(addr, 8) == b""
+        with pytest.raises(MemoryError):
+            mem.read(8, 8)  # the zero page: unmapped
 
 
 def test_process_info_of_this_process() -> None:
