@@ -238,6 +238,14 @@ STAT_KEYS = {"gpu_api_calls": "gpu_api_calls", "calls_with_path": "gpu_api_calls
              "device_records_unfinished_at_stop": "device_records_unfinished_at_stop"}
 
 
+def drift(by_second: list[int]) -> float | None:
+    """The mean rate of the last third of the whole seconds over that of the first third; None under 3 s."""
+    third = len(by_second) // 3
+    if third < 1 or not sum(by_second[:third]):
+        return None
+    return (sum(by_second[-third:]) / third) / (sum(by_second[:third]) / third)
+
+
 def doc_stats(doc: dict) -> dict:
     """A bench row's share of a capture's profile: its error, or those of the counters above it has (absent is
     not 0: a full capture has no gpu_probe_duty_permille)."""
@@ -288,6 +296,7 @@ def one_run(name: str, variant: str, daemons: dict[str, Deepctx], python: str) -
     out["daemon_anon_mb"] = rss_mb(dctx.proc.pid, "RssAnon")
     out["steps_per_s"] = float(result[1])
     out["torch_export_s"] = float(result[2])
+    out["steps_by_second"] = [int(n) for n in result[3].split(",")] if len(result) > 3 and result[3] != "-" else []
     p.stdin.close()
     p.wait(timeout=120)
     exited = time.perf_counter()
@@ -555,7 +564,10 @@ def main() -> int:
             Path(args.out).write_text(json.dumps(rows, indent=1))
         return 0
     print()
-    print(f"{'workload':15} {'variant':32} {'steps/s':>9} {'ratio':>6} {'daemon CPU':>10} {'RSS MB':>7} {'ready s':>8}")
+    # drift: the rate of the timed steps' last third of whole seconds over their first third; a profiler whose
+    # cost grows over a capture shows a drift below alone's (issue #31: "no cost creeping up")
+    print(f"{'workload':15} {'variant':32} {'steps/s':>9} {'ratio':>6} {'daemon CPU':>10} {'RSS MB':>7} {'ready s':>8} "
+          f"{'drift':>6}")
     for name in args.workloads.split(","):
         base = statistics.median(r["steps_per_s"] for r in rows if r["workload"] == name and r["variant"] == "alone")
         for v in VARIANTS:
@@ -566,8 +578,10 @@ def main() -> int:
             ready = [r.get("profile_ready_s", r["torch_export_s"]) for r in rs]
             cpu = statistics.median(r["daemon_cpu_share"] for r in rs)
             rss = max(r["daemon_rss_mb"] for r in rs)
+            drifts = [d for d in (drift(r.get("steps_by_second", [])) for r in rs) if d is not None]
+            shown = f"{statistics.median(drifts):6.3f}" if drifts else f"{'-':>6}"
             print(f"{name:15} {v:32} {sps:9.2f} {base / sps:6.3f} {100 * cpu:9.1f}% {rss:7.0f} "
-                  f"{statistics.median(ready):8.2f}")
+                  f"{statistics.median(ready):8.2f} {shown}")
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))
     return 0

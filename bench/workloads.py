@@ -4,7 +4,8 @@
     python bench/workloads.py NAME 0 --marks
 
 Warms up, prints "ready <pid>", waits for a line on stdin, runs STEPS timed steps, prints
-"result <steps per second> <export seconds>" and waits for stdin to close. With --torch-profiler the
+"result <steps per second> <export seconds> <steps in each whole second, comma-separated>" and waits for
+stdin to close (the rate second by second shows a profiler whose cost grows over a capture: issue #31). With --torch-profiler the
 timed steps run under torch.profiler (CPU + CUDA activities; "stacks" adds with_stack=True) and the
 trace is exported at the end (export time reported separately, not in the step rate).
 
@@ -270,6 +271,18 @@ def run_marked(step: Callable[[], None], step_times: str | None = None) -> int:
     return 0
 
 
+def steps_by_second(t0: float, ends: list[float]) -> list[int]:
+    """Steps that ended in each whole second from t0 (the last, partial second left out)."""
+    if not ends:
+        return []
+    counts = [0] * int(ends[-1] - t0)
+    for t in ends:
+        i = int(t - t0)
+        if i < len(counts):
+            counts[i] += 1
+    return counts
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("name", choices=sorted(WORKLOADS))
@@ -290,6 +303,7 @@ def main() -> int:
     if args.marks:
         return run_marked(step, args.step_times)
     export_s = 0.0
+    ends: list[float] = []  # each step's end: one append a step, the same under every variant
     if args.torch_profiler:
         from torch.profiler import ProfilerActivity, profile
 
@@ -298,6 +312,7 @@ def main() -> int:
             t0 = time.perf_counter()
             for _ in range(args.steps):
                 step()
+                ends.append(time.perf_counter())
             dt = time.perf_counter() - t0
         t1 = time.perf_counter()
         prof.export_chrome_trace(args.trace_out if args.trace_out != os.devnull else f"/tmp/trace-{os.getpid()}.json")
@@ -306,8 +321,10 @@ def main() -> int:
         t0 = time.perf_counter()
         for _ in range(args.steps):
             step()
+            ends.append(time.perf_counter())
         dt = time.perf_counter() - t0
-    print(f"result {args.steps / dt:.4f} {export_s:.3f}", flush=True)
+    by_second = ",".join(str(n) for n in steps_by_second(t0, ends)) or "-"
+    print(f"result {args.steps / dt:.4f} {export_s:.3f} {by_second}", flush=True)
     sys.stdin.readline()
     return 0
 
