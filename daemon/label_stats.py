@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from deepctx.daemon.gpu_tree import NOT_SAMPLED, UNNAMED_KERNEL
 from deepctx.daemon.tree import CallTree
 from deepctx.host.frames import (
+    DEEPCTX_PROBE,
     PYTHON_FREED_CODE,
     PYTHON_MISSING,
     PYTHON_UNKNOWN,
@@ -65,6 +66,10 @@ LABELS = (
           "[unmapped]+0x… frames on {what}: code at addresses no mapping held when deepctxd read the process's maps "
           "(JIT code, or a library loaded and unloaded between reads)"),
     Label("user_stack_lost", lambda f: f.name == "[lost user stack]", None),  # said by cpu_user_stacks_lost's
+    Label("in_probes", lambda f: f == DEEPCTX_PROBE,
+          "[deepctx probe] on {what}: the target's threads were in deepctx's own probes at GPU calls (the uprobe's "
+          "trap and its BPF programs): what watching cost them. The analyzer does not count it as the program's "
+          "host time; sampled mode, or exact mode's --gpu-duty, costs less"),
     Label("not_sampled", lambda f: f == NOT_SAMPLED,
           "[call path not sampled] on {what}: sampled mode took no call path for any call of that API, kernel and "
           "launch shape, so those calls are counted without one (see gpu_calls_without_call_path)"),

@@ -27,6 +27,7 @@ from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basena
 from deepctx.daemon.inject import agent as agent_injector
 from deepctx.daemon.inject.agent import agent_state
 from deepctx.daemon.origins import Origins
+from deepctx.daemon.probe_samples import PROBE, ProbeSamples
 from deepctx.daemon.store.deltas import is_running_total
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.trace import build_trace
@@ -35,7 +36,12 @@ from deepctx.daemon.unwind_stops import stop_marker
 from deepctx.host import procfs
 from deepctx.host.frames import Frame
 from deepctx.probes import programs
-from deepctx.probes.cpu_sampler import SAMPLE_F_USER_STACK_LOST, TARGET_STATS, CpuSampler
+from deepctx.probes.cpu_sampler import (
+    SAMPLE_F_KERNEL_MODE,
+    SAMPLE_F_USER_STACK_LOST,
+    TARGET_STATS,
+    CpuSampler,
+)
 from deepctx.probes.device_activity import AgentUnusable, DeviceActivity, agent_mappings
 from deepctx.probes.family import ProbeFamily, Target
 from deepctx.probes.gpu_api import GpuApi, HandoffPoint, builtin_handoffs
@@ -353,11 +359,17 @@ class ProbeSet:
         cpu_paths = None
         if sampler is not None:
             cpu_paths = resolver(lambda sid: sampler.user_stack(bpf, sid), lambda sid: sampler.kernel_stack(bpf, sid))
+            # samples in deepctx's own probes (daemon/probe_samples.py): only where GPU calls are probed
+            probes = ProbeSamples(target.pid, target.space, native, cpu_paths.read_stack) if gpu is not None else None
             for b in sampler.buckets(bpf):
                 if b.pid != target.pid:
                     continue
-                path = cpu_paths.path(b.tid, b.user_stack, b.py_stack, bool(b.flags & SAMPLE_F_USER_STACK_LOST),
-                                      b.kernel_stack_id)
+                lost = bool(b.flags & SAMPLE_F_USER_STACK_LOST)
+                path = cpu_paths.path(b.tid, b.user_stack, b.py_stack, lost, b.kernel_stack_id)
+                if probes is not None and b.flags & SAMPLE_F_KERNEL_MODE and not lost and b.user_stack \
+                        and probes.in_probe(b.user_stack):
+                    kernel = len(cpu_paths.kernel_frames(b.kernel_stack_id)) if b.kernel_stack_id >= 0 else 0
+                    path.insert(len(path) - kernel, PROBE)  # counted from the tree (label_stats)
                 tree.add(path, "cpu_samples", b.count)
         stats.update(self.stats(bpf))
         mode = ""

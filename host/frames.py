@@ -74,6 +74,9 @@ PYTHON_UNREADABLE = Frame("native", "[Python walk stopped: unreadable frame]")
 # Where a thread was running Python code (the interpreter's eval loop on its native stack) but the Python walker
 # had no stack for it: it stands where the Python frames would, at the innermost eval activation.
 PYTHON_MISSING = Frame("python", "[Python frames missing]")
+# Innermost frame of a CPU sample taken while the thread was in deepctx's own probe at a GPU call (the uprobe's
+# trap and its BPF programs): what watching cost the target (daemon/probe_samples.py).
+DEEPCTX_PROBE = Frame("native", "[deepctx probe]")
 # Outermost frame of a native (.eh_frame) walk that stopped before the thread's entry, by its reason.
 UNWIND_STOPPED = {
     "no_table": Frame("native", "[unwinding stopped: no unwind table]"),

@@ -126,6 +126,16 @@ class NativeSymbolizer:
         path = _path(pid, lib) if lib is not None else None
         self._op_of[frame] = Frame("op", self.operators.name(struct, path, wrapper), module=frame.module)
 
+    def function_offset(self, pid: int, space: AddressSpace, addr: int) -> tuple[str, int] | None:
+        """(symbol, offset into it) of an exact code address, or None where no symbol covers it."""
+        m = space.find(addr)
+        if m is None or not m.file_backed:
+            return None
+        fk = (pid, m.start, *m.file_key)
+        syms = self._files[fk] if fk in self._files else self._files.setdefault(fk, self.cache.get(pid, m))
+        vaddr = syms.file_offset_to_vaddr(addr - m.start + m.offset) if syms is not None else None
+        return syms.lookup(vaddr) if syms is not None and vaddr is not None else None
+
     def symbolize_stack(self, pid: int, space: AddressSpace, ips_leaf_first: list[int]) -> list[Frame]:
         """Frames outermost first. Every IP but the leaf is a return address: look up ip-1, the call.
         A return address outside executable memory (the heap, no mapping at all) means the walk went

@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from deepctx.host.frames import DEEPCTX_PROBE
 from deepctx.profiles.analyzer import apis
 from deepctx.profiles.analyzer.names import (
     is_compile_frame,
@@ -222,7 +223,9 @@ def _child_context(ctx: Context, node: dict[str, Any]) -> Context:
         if not ctx.compile and is_compile_frame(kind, name, node.get("file"), site.library):
             changes["compile"] = True
     elif kind in ("native", "op"):
-        if kind == "native" and apis.is_api_entry(name):
+        # a probed API's own time, and deepctx's probe at a call (its trap and programs, or the return's
+        # trampoline): neither is host work a fix removes
+        if kind == "native" and (apis.is_api_entry(name) or name == DEEPCTX_PROBE.name):
             changes["in_api"] = True
         elif not ctx.in_api:
             # an operator node (aten::mul.Tensor -> mul), or the operator a native frame implements

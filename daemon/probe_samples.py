@@ -1,0 +1,58 @@
+"""CPU samples taken inside deepctx's own probes, marked so that the profile shows what watching cost.
+
+A probed call traps: the uprobe's breakpoint, the kernel's handling of it and the BPF programs run on the
+target's thread, in kernel mode, with the thread's user registers pointing at the probed function's first
+instruction (the kernel sets them back to the breakpoint before the programs run; a sample during the trap
+itself sees the address after it). A probe on the call's return runs from the kernel's return trampoline,
+mapped as `[uprobes]`. A kernel-mode sample whose user stack ends at the first instruction of a GPU API
+deepctx probes, or in the `[uprobes]` mapping, is deepctx's time: it gets a `[deepctx probe]` frame below
+the call (tests/integration/test_probe_samples.py). The sampler's kernel stacks, where recorded, show the
+same time as `asm_exc_int3` ... `uprobe_multi_link_handler`, `bpf_prog_...` below the API's frame.
+
+Not marked: a sample that the hardware took while the trap was being entered (a few instructions), and the
+probes on hand-off points and autograd nodes (functions of the frameworks, not GPU APIs)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from deepctx.daemon.symbolize.native import NativeSymbolizer, module_name
+from deepctx.host.frames import DEEPCTX_PROBE
+from deepctx.host.gpu_apis import all_apis
+from deepctx.host.procfs import AddressSpace
+
+PROBE = DEEPCTX_PROBE
+TRAMPOLINE = "[uprobes]"  # the kernel's mapping of the return trampoline and the out-of-line single steps
+# offsets of a sampled user address from a probed function's start: 0 while the probe's programs run, 1 (x86's
+# int3 is one byte) while the trap is taken
+AT_PROBE = (0, 1)
+PROBED = frozenset(a.symbol for a in all_apis())
+
+
+class ProbeSamples:
+    """Which kernel-mode samples' user stacks end inside a probe, by stack id."""
+
+    def __init__(self, pid: int, space: AddressSpace, native: NativeSymbolizer,
+                 read_stack: Callable[[int], tuple[list[int], object]]) -> None:
+        self.pid = pid
+        self.space = space
+        self.native = native
+        self.read_stack = read_stack
+        self._known: dict[int, bool] = {}
+
+    def in_probe(self, user_stack: int) -> bool:
+        found = self._known.get(user_stack)
+        if found is None:
+            found = self._known[user_stack] = self._leaf_in_probe(user_stack)
+        return found
+
+    def _leaf_in_probe(self, user_stack: int) -> bool:
+        ips, _ = self.read_stack(user_stack)
+        if not ips:
+            return False
+        leaf = ips[0]
+        m = self.space.find(leaf)
+        if m is not None and module_name(m) == TRAMPOLINE:
+            return True
+        hit = self.native.function_offset(self.pid, self.space, leaf)
+        return hit is not None and hit[1] in AT_PROBE and hit[0] in PROBED
