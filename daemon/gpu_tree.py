@@ -21,6 +21,9 @@ from deepctx.probes.gpu_api import GPU_KEY_F_SAMPLED, GPU_KEY_F_STACK_LOST, GpuB
 
 NOT_SAMPLED = Frame("native", "[call path not sampled]")
 UNNAMED_KERNEL = "[unnamed kernel]"
+# A kernel whose handle the probes could not name (made before the capture, its name not readable from it),
+# in a capture without the device-activity agent's records, which name every kernel they time
+NEEDS_AGENT_KERNEL = "[kernel named by the agent only]"
 # Launch layouts whose object is a host stub (an address the ELF symbol table names).
 _STUB_LAYOUTS = (gpu_apis.L_DIM3, gpu_apis.L_RT_EX)
 
@@ -48,8 +51,9 @@ class KernelNamer:
     (copied in BPF at its first launch)."""
 
     def __init__(self, pid: int, space: Any, native: NativeSymbolizer, handle_names: dict[tuple[int, int], str],
-                 handle_strings: dict[tuple[int, int], list[str]] | None = None) -> None:
+                 handle_strings: dict[tuple[int, int], list[str]] | None = None, agent_named: bool = True) -> None:
         self.pid = pid
+        self.agent_named = agent_named  # the agent's records named kernels in this capture
         self.space = space
         self.native = native
         self.handle_names = handle_names
@@ -76,7 +80,7 @@ class KernelNamer:
         if learned:
             return learned
         found = name_from_handle_strings(self.handle_strings.get((self.pid, obj), []), stub)
-        return found or UNNAMED_KERNEL
+        return found or (UNNAMED_KERNEL if self.agent_named else NEEDS_AGENT_KERNEL)
 
 
 def child_frame(api: gpu_apis.Api, b: GpuBucket, namer: KernelNamer) -> Frame | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from deepctx.daemon.gpu_tree import NOT_SAMPLED, UNNAMED_KERNEL
+from deepctx.daemon.gpu_tree import NEEDS_AGENT_KERNEL, NOT_SAMPLED, UNNAMED_KERNEL
 from deepctx.daemon.tree import CallTree
 from deepctx.host.frames import (
     DEEPCTX_PROBE,
@@ -75,7 +75,9 @@ LABELS = (
           "launch shape, so those calls are counted without one (see gpu_calls_without_call_path)"),
 )
 UNNAMED_KERNEL_STAT = "gpu_calls_unnamed_kernel"
-STATS = frozenset({st for lab in LABELS for st in lab.stats} | {UNNAMED_KERNEL_STAT})
+NEEDS_AGENT_STAT = "gpu_calls_kernel_named_by_agent_only"
+KERNEL_STATS = {UNNAMED_KERNEL: UNNAMED_KERNEL_STAT, NEEDS_AGENT_KERNEL: NEEDS_AGENT_STAT}
+STATS = frozenset({st for lab in LABELS for st in lab.stats} | set(KERNEL_STATS.values()))
 METRICS = ("cpu_samples", "calls")
 
 
@@ -106,8 +108,8 @@ def label_stats(tree: CallTree) -> dict[str, int]:
                 out[calls] += total[idx][1]
                 here = here | {lab.key}
         under[idx] = here
-        if node.frame.kind == "kernel" and node.frame.name == UNNAMED_KERNEL:
-            out[UNNAMED_KERNEL_STAT] += node.metrics.get("calls", 0)
+        if node.frame.kind == "kernel" and node.frame.name in KERNEL_STATS:
+            out[KERNEL_STATS[node.frame.name]] += node.metrics.get("calls", 0)
     return {k: v for k, v in out.items() if v}
 
 
@@ -128,6 +130,11 @@ def label_warnings(stats: dict[str, int]) -> list[str]:
     if stats.get(UNNAMED_KERNEL_STAT):
         out.append(f"[unnamed kernel] on {_count(stats[UNNAMED_KERNEL_STAT], 'kernel launch', 'es')}: the runtime "
                    "passed no kernel name deepctxd could resolve")
+    if stats.get(NEEDS_AGENT_STAT):
+        out.append(f"{NEEDS_AGENT_KERNEL} on {_count(stats[NEEDS_AGENT_STAT], 'kernel launch', 'es')}: their kernel "
+                   "handles were made before the capture and hold no name deepctxd could read; the device-activity "
+                   "agent's records name them (`deepctx run`, or `attach --gpu-activity` to a process started "
+                   "with the agent)")
     return out
 
 

@@ -391,7 +391,8 @@ class ProbeSet:
         if gpu is not None and gpu_paths is not None:
             mode = gpu.mode
             handle_names = {**(view.kernel_names() if view else {}), **gpu.function_names(bpf)}
-            namer = KernelNamer(target.pid, target.space, native, handle_names, gpu.handle_strings(bpf))
+            namer = KernelNamer(target.pid, target.space, native, handle_names, gpu.handle_strings(bpf),
+                                agent_named=view is not None and bool(view.buckets))
             libs = library_basenames(target.space)
             buckets = [b for b in gpu.buckets(bpf) if b.pid == target.pid]
             if inputs.gpu_probed_s is not None:  # probes attached part of the window: counts scaled up to it

@@ -10,13 +10,14 @@ import pytest
 
 from deepctx.daemon.callpaths import CallPathResolver
 from deepctx.daemon.capture import CaptureResult, stat_warnings
-from deepctx.daemon.gpu_tree import NOT_SAMPLED, UNNAMED_KERNEL
+from deepctx.daemon.gpu_tree import NEEDS_AGENT_KERNEL, NOT_SAMPLED, UNNAMED_KERNEL
 from deepctx.daemon.label_stats import label_stats, label_warnings
 from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.tree import CallTree
 from deepctx.daemon.unwind_stops import stop_marker
 from deepctx.host.frames import (
+    DEEPCTX_PROBE,
     PYTHON_MISSING,
     PYTHON_UNREADABLE,
     TRUNCATED,
@@ -146,7 +147,8 @@ def labelled_tree() -> CallTree:
     unreadable Python frame, 5 under an unwinder stop, 3 under a frame-pointer walk that went astray, 2 and 4 in
     Python frames of an exited process and of freed code, 1 lost stack; 30 launches of an unnamed kernel, 6 of them
     from a call path whose code was freed; 9 launches with no sampled call path; 11 samples and 12 launches of a
-    thread running Python whose Python stack the walker did not have; 100 clean samples."""
+    thread running Python whose Python stack the walker did not have; 8 samples in deepctx's probe; 5 launches of
+    a kernel only the agent would have named; 100 clean samples."""
     t = CallTree("python3 run.py")
     t.add([THREAD, TRUNCATED, STEP], "cpu_samples", 30)
     t.add([THREAD, TRUNCATED, STEP, Frame("native", "[unmapped]+0x7f0012", module="[unmapped]")], "cpu_samples", 10)
@@ -164,6 +166,9 @@ def labelled_tree() -> CallTree:
     t.add([THREAD, NOT_SAMPLED, api, Frame("kernel", "gemm")], "calls", 9)
     t.add([THREAD, PYTHON_MISSING, Frame("native", "clock_gettime", module="libc.so.6")], "cpu_samples", 11)
     t.add([THREAD, PYTHON_MISSING, api, Frame("kernel", "gemm")], "calls", 12)
+    t.add([THREAD, MAIN, STEP, Frame("native", "cudaLaunchKernel", module="libcudart.so.13"), DEEPCTX_PROBE],
+          "cpu_samples", 8)
+    t.add([THREAD, MAIN, api, Frame("kernel", NEEDS_AGENT_KERNEL)], "calls", 5)
     return t
 
 
@@ -174,14 +179,14 @@ def test_each_label_has_its_own_stat_with_exact_counts() -> None:
         "cpu_samples_unwinding_stopped": 5, "cpu_samples_unwind_lost": 3, "cpu_samples_python_unknown": 2,
         "cpu_samples_python_freed_code": 4, "gpu_calls_python_freed_code": 6, "cpu_samples_user_stack_lost": 1,
         "gpu_calls_unnamed_kernel": 30, "gpu_calls_not_sampled": 9, "cpu_samples_python_missing": 11,
-        "gpu_calls_python_missing": 12}
+        "gpu_calls_python_missing": 12, "cpu_samples_in_probes": 8, "gpu_calls_kernel_named_by_agent_only": 5}
     assert label_stats(CallTree("clean")) == {}  # no labels, no stats
 
 
 def test_each_cause_is_warned_in_its_own_words() -> None:
     stats = {**label_stats(labelled_tree()), "cpu_samples_in_profile": 200}
     warnings = label_warnings(stats)
-    assert len(warnings) == 10  # every label but the lost stack (cpu_user_stacks_lost has its warning)
+    assert len(warnings) == 12  # every label but the lost stack (cpu_user_stacks_lost has its warning)
     assert warnings[0] == ("[truncated] on 40 CPU samples (20.0% of the profile): a call path deeper than the walkers' "
                            "depth limit loses its outermost frames there (native: kernel.perf_event_max_stack or the "
                            "unwinder's depth; Python: python_max_depth)")
@@ -197,9 +202,13 @@ def test_each_cause_is_warned_in_its_own_words() -> None:
     assert next(w for w in warnings if w.startswith("[Python frames missing]")).startswith(
         "[Python frames missing] on 11 CPU samples (5.5% of the profile) and 12 GPU calls: the thread was running "
         "Python code but the Python walker had no stack for it: it found no thread state for the thread")
-    assert warnings[-2].startswith("[call path not sampled] on 9 GPU calls: sampled mode took no call path")
-    assert warnings[-1] == ("[unnamed kernel] on 30 kernel launches: the runtime passed no kernel name deepctxd could "
+    assert next(w for w in warnings if w.startswith("[deepctx probe]")).startswith(
+        "[deepctx probe] on 8 CPU samples (4.0% of the profile): the target's threads were in deepctx's own probes")
+    assert warnings[-3].startswith("[call path not sampled] on 9 GPU calls: sampled mode took no call path")
+    assert warnings[-2] == ("[unnamed kernel] on 30 kernel launches: the runtime passed no kernel name deepctxd could "
                             "resolve")
+    assert warnings[-1].startswith("[kernel named by the agent only] on 5 kernel launches: their kernel handles were "
+                                   "made before the capture")
     one = label_warnings({"cpu_samples_unwind_lost": 1, "gpu_calls_unnamed_kernel": 1})
     assert one[0].startswith("[unwinding lost the callers] on 1 CPU sample: ") and one[1].startswith(
         "[unnamed kernel] on 1 kernel launch: ")

@@ -242,7 +242,10 @@ def test_sampled_attach_probes_launches_when_the_agent_cannot_report(daemon, bui
     and the profile says why there is no device time."""
     doc = sampled_profile(daemon, built, tmp_path, {}, "--hold-cupti")
     assert kernel_calls(doc, "cudaLaunchKernel", MATMUL) == mt.N_MATMUL
-    assert kernel_calls(doc, "cuLaunchKernel", "[unnamed kernel]") == mt.N_RELU  # a bare handle: CUPTI named it
+    # a bare handle, made before the capture: the agent's records would name it, and the node says so
+    assert kernel_calls(doc, "cuLaunchKernel", "[kernel named by the agent only]") == mt.N_RELU
+    assert doc["stats"]["gpu_calls_kernel_named_by_agent_only"] == mt.N_RELU
+    assert any(w.startswith("[kernel named by the agent only] on ") for w in doc["warnings"]), doc["warnings"]
     assert any("launches are probed by uprobes instead" in w for w in doc["warnings"]), doc["warnings"]
     assert doc["stats"].get("device_calls_reported_by_agent", 0) == 0
     assert daemon.alive()
