@@ -85,7 +85,9 @@ if ! "$VENV/bin/python" -c 'import deepctx.daemon.main, grpc, pytest, xdist' 2>/
    || [ pyproject.toml -nt "$VENV/.deepctx-installed" ]; then
   say "installing Python dependencies into the virtualenv"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -e ".[test]"
+  # setuptools says on every editable install of a package mapped from folders that a folder named like the
+  # package could shadow it (BuildBackendWarning, information only): ours are named as subpackages, not `deepctx`
+  PYTHONWARNINGS="ignore:::setuptools.command.editable_wheel" "$VENV/bin/python" -m pip install -q -e ".[test]"
   touch "$VENV/.deepctx-installed"
 fi
 "$VENV/bin/python" -c 'import bcc' || die "the virtualenv cannot import bcc"
