@@ -23,7 +23,7 @@ both classify frames here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -81,25 +81,35 @@ def is_operator(kind: str, name: str) -> bool:
     return kind == "op" and name.startswith(OPERATOR_PREFIX)
 
 
-def dispatch_frames(root: T, kind_name: Callable[[T], tuple[str, str]], children: Callable[[T], Iterable[T]]) -> set[int]:
+def dispatch_frames(root: T, kind_name: Callable[[T], tuple[str, str]], children: Callable[[T], Sequence[T]]) -> set[int]:
     """The ids of the nodes that dispatch folding folds: native frames whose subtree reaches an operator
-    through native frames only, and native frames below an operator down to the next other frame."""
-    order: list[tuple[T, bool]] = []  # preorder, each with whether an operator is above it through natives
+    through native frames only, and native frames below an operator down to the next other frame. One pass
+    down, and none back up in a tree without operators (most trees). For document nodes pass
+    operator.itemgetter("kind", "name") and itemgetter("children"): no Python call per node."""
+    order: list[tuple[T, bool, Sequence[T]]] = []  # preorder: native nodes, whether an operator is above through natives
+    operators: set[int] = set()
     stack: list[tuple[T, bool]] = [(root, False)]
     while stack:
         node, inside = stack.pop()
         kind, name = kind_name(node)
-        order.append((node, inside and kind == "native"))
-        below = is_operator(kind, name) or (inside and kind == "native")
-        stack.extend((c, below) for c in children(node))
-    leads: set[int] = set()  # native nodes from which an operator is reached through natives
+        kids = children(node)
+        if kind == "native":
+            order.append((node, inside, kids))
+            stack.extend((c, inside) for c in kids)
+        elif kind == "op" and name.startswith(OPERATOR_PREFIX):
+            operators.add(id(node))
+            stack.extend((c, True) for c in kids)
+        else:
+            stack.extend((c, False) for c in kids)
     fold: set[int] = set()
-    for node, inside in reversed(order):  # children before parents
-        if kind_name(node)[0] != "native":
-            continue
-        if any(id(c) in leads or is_operator(*kind_name(c)) for c in children(node)):
+    if not operators:
+        return fold
+    leads: set[int] = set()  # native nodes from which an operator is reached through natives
+    for node, inside, kids in reversed(order):  # children before parents
+        if any(id(c) in leads or id(c) in operators for c in kids):
             leads.add(id(node))
             fold.add(id(node))
         elif inside:
             fold.add(id(node))
     return fold
+

@@ -11,6 +11,7 @@ import functools
 import gc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 from deepctx.profiles.fold import SHOW_ALL, ZONE_ROOTS, Fold, dispatch_frames, is_plumbing, is_startup
@@ -118,6 +119,9 @@ def _raw(root: dict[str, Any], out_root: ViewNode, metrics: list[str]) -> None:
             stack.append((child, cvn))
 
 
+KIND_NAME, CHILDREN = itemgetter("kind", "name"), itemgetter("children")  # a document node's
+
+
 def _folded(root: dict[str, Any], out_root: ViewNode, metrics: list[str], fold: Fold) -> None:
     """Folded frames hand their children (and self values) to another node, where they merge with its
     children of the same frame and thread id, recursively."""
@@ -138,8 +142,7 @@ def _folded(root: dict[str, Any], out_root: ViewNode, metrics: list[str], fold: 
         return found
 
     folded = {"startup": 0, "plumbing": 0, "dispatch": 0}  # frames folded away: the views' header says so
-    dispatch = dispatch_frames(root, lambda n: (n["kind"], n["name"]), lambda n: n["children"]) if fold.dispatch \
-        else set()
+    dispatch = dispatch_frames(root, KIND_NAME, CHILDREN) if fold.dispatch else set()
     # (document node, the ViewNode it became, its thread's (or the root's) ViewNode, still above Python)
     stack: list[tuple[dict[str, Any], ViewNode, ViewNode, bool]] = [(root, out_root, out_root, True)]
     while stack:
