@@ -63,6 +63,7 @@ class Context:
     loader: int = -1  # index in python of the outermost torch.utils.data frame
     native: str | None = None  # innermost native frame outside GPU runtime libraries
     op: str | None = None  # innermost framework operator (wrapper_CUDA_mul_Tensor -> mul)
+    operator: str | None = None  # innermost operator node, as named (aten::mul.Tensor)
     api: str | None = None  # the API node above a kernel/memcpy/memset/sync node
     in_api: bool = False  # inside a probed GPU API function (CPU samples there are API time)
     compile: bool = False  # under compilation or autotuning frames
@@ -233,6 +234,8 @@ def _child_context(ctx: Context, node: dict[str, Any]) -> Context:
                 operator_of(name) if kind == "native" else None
             if op and op != ctx.op:
                 changes["op"] = op
+            if is_operator(kind, name) and name != ctx.operator:
+                changes["operator"] = name
         if not ctx.compile and is_compile_frame(kind, name):
             changes["compile"] = True
     elif kind == "api":

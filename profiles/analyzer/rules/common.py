@@ -91,6 +91,15 @@ def top_kernels(records: Iterable[GpuRecord], n: int = 3) -> list[dict[str, obje
     return [{"kernel": k, "launches": c} for k, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
 
 
+def top_operators(records: Iterable[GpuRecord], n: int = 3) -> list[dict[str, object]]:
+    """The operator nodes (aten::mul.Tensor) the launches came from, most launches first; [] without them."""
+    counts: dict[str, int] = defaultdict(int)
+    for r in records:
+        if r.ctx.operator:
+            counts[r.ctx.operator] += r.calls
+    return [{"operator": k, "launches": c} for k, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+
+
 def site_text(site: Site | None) -> str:
     if site is None:
         return "code without a Python frame"

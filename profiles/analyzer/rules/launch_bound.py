@@ -13,6 +13,7 @@ from deepctx.profiles.analyzer.rules.common import (
     launches,
     site_text,
     top_kernels,
+    top_operators,
 )
 from deepctx.profiles.analyzer.rules.unfused_optimizer import optimizer_launch
 
@@ -51,6 +52,9 @@ class LaunchBound(Rule):
                 "launches": n, "host_per_launch_ns": round(per_launch), "host_time_ns": host_ns,
                 "kernels": top_kernels(recs), "largest_grid_blocks": max((r.blocks or 0) for r in recs),
             }
+            ops = top_operators(recs)
+            if ops:  # the operators behind the launches, where the profile has operator nodes
+                evidence["operators"] = ops
             if measured:
                 evidence["gpu_per_launch_ns"] = round(kernel_ns)
                 model = ("launch: R = min(launches x (host time per launch - GPU time per launch), GPU idle time); "

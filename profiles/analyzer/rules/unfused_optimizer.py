@@ -15,6 +15,7 @@ from deepctx.profiles.analyzer.rules.common import (
     launches,
     site_text,
     top_kernels,
+    top_operators,
 )
 
 
@@ -79,6 +80,9 @@ class UnfusedOptimizer(Rule):
                 "launches": n, "optimizer": optimizer, "implementation": f"_{path}_{optimizer}",
                 "host_per_launch_ns": round(per_launch), "host_time_ns": host_ns, "kernels": top_kernels(recs),
             }
+            ops = top_operators(recs)
+            if ops:  # aten::_foreach_add_.List or aten::add_.Tensor ...: which update the launches came from
+                evidence["operators"] = ops
             if measured:
                 evidence["gpu_per_launch_ns"] = round(kernel_ns)
             else:

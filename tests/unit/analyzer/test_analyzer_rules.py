@@ -51,6 +51,20 @@ def test_launch_bound_fires_on_many_tiny_launches_from_one_line() -> None:
     assert f["estimated_speedup"] == 7.5 and f["confidence"] == 0.5
 
 
+def test_launch_bound_names_the_operators_behind_the_launches() -> None:
+    """With operator nodes on the path (#33.1), the evidence names them, most launches first; without them
+    (test above) it has no "operators" entry."""
+    b = DocBuilder()
+    loop = MAIN + [py("step", 20)]
+    b.cpu(loop, 100)
+    b.launch(loop + [frame("op", "aten::mul.Tensor", module="libtorch_cuda.so")], MUL, 6_000, 30 * MS)
+    b.launch(loop + [frame("op", "aten::add_.Tensor", module="libtorch_cuda.so")], ADD, 4_000, 20 * MS)
+    [f] = findings(b.doc, "launch-bound-loop")
+    assert f["evidence"]["operators"] == [{"operator": "aten::mul.Tensor", "launches": 6_000},
+                                          {"operator": "aten::add_.Tensor", "launches": 4_000}]
+    assert "operators" not in findings(launch_loop(10_000, (1, 1, 1)), "launch-bound-loop")[0]["evidence"]
+
+
 def test_launch_bound_with_gpu_time_compares_kernel_and_launch() -> None:
     [f] = findings(launch_loop(10_000, (1, 1, 1), gpu_ns_each=3_000), "launch-bound-loop")
     assert f["evidence"]["gpu_per_launch_ns"] == 3_000
