@@ -65,6 +65,9 @@ REFRESH_S = 1.0  # thread states are re-read at least this often, misses or not
 # After the walker met new threads, poll often this long: threading's names can only be read while the threads
 # live (a data loader's or a pool's threads come in bursts, and may live a fraction of a poll interval)
 NEW_THREADS_BUSY_S = 2.0
+# a target that exited: code objects found freed this long before the capture saw it gone were freed by its exit
+# (the interpreter finalizes while the process still runs); the capture sees an exit within its poll interval
+EXIT_GRACE_S = 1.0
 WALKER_OWNS = (-1, -1)  # _Proc.threads: an entry the walker wrote (py_found), or one left to it
 # Refreshes after a change of the thread map that read the names again while a thread with a thread state has
 # none (a thread caught between its start and its entry in threading._active, or one threading does not know)
@@ -271,6 +274,13 @@ class PythonStacks(FamilyDefaults):
         process lives (a stack first seen in the target's last moments otherwise stays [unknown]); or new threads
         came lately, whose Python names can only be read while they live."""
         return self.learning or time.monotonic() < self._busy_until
+
+    def finish(self, bpf: Any, target: Target, exited: bool) -> None:
+        """A target that exited: code objects that could not be read in its last moments were freed by its
+        finalization, and their frames are [unknown] (the exit), not [code object freed]."""
+        proc = self._procs.get(target.pid)
+        if exited and proc is not None:
+            proc.codes.exited(time.monotonic(), EXIT_GRACE_S)
 
     def detach(self, bpf: Any, target: Target) -> None:
         proc = self._procs.pop(target.pid, None)

@@ -4,6 +4,7 @@ freed-and-reused address from the object it was."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,7 @@ class CodeReader:
         # why a code object could not be read: "exited" (the process was gone) or "freed" (the address no
         # longer holds that code object, or no longer holds memory, while the process lives)
         self.failures: dict[tuple[int, int], str] = {}
+        self._failed_at: dict[tuple[int, int], float] = {}  # time.monotonic() of each "freed" decision
         self._sources: dict[str, dict[tuple[str, int], str]] = {}
         # stacks.symbolize_stack's frames by raw frame (code, tag, lasti, flags): stacks share most frames
         self.symbolized: dict[tuple[int, int, int, int], Any] = {}
@@ -62,7 +64,19 @@ class CodeReader:
                 self._cache[key] = None
             if self._cache[key] is None:
                 self.failures[key] = "freed" if self.alive() else "exited"
+                self._failed_at[key] = time.monotonic()
         return self._cache[key]
+
+    def exited(self, seen_at: float, grace_s: float) -> int:
+        """The process was seen gone at seen_at: code objects found freed in the grace_s before were freed by its
+        exit (the interpreter's finalization frees them while it still runs), not by the program: "exited".
+        Returns how many changed."""
+        late = [k for k, why in self.failures.items() if why == "freed" and self._failed_at.get(k, 0.0) >= seen_at - grace_s]
+        for k in late:
+            self.failures[k] = "exited"
+        if late:
+            self.symbolized.clear()  # frames symbolized with the old reason
+        return len(late)
 
     def failure(self, addr: int, tag: int) -> str | None:
         """Why get() found no code object here ("exited" or "freed"), None if it did (or was not asked)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,11 @@ def test_freed_while_running_and_unknown_after_exit(interp) -> None:  # noqa: AN
         proc.wait()
         assert codes.get(code, tag ^ 2) is None and codes.failure(code, tag ^ 2) == "exited"
         assert codes.failure(code, tag ^ 1) == "freed"  # what was decided while it ran stays
+        # ... unless it was decided in the last moments before the exit was seen: the finalization freed it
+        assert codes.exited(time.monotonic() + 3600, grace_s=1.0) == 0  # an hour later: nothing changes
+        assert codes.failure(code, tag ^ 1) == "freed"
+        assert codes.exited(time.monotonic(), grace_s=30.0) == 2  # tag ^ 1 and the runtime's address
+        assert codes.failure(code, tag ^ 1) == "exited" and codes.failure(py.runtime, 7) == "exited"
         mem.close()
     finally:
         proc.kill()
