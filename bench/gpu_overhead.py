@@ -243,7 +243,7 @@ def drift(by_second: list[int]) -> float | None:
     third = len(by_second) // 3
     if third < 1 or not sum(by_second[:third]):
         return None
-    return (sum(by_second[-third:]) / third) / (sum(by_second[:third]) / third)
+    return sum(by_second[-third:]) / sum(by_second[:third])
 
 
 def doc_stats(doc: dict) -> dict:

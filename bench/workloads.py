@@ -5,9 +5,9 @@
 
 Warms up, prints "ready <pid>", waits for a line on stdin, runs STEPS timed steps, prints
 "result <steps per second> <export seconds> <steps in each whole second, comma-separated>" and waits for
-stdin to close (the rate second by second shows a profiler whose cost grows over a capture: issue #31). With --torch-profiler the
-timed steps run under torch.profiler (CPU + CUDA activities; "stacks" adds with_stack=True) and the
-trace is exported at the end (export time reported separately, not in the step rate).
+stdin to close (the rate second by second shows a profiler whose cost grows over a capture: issue #31).
+With --torch-profiler the timed steps run under torch.profiler (CPU + CUDA activities; "stacks" adds
+with_stack=True) and the trace is exported at the end (export time reported separately, not in the step rate).
 
 With --marks (for bench/continuous_overhead.py --alternate) STEPS is ignored: after "ready <pid>" and the
 "go" line the process runs steps until stdin closes, and answers each "mark" line on stdin with
@@ -271,6 +271,17 @@ def run_marked(step: Callable[[], None], step_times: str | None = None) -> int:
     return 0
 
 
+def timed_steps(step: Callable[[], None], n: int) -> tuple[float, list[int]]:
+    """Runs n steps: their seconds, and the steps of each whole second (one append a step, under every variant
+    alike)."""
+    ends: list[float] = []
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+        ends.append(time.perf_counter())
+    return time.perf_counter() - t0, steps_by_second(t0, ends)
+
+
 def steps_by_second(t0: float, ends: list[float]) -> list[int]:
     """Steps that ended in each whole second from t0 (the last, partial second left out)."""
     if not ends:
@@ -303,28 +314,19 @@ def main() -> int:
     if args.marks:
         return run_marked(step, args.step_times)
     export_s = 0.0
-    ends: list[float] = []  # each step's end: one append a step, the same under every variant
     if args.torch_profiler:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
                      with_stack=args.torch_profiler == "stacks") as prof:
-            t0 = time.perf_counter()
-            for _ in range(args.steps):
-                step()
-                ends.append(time.perf_counter())
-            dt = time.perf_counter() - t0
+            dt, by_second = timed_steps(step, args.steps)
         t1 = time.perf_counter()
         prof.export_chrome_trace(args.trace_out if args.trace_out != os.devnull else f"/tmp/trace-{os.getpid()}.json")
         export_s = time.perf_counter() - t1
     else:
-        t0 = time.perf_counter()
-        for _ in range(args.steps):
-            step()
-            ends.append(time.perf_counter())
-        dt = time.perf_counter() - t0
-    by_second = ",".join(str(n) for n in steps_by_second(t0, ends)) or "-"
-    print(f"result {args.steps / dt:.4f} {export_s:.3f} {by_second}", flush=True)
+        dt, by_second = timed_steps(step, args.steps)
+    shown = ",".join(str(n) for n in by_second) or "-"
+    print(f"result {args.steps / dt:.4f} {export_s:.3f} {shown}", flush=True)
     sys.stdin.readline()
     return 0
 

@@ -14,14 +14,11 @@ probes on hand-off points and autograd nodes (functions of the frameworks, not G
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from deepctx.daemon.callpaths import StackReader
 from deepctx.daemon.symbolize.native import NativeSymbolizer, module_name
-from deepctx.host.frames import DEEPCTX_PROBE
 from deepctx.host.gpu_apis import all_apis
 from deepctx.host.procfs import AddressSpace
 
-PROBE = DEEPCTX_PROBE
 TRAMPOLINE = "[uprobes]"  # the kernel's mapping of the return trampoline and the out-of-line single steps
 # offsets of a sampled user address from a probed function's start: 0 while the probe's programs run, 1 (x86's
 # int3 is one byte) while the trap is taken
@@ -33,7 +30,7 @@ class ProbeSamples:
     """Which kernel-mode samples' user stacks end inside a probe, by stack id."""
 
     def __init__(self, pid: int, space: AddressSpace, native: NativeSymbolizer,
-                 read_stack: Callable[[int], tuple[list[int], object]]) -> None:
+                 read_stack: StackReader) -> None:
         self.pid = pid
         self.space = space
         self.native = native

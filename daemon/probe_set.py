@@ -27,14 +27,14 @@ from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basena
 from deepctx.daemon.inject import agent as agent_injector
 from deepctx.daemon.inject.agent import agent_state
 from deepctx.daemon.origins import Origins
-from deepctx.daemon.probe_samples import PROBE, ProbeSamples
+from deepctx.daemon.probe_samples import ProbeSamples
 from deepctx.daemon.store.deltas import is_running_total
 from deepctx.daemon.symbolize.native import NativeSymbolizer, SymbolCache
 from deepctx.daemon.trace import build_trace
 from deepctx.daemon.tree import CallTree
 from deepctx.daemon.unwind_stops import stop_marker
 from deepctx.host import procfs
-from deepctx.host.frames import Frame
+from deepctx.host.frames import DEEPCTX_PROBE, Frame
 from deepctx.probes import programs
 from deepctx.probes.cpu_sampler import (
     SAMPLE_F_KERNEL_MODE,
@@ -369,7 +369,7 @@ class ProbeSet:
                 if probes is not None and b.flags & SAMPLE_F_KERNEL_MODE and not lost and b.user_stack \
                         and probes.in_probe(b.user_stack):
                     kernel = len(cpu_paths.kernel_frames(b.kernel_stack_id)) if b.kernel_stack_id >= 0 else 0
-                    path.insert(len(path) - kernel, PROBE)  # counted from the tree (label_stats)
+                    path.insert(len(path) - kernel, DEEPCTX_PROBE)  # counted from the tree (label_stats)
                 tree.add(path, "cpu_samples", b.count)
         stats.update(self.stats(bpf))
         mode = ""

@@ -86,7 +86,8 @@ def dispatch_frames(root: T, kind_name: Callable[[T], tuple[str, str]], children
     through native frames only, and native frames below an operator down to the next other frame. One pass
     down, and none back up in a tree without operators (most trees). For document nodes pass
     operator.itemgetter("kind", "name") and itemgetter("children"): no Python call per node."""
-    order: list[tuple[T, bool, Sequence[T]]] = []  # preorder: native nodes, whether an operator is above through natives
+    # preorder: the native nodes, each with whether an operator is above it through natives only
+    order: list[tuple[T, bool, Sequence[T]]] = []
     operators: set[int] = set()
     stack: list[tuple[T, bool]] = [(root, False)]
     while stack:
@@ -96,7 +97,7 @@ def dispatch_frames(root: T, kind_name: Callable[[T], tuple[str, str]], children
         if kind == "native":
             order.append((node, inside, kids))
             stack.extend((c, inside) for c in kids)
-        elif kind == "op" and name.startswith(OPERATOR_PREFIX):
+        elif is_operator(kind, name):
             operators.add(id(node))
             stack.extend((c, True) for c in kids)
         else:
@@ -112,4 +113,3 @@ def dispatch_frames(root: T, kind_name: Callable[[T], tuple[str, str]], children
         elif inside:
             fold.add(id(node))
     return fold
-

@@ -95,23 +95,25 @@ class NativeSymbolizer:
         mod = module_name(m)
         if m is None or not m.file_backed:
             return Frame("native", f"{mod}+{addr:#x}" if m is None else f"{mod}+{addr - m.start:#x}", module=mod)
-        file_offset = addr - m.start + m.offset
+        syms, vaddr = self._vaddr(pid, m, addr)
+        if syms is None or vaddr is None:
+            return Frame("native", f"{mod}+{addr - m.start + m.offset:#x}", module=mod)
+        hit = syms.lookup(vaddr)
+        if hit is None:
+            return Frame("native", f"{mod}+{vaddr:#x}", module=mod)
+        frame = Frame("native", demangle(hit[0]), module=mod)
+        if frame not in self._op_of:
+            self._operator(pid, space, m, frame)
+        return frame
+
+    def _vaddr(self, pid: int, m: Mapping, addr: int) -> tuple[ElfSymbols | None, int | None]:
+        """The symbol table of a file-backed mapping (read once per capture) and addr's address in it."""
         fk = (pid, m.start, *m.file_key)
         if fk in self._files:
             syms = self._files[fk]
         else:
             syms = self._files[fk] = self.cache.get(pid, m)
-        if syms is not None:
-            vaddr = syms.file_offset_to_vaddr(file_offset)
-            if vaddr is not None:
-                hit = syms.lookup(vaddr)
-                if hit is not None:
-                    frame = Frame("native", demangle(hit[0]), module=mod)
-                    if frame not in self._op_of:
-                        self._operator(pid, space, m, frame)
-                    return frame
-                return Frame("native", f"{mod}+{vaddr:#x}", module=mod)
-        return Frame("native", f"{mod}+{file_offset:#x}", module=mod)
+        return syms, syms.file_offset_to_vaddr(addr - m.start + m.offset) if syms is not None else None
 
     def _operator(self, pid: int, space: AddressSpace, m: Mapping, frame: Frame) -> None:
         """Notes the operator frame to stand above a PyTorch operator's entry or registered kernel."""
@@ -131,9 +133,7 @@ class NativeSymbolizer:
         m = space.find(addr)
         if m is None or not m.file_backed:
             return None
-        fk = (pid, m.start, *m.file_key)
-        syms = self._files[fk] if fk in self._files else self._files.setdefault(fk, self.cache.get(pid, m))
-        vaddr = syms.file_offset_to_vaddr(addr - m.start + m.offset) if syms is not None else None
+        syms, vaddr = self._vaddr(pid, m, addr)
         return syms.lookup(vaddr) if syms is not None and vaddr is not None else None
 
     def symbolize_stack(self, pid: int, space: AddressSpace, ips_leaf_first: list[int]) -> list[Frame]:

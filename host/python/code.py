@@ -47,7 +47,7 @@ class CodeReader:
         # why a code object could not be read: "exited" (the process was gone) or "freed" (the address no
         # longer holds that code object, or no longer holds memory, while the process lives)
         self.failures: dict[tuple[int, int], str] = {}
-        self._failed_at: dict[tuple[int, int], float] = {}  # time.monotonic() of each "freed" decision
+        self._failed_at: dict[tuple[int, int], float] = {}  # time.monotonic() of each failure's decision
         self._sources: dict[str, dict[tuple[str, int], str]] = {}
         # stacks.symbolize_stack's frames by raw frame (code, tag, lasti, flags): stacks share most frames
         self.symbolized: dict[tuple[int, int, int, int], Any] = {}
@@ -71,7 +71,8 @@ class CodeReader:
         """The process was seen gone at seen_at: code objects found freed in the grace_s before were freed by its
         exit (the interpreter's finalization frees them while it still runs), not by the program: "exited".
         Returns how many changed."""
-        late = [k for k, why in self.failures.items() if why == "freed" and self._failed_at.get(k, 0.0) >= seen_at - grace_s]
+        since = seen_at - grace_s
+        late = [k for k, why in self.failures.items() if why == "freed" and self._failed_at[k] >= since]
         for k in late:
             self.failures[k] = "exited"
         if late:

@@ -230,12 +230,13 @@ def _child_context(ctx: Context, node: dict[str, Any]) -> Context:
             changes["in_api"] = True
         elif not ctx.in_api:
             # an operator node (aten::mul.Tensor -> mul), or the operator a native frame implements
-            op = name.removeprefix(OPERATOR_PREFIX).split(".", 1)[0] if is_operator(kind, name) else \
+            node_op = name if is_operator(kind, name) else None
+            op = node_op.removeprefix(OPERATOR_PREFIX).split(".", 1)[0] if node_op else \
                 operator_of(name) if kind == "native" else None
             if op and op != ctx.op:
                 changes["op"] = op
-            if is_operator(kind, name) and name != ctx.operator:
-                changes["operator"] = name
+            if node_op and node_op != ctx.operator:
+                changes["operator"] = node_op
         if not ctx.compile and is_compile_frame(kind, name):
             changes["compile"] = True
     elif kind == "api":

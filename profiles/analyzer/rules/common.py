@@ -84,20 +84,36 @@ def launch_cost(idx: ProfileIndex, site: Site | None, records: list[GpuRecord]) 
                       any(r.gpu_time_ns for r in records), sum(r.gpu_time_ns for r in records))
 
 
+def launch_evidence(cost: LaunchCost, records: list[GpuRecord], kernel_ns: float) -> dict[str, object]:
+    """What the launch-cost rules (launch-bound-loop, unfused-optimizer) show of a site's launches: their count,
+    the host's time per launch, the kernels and, where the paths have operator nodes, the operators behind
+    them, and the GPU time per launch measured (or the one assumed)."""
+    evidence: dict[str, object] = {"launches": cost.launches, "host_per_launch_ns": round(cost.per_launch_ns),
+                                   "host_time_ns": cost.host_ns, "kernels": top_kernels(records)}
+    ops = top_operators(records)
+    if ops:
+        evidence["operators"] = ops
+    if cost.measured:
+        evidence["gpu_per_launch_ns"] = round(kernel_ns)
+    else:
+        evidence["assumed_gpu_per_launch_ns"] = ASSUMED_TINY_KERNEL_NS
+    return evidence
+
+
 def top_kernels(records: Iterable[GpuRecord], n: int = 3) -> list[dict[str, object]]:
-    counts: dict[str, int] = defaultdict(int)
-    for r in records:
-        counts[short_kernel_name(r.name)] += r.calls
-    return [{"kernel": k, "launches": c} for k, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+    return _most_launches("kernel", ((short_kernel_name(r.name), r.calls) for r in records), n)
 
 
 def top_operators(records: Iterable[GpuRecord], n: int = 3) -> list[dict[str, object]]:
     """The operator nodes (aten::mul.Tensor) the launches came from, most launches first; [] without them."""
+    return _most_launches("operator", ((r.ctx.operator, r.calls) for r in records if r.ctx.operator), n)
+
+
+def _most_launches(what: str, launches: Iterable[tuple[str, int]], n: int) -> list[dict[str, object]]:
     counts: dict[str, int] = defaultdict(int)
-    for r in records:
-        if r.ctx.operator:
-            counts[r.ctx.operator] += r.calls
-    return [{"operator": k, "launches": c} for k, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+    for name, calls in launches:
+        counts[name] += calls
+    return [{what: k, "launches": c} for k, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
 
 
 def site_text(site: Site | None) -> str:

@@ -10,10 +10,9 @@ from deepctx.profiles.analyzer.rules.common import (
     ONE_WAVE_THREADS_PER_SM,
     by_site,
     launch_cost,
+    launch_evidence,
     launches,
     site_text,
-    top_kernels,
-    top_operators,
 )
 from deepctx.profiles.analyzer.rules.unfused_optimizer import optimizer_launch
 
@@ -33,7 +32,7 @@ class LaunchBound(Rule):
         # an optimizer step's launches get the framework's fix (unfused-optimizer), not generic batching advice
         for site, recs in by_site(r for r in launches(idx) if not optimizer_launch(r)).items():
             cost = launch_cost(idx, site, recs)
-            n, host_ns, per_launch, measured = cost.launches, cost.host_ns, cost.per_launch_ns, cost.measured
+            n, per_launch, measured = cost.launches, cost.per_launch_ns, cost.measured
             if n < lim.launch_bound_launches:
                 continue
             if measured:
@@ -48,20 +47,13 @@ class LaunchBound(Rule):
             if n_tiny < lim.launch_bound_launches or kernel_ns >= per_launch:
                 continue
             removable = cost.removable_ns(n_tiny, kernel_ns, idle)
-            evidence: dict[str, object] = {
-                "launches": n, "host_per_launch_ns": round(per_launch), "host_time_ns": host_ns,
-                "kernels": top_kernels(recs), "largest_grid_blocks": max((r.blocks or 0) for r in recs),
-            }
-            ops = top_operators(recs)
-            if ops:  # the operators behind the launches, where the profile has operator nodes
-                evidence["operators"] = ops
+            evidence = launch_evidence(cost, recs, kernel_ns)
+            evidence["largest_grid_blocks"] = max((r.blocks or 0) for r in recs)
             if measured:
-                evidence["gpu_per_launch_ns"] = round(kernel_ns)
                 model = ("launch: R = min(launches x (host time per launch - GPU time per launch), GPU idle time); "
                          "speedup = T/(T-R)")
             else:
                 evidence["one_wave_launches"] = n_tiny
-                evidence["assumed_gpu_per_launch_ns"] = ASSUMED_TINY_KERNEL_NS
                 model = ("launch: R = one-wave launches x (host time per launch - assumed 2 µs per kernel); "
                          "speedup = T/(T-R); GPU time not measured")
             out.append(Finding(

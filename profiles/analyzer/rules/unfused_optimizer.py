@@ -12,10 +12,9 @@ from deepctx.profiles.analyzer.registry import Context, NotEvaluated, Rule, regi
 from deepctx.profiles.analyzer.rules.common import (
     ASSUMED_TINY_KERNEL_NS,
     launch_cost,
+    launch_evidence,
     launches,
     site_text,
-    top_kernels,
-    top_operators,
 )
 
 
@@ -66,7 +65,7 @@ class UnfusedOptimizer(Rule):
         out = []
         for (site, optimizer, path), recs in groups.items():
             cost = launch_cost(idx, site, recs)
-            n, host_ns, per_launch, measured = cost.launches, cost.host_ns, cost.per_launch_ns, cost.measured
+            n, per_launch, measured = cost.launches, cost.per_launch_ns, cost.measured
             if n < lim.launch_bound_launches:
                 continue
             kernel_ns = cost.gpu_ns / n if measured else ASSUMED_TINY_KERNEL_NS
@@ -76,17 +75,8 @@ class UnfusedOptimizer(Rule):
             removable = cost.removable_ns(n, kernel_ns, idle)
             fusable = optimizer in FUSED_OPTIMIZERS
             how = "fused=True" if fusable else "foreach=True"
-            evidence: dict[str, object] = {
-                "launches": n, "optimizer": optimizer, "implementation": f"_{path}_{optimizer}",
-                "host_per_launch_ns": round(per_launch), "host_time_ns": host_ns, "kernels": top_kernels(recs),
-            }
-            ops = top_operators(recs)
-            if ops:  # aten::_foreach_add_.List or aten::add_.Tensor ...: which update the launches came from
-                evidence["operators"] = ops
-            if measured:
-                evidence["gpu_per_launch_ns"] = round(kernel_ns)
-            else:
-                evidence["assumed_gpu_per_launch_ns"] = ASSUMED_TINY_KERNEL_NS
+            evidence = {"optimizer": optimizer, "implementation": f"_{path}_{optimizer}",
+                        **launch_evidence(cost, recs, kernel_ns)}
             paths = {"single_tensor": "a loop over the parameters, several kernels each (foreach=False)",
                      "multi_tensor": "the foreach implementation, a few kernels per chunk of tensors"}
             out.append(Finding(
