@@ -94,7 +94,7 @@ int on_cpu_sample(struct deepctx_perf_event_data *ctx) {
 
 #ifdef DEEPCTX_PYTHON
     __u32 pyflags = 0;
-    key.py_stack = python_stack_capture(pid, key.tid, &pyflags);
+    key.py_stack = python_stack_capture(pid, key.tid, &pyflags, 0);
     key.flags |= (pyflags & 0xff) << SAMPLE_F_PY_SHIFT;
 #endif
 

@@ -55,9 +55,14 @@ struct gpu_fp_scratch {
     __u64 hash;
     __u64 base; /* the user address win[0] was read from */
     __u64 len;  /* bytes of win read there (0: none) */
+    __u64 last_id;  /* the stack this CPU interned last, in generation last_gen of gpu_stacks_gen */
+    __u64 last_gen;
     __u8 win[GPU_FP_WIN + 16];
 };
 BPF_PERCPU_ARRAY(gpu_fp_scratch, struct gpu_fp_scratch, 1);
+/* Raised by user space before it empties gpu_stacks (gpu_api.py, clear_window): an id a CPU kept as interned
+ * from before is looked up again. */
+BPF_ARRAY(gpu_stacks_gen, __u64, 1);
 BPF_HASH(gpu_objects, struct gpu_fn_key, struct gpu_obj_info, GPU_OBJECT_ENTRIES);
 BPF_PERCPU_ARRAY(gpu_obj_scratch, struct gpu_obj_info, 1);
 
@@ -69,10 +74,24 @@ static __always_inline void gpu_stat_inc(int idx) {
 
 /* The words at the stack pointer at a probed function's entry, read once a call (a helper call costs more
  * than the copy): [0] the return address (x86-64; arm64 keeps it in the link register), [1] to [7] the
- * argument slots 6 to 12. */
+ * argument slots 6 to 12. In exact mode, where every call's native stack is walked, they come with the
+ * GPU_FP_WIN bytes above the stack pointer, read into the frame-pointer walk's window: the caller's frame
+ * is usually among them, and the walk starts without a read of its own (gpu_fp_capture). */
 #define GPU_ENTRY_WORDS 8
 static __always_inline void gpu_read_entry_words(struct pt_regs *ctx, __u64 *w) {
     void *sp = (void *)PT_REGS_SP(ctx);
+    __u32 zero = 0;
+    struct gpu_fp_scratch *s = gpu_fp_scratch.lookup(&zero);
+    struct gpu_config *cfg = gpu_config.lookup(&zero);
+    if (!s)
+        return;
+    s->len = 0;
+    if (cfg && !cfg->sample_interval_ns && !bpf_probe_read_user(s->win, GPU_FP_WIN, sp)) {
+        s->base = (__u64)sp;
+        s->len = GPU_FP_WIN;
+        __builtin_memcpy(w, s->win, 8 * GPU_ENTRY_WORDS);
+        return;
+    }
     if (bpf_probe_read_user(w, 8 * GPU_ENTRY_WORDS, sp)) {
         /* the words past the return address end the stack's mapping: read what is there */
         __builtin_memset(w, 0, 8 * GPU_ENTRY_WORDS);
@@ -215,7 +234,7 @@ static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret) {
         s->st.depth = 2;
     }
     s->st.flags = GPU_FP_F_TRUNCATED; /* until a frame ends the walk before its bound */
-    s->len = 0;
+    /* s->len: the window gpu_read_entry_words read at the stack pointer this call, or 0 */
     for (int i = 0; i < GPU_FP_DEPTH - 2; i++) {
         if (fp < low || fp - sp > GPU_FP_SPAN || (fp & 7)) {
             s->st.flags = 0;
@@ -253,10 +272,19 @@ static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret) {
     __u64 h = (s->hash ^ s->st.depth) * GPU_FNV_PRIME;
     if (h == 0)
         h = 1;
-    if (gpu_stacks.lookup(&h))
+    /* the same stack as this CPU's last call (a launch loop): known to be interned, no hash look-up */
+    __u64 *gen = gpu_stacks_gen.lookup(&zero);
+    __u64 g = gen ? *gen : 1;
+    if (h == s->last_id && g == s->last_gen)
         return h;
-    int rc = gpu_stacks.insert(&h, &s->st);
-    return rc == 0 || rc == -17 /* EEXIST: another CPU kept it meanwhile */ ? h : 0;
+    if (!gpu_stacks.lookup(&h)) {
+        int rc = gpu_stacks.insert(&h, &s->st);
+        if (rc != 0 && rc != -17 /* EEXIST: another CPU kept it meanwhile */)
+            return 0;
+    }
+    s->last_id = h;
+    s->last_gen = g;
+    return h;
 }
 
 /* The calling thread's call path: native stack id (0 = none) and Python stack id. entry_ret: at a function's
@@ -271,7 +299,7 @@ static __always_inline void gpu_capture_path(struct pt_regs *ctx, __u64 entry_re
 #endif
 #ifdef DEEPCTX_PYTHON
     __u32 pyflags = 0;
-    *py_stack = python_stack_capture(pid, tid, &pyflags);
+    *py_stack = python_stack_capture(pid, tid, &pyflags, 1);
 #endif
 }
 

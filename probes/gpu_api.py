@@ -13,7 +13,7 @@ from deepctx.host import gpu_apis
 from deepctx.host.elf.symbols import ElfSymbols
 from deepctx.host.procfs import Mapping, ProcessGone, ProcessMemory, open_mapped_file
 from deepctx.probes.family import FamilyDefaults, Target, read_source
-from deepctx.probes.maps import CountsMap, entry_count, items, percpu_sum
+from deepctx.probes.maps import CountsMap, clear_stacks, entry_count, items, percpu_sum
 from deepctx.probes.uprobes import UprobeAttacher, load_for_uprobes
 from deepctx.probes.usdt import vaddr_to_offset
 
@@ -445,7 +445,7 @@ class GpuApi(FamilyDefaults):
         self.counts.release()
         stacks = bpf[b"gpu_stacks"]
         if stacks_free and entry_count(stacks) > self.stack_entries // 2:
-            stacks.clear()
+            clear_stacks(stacks, bpf[b"gpu_stacks_gen"])
             for name in (b"gpu_origins", b"gpu_node_origins", b"gpu_node_runs"):
                 bpf[name].clear()
             self.stack_clears += 1

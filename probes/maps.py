@@ -190,6 +190,14 @@ class CountsMap:
         delete_keys(table, [table.Key.from_buffer_copy(k) for k, _ in raw_items(table) if pid_of(k) == pid])
 
 
+def clear_stacks(stacks: Any, generation: Any) -> None:
+    """Empties an interned-stack map whose ids BPF programs also keep per CPU (the last stack a CPU interned or
+    walked): the map's generation (slot 0 of a one-slot array) is raised first, so that no CPU takes an id it
+    kept from before the clear for one still in the map."""
+    generation[ct.c_int(0)] = ct.c_uint64(generation[ct.c_int(0)].value + 1)
+    stacks.clear()
+
+
 def entry_count(table: Any) -> int:
     return sum(1 for _ in table.keys())
 

@@ -61,6 +61,12 @@ struct py_scratch {
 	__u64 hash;      /* FNV-1a over (code and flags, tag, lasti) of the frames so far, and shims' marks */
 	__u64 wbase;     /* the user address win[0] was read from */
 	__u64 wlen;      /* bytes of win read there (0: none) */
+	__u64 raw_hash;  /* raw_cache: the last walk's raw hash on this CPU, and the stack id and flags it gave */
+	__u64 raw_next;  /* ... the raw hash of the walk under way, kept here (not in a register) across the walk */
+	__u64 raw_id;
+	__u64 raw_gen;   /* py_stacks_gen when raw_id was kept */
+	__u32 raw_flags;
+	__u32 raw_pad;
 	__u8 win[PY_WIN + PY_SIZE_MASK + 1 + 8];
 	__u8 code[PY_SIZE_MASK + 1 + 8];
 	__u8 tstate[PY_TSTATE_SPAN + 8];
@@ -78,6 +84,9 @@ BPF_HASH(py_found, __u32, struct py_found_thread, PY_MISSES_MAX); /* tid -> py_t
 BPF_QUEUE(py_new_stacks, struct py_new_stack, PY_NEW_STACKS_MAX);
 BPF_PERCPU_ARRAY(py_stats, __u64, PYSTACK_STAT_COUNT);
 BPF_PERCPU_ARRAY(py_scratch, struct py_scratch, 1);
+/* Raised by user space before it empties py_stacks (python_stack.py, clear_window): a stack id this CPU kept
+ * from an earlier generation may be gone, and is not used again (py_scratch.raw_gen). */
+BPF_ARRAY(py_stacks_gen, __u64, 1);
 
 /* Code objects' tags by address, per CPU and direct-mapped: a frame whose code this CPU has tagged before
  * costs one read (the frame), not two. Code objects live as long as their functions, so an address keeps
@@ -215,8 +224,34 @@ static __always_inline int py_thread_missing(__u32 pid, __u32 tid, struct py_thr
 	return found;
 }
 
-/* Interns the current thread's Python stack; returns its id in py_stacks, 0 when there is none. */
-static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *flags)
+/* A frame's bytes in the window, reading the window that ends with it where it is not there (frame_size
+ * already masked); NULL where the read failed. */
+static __always_inline __u8 *py_frame_bytes(struct py_scratch *s, __u64 frame, __u64 frame_size)
+{
+	__u64 off = frame - s->wbase;
+	if (off > PY_WIN || off + frame_size > s->wlen) { /* not in the window: read the one ending here */
+		__u64 end = frame + frame_size;
+		__u64 start = frame & ~4095ULL;
+		if (end - start > PY_WIN)
+			start = end - PY_WIN;
+		__u64 len = end - start;
+		if (len > PY_WIN)
+			len = PY_WIN;
+		PY_OPAQUE(len); /* the bounded register itself, not end - start again */
+		if (bpf_probe_read_user(s->win, len, (void *)start))
+			return 0;
+		s->wbase = start;
+		s->wlen = len;
+		off = frame - start;
+	}
+	return s->win + (off & (PY_WIN - 1));
+}
+
+/* Interns the current thread's Python stack; returns its id in py_stacks, 0 when there is none. raw_cache (a
+ * constant at each call site, so the compiler keeps one walk or the other): first see whether the raw frames
+ * are this CPU's last walk's (below). The GPU probes, called again and again from one place, use it; the CPU
+ * sampler, whose samples rarely repeat a stack back to back, does not pay for it (nor its verifier bound). */
+static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *flags, int raw_cache)
 {
 	struct py_thread *th = py_threads.lookup(&tid);
 	if (!th || !th->tstate) {
@@ -296,33 +331,55 @@ static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *f
 	 * in the same verifier state, so the loop costs the verifier the same at any depth. The id
 	 * hashes the frames in order (FNV-1a), each with its flags, and a mark where a shim frame sits
 	 * (which makes its caller an entry frame afterwards). */
+	s->wlen = 0;
+	frame_size &= PY_SIZE_MASK;
+	/* A thread that calls again from where it called last (a launch loop) has the same frames at the same
+	 * addresses, each at the same instruction of the same code object: a first pass hashes just those raw
+	 * words (frame address, instruction word, code object, owner and entry bytes), and where they are
+	 * this CPU's last walk's, for the same thread, the stack is that walk's, still interned. Exactly the
+	 * frames the walk below would convert: it converts, tags and hashes them only when they changed. */
+	if (raw_cache) {
+		__u64 raw = 0xcbf29ce484222325ULL ^ (((__u64)pid << 32) | tid);
+		__u64 rf = frame;
+		for (int i = 0; i < PY_MAX_WALK; i++) {
+			if (!rf)
+				break;
+			__u8 *fr = py_frame_bytes(s, rf, frame_size);
+			if (!fr) {
+				raw = 0;
+				break;
+			}
+			__u64 ip = *(__u64 *)(fr + off_instr);
+			__u64 marks = ((__u64)fr[off_owner] << 56) | ((__u64)fr[off_entry] << 48); /* above user addresses */
+			raw = (raw ^ rf ^ ((ip << 32) | (ip >> 32))) * PY_FNV_PRIME;
+			raw = (raw ^ *(__u64 *)(fr + off_code) ^ marks) * PY_FNV_PRIME;
+			rf = *(__u64 *)(fr + off_prev);
+		}
+		if (rf) /* the bound ended it, or a read failed: the full walk decides */
+			raw = 0;
+		__u64 *gen = py_stacks_gen.lookup(&zero);
+		__u64 g = gen ? *gen : 1;
+		if (raw && raw == s->raw_hash && g == s->raw_gen) {
+			*flags |= s->raw_flags;
+			py_stat_inc(PYSTACK_STAT_RAW_HITS);
+			py_stat_inc(PYSTACK_STAT_STACKS);
+			return s->raw_id;
+		}
+		s->raw_hash = 0; /* kept again below, once this walk's stack is interned */
+		s->raw_next = raw;
+		s->raw_gen = g;
+	}
 	st->depth = 0;
 	st->flags = 0;
 	s->hash = 0xcbf29ce484222325ULL;
-	s->wlen = 0;
-	frame_size &= PY_SIZE_MASK;
 	for (int i = 0; i < PY_MAX_WALK; i++) {
 		if (!frame)
 			break;
-		__u64 off = frame - s->wbase;
-		if (off > PY_WIN || off + frame_size > s->wlen) { /* not in the window: read the one ending here */
-			__u64 end = frame + frame_size;
-			__u64 start = frame & ~4095ULL;
-			if (end - start > PY_WIN)
-				start = end - PY_WIN;
-			__u64 len = end - start;
-			if (len > PY_WIN)
-				len = PY_WIN;
-			PY_OPAQUE(len); /* the bounded register itself, not end - start again */
-			if (bpf_probe_read_user(s->win, len, (void *)start)) {
-				st->flags |= PYSTACK_F_READ_ERROR;
-				break;
-			}
-			s->wbase = start;
-			s->wlen = len;
-			off = frame - start;
+		__u8 *fr = py_frame_bytes(s, frame, frame_size);
+		if (!fr) {
+			st->flags |= PYSTACK_F_READ_ERROR;
+			break;
 		}
-		__u8 *fr = s->win + (off & (PY_WIN - 1));
 		__u64 code = *(__u64 *)(fr + off_code) & ~7ULL; /* 3.14 tags the low bits */
 		__u64 prev = *(__u64 *)(fr + off_prev);
 		__u64 owner = fr[off_owner] & owner_mask;
@@ -406,6 +463,11 @@ static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *f
 		return 0;
 	}
 	py_stat_inc(PYSTACK_STAT_STACKS);
+	if (raw_cache) {
+		s->raw_hash = s->raw_next;
+		s->raw_id = h;
+		s->raw_flags = sflags;
+	}
 	return h;
 }
 

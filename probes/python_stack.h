@@ -48,7 +48,8 @@
 #define PYSTACK_STAT_NEW_LOST 6 /* new stack ids that did not fit in py_new_stacks */
 #define PYSTACK_STAT_FOUND 7    /* threads whose state the walker found itself, in the interpreter's list */
 #define PYSTACK_STAT_FOUND_LOST 8 /* entries the walker wrote that py_found could not announce (it was full) */
-#define PYSTACK_STAT_COUNT 9
+#define PYSTACK_STAT_RAW_HITS 9 /* captures whose raw frames were this CPU's last walk's (GPU calls) */
+#define PYSTACK_STAT_COUNT 10
 
 /* Everything the walker needs to know about one process's interpreter (py_procs value, in the slot its
  * threads' entries name).

@@ -25,7 +25,7 @@ from deepctx.host.python.stacks import RawFrame, RawStack, prefetch, symbolize_s
 from deepctx.host.python.thread_names import read_thread_names
 from deepctx.host.python.threads import ThreadMapper, ThreadState, main_interpreter
 from deepctx.probes.family import FamilyDefaults, Target, read_source
-from deepctx.probes.maps import entry_count, percpu_sum
+from deepctx.probes.maps import clear_stacks, entry_count, percpu_sum
 from deepctx.probes.program_share import share_of
 
 log = logging.getLogger("deepctx.python")
@@ -47,7 +47,8 @@ PYSTACK_STAT_MAP_FULL = 5
 PYSTACK_STAT_NEW_LOST = 6
 PYSTACK_STAT_FOUND = 7
 PYSTACK_STAT_FOUND_LOST = 8
-PYSTACK_STAT_COUNT = 9
+PYSTACK_STAT_RAW_HITS = 9
+PYSTACK_STAT_COUNT = 10
 
 STAT_NAMES = {
     PYSTACK_STAT_CAPTURES: "python_captures",
@@ -59,6 +60,7 @@ STAT_NAMES = {
     PYSTACK_STAT_NEW_LOST: "python_new_stacks_lost",
     PYSTACK_STAT_FOUND: "python_threads_found",
     PYSTACK_STAT_FOUND_LOST: "python_found_announcements_lost",
+    PYSTACK_STAT_RAW_HITS: "python_raw_hits",
 }
 
 REFRESH_S = 1.0  # thread states are re-read at least this often, misses or not
@@ -308,7 +310,7 @@ class PythonStacks(FamilyDefaults):
         without them."""
         stacks = bpf[b"py_stacks"]
         if stacks_free and entry_count(stacks) > self.stack_entries // 2:
-            stacks.clear()
+            clear_stacks(stacks, bpf[b"py_stacks_gen"])
 
     def stats(self, bpf: Any) -> dict[str, int]:
         table = bpf[b"py_stats"]

@@ -3,6 +3,7 @@ and how counts scale up."""
 
 from __future__ import annotations
 
+import ctypes as ct
 import threading
 from types import SimpleNamespace
 
@@ -133,12 +134,23 @@ class FakeTable(dict):
         self.cleared += 1
 
 
+class FakeGeneration(dict):
+    """A one-slot BPF array of a u64, indexed as bcc's are (ctypes keys and values)."""
+
+    def __getitem__(self, key: ct.c_int) -> ct.c_uint64:
+        return ct.c_uint64(self.get(key.value, 0))
+
+    def __setitem__(self, key: ct.c_int, value: ct.c_uint64) -> None:
+        super().__setitem__(key.value, value.value)
+
+
 def test_window_end_keeps_stack_ids_until_the_map_is_half_full() -> None:
     from deepctx.probes.gpu_api import GpuApi
 
     gpu = GpuApi(mode="sampled", stack_entries=8)
     bpf = {name: FakeTable() for name in (b"gpu_counts", b"gpu_stacks", b"gpu_origins", b"gpu_node_origins",
                                           b"gpu_node_runs")}  # keyed by bytes, as bcc wants its table names
+    bpf[b"gpu_stacks_gen"] = FakeGeneration()
     bpf[b"gpu_stacks"].update({i: i for i in range(4)})
     bpf[b"gpu_origins"][1] = "origin holding stack 3"
     gpu.clear_window(bpf, None, stacks_free=True)  # type: ignore[arg-type]
@@ -146,8 +158,11 @@ def test_window_end_keeps_stack_ids_until_the_map_is_half_full() -> None:
     bpf[b"gpu_stacks"][4] = 4  # more than half of 8
     gpu.clear_window(bpf, None, stacks_free=False)  # type: ignore[arg-type]  # another capture on it has counts to build
     assert len(bpf[b"gpu_stacks"]) == 5 and gpu.stack_clears == 0
+    assert bpf[b"gpu_stacks_gen"][ct.c_int(0)].value == 0
     gpu.clear_window(bpf, None, stacks_free=True)  # type: ignore[arg-type]
     assert not bpf[b"gpu_stacks"] and not bpf[b"gpu_origins"] and gpu.stack_clears == 1
+    # raised with the clear: no CPU takes the last stack it interned for one still kept
+    assert bpf[b"gpu_stacks_gen"][ct.c_int(0)].value == 1
 
 
 def test_a_failed_detach_in_the_gpu_probes_thread_is_raised_to_the_loop() -> None:

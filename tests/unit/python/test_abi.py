@@ -53,6 +53,7 @@ def test_constants(tmp_path: Path) -> None:
         "PYSTACK_STAT_NEW_LOST": ps.PYSTACK_STAT_NEW_LOST,
         "PYSTACK_STAT_FOUND": ps.PYSTACK_STAT_FOUND,
         "PYSTACK_STAT_FOUND_LOST": ps.PYSTACK_STAT_FOUND_LOST,
+        "PYSTACK_STAT_RAW_HITS": ps.PYSTACK_STAT_RAW_HITS,
         "PYSTACK_STAT_COUNT": ps.PYSTACK_STAT_COUNT,
     }
     assert c_values(tmp_path, [HEADER], list(pairs)) == list(pairs.values())
