@@ -76,9 +76,10 @@ static __always_inline void gpu_stat_inc(int idx) {
  * than the copy): [0] the return address (x86-64; arm64 keeps it in the link register), [1] to [7] the
  * argument slots 6 to 12. In exact mode, where every call's native stack is walked, they come with the
  * GPU_FP_WIN bytes above the stack pointer, read into the frame-pointer walk's window: the caller's frame
- * is usually among them, and the walk starts without a read of its own (gpu_fp_capture). */
+ * is usually among them, and the walk starts without a read of its own (gpu_fp_capture). Not for a driver
+ * entry point (GPU_SPEC_F_DRIVER): the runtime's calls into it, most of its calls, need only the words. */
 #define GPU_ENTRY_WORDS 8
-static __always_inline void gpu_read_entry_words(struct pt_regs *ctx, __u64 *w) {
+static __always_inline void gpu_read_entry_words(struct pt_regs *ctx, __u64 *w, const struct gpu_api_spec *spec) {
     void *sp = (void *)PT_REGS_SP(ctx);
     __u32 zero = 0;
     struct gpu_fp_scratch *s = gpu_fp_scratch.lookup(&zero);
@@ -86,7 +87,8 @@ static __always_inline void gpu_read_entry_words(struct pt_regs *ctx, __u64 *w) 
     if (!s)
         return;
     s->len = 0;
-    if (cfg && !cfg->sample_interval_ns && !bpf_probe_read_user(s->win, GPU_FP_WIN, sp)) {
+    if (cfg && !cfg->sample_interval_ns && !(spec->flags & GPU_SPEC_F_DRIVER) &&
+        !bpf_probe_read_user(s->win, GPU_FP_WIN, sp)) {
         s->base = (__u64)sp;
         s->len = GPU_FP_WIN;
         __builtin_memcpy(w, s->win, 8 * GPU_ENTRY_WORDS);
@@ -445,7 +447,7 @@ static __always_inline int gpu_entry(struct pt_regs *ctx, struct gpu_api_spec *s
     __u64 sp = PT_REGS_SP(ctx);
     int zero = 0;
     __u64 w[GPU_ENTRY_WORDS];
-    gpu_read_entry_words(ctx, w);
+    gpu_read_entry_words(ctx, w, spec);
     __u64 ret = gpu_return_address(ctx, w);
     if (spec->cls == GPU_CLASS_NODE_CREATED) {  /* its number is known at return */
         gpu_node_pending.update(&tid, &sp);

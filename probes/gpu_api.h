@@ -59,6 +59,9 @@ struct gpu_api_spec {
 /* Counted at entry, with no return probe: what sampled mode does for calls that return at once
  * (launches, async copies): a return probe costs as much again as the entry probe. */
 #define GPU_SPEC_F_ENTRY_ONLY (1u << 0)
+/* A driver entry point: most of its calls come from the runtime (nested, left at once), so its entry reads
+ * just the words it needs, not the native walk's first window as well (gpu_read_entry_words). */
+#define GPU_SPEC_F_DRIVER (1u << 1)
 
 /* The executable ranges of one process's GPU libraries: a call whose caller is in one of them was
  * made by the runtime itself (cudaLaunchKernel calling cuLaunchKernel) and is not counted twice. */

@@ -60,6 +60,7 @@ class GpuApiSpec(ct.Structure):
 
 
 GPU_SPEC_F_ENTRY_ONLY = 1 << 0
+GPU_SPEC_F_DRIVER = 1 << 1
 GPU_MAX_RANGES = 8
 
 
@@ -703,4 +704,5 @@ def _handoff_spec(label_id: int, point: HandoffPoint) -> GpuApiSpec:
 def _spec(api_id: int, api: gpu_apis.Api, mode: str) -> GpuApiSpec:
     return GpuApiSpec(api_id, api.cls, api.layout, _slot(api.object_slot), _slot(api.bytes_slot), _slot(api.kind_slot),
                       _slot(api.stream_slot), _slot(api.name_slot), _slot(api.dtype_slot), _slot(api.bytes_mul_slot),
-                      api.bytes_scale, api.fixed_kind, GPU_SPEC_F_ENTRY_ONLY if entry_only(api, mode) else 0)
+                      api.bytes_scale, api.fixed_kind,
+                      (GPU_SPEC_F_ENTRY_ONLY if entry_only(api, mode) else 0) | (GPU_SPEC_F_DRIVER if api.library == "cuda" else 0))
