@@ -30,6 +30,13 @@ OPERATOR_FRAME = re.compile(r"^at::_ops::(\w+)::(?:call|redispatch)\(")
 # wrapper_<key>_<overload>_<name> (wrapper_SparseCPU__mm, wrapper_SparseCPU_out_mm_out). Only the function's
 # own name counts, not one in its template arguments (wrap_kernel_functor_unboxed_<...&wrapper_CUDA_mm>).
 WRAPPER_FRAME = re.compile(r"^(?:[\w:]*::|\(anonymous namespace\)::)*wrapper_[A-Z][A-Za-z0-9]*_(\w+)\(")
+# the Python binding of a torch function or Tensor method (torch::autograd::THPVariable_conv2d, in
+# libtorch_python.so): the outermost native frame of an operator's call, which a frame-pointer walk still reaches
+# where it lost the frames below (cuDNN's and libtorch_cuda's, built without frame pointers: a convolution's
+# path goes from the binding to the kernel's launch). It names the operator, not its overload (the binding picks
+# that from the Python arguments at run time), and only a name the schemas hold (THPVariable_numpy names none).
+BINDING_FRAME = re.compile(r"^torch::autograd::THPVariable_(\w+)\(")
+ENTRY, WRAPPER, BINDING = "entry", "wrapper", "binding"  # what an operator frame is
 TORCH_LIBRARY = "libtorch_cpu"  # the library whose .rodata has the schemas (a wrapper's own library has not)
 _SCHEMA_END = b") -> "  # every schema string has it once, after its arguments
 _NAME = re.compile(rb"([A-Za-z_][A-Za-z0-9_]*)(?:\.([A-Za-z0-9_]+))?\(")
@@ -70,6 +77,7 @@ class OperatorNames:
     def __init__(self, files: FileCache) -> None:
         self.files = files
         self.failures = 0
+        self._bases: dict[str, frozenset[str]] = {}  # path -> the operators' names without their overloads
 
     def table(self, path: str) -> dict[str, str]:
         try:
@@ -79,12 +87,18 @@ class OperatorNames:
             self.failures += 1
             return {}
 
-    def name(self, struct: str, path: str | None, wrapper: bool = False) -> str:
+    def name(self, struct: str, path: str | None, source: str = ENTRY) -> str | None:
         """'aten::mul.Tensor' for struct 'mul_Tensor' (or a wrapper's 'mul_Tensor', 'out_mm_out') read in the
         library at path; 'aten::<struct>' where the library has no schema for it (the name as is: its split
-        is not known)."""
+        is not known). A binding's name: 'aten::<name>' where the schemas have an operator of that name, else
+        None (not an operator)."""
         table = self.table(path) if path else {}
-        for key in wrapper_keys(struct) if wrapper else (struct,):
+        if source == BINDING:
+            bases = self._bases.get(path or "")
+            if bases is None:
+                bases = self._bases[path or ""] = frozenset(v.split(".", 1)[0] for v in table.values())
+            return f"{NAMESPACE}::{struct}" if struct in bases else None
+        for key in wrapper_keys(struct) if source == WRAPPER else (struct,):
             if key in table:
                 return f"{NAMESPACE}::{table[key]}"
         return f"{NAMESPACE}::{struct}"
@@ -101,13 +115,14 @@ def wrapper_keys(rest: str) -> list[str]:
     return keys
 
 
-def operator_frame(frame_name: str) -> tuple[str, bool] | None:
-    """(struct or wrapper name, is a wrapper) of an operator frame's demangled name; None for other frames."""
-    m = OPERATOR_FRAME.match(frame_name)
-    if m:
-        return m.group(1), False
-    m = WRAPPER_FRAME.match(frame_name)
-    return (m.group(1), True) if m else None
+def operator_frame(frame_name: str) -> tuple[str, str] | None:
+    """(struct, wrapper or binding name, what the frame is: ENTRY, WRAPPER or BINDING) of an operator frame's
+    demangled name; None for other frames."""
+    for pattern, source in ((OPERATOR_FRAME, ENTRY), (WRAPPER_FRAME, WRAPPER), (BINDING_FRAME, BINDING)):
+        m = pattern.match(frame_name)
+        if m:
+            return m.group(1), source
+    return None
 
 
 def _nbytes(table: dict[str, str]) -> int:

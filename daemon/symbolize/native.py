@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Set as AbstractSet
 
 from deepctx.host.demangle import demangle
 from deepctx.host.elf.symbols import ElfSymbols
 from deepctx.host.file_cache import FileCache
 from deepctx.host.frames import UNMAPPED, UNWIND_LOST, Frame
 from deepctx.host.procfs import AddressSpace, Mapping, open_mapped_file
-from deepctx.host.torch_ops import TORCH_LIBRARY, OperatorNames, operator_frame
+from deepctx.host.torch_ops import BINDING, ENTRY, TORCH_LIBRARY, OperatorNames, operator_frame
 
 
 class SymbolCache:
@@ -81,6 +82,7 @@ class NativeSymbolizer:
         # PyTorch operator entries (at::_ops::<op>::call/redispatch) -> the op frame that stands above them
         self.operators = OperatorNames(cache.files)
         self._op_of: dict[Frame, Frame] = {}
+        self._provisional: set[Frame] = set()  # operators named by a binding: a nearer frame may name them better
 
     def symbolize(self, pid: int, space: AddressSpace, addr: int) -> Frame:
         """A native frame for an exact code address (callers pass return addresses minus one)."""
@@ -116,17 +118,22 @@ class NativeSymbolizer:
         return syms, syms.file_offset_to_vaddr(addr - m.start + m.offset) if syms is not None else None
 
     def _operator(self, pid: int, space: AddressSpace, m: Mapping, frame: Frame) -> None:
-        """Notes the operator frame to stand above a PyTorch operator's entry or registered kernel."""
+        """Notes the operator frame to stand above a PyTorch operator's entry, registered kernel or binding."""
         found = operator_frame(frame.name)
         if found is None:
             return
-        struct, wrapper = found
+        struct, source = found
         # the schemas are in libtorch_cpu.so: the entry's own library, or the one the process maps beside a
-        # wrapper's (libtorch_cuda.so)
-        lib = m if not wrapper else next((x for x in space.mappings if x.file_backed
-                                          and module_name(x).startswith(TORCH_LIBRARY)), None)
+        # wrapper's (libtorch_cuda.so) or a binding's (libtorch_python.so)
+        lib = m if source == ENTRY else next((x for x in space.mappings if x.file_backed
+                                              and module_name(x).startswith(TORCH_LIBRARY)), None)
         path = _path(pid, lib) if lib is not None else None
-        self._op_of[frame] = Frame("op", self.operators.name(struct, path, wrapper), module=frame.module)
+        name = self.operators.name(struct, path, source)
+        if name is None:
+            return
+        op = self._op_of[frame] = Frame("op", name, module=frame.module)
+        if source == BINDING:
+            self._provisional.add(op)
 
     def function_offset(self, pid: int, space: AddressSpace, addr: int) -> tuple[str, int] | None:
         """(symbol, offset into it) of an exact code address, or None where no symbol covers it."""
@@ -157,7 +164,7 @@ class NativeSymbolizer:
                 frame = self.symbolize(pid, space, ip - 1)
             frames.append(frame)
         frames.reverse()
-        return with_operators(frames, self._op_of) if self._op_of else frames
+        return with_operators(frames, self._op_of, self._provisional) if self._op_of else frames
 
     def _in_code(self, space: AddressSpace, addr: int) -> bool:
         m = space.find(addr)
@@ -171,16 +178,25 @@ def _path(pid: int, m: Mapping) -> str | None:
         return None
 
 
-def with_operators(frames: list[Frame], op_of: dict[Frame, Frame]) -> list[Frame]:
+def with_operators(frames: list[Frame], op_of: dict[Frame, Frame],
+                   provisional: AbstractSet[Frame] = frozenset()) -> list[Frame]:
     """Frames outermost first, with an operator frame above each operator's first entry frame: `aten::mm`
     above `at::_ops::mm::call`, and not again above the `redispatch` frames that pass the same call from one
-    dispatch key to the next (autograd to CUDA). A different operator called inside it gets its own."""
+    dispatch key to the next (autograd to CUDA), nor above the kernel its key registered
+    (`wrapper_CUDA_mm`). A different operator called inside it gets its own. An operator named by its Python
+    binding (provisional: `aten::mul`) stays above the binding; an entry or a registered kernel of the same
+    operator inside it names it instead (`aten::mul.Tensor`), in its place."""
     out: list[Frame] = []
     current: Frame | None = None  # the operator whose entry frames run now, until a frame that is not native
+    at = -1  # its index in out
     for f in frames:
         op = op_of.get(f)
-        if op is not None and op != current:
-            out.append(op)
+        if op is not None and (current is None or op.name != current.name):
+            if current in provisional and op.name.split(".", 1)[0] == current.name:
+                out[at] = op
+            else:
+                out.append(op)
+                at = len(out) - 1
             current = op
         elif f.kind != "native":
             current = None

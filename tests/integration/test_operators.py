@@ -18,7 +18,7 @@ from deepctx.profiles.fold import Fold
 from deepctx.profiles.tree import ViewNode, from_doc
 
 TARGET = Path(__file__).resolve().parents[1] / "targets" / "gpu" / "ops_calls.py"
-ROUNDS, GEMMS, REDUCES, MULS = 5, 3, 2, 4  # ops_calls.py's
+ROUNDS, GEMMS, REDUCES, MULS, CONVS = 5, 3, 2, 4, 2  # ops_calls.py's
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +47,8 @@ def launches(doc: dict, marker: str, kernel: str) -> list[tuple[list[dict], dict
     ("LINE_ADDMM", "gemm_kernel", GEMMS, ["aten::addmm"], "at::_ops::addmm::call(long)"),
     # the entry points lost: the operator from libtorch_cuda's wrapper, named from libtorch_cpu's schemas
     ("LINE_MUL", "mul_kernel", MULS, ["aten::mul.Tensor"], "at::wrapper_CUDA_mul_Tensor(long)"),
+    # entry and wrapper lost (cuDNN's frames): the operator from its Python binding, without its overload
+    ("LINE_CONV", "conv_kernel", CONVS, ["aten::conv2d"], "torch::autograd::THPVariable_conv2d(long)"),
 ])
 def test_each_launch_carries_its_operators(ops_doc: dict, marker: str, kernel: str, per_round: int,
                                            ops: list[str], entry: str) -> None:
@@ -62,7 +64,7 @@ def test_each_launch_carries_its_operators(ops_doc: dict, marker: str, kernel: s
         # the operator stands right above its entry frame, below the line, with the native frames kept
         assert py < inner and anc[inner + 1]["name"] == entry, kinds
         assert anc[inner]["module"] == ("libtorch_cuda.so" if marker == "LINE_MUL" else "libtorch_cpu.so"), anc[inner]
-        if marker == "LINE_MUL":  # the frame-pointer walk skipped the frameless entry points
+        if marker in ("LINE_MUL", "LINE_CONV"):  # the frame-pointer walk skipped the frameless entry points
             assert not [a for a in anc if a["name"].startswith("at::_ops::")], kinds
         assert anc[-1]["kind"] == "api" and anc[-1]["name"] == "cudaLaunchKernel", kinds
 

@@ -9,6 +9,9 @@ from deepctx.daemon.symbolize.native import with_operators
 from deepctx.host.file_cache import FileCache
 from deepctx.host.frames import Frame
 from deepctx.host.torch_ops import (
+    BINDING,
+    ENTRY,
+    WRAPPER,
     OperatorNames,
     library_names,
     operator_frame,
@@ -52,7 +55,9 @@ def test_the_library_table_and_its_fallback() -> None:
     assert ops.name("unknown_Thing", str(LIBOPS)) == "aten::unknown_Thing"  # no schema: the struct as is
     assert ops.name("mm", "/nonexistent/libtorch_cpu.so") == "aten::mm" and ops.failures == 1
     assert ops.name("mm", None) == "aten::mm"
-    assert ops.name("mul_Tensor", str(LIBOPS), wrapper=True) == "aten::mul.Tensor"
+    assert ops.name("mul_Tensor", str(LIBOPS), WRAPPER) == "aten::mul.Tensor"
+    assert ops.name("conv2d", str(LIBOPS), BINDING) == "aten::conv2d"
+    assert ops.name("numpy", str(LIBOPS), BINDING) is None
 
 
 def test_wrapper_names_as_torchgen_makes_them() -> None:
@@ -72,18 +77,38 @@ def test_wrapper_names_as_torchgen_makes_them() -> None:
 
 
 def test_operator_frames_by_their_demangled_names() -> None:
-    assert operator_frame("at::_ops::mul_Tensor::call(at::Tensor const&, at::Tensor const&)") == ("mul_Tensor", False)
-    assert operator_frame("at::_ops::mm::redispatch(c10::DispatchKeySet, at::Tensor const&)") == ("mm", False)
+    assert operator_frame("at::_ops::mul_Tensor::call(at::Tensor const&, at::Tensor const&)") == ("mul_Tensor", ENTRY)
+    assert operator_frame("at::_ops::mm::redispatch(c10::DispatchKeySet, at::Tensor const&)") == ("mm", ENTRY)
     assert operator_frame("at::(anonymous namespace)::wrapper_CUDA_mul_Tensor(at::Tensor const&, at::Tensor const&)") \
-        == ("mul_Tensor", True)
+        == ("mul_Tensor", WRAPPER)
     assert operator_frame("at::(anonymous namespace)::(anonymous namespace)::wrapper_SparseCPU_out_mm_out(at::Tensor "
-                          "const&, at::Tensor const&, at::Tensor&)") == ("out_mm_out", True)
+                          "const&, at::Tensor const&, at::Tensor&)") == ("out_mm_out", WRAPPER)
     # a wrapper named in a functor's template arguments is not the frame's own function
     assert operator_frame("c10::impl::wrap_kernel_functor_unboxed_<c10::impl::detail::WrapFunctionIntoFunctor_<c10::"
                           "CompileTimeFunctionPointer<at::Tensor (at::Tensor const&), &at::(anonymous namespace)::"
                           "wrapper_CUDA_mm>, at::Tensor>>::call(c10::OperatorKernel*)") is None
     assert operator_frame("at::native::mm(at::Tensor const&)") is None
     assert operator_frame("at::_ops::mm::name") is None
+    # the Python binding of torch.conv2d (libtorch_python.so): the operator without its overload
+    assert operator_frame("torch::autograd::THPVariable_conv2d(_object*, _object*, _object*)") == ("conv2d", BINDING)
+    assert operator_frame("torch::autograd::THPVariable_add_(_object*, _object*, _object*)") == ("add_", BINDING)
+    assert operator_frame("torch::autograd::(anonymous namespace)::helper(_object*)") is None
+
+
+def test_a_binding_names_an_operator_only_where_the_schemas_have_it(tmp_path: Path) -> None:
+    class Files:  # the daemon's file cache, as OperatorNames uses it
+        def identify(self, path: str) -> str:
+            return path
+
+        def get(self, ident: str, kind: str, load: object, nbytes: object) -> dict[str, str]:
+            return {"conv2d": "conv2d", "mul_Tensor": "mul.Tensor", "add__Tensor": "add_.Tensor"}
+
+    names = OperatorNames(Files())  # type: ignore[arg-type]
+    assert names.name("conv2d", "libtorch_cpu.so", BINDING) == "aten::conv2d"
+    assert names.name("mul", "libtorch_cpu.so", BINDING) == "aten::mul"  # its overload is the binding's choice
+    assert names.name("add_", "libtorch_cpu.so", BINDING) == "aten::add_"
+    assert names.name("numpy", "libtorch_cpu.so", BINDING) is None  # a method that is no operator
+    assert names.name("conv2d", None, BINDING) is None  # no schemas: nothing to tell an operator by
 
 
 def test_one_operator_frame_above_each_operators_entry() -> None:
@@ -102,3 +127,37 @@ def test_one_operator_frame_above_each_operators_entry() -> None:
     # the same operator again after a Python frame (a callback) is a new call: it gets its own node
     again = with_operators([mm_call, Frame("python", "hook", "/srv/a.py", 9), mm_call], op)
     assert [f.name for f in again] == ["aten::mm", "at::_ops::mm::call()", "hook", "aten::mm", "at::_ops::mm::call()"]
+
+
+def test_an_operator_named_by_its_binding_gives_way_to_a_nearer_frame_of_the_same_operator() -> None:
+    def nat(name: str) -> Frame:
+        return Frame("native", name, module="libtorch_cpu.so")
+
+    binding_mul, wrapper = nat("torch::autograd::THPVariable_mul()"), nat("at::wrapper_CUDA_mul_Tensor()")
+    binding_conv, cudnn = nat("torch::autograd::THPVariable_conv2d()"), nat("cudnn::conv_launch()")
+    by_binding = {binding_mul: Frame("op", "aten::mul", module="libtorch_python.so"),
+                  binding_conv: Frame("op", "aten::conv2d", module="libtorch_python.so")}
+    op = {**by_binding, wrapper: Frame("op", "aten::mul.Tensor")}
+    line = Frame("python", "step", "/srv/a.py", 3)
+    launch = Frame("api", "cudaLaunchKernel")
+    # the wrapper names the binding's operator with its overload: one operator node, where the binding's stood
+    got = with_operators([line, binding_mul, nat("at::_ops::mul_Tensor::call()"), wrapper, launch], op,
+                         set(by_binding.values()))
+    assert [f.name for f in got] == ["step", "aten::mul.Tensor", "torch::autograd::THPVariable_mul()",
+                                     "at::_ops::mul_Tensor::call()", "at::wrapper_CUDA_mul_Tensor()", "cudaLaunchKernel"]
+    # a convolution whose frames below the binding were lost: the binding's operator stays
+    got = with_operators([line, binding_conv, cudnn, launch], op, set(by_binding.values()))
+    assert [f.name for f in got] == ["step", "aten::conv2d", "torch::autograd::THPVariable_conv2d()",
+                                     "cudnn::conv_launch()", "cudaLaunchKernel"]
+    # the kernel registered for an operator, inside its entry: the same call (the entry's node, from another
+    # library than the wrapper's)
+    cudnn_call, cudnn_wrapper = nat("at::_ops::cudnn_convolution::call()"), nat("at::wrapper_CUDA__cudnn_convolution()")
+    got = with_operators([cudnn_call, nat("at::native::cudnn_convolution()"), cudnn_wrapper, launch],
+                         {cudnn_call: Frame("op", "aten::cudnn_convolution", module="libtorch_cpu.so"),
+                          cudnn_wrapper: Frame("op", "aten::cudnn_convolution", module="libtorch_cuda.so")})
+    assert [f.name for f in got if f.kind == "op"] == ["aten::cudnn_convolution"]
+    # an operator named by its entry is not provisional: another of the same name inside it is its own call
+    mm = nat("at::_ops::mm::call()")
+    got = with_operators([mm, nat("x"), nat("at::_ops::mm_out::call()")],
+                         {mm: Frame("op", "aten::mm"), nat("at::_ops::mm_out::call()"): Frame("op", "aten::mm.out")})
+    assert [f.name for f in got] == ["aten::mm", "at::_ops::mm::call()", "x", "aten::mm.out", "at::_ops::mm_out::call()"]

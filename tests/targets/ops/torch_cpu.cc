@@ -4,7 +4,10 @@
 // the real CUDA runtime; sum.dim_IntList launches by itself; addmm's schema is only the tail of another
 // string (the linker merges such strings). mul.Tensor goes to the kernel libtorch_cuda.so (torch_cuda.cc)
 // registered for it, through entry points built without frame pointers, as PyTorch's are: a frame-pointer
-// walk from the launch skips them and finds the registered kernel's wrapper only.
+// walk from the launch skips them and finds the registered kernel's wrapper only. conv2d's Python binding
+// (torch::autograd::THPVariable_conv2d, in libtorch_python.so in PyTorch) calls its entry point, which goes to
+// a cuDNN-like launch, all without frame pointers below the binding's dispatch: the walk from the launch finds
+// no entry and no wrapper, only the binding.
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -14,6 +17,7 @@ static launch_fn launch;
 
 extern "C" __attribute__((noinline)) void gemm_kernel(void) { __asm__ volatile(""); }
 extern "C" __attribute__((noinline)) void reduce_kernel(void) { __asm__ volatile(""); }
+extern "C" __attribute__((noinline)) void conv_kernel(void) { __asm__ volatile(""); }
 
 __attribute__((used)) static const char *const schemas[] = {
     "mm(Tensor self, Tensor mat2) -> Tensor",
@@ -22,6 +26,7 @@ __attribute__((used)) static const char *const schemas[] = {
     "sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
     "sum_to_size(Tensor(a) self, SymInt[] size) -> Tensor(a)",
     "sparse_sampled_addmm(Tensor self, Tensor mat1, Tensor mat2) -> Tensor",
+    "conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1) -> Tensor",
 };
 
 static void launch_stub(void (*stub)(void)) {
@@ -87,8 +92,38 @@ __attribute__((noinline, optimize("omit-frame-pointer"))) long mul_Tensor::redis
 __attribute__((noinline, optimize("omit-frame-pointer"))) long mul_Tensor::call(long n) {
     return mul_Tensor::redispatch(1, n) + 1;
 }
+struct conv2d {
+    static long call(long n);
+};
 }  // namespace _ops
+namespace native {
+// cuDNN's side: no frame pointer, as the library's code has none
+__attribute__((noinline, optimize("omit-frame-pointer"))) long cudnn_conv_launch(long n) {
+    for (long i = 0; i < n; i++) launch_stub(conv_kernel);
+    __asm__ volatile("" ::: "memory");
+    return n;
+}
+}  // namespace native
+__attribute__((noinline, optimize("omit-frame-pointer"))) long _ops::conv2d::call(long n) {
+    return at::native::cudnn_conv_launch(n) + 1;
+}
 }  // namespace at
+
+namespace torch {
+namespace autograd {
+// the binding's dispatch lambda, with a frame (so the walk finds the binding above it) that calls the entry
+__attribute__((noinline)) static long dispatch_conv2d(long n) {
+    long r = at::_ops::conv2d::call(n);
+    __asm__ volatile("" ::: "memory");
+    return r;
+}
+__attribute__((noinline)) long THPVariable_conv2d(long n) {
+    long r = dispatch_conv2d(n);
+    __asm__ volatile("" ::: "memory");
+    return r;
+}
+}  // namespace autograd
+}  // namespace torch
 
 extern "C" {
 
@@ -111,4 +146,9 @@ BINDING(ops_matmul, at::_ops::matmul)
 BINDING(ops_sum, at::_ops::sum_dim_IntList)
 BINDING(ops_addmm, at::_ops::addmm)
 BINDING(ops_mul, at::_ops::mul_Tensor)
+__attribute__((noinline, visibility("default"))) long ops_conv2d(long n) {
+    long r = torch::autograd::THPVariable_conv2d(n);
+    __asm__ volatile("" ::: "memory");
+    return r;
+}
 }
