@@ -28,6 +28,7 @@ from deepctx.probes.device_activity import (
     AGENT_STATES,
     COPY_KINDS,
     DEV_API_UNPROBED,
+    DEV_GRAPH_MADE_LABEL,
     DEV_KEY_F_GRAPH,
     DEV_KEY_F_SAMPLED,
     DEV_KEY_F_UNKNOWN,
@@ -142,6 +143,7 @@ def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: Ca
         else:  # the API's own entry frame(s) go, as in gpu_tree
             trim = api_module(gpu_apis.APIS[first.api_id])
             callee = in_module(trim)
+        made = _made_frames(first, resolver, trim) if _graph_node_made(first) else None
         if reported is not None:
             tail = [Frame("api", reported.display, module=api_module(reported)),
                     reported_work_frame(reported, first, names)]
@@ -151,10 +153,13 @@ def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: Ca
         else:
             api = gpu_apis.APIS[first.api_id]
             tail = [Frame("api", api.display, module=api_module(api)), *work_frames(first, namer, names)]
+        if made is not None:  # a replayed graph node: where it was made, between the graph and its work
+            tail = [*tail[:-1], *made, tail[-1]]
         leaves: dict[int, int] = {}  # caller node -> the tail's last node under it
         for b, t in zip(sampled, times, strict=True):
             if not t and not (reported is not None and b.count):
                 continue
+            b = _without_made(b) if made is not None else b
             base = caller_node(paths, resolver, origins, b, b.call_flags, trim, callee)
             leaf = leaves.get(base)
             if leaf is None:
@@ -167,6 +172,29 @@ def add_device_buckets(tree: CallTree, buckets: list[DeviceBucket], resolver: Ca
             if not b.call_flags & GPU_KEY_F_SAMPLED:
                 stats["device_time_without_call_path_ns"] += t
     return stats
+
+
+GRAPH_NODE_MADE = Frame("op", "[graph node made at]")
+
+
+def _graph_node_made(b: DeviceBucket) -> bool:
+    """A replayed graph node's record whose key holds where the node was made (device_activity.bpf.c)."""
+    return bool(b.flags & DEV_KEY_F_GRAPH) and b.origin_label == DEV_GRAPH_MADE_LABEL and b.origin_tid != 0
+
+
+def _made_frames(b: DeviceBucket, resolver: CallPathResolver, trim: Any) -> list[Frame]:
+    """Where a replayed graph node was made (the launch a stream capture took, a node added): the label, then
+    that call's path without its thread frame (the replay's thread is above) and without the runtime's frames."""
+    path = resolver.path(b.origin_tid, b.origin_user_stack, b.origin_py_stack, lost=not b.origin_user_stack)
+    callee = in_module(trim)
+    while len(path) > 1 and callee(path[-1]):
+        path.pop()
+    return [GRAPH_NODE_MADE, *(f for f in path if f.kind != "thread")]
+
+
+def _without_made(b: DeviceBucket) -> DeviceBucket:
+    """The bucket as its replay's caller: the origin fields held where its node was made, not a hand-off."""
+    return replace(b, origin_tid=0, origin_user_stack=0, origin_py_stack=0, origin_label=0, origin_node=0)
 
 
 def _in_callback(f: Frame) -> bool:

@@ -23,6 +23,7 @@ SEMAPHORE(status);
 SEMAPHORE(flush_request);
 SEMAPHORE(sampling);
 SEMAPHORE(stop_request);
+SEMAPHORE(graph_node);
 
 EXPORT volatile int deepctx_agent_state = 0;
 EXPORT char deepctx_agent_error[256];

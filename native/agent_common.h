@@ -30,7 +30,7 @@
 /* USDT semaphores (agent_common.c): the kernel adds one per attached probe (uprobe ref_ctr_offset). */
 extern unsigned short deepctx_correlation_semaphore, deepctx_api_exit_semaphore, deepctx_batch_semaphore,
     deepctx_flushed_semaphore, deepctx_status_semaphore, deepctx_flush_request_semaphore, deepctx_sampling_semaphore,
-    deepctx_stop_request_semaphore;
+    deepctx_stop_request_semaphore, deepctx_graph_node_semaphore;
 #define WATCHED(name) __builtin_expect(__atomic_load_n(&deepctx_##name##_semaphore, __ATOMIC_RELAXED) != 0, 0)
 
 /* Sampled captures (the daemon raised the sampling semaphore): is this call one the correlation probe
@@ -67,6 +67,13 @@ void agent_api_exit(int nested, uint32_t corr);
     do {                                                                \
         if (WATCHED(api_exit))                                          \
             STAP_PROBE1(deepctx, api_exit, (corr));                     \
+    } while (0)
+
+/* A CUDA graph node made inside announced call `corr` (original 0), or cloned from node `original` (corr 0). */
+#define AGENT_GRAPH_NODE(node, original, corr)                                      \
+    do {                                                                            \
+        if (WATCHED(graph_node))                                                    \
+            STAP_PROBE3(deepctx, graph_node, (node), (original), (corr));           \
     } while (0)
 
 /* What the injector and tests can read in the target: DEV_AGENT_* and a sentence. */

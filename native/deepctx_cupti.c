@@ -47,6 +47,7 @@ struct cupti_api {
     CUptiResult (*ActivityGetNumDroppedRecords)(CUcontext, uint32_t, size_t *);
     CUptiResult (*GetResultString)(CUptiResult, const char **);  /* optional */
     CUptiResult (*GetTimestamp)(uint64_t *);                       /* optional */
+    CUptiResult (*GetGraphNodeId)(CUgraphNode, uint64_t *);        /* optional: graph nodes' call paths */
 };
 
 static struct cupti_api cupti;
@@ -59,6 +60,7 @@ static CUpti_SubscriberHandle subscriber;
 static volatile int64_t clock_offset_ns;
 static int use_timestamp_callback;
 static __thread uint32_t runtime_correlation;  /* the runtime call in progress on this thread */
+static __thread uint32_t api_correlation;      /* the announced call in progress on this thread (its id) */
 
 static const CUpti_ActivityKind KINDS[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2,
@@ -147,6 +149,7 @@ static int load_cupti(void) {
         AGENT_SYM(cupti, ActivityGetNumDroppedRecords, "cuptiActivityGetNumDroppedRecords", 1),
         AGENT_SYM(cupti, GetResultString, "cuptiGetResultString", 0),
         AGENT_SYM(cupti, GetTimestamp, "cuptiGetTimestamp", 0),
+        AGENT_SYM(cupti, GetGraphNodeId, "cuptiGetGraphNodeId", 0),
     };
     pcs_load(h);  /* optional: only `--pc-sampling` needs it, and says so when it is missing */
     return agent_bind(h, syms, sizeof(syms) / sizeof(syms[0]), "libcupti lacks %s");
@@ -154,10 +157,28 @@ static int load_cupti(void) {
 
 /* --- the calling thread: correlation ids ----------------------------------------------------- */
 
+/* A CUDA graph node made (a launch captured from a stream, a node added) or cloned (an instantiation copies
+ * each node into the executable graph, whose ids the kernel records carry): the daemon keeps the call path
+ * of the API call that made it for the records of its replays (device_activity.bpf.c, on_dev_graph_node). */
+static void on_graph_node(CUpti_CallbackId cbid, const void *data) {
+    const CUpti_ResourceData *rd = data;
+    const CUpti_GraphData *g = rd ? rd->resourceDescriptor : NULL;
+    uint64_t node = 0, original = 0;
+    if (!g || !cupti.GetGraphNodeId || cupti.GetGraphNodeId(g->node, &node) != CUPTI_SUCCESS || !node)
+        return;
+    if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED &&
+        (!g->originalNode || cupti.GetGraphNodeId(g->originalNode, &original) != CUPTI_SUCCESS || !original))
+        return;
+    AGENT_GRAPH_NODE(node, original, original ? 0 : api_correlation);
+}
+
 static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data) {
     (void)userdata;
-    if (domain == CUPTI_CB_DOMAIN_RESOURCE) {  /* enabled only for PC sampling (pcs_start) */
-        pcs_on_resource(cbid, data);
+    if (domain == CUPTI_CB_DOMAIN_RESOURCE) {  /* graph nodes, and what PC sampling enabled (pcs_start) */
+        if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED || cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED)
+            on_graph_node(cbid, data);
+        else
+            pcs_on_resource(cbid, data);
         return;
     }
     if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API)
@@ -171,6 +192,8 @@ static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_C
         if (domain == CUPTI_CB_DOMAIN_RUNTIME_API)
             runtime_correlation = corr;
         if (!inner) {
+            if (!api_correlation)
+                api_correlation = corr;  /* the outermost: a captured launch's graph node is made in it */
             uint32_t api = ((uint32_t)domain << DEV_API_DOMAIN_SHIFT) | (uint32_t)cbid;
             const char *fn = cb->functionName;
             int nested = domain == CUPTI_CB_DOMAIN_DRIVER_API && runtime_correlation != 0;
@@ -186,6 +209,8 @@ static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_C
         }
         if (domain == CUPTI_CB_DOMAIN_RUNTIME_API)
             runtime_correlation = 0;
+        if (api_correlation == corr)
+            api_correlation = 0;
     }
 }
 
@@ -375,6 +400,10 @@ static int start_cupti(void) {
     if (agent_env_u64("DEEPCTX_CALLBACKS", 1)) {
         enable_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE);
         enable_callbacks(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE);
+    }
+    if (cupti.GetGraphNodeId) {  /* graph nodes' call paths: each node made and each clone, once */
+        cupti.EnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED);
+        cupti.EnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED);
     }
     pcs_start(subscriber, cupti.EnableCallback);
     agent_timed("start: callbacks on", &t);

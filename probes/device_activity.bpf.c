@@ -24,6 +24,11 @@ BPF_ARRAY(dev_corr_next, __u64, 1); /* calls reported so far: the next one's slo
 COUNTS_MAP(dev_counts, struct dev_key, struct dev_val, DEV_COUNT_ENTRIES, DEV_COUNT_SPARE,
            DEV_COUNT_FLAGS);
 BPF_F_TABLE("hash", struct dev_name_key, struct dev_name, dev_names, DEV_NAME_ENTRIES, BPF_F_NO_PREALLOC);
+#ifndef DEV_GRAPH_NODE_ENTRIES
+#define DEV_GRAPH_NODE_ENTRIES 65536
+#endif
+/* graph node -> the key of the call that made it (struct dev_graph_key); the oldest go first */
+BPF_TABLE("lru_hash", struct dev_graph_key, struct gpu_key, dev_graph_nodes, DEV_GRAPH_NODE_ENTRIES);
 BPF_PERCPU_ARRAY(dev_stats, __u64, DEV_STAT__COUNT);
 BPF_ARRAY(dev_config, struct dev_config, 1);
 BPF_ARRAY(dev_flush, struct dev_flush, 1);
@@ -341,8 +346,24 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
     k->device = r->device;
     k->kind = r->kind;
     k->copy_kind = r->copy_kind;
-    if (r->flags & DEV_REC_F_GRAPH)
+    if (r->flags & DEV_REC_F_GRAPH) {
         k->flags |= DEV_KEY_F_GRAPH;
+        /* the replayed node's own path: where it was made (the captured launch), below the replay's */
+        struct dev_graph_key gk = {};
+        gk.pid = pid;
+        gk.node = r->graph_node;
+        struct gpu_key *made = r->graph_node ? dev_graph_nodes.lookup(&gk) : NULL;
+        if (made && (made->flags & GPU_KEY_F_SAMPLED) && (made->user_stack || made->py_stack)) {
+            k->call.origin_tid = made->tid;
+            k->call.origin_user_stack = made->user_stack;
+            k->call.origin_py_stack = made->py_stack;
+            k->call.origin_label = DEV_GRAPH_MADE_LABEL;
+            k->call.origin_node = 0;
+            dev_stat_add(DEV_STAT_GRAPH_PLACED, 1);
+        } else {
+            dev_stat_add(DEV_STAT_GRAPH_UNPLACED, 1);
+        }
+    }
     __u64 dt = r->end_ns - r->start_ns;
     struct dev_val zero_val = {};
     int slot = 0;
@@ -418,6 +439,39 @@ int on_dev_batch(struct pt_regs *ctx) {
 }
 
 /* --- the agent's state ------------------------------------------------------------------------------ */
+
+/* A graph node made inside an announced call, or cloned from a node (see device_activity.h): keeps the path. */
+int on_dev_graph_node(struct pt_regs *ctx) {
+    __u32 pid = bpf_get_current_pid_tgid() >> 32;
+    struct usdt_site *s = dev_site(ctx, pid);
+    if (!s)
+        return 0;
+    struct usdt_regs u;
+    usdt_load(ctx, &u);
+    struct dev_graph_key k = {};
+    k.pid = pid;
+    k.node = usdt_arg(&u, s, 0);
+    __u64 original = usdt_arg(&u, s, 1);
+    __u32 corr = (__u32)usdt_arg(&u, s, 2);
+    struct gpu_key *made = NULL;
+    if (original) {
+        struct dev_graph_key ok = {};
+        ok.pid = pid;
+        ok.node = original;
+        made = dev_graph_nodes.lookup(&ok);
+    } else {
+        struct dev_corr *c = dev_corr_find(pid, corr);
+        if (c)
+            made = &c->call;
+    }
+    if (!made) {
+        dev_stat_add(DEV_STAT_GRAPH_NODES_UNKNOWN, 1);
+        return 0;
+    }
+    dev_graph_nodes.update(&k, made);
+    dev_stat_add(DEV_STAT_GRAPH_NODES, 1);
+    return 0;
+}
 
 int on_dev_flushed(struct pt_regs *ctx) {
     __u32 pid = bpf_get_current_pid_tgid() >> 32;

@@ -16,6 +16,11 @@
  *   sampling()                                       when reporting starts in a sampled capture: its
  *                                                    semaphore asks the agent to announce a sample of
  *                                                    the calls, not every one
+ *   graph_node(u64 node, u64 original, u32 corr)    when CUDA makes a graph node inside announced call corr
+ *                                                    (a launch captured from a stream, a node added; original
+ *                                                    0), or clones node `original` into another (an
+ *                                                    instantiation copies each node into the executable
+ *                                                    graph, whose node ids the kernel records carry; corr 0)
  *   stop_request()                                   while the daemon asks the agent to stop: its
  *                                                    semaphore is the request; the agent stops, hands
  *                                                    over every record (a forced flush) while the batch
@@ -116,6 +121,16 @@ struct dev_val {
     __u64 bytes;
     __u64 api_time_ns;   /* sum of api_ns of calls the agent alone reported (not graphs': one call, many records) */
 };
+
+/* CUDA graph nodes by id (dev_graph_nodes): the key of the API call that made the node, which its clones
+ * inherit. A replayed node's records go under the graph launch's path, then the path that made the node:
+ * the record's key holds the latter in its origin fields, labelled DEV_GRAPH_MADE_LABEL (daemon/device_tree.py). */
+struct dev_graph_key {
+    __u32 pid;
+    __u32 pad;
+    __u64 node;
+};
+#define DEV_GRAPH_MADE_LABEL 0xfffe  /* gpu_key.origin_label: origin_* is where the record's graph node was made */
 
 /* Kernel names: (pid, address of the string) -> the string, copied by BPF at first sight. */
 #define DEV_NAME_LEN 512
@@ -240,6 +255,10 @@ enum dev_stat {
     DEV_STAT_BATCH_CUT,         /* batches longer than DEV_BATCH (rest not read) */
     DEV_STAT_TIME_NS,           /* total device time of the records counted */
     DEV_STAT_SAMPLED,           /* records charged through a sampled call (sampled captures) */
+    DEV_STAT_GRAPH_NODES,       /* graph nodes made or cloned whose making call's path is kept */
+    DEV_STAT_GRAPH_NODES_UNKNOWN, /* ... made in a call not announced (or cloned from such a node) */
+    DEV_STAT_GRAPH_PLACED,      /* graph launches' records placed under the path that made their node */
+    DEV_STAT_GRAPH_UNPLACED,    /* ... whose node's making path is not known: under the launch only */
     DEV_STAT__COUNT,
 };
 

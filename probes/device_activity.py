@@ -47,7 +47,9 @@ DEV_AGENT_OK, DEV_AGENT_ACTIVE, DEV_AGENT_IDLE = 0, 1, 2
 DEV_AGENT_E_NO_CUDA, DEV_AGENT_E_NO_CUPTI, DEV_AGENT_E_BUSY, DEV_AGENT_E_CUPTI, DEV_AGENT_E_PENDING = -1, -2, -3, -4, -5
 (DEV_STAT_CORRELATIONS, DEV_STAT_UNPROBED, DEV_STAT_CORR_FULL, DEV_STAT_BATCHES, DEV_STAT_RECORDS, DEV_STAT_UNKNOWN,
  DEV_STAT_BEFORE, DEV_STAT_MAP_FULL, DEV_STAT_NAMES, DEV_STAT_TRACE_LOST, DEV_STAT_BATCH_CUT, DEV_STAT_TIME_NS,
- DEV_STAT_SAMPLED, DEV_STAT__COUNT) = range(14)
+ DEV_STAT_SAMPLED, DEV_STAT_GRAPH_NODES, DEV_STAT_GRAPH_NODES_UNKNOWN, DEV_STAT_GRAPH_PLACED, DEV_STAT_GRAPH_UNPLACED,
+ DEV_STAT__COUNT) = range(18)
+DEV_GRAPH_MADE_LABEL = 0xFFFE
 STAT_NAMES = {
     DEV_STAT_CORRELATIONS: "device_correlations",
     DEV_STAT_UNPROBED: "device_correlations_outside_probed_calls",
@@ -62,6 +64,10 @@ STAT_NAMES = {
     DEV_STAT_BATCH_CUT: "device_batches_cut",
     DEV_STAT_TIME_NS: "device_time_ns",
     DEV_STAT_SAMPLED: "device_records_charged_to_a_sampled_call",
+    DEV_STAT_GRAPH_NODES: "device_graph_nodes",
+    DEV_STAT_GRAPH_NODES_UNKNOWN: "device_graph_nodes_made_in_unknown_calls",
+    DEV_STAT_GRAPH_PLACED: "device_graph_records_under_their_node",
+    DEV_STAT_GRAPH_UNPLACED: "device_graph_records_without_node_path",
 }
 AGENT_STATES = {
     DEV_AGENT_ACTIVE: "active", DEV_AGENT_IDLE: "idle",
@@ -91,6 +97,12 @@ class DevCorr(ct.Structure):
 
 class DevCorrSlot(ct.Structure):
     _fields_ = [("key", GpuCorrKey), ("corr", DevCorr)]
+
+
+class DevGraphKey(ct.Structure):
+    """struct dev_graph_key: a CUDA graph node of a process (dev_graph_nodes)."""
+
+    _fields_ = [("pid", ct.c_uint32), ("pad", ct.c_uint32), ("node", ct.c_uint64)]
 
 
 class DevKey(ct.Structure):
@@ -216,7 +228,7 @@ class _AgentFile:
 # In attach order: the agent starts reporting when the batch probe is attached (agent_watched()), so it is
 # last, and the start finds every other probe there (the start's status, every launch's correlation).
 HANDLERS = {"status": "on_dev_status", "flushed": "on_dev_flushed", "api_exit": "on_dev_api_exit",
-            "correlation": "on_dev_correlation", "batch": "on_dev_batch"}
+            "correlation": "on_dev_correlation", "graph_node": "on_dev_graph_node", "batch": "on_dev_batch"}
 
 
 class AgentUnusable(ValueError):

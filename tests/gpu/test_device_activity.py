@@ -106,6 +106,36 @@ while time.monotonic() < end:
 '''
 
 
+GRAPH = '''
+import os, sys, torch
+N = 20
+x = torch.randn(512, 512, device="cuda")
+w = torch.randn(512, 512, device="cuda")
+
+def forward(x):
+    y = x @ w  # LINE_GRAPH_MM
+    return torch.relu(y)  # LINE_GRAPH_RELU
+
+s = torch.cuda.Stream()
+s.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(s):
+    for _ in range(3):
+        forward(x)  # warm: cuBLAS's handle and workspace before the capture
+torch.cuda.current_stream().wait_stream(s)
+torch.cuda.synchronize()
+print("ready", os.getpid(), flush=True)
+sys.stdin.readline()
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):
+    out = forward(x)  # LINE_GRAPH_CAPTURE
+for _ in range(N):
+    g.replay()  # LINE_GRAPH_REPLAY
+torch.cuda.synchronize()
+print("done", flush=True)
+sys.stdin.readline()
+'''
+
+
 @pytest.fixture(scope="module")
 def agent() -> Path:
     subprocess.run(["make", "-s", "-C", str(REPO / "native"), f"PYTHON={sys.executable}"], check=False)
@@ -118,7 +148,8 @@ def agent() -> Path:
 @pytest.fixture(scope="module")
 def scripts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("device-targets")
-    for name, text in (("matmul.py", MATMUL), ("resnet.py", RESNET), ("job.py", JOB), ("run.py", RUN)):
+    for name, text in (("matmul.py", MATMUL), ("resnet.py", RESNET), ("job.py", JOB), ("run.py", RUN),
+                       ("graph.py", GRAPH)):
         (d / name).write_text(text.lstrip())
     return d
 
@@ -192,6 +223,31 @@ def test_matmul_line_matches_cuda_events(daemon, agent: Path, scripts: Path) -> 
     assert abs(line_ns - events_ns) <= 0.05 * events_ns, (line_ns, events_ns)
     print(f"\nmatmul line: deepctx {line_ns / 1e6:.3f} ms, CUDA events {events_ns / 1e6:.3f} ms "
           f"({100 * (line_ns - events_ns) / events_ns:+.2f}%)")
+
+
+def test_cuda_graph_replays_go_under_the_lines_that_captured_their_nodes(daemon, agent: Path, scripts: Path) -> None:
+    """#33.3: each kernel torch.cuda.CUDAGraph replays sits under the replay's line, then
+    `[graph node made at]` and the capture's path down to the model line that launched it."""
+    doc, _ = phase(daemon, [sys.executable, str(scripts / "graph.py")], with_agent(agent))
+    save("device_cuda_graph.json.gz", json.dumps(doc))
+    path = scripts / "graph.py"
+    replay, capture = line_of(path, "LINE_GRAPH_REPLAY"), line_of(path, "LINE_GRAPH_CAPTURE")
+    by_line: dict[int, int] = {}  # model line where the node was made -> its replayed kernels' GPU time
+    for anc, n in walk(doc):
+        if n["kind"] != "kernel" or not n["metrics"]["gpu_time_ns"]:
+            continue
+        names = [a["name"] for a in anc]
+        if "[graph node made at]" not in names:
+            continue
+        made = names.index("[graph node made at]")
+        above = [a["line"] for a in anc[:made] if a["kind"] == "python" and a["file"] == str(path)]
+        below = [a["line"] for a in anc[made:] if a["kind"] == "python" and a["file"] == str(path)]
+        assert replay in above and capture in below, (above, below)
+        by_line[below[-1]] = by_line.get(below[-1], 0) + n["metrics"]["gpu_time_ns"]
+    stats = doc["stats"]
+    print("\ngraph GPU time (ns) by the line that made their node:", by_line, {k: v for k, v in stats.items() if "graph" in k})
+    assert set(by_line) == {line_of(path, "LINE_GRAPH_MM"), line_of(path, "LINE_GRAPH_RELU")}, by_line
+    assert stats["device_graph_records_without_node_path"] == 0, stats
 
 
 def test_resnet50_kernel_time_sits_under_python_lines(daemon, agent: Path, scripts: Path) -> None:

@@ -276,6 +276,14 @@ EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag) {
 }
 
 /* CUPTI's clock now: the agent measures its offset to CLOCK_MONOTONIC with it. */
+/* The mock runtime's graph nodes (mock_cudart.c, struct mock_node) begin with their id. */
+EXPORT CUptiResult cuptiGetGraphNodeId(CUgraphNode node, uint64_t *id) {
+    if (!node || !id)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    *id = *(const uint64_t *)node;
+    return CUPTI_SUCCESS;
+}
+
 EXPORT CUptiResult cuptiGetTimestamp(uint64_t *timestamp) {
     *timestamp = mockcupti_now();
     return CUPTI_SUCCESS;

@@ -18,7 +18,7 @@ def test_structs_match_the_header(tmp_path: Path) -> None:
     for c_name, mirror in (("dev_record", da.DevRecord), ("dev_corr", da.DevCorr), ("dev_corr_slot", da.DevCorrSlot),
                            ("dev_key", da.DevKey), ("dev_val", da.DevVal), ("dev_name_key", da.DevNameKey),
                            ("dev_event", da.DevEvent), ("dev_flush", da.DevFlush), ("dev_span", da.DevSpan),
-                           ("dev_config", da.DevConfig),
+                           ("dev_config", da.DevConfig), ("dev_graph_key", da.DevGraphKey),
                            ("usdt_site", usdt.UsdtSite), ("usdt_site_key", usdt.UsdtSiteKey)):
         pairs |= struct_layout(c_name, mirror)
     assert c_values(tmp_path, [HEADER], list(pairs)) == list(pairs.values())
@@ -38,6 +38,7 @@ def test_constants_match_the_header(tmp_path: Path) -> None:
         "DEV_AGENT_E_BUSY": da.DEV_AGENT_E_BUSY, "DEV_AGENT_E_CUPTI": da.DEV_AGENT_E_CUPTI,
         "DEV_AGENT_E_PENDING": da.DEV_AGENT_E_PENDING, "DEV_STAT__COUNT": da.DEV_STAT__COUNT,
         "DEV_STAT_UNKNOWN": da.DEV_STAT_UNKNOWN, "DEV_STAT_TIME_NS": da.DEV_STAT_TIME_NS,
+        "DEV_STAT_GRAPH_PLACED": da.DEV_STAT_GRAPH_PLACED, "DEV_GRAPH_MADE_LABEL": da.DEV_GRAPH_MADE_LABEL,
         "USDT_MAX_ARGS": usdt.USDT_MAX_ARGS, "USDT_ARG_NONE": usdt.ARG_NONE, "USDT_ARG_REG": usdt.ARG_REG,
         "USDT_ARG_MEM": usdt.ARG_MEM, "USDT_ARG_CONST": usdt.ARG_CONST,
     }

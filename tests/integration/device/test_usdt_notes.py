@@ -75,7 +75,7 @@ def test_probes_sites_and_semaphores(tmp_path: Path) -> None:
 def test_the_agents_probes(built: tuple[Path, Path]) -> None:
     agent, _ = built
     names = sorted({p.name for p in usdt.read_probes(str(agent), "deepctx")})
-    assert names == ["api_exit", "batch", "correlation", "flush_request", "flushed", "pcs", "sampling", "status",
+    assert names == ["api_exit", "batch", "correlation", "flush_request", "flushed", "graph_node", "pcs", "sampling", "status",
                      "stop_request"]
     assert all(p.semaphore_offset for p in usdt.read_probes(str(agent), "deepctx"))
 
