@@ -97,6 +97,15 @@ static __always_inline struct usdt_site *dev_site(struct pt_regs *ctx, __u32 pid
     return dev_sites.lookup(&k);
 }
 
+/* How a USDT probe's program opens: the site that fired for process `pid` (or it returns: a process the
+ * capture does not watch) and the registers usdt_arg reads. */
+#define DEV_USDT_OPEN(ctx, pid, s, u)             \
+    struct usdt_site *s = dev_site(ctx, pid);     \
+    if (!s)                                       \
+        return 0;                                 \
+    struct usdt_regs u;                           \
+    usdt_load(ctx, &u)
+
 static __always_inline void dev_learn_name(__u32 pid, __u64 addr) {
     struct dev_name_key nk = {};
     nk.pid = pid;
@@ -168,11 +177,7 @@ static __always_inline void dev_unprobed_path(struct pt_regs *ctx, __u32 pid, __
 int on_dev_correlation(struct pt_regs *ctx) {
     __u64 id = bpf_get_current_pid_tgid();
     __u32 pid = id >> 32, tid = (__u32)id;
-    struct usdt_site *s = dev_site(ctx, pid);
-    if (!s)
-        return 0;
-    struct usdt_regs u;
-    usdt_load(ctx, &u);
+    DEV_USDT_OPEN(ctx, pid, s, u);
     __u32 corr = (__u32)usdt_arg(&u, s, 0);
     __u32 api = (__u32)usdt_arg(&u, s, 1);
     __u64 fn = usdt_arg(&u, s, 2);
@@ -245,11 +250,7 @@ int on_dev_api_exit(struct pt_regs *ctx) {
         return 0;
     __u64 id = bpf_get_current_pid_tgid();
     __u32 pid = id >> 32;
-    struct usdt_site *s = dev_site(ctx, pid);
-    if (!s)
-        return 0;
-    struct usdt_regs u;
-    usdt_load(ctx, &u);
+    DEV_USDT_OPEN(ctx, pid, s, u);
     __u32 corr = (__u32)usdt_arg(&u, s, 0);
     struct dev_corr *c = dev_corr_find(pid, corr);
     if (!c)
@@ -412,11 +413,7 @@ static __always_inline void dev_record_one(__u32 pid, struct dev_record *r, stru
 
 int on_dev_batch(struct pt_regs *ctx) {
     __u32 pid = bpf_get_current_pid_tgid() >> 32;
-    struct usdt_site *s = dev_site(ctx, pid);
-    if (!s)
-        return 0;
-    struct usdt_regs u;
-    usdt_load(ctx, &u);
+    DEV_USDT_OPEN(ctx, pid, s, u);
     __u64 records = usdt_arg(&u, s, 0);
     __u32 n = (__u32)usdt_arg(&u, s, 1);
     dev_stat_add(DEV_STAT_BATCHES, 1);
@@ -443,11 +440,7 @@ int on_dev_batch(struct pt_regs *ctx) {
 /* A graph node made inside an announced call, or cloned from a node (see device_activity.h): keeps the path. */
 int on_dev_graph_node(struct pt_regs *ctx) {
     __u32 pid = bpf_get_current_pid_tgid() >> 32;
-    struct usdt_site *s = dev_site(ctx, pid);
-    if (!s)
-        return 0;
-    struct usdt_regs u;
-    usdt_load(ctx, &u);
+    DEV_USDT_OPEN(ctx, pid, s, u);
     struct dev_graph_key k = {};
     k.pid = pid;
     k.node = usdt_arg(&u, s, 0);

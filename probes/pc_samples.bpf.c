@@ -8,11 +8,7 @@ BPF_ARRAY(dev_pcs_lost, __u64, 1); /* messages the full ring buffer refused */
 
 int on_dev_pcs(struct pt_regs *ctx) {
     __u32 pid = bpf_get_current_pid_tgid() >> 32;
-    struct usdt_site *s = dev_site(ctx, pid);
-    if (!s)
-        return 0;
-    struct usdt_regs u;
-    usdt_load(ctx, &u);
+    DEV_USDT_OPEN(ctx, pid, s, u);
     __u32 kind = (__u32)usdt_arg(&u, s, 0);
     __u64 data = usdt_arg(&u, s, 1);
     __u32 len = (__u32)usdt_arg(&u, s, 2);
