@@ -144,6 +144,12 @@ int agent_sample_due(uint32_t corr) {
     return due;
 }
 
+int agent_announced(uint32_t corr) {
+    if (!WATCHED(correlation))
+        return 0;
+    return !WATCHED(sampling) || sample_current == corr;
+}
+
 /* slot corr % SAMPLE_SLOTS of *table := corr << 32 | value; the table made at its first use (a racing
  * thread's copy is freed). */
 static void slot_put(uint64_t **table, uint32_t corr, uint32_t value) {

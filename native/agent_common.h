@@ -38,6 +38,9 @@ extern unsigned short deepctx_correlation_semaphore, deepctx_api_exit_semaphore,
  * that it does not beat with a loop's period); every call notes which announced call stands for it, and
  * agent_fire_batch() writes that into its records (dev_record.sample). */
 int agent_sample_due(uint32_t corr);
+/* Was call corr, in progress on this thread, announced by the correlation probe (every call in exact captures,
+ * the thread's sampled one in sampled captures)? */
+int agent_announced(uint32_t corr);
 /* A call made inside one this thread announced or noted (a driver call of a runtime call, under an id
  * of its own): never announced when sampling, its records follow the outer call's. */
 void agent_sample_nested(uint32_t corr);

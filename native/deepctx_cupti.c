@@ -60,7 +60,9 @@ static CUpti_SubscriberHandle subscriber;
 static volatile int64_t clock_offset_ns;
 static int use_timestamp_callback;
 static __thread uint32_t runtime_correlation;  /* the runtime call in progress on this thread */
-static __thread uint32_t api_correlation;      /* the announced call in progress on this thread (its id) */
+static __thread uint32_t api_correlation;      /* the outermost reported call in progress on this thread */
+static __thread uint32_t api_current;          /* ... its domain << 16 | callback id */
+static __thread const char *api_current_fn;    /* ... and its name */
 
 static const CUpti_ActivityKind KINDS[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2,
@@ -160,6 +162,8 @@ static int load_cupti(void) {
 /* A CUDA graph node made (a launch captured from a stream, a node added) or cloned (an instantiation copies
  * each node into the executable graph, whose ids the kernel records carry): the daemon keeps the call path
  * of the API call that made it for the records of its replays (device_activity.bpf.c, on_dev_graph_node). */
+static __thread uint32_t graph_announced;  /* the last call announced for its graph nodes (sampled captures) */
+
 static void on_graph_node(CUpti_CallbackId cbid, const void *data) {
     const CUpti_ResourceData *rd = data;
     const CUpti_GraphData *g = rd ? rd->resourceDescriptor : NULL;
@@ -169,7 +173,18 @@ static void on_graph_node(CUpti_CallbackId cbid, const void *data) {
     if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED &&
         (!g->originalNode || cupti.GetGraphNodeId(g->originalNode, &original) != CUPTI_SUCCESS || !original))
         return;
-    AGENT_GRAPH_NODE(node, original, original ? 0 : api_correlation);
+    uint32_t corr = original ? 0 : api_correlation;
+    /* A sampled capture announces a sample of the calls: a call that makes graph nodes is announced as well
+     * (once: a graph is made once and replayed often), so that its path is there for the node's replays. It
+     * does not become the thread's sample: later calls' records keep theirs. */
+    if (corr && corr != graph_announced && WATCHED(graph_node) && WATCHED(correlation) && !agent_announced(corr)) {
+        uint32_t api = api_current;  /* in registers: a TLS operand (x@dtpoff(%rax)) is one no decoder reads */
+        const char *fn = api_current_fn;
+        __asm__ volatile("" : "+r"(api), "+r"(fn));
+        STAP_PROBE3(deepctx, correlation, corr, api, fn);
+        graph_announced = corr;
+    }
+    AGENT_GRAPH_NODE(node, original, corr);
 }
 
 static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data) {
@@ -192,9 +207,12 @@ static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_C
         if (domain == CUPTI_CB_DOMAIN_RUNTIME_API)
             runtime_correlation = corr;
         if (!inner) {
-            if (!api_correlation)
-                api_correlation = corr;  /* the outermost: a captured launch's graph node is made in it */
             uint32_t api = ((uint32_t)domain << DEV_API_DOMAIN_SHIFT) | (uint32_t)cbid;
+            if (!api_correlation) {  /* the outermost: a captured launch's graph node is made in it */
+                api_correlation = corr;
+                api_current = api;
+                api_current_fn = cb->functionName;
+            }
             const char *fn = cb->functionName;
             int nested = domain == CUPTI_CB_DOMAIN_DRIVER_API && runtime_correlation != 0;
             AGENT_CORRELATION(corr, api, fn, nested);

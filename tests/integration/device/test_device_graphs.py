@@ -24,8 +24,7 @@ import graph_target as gt  # noqa: E402
 MATMUL, RELU = "mock_matmul(float*, int)", "mock_relu(float*)"
 
 
-@pytest.fixture(scope="module")
-def graphs(built: tuple[Path, Path]) -> Result:
+def capture(built: tuple[Path, Path], sampled: bool) -> Result:
     agent, lib = built
     t = StdinTarget([sys.executable, str(TARGET), str(lib)], env=dict(os.environ) | {"CUDA_INJECTION64_PATH": str(agent)})
 
@@ -35,17 +34,27 @@ def graphs(built: tuple[Path, Path]) -> Result:
         t.expect("done")
 
     try:
+        if sampled:  # as `deepctx run` captures: a sample of the calls announced, launches left to the agent
+            return run_capture(t.pid, work, DeviceActivity(sampling=True), gpu_mode="sampled", agent_calls=True)
         return run_capture(t.pid, work, DeviceActivity())
     finally:
         t.stop()
+
+
+@pytest.fixture(scope="module", params=["exact", "sampled"])
+def graphs(built: tuple[Path, Path], request: pytest.FixtureRequest) -> Result:
+    """Exact, and sampled: there the calls that make graph nodes are announced as well (once each)."""
+    return capture(built, request.param == "sampled")
 
 
 def lines(path: list, file: str) -> list[int]:
     return [f.line for f in path if f.kind == "python" and (f.file or "").endswith(file)]
 
 
-def test_replayed_kernels_go_under_the_replay_then_where_their_node_was_made(graphs: Result) -> None:
+def test_replayed_kernels_go_under_the_replay_then_where_their_node_was_made(graphs: Result,
+                                                                           request: pytest.FixtureRequest) -> None:
     assert MOCKS.exists()
+    sampled = "sampled" in request.node.callspec.id
     replay, capture = line_of(TARGET, "LINE_REPLAY"), line_of(TARGET, "LINE_CAPTURE")
     got: dict[tuple, int] = {}
     for path, v in graphs.tree.paths_with("gpu_time_ns"):
@@ -54,13 +63,18 @@ def test_replayed_kernels_go_under_the_replay_then_where_their_node_was_made(gra
         key = (tuple(lines(path[:made], "graph_target.py")) if made is not None else None,
                tuple(lines(path[made:], "graph_target.py")) if made is not None else None, path[-1].name)
         got[key] = got.get(key, 0) + v
-        if made is not None:  # the replay's api and graph nodes above the label, the kernel below the made path
+        if made is not None and not sampled:  # the replay's api and graph nodes above the label
             assert kinds[made - 2][0] == "api" and kinds[made - 2][1] == "cudaGraphLaunch", kinds
             assert kinds[made - 1][1].startswith("[graph 0x"), kinds
     outer = (line_of(TARGET, "LINE_MODULE"), line_of(TARGET, "LINE_MAIN"))  # both paths start there
+    if sampled:  # the replay's own path is the announced call that stands for it (sampled mode's rule)
+        got = {(None, below, kernel): v for (_, below, kernel), v in got.items()}
+        replay_path = None
+    else:
+        replay_path = (*outer, replay)
     assert got == {
-        ((*outer, replay), (*outer, capture, line_of(TARGET, "LINE_MATMUL")), MATMUL): gt.N_REPLAY * gt.MATMUL_NS,
-        ((*outer, replay), (*outer, capture, line_of(TARGET, "LINE_RELU")), RELU): gt.N_REPLAY * gt.RELU_NS,
+        (replay_path, (*outer, capture, line_of(TARGET, "LINE_MATMUL")), MATMUL): gt.N_REPLAY * gt.MATMUL_NS,
+        (replay_path, (*outer, capture, line_of(TARGET, "LINE_RELU")), RELU): gt.N_REPLAY * gt.RELU_NS,
     }, got
     s = graphs.stats
     # two nodes made in the captured launches, two clones made by the instantiation
