@@ -43,6 +43,7 @@ def test_same_frame_addresses_keep_their_own_paths(daemon) -> None:
     assert got == {at(MAIN, "LINE_CALLS", "LINE_FIRST", "LINE_INNER"): N, at(MAIN, "LINE_CALLS", "LINE_SECOND", "LINE_INNER"): N,
                    at(MAIN, "LINE_CALLS", "LINE_THIRD", "LINE_OTHER"): N, at(MAIN, "LINE_CALLS", "LINE_RUN", "LINE_INNER"): N}, got
     stats = doc["stats"]
-    # the run of one stack takes the last walk's (a CPU switch midway costs a walk); no call of the first loop
-    # follows a call with its stack, so none of them may
-    assert N // 2 <= stats["python_raw_hits"] <= N, stats["python_raw_hits"]
+    # the target runs on one CPU: each call of the run of one stack but its first takes the last walk's; no call
+    # of the first loop follows a call with its stack, so none of them may (unpinned, under CI's load, the
+    # thread moved between CPUs: 540 of the run's 2,000 once)
+    assert stats["python_raw_hits"] == N - 1, stats["python_raw_hits"]

@@ -40,6 +40,8 @@ def main() -> None:
     lib = ctypes.CDLL(sys.argv[1])
     n = int(sys.argv[2])
     stub = ctypes.c_void_p(ctypes.cast(ctypes.CDLL(None).getpid, ctypes.c_void_p).value or 0)
+    # on one CPU: the walk's cache is per CPU, and a thread moved between two calls walks again
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     print(f"ready {os.getpid()}", flush=True)
     sys.stdin.readline()
     calls(lib.cudaLaunchKernel, stub, n)  # LINE_CALLS
