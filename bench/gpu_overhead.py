@@ -77,9 +77,12 @@ VARIANTS = ["alone", "deepctx_sampled", "deepctx_exact", "deepctx_exact_nonodes"
             "deepctx_exact_device_offset", "deepctx_exact_device_uprobes", "deepctx_sampled_device",
             "deepctx_sampled_device_offset", "deepctx_exact_device_nopython", "deepctx_sampled_device_duty10",
             "deepctx_sampled_device_duty25", "deepctx_exact_device_duty10", "torch_cuda", "torch_stacks",
-            "bare_uprobe"]
+            "bare_uprobe", "bare_uprobe_driver"]
 # bare_uprobe (--alternate only): no deepctx; an entry and a return uprobe whose programs return at once on
 # the workload's launch function (cudaLaunchKernel in its libcudart): the floor any probe of the call pays
+# bare_uprobe_driver: the same, and an entry uprobe on each launch entry point of the libcuda it maps, which
+# the runtime's launch calls: the floor of deepctx's design on a GPU host, whose probes must keep the driver's
+# launches (Triton's, JAX's) and so trap on the runtime's own call into the driver too (issue #31)
 # *_nopython: the capture walks no Python frames (`--python off`): what the Python walker costs per call
 # *_duty10: the GPU probes and device activity on for 10% of each 2 s period (`--gpu-duty 0.1`), the
 # counts and GPU times scaled up (time --alternate blocks in whole periods: 2, 4, 6 s); *_duty25: a quarter
@@ -312,22 +315,39 @@ class BareUprobe:
     at once, linked as deepctx links its probes where it has no sessions (uprobe_multi, for pid alone);
     removed by close()."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, driver: bool = False) -> None:
         from bcc import BPF
         from uprobe_session import file_offset
 
+        from deepctx.host import gpu_apis
         from deepctx.probes.uprobes import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
 
-        libs = {line.split()[-1] for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
-                if "/libcudart.so" in line}
-        if len(libs) != 1:
-            raise RuntimeError(f"pid {pid} maps {len(libs)} libcudart files; bare_uprobe needs one")
-        lib = libs.pop()
+        lib = self.mapped(pid, "/libcudart.so")
         offset = file_offset(lib, "cudaLaunchKernel")
         self.bpf = BPF(text=b"int on_entry(void *ctx) { return 0; }\nint on_return(void *ctx) { return 0; }\n")
-        self.links = [link_uprobe_multi(self.bpf.load_func(fn, BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI).fd,
-                                        lib, [offset], retprobe, pid=pid)
-                      for fn, retprobe in ((b"on_entry", False), (b"on_return", True))]
+        entry = self.bpf.load_func(b"on_entry", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI).fd
+        ret = self.bpf.load_func(b"on_return", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI).fd
+        self.links = [link_uprobe_multi(entry, lib, [offset], False, pid=pid),
+                      link_uprobe_multi(ret, lib, [offset], True, pid=pid)]
+        if driver:  # entries only: deepctx leaves a nested driver call's return alone
+            cuda = self.mapped(pid, "/libcuda.so")
+            offsets = sorted({off for a in gpu_apis.APIS if a.library == "cuda" and a.cls == gpu_apis.LAUNCH
+                              for off in [self.offset_or_none(file_offset, cuda, a.symbol)] if off is not None})
+            self.links.append(link_uprobe_multi(entry, cuda, offsets, False, pid=pid))
+
+    @staticmethod
+    def mapped(pid: int, name: str) -> str:
+        libs = {line.split()[-1] for line in Path(f"/proc/{pid}/maps").read_text().splitlines() if name in line}
+        if len(libs) != 1:
+            raise RuntimeError(f"pid {pid} maps {len(libs)} {name[1:]} files; bare_uprobe needs one")
+        return libs.pop()
+
+    @staticmethod
+    def offset_or_none(file_offset: Any, path: str, symbol: str) -> int | None:
+        try:
+            return file_offset(path, symbol)
+        except SystemExit:  # not in this libcuda
+            return None
 
     def close(self) -> None:
         from deepctx.probes.uprobes import close_links
@@ -366,8 +386,8 @@ def alternate(name: str, variants: list[str], daemons: dict[str, Deepctx], args:
         print(json.dumps(prev), flush=True)
         for i, variant in enumerate(on_variants * args.repeat):
             row: dict = {"workload": name, "variant": variant, "mode": "alternate", "block": 2 * i + 1}
-            if variant == "bare_uprobe":
-                probes = BareUprobe(pid)
+            if variant.startswith("bare_uprobe"):
+                probes = BareUprobe(pid, driver=variant == "bare_uprobe_driver")
                 try:
                     time.sleep(args.settle)  # a chosen delay before timing, not synchronization
                     row = timed(row)
@@ -529,7 +549,8 @@ def main() -> int:
         ap.error("--witness goes with --alternate --pin (it needs a CPU of the workload's half)")
     if args.alternate:
         bad = [v for v in args.variants.split(",")
-               if (v not in ("alone", "bare_uprobe") and not v.startswith("deepctx")) or v.endswith("_offset")]
+               if (v not in ("alone", "bare_uprobe", "bare_uprobe_driver") and not v.startswith("deepctx"))
+               or v.endswith("_offset")]
         if bad:
             ap.error(f"--alternate runs deepctx variants in one process; not {bad} (a profiler of its own, or an "
                      "agent setting fixed at the process's start)")
