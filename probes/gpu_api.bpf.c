@@ -17,7 +17,7 @@
 
 BPF_HASH(gpu_addrs, struct gpu_addr_key, struct gpu_api_spec, GPU_ADDR_ENTRIES);
 BPF_HASH(gpu_inflight, __u32, struct gpu_inflight, GPU_INFLIGHT_ENTRIES);
-BPF_HASH(gpu_ranges, __u32, struct gpu_ranges, 1024);
+BPF_ARRAY(gpu_ranges, struct gpu_ranges, GPU_PROCS_MAX); /* by the process's slot (gpu_api_spec.proc_slot) */
 BPF_HASH(gpu_origins, __u32, struct gpu_origin, 1024);
 /* Work items (autograd nodes): creation path by sequence number, the item each thread runs, type names. */
 BPF_TABLE("lru_hash", struct gpu_node_key, struct gpu_node_origin, gpu_node_origins, GPU_NODE_ENTRIES);
@@ -306,8 +306,8 @@ static __always_inline void gpu_capture_path(struct pt_regs *ctx, __u64 entry_re
 }
 
 /* Was this call made from inside a probed GPU library (the runtime calling the driver)? */
-static __always_inline int gpu_called_by_library(__u64 ret, __u32 pid) {
-    struct gpu_ranges *r = gpu_ranges.lookup(&pid);
+static __always_inline int gpu_called_by_library(__u64 ret, __u32 slot) {
+    struct gpu_ranges *r = gpu_ranges.lookup(&slot);
     if (!r)
         return 0;
 #pragma unroll
@@ -422,13 +422,13 @@ static __always_inline void gpu_node_run_entry(struct pt_regs *ctx, const __u64 
 
 /* Sampled mode: is this call the process's first after its sampling interval? Two CPUs may both take one
  * at an interval's start: a sample more, never a count less. Exact mode: every call. */
-static __always_inline int gpu_take_path(__u32 pid) {
+static __always_inline int gpu_take_path(__u32 slot) {
     int zero = 0;
     struct gpu_config *cfg = gpu_config.lookup(&zero);
     if (!cfg || !cfg->sample_interval_ns)
         return 1;
     __u64 now = bpf_ktime_get_ns();
-    struct gpu_ranges *ranges = gpu_ranges.lookup(&pid);
+    struct gpu_ranges *ranges = gpu_ranges.lookup(&slot);
     if (!ranges || now < ranges->next_sample_ns)
         return 0;
     ranges->next_sample_ns = now + cfg->sample_interval_ns;
@@ -472,7 +472,7 @@ static __always_inline int gpu_entry(struct pt_regs *ctx, struct gpu_api_spec *s
     }
     int handoff = spec->cls == GPU_CLASS_HANDOFF;
     if (!handoff) {
-        if (gpu_called_by_library(ret, ak.pid)) {
+        if (gpu_called_by_library(ret, spec->proc_slot)) {
             gpu_stat_inc(GPU_STAT_NESTED);
             return 1;
         }
@@ -525,7 +525,7 @@ static __always_inline int gpu_entry(struct pt_regs *ctx, struct gpu_api_spec *s
 #ifdef GPU_LAST_CALL
     f->start_ns = bpf_ktime_get_ns();  /* the entry's time, for the joins below (the clock is read where needed) */
 #endif
-    if (handoff || gpu_take_path(ak.pid)) {
+    if (handoff || gpu_take_path(spec->proc_slot)) {
         f->key.flags |= GPU_KEY_F_SAMPLED;
         gpu_capture_path(ctx, ret, ak.pid, tid, &f->key.user_stack, &f->key.py_stack);
     }

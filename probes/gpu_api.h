@@ -54,6 +54,7 @@ struct gpu_api_spec {
     __u8 fixed_kind;     /* copy direction implied by the API's name (GPU_COPY_*) */
     __u8 flags;          /* GPU_SPEC_F_* */
     __u8 node_off;       /* NODE_RUN: offset of the sequence number in the work item */
+    __u16 proc_slot;     /* the process's slot in gpu_ranges (an array: no hash look-up per call) */
 };
 
 /* Counted at entry, with no return probe: what sampled mode does for calls that return at once
@@ -64,7 +65,9 @@ struct gpu_api_spec {
 #define GPU_SPEC_F_DRIVER (1u << 1)
 
 /* The executable ranges of one process's GPU libraries: a call whose caller is in one of them was
- * made by the runtime itself (cudaLaunchKernel calling cuLaunchKernel) and is not counted twice. */
+ * made by the runtime itself (cudaLaunchKernel calling cuLaunchKernel) and is not counted twice. In the
+ * slot its specs name (gpu_api_spec.proc_slot), one of GPU_PROCS_MAX per program. */
+#define GPU_PROCS_MAX 1024
 #define GPU_MAX_RANGES 8
 struct gpu_ranges {
     __u64 start[GPU_MAX_RANGES];

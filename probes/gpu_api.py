@@ -14,6 +14,7 @@ from deepctx.host.elf.symbols import ElfSymbols
 from deepctx.host.procfs import Mapping, ProcessGone, ProcessMemory, open_mapped_file
 from deepctx.probes.family import FamilyDefaults, Target, read_source
 from deepctx.probes.maps import CountsMap, clear_stacks, entry_count, items, percpu_sum
+from deepctx.probes.program_share import share_of
 from deepctx.probes.uprobes import UprobeAttacher, load_for_uprobes
 from deepctx.probes.usdt import vaddr_to_offset
 
@@ -56,12 +57,13 @@ class GpuApiSpec(ct.Structure):
                 ("bytes_slot", ct.c_uint8), ("kind_slot", ct.c_uint8), ("stream_slot", ct.c_uint8),
                 ("name_slot", ct.c_uint8), ("dtype_slot", ct.c_uint8), ("bytes_mul_slot", ct.c_uint8),
                 ("bytes_scale", ct.c_uint8), ("fixed_kind", ct.c_uint8), ("flags", ct.c_uint8),
-                ("node_off", ct.c_uint8)]
+                ("node_off", ct.c_uint8), ("proc_slot", ct.c_uint16)]
 
 
 GPU_SPEC_F_ENTRY_ONLY = 1 << 0
 GPU_SPEC_F_DRIVER = 1 << 1
 GPU_MAX_RANGES = 8
+GPU_PROCS_MAX = 1024
 
 
 class GpuRanges(ct.Structure):
@@ -241,6 +243,7 @@ class _LibraryFile:
 
 @dataclass
 class _PidState:
+    slot: int  # the process's slot in gpu_ranges, which its specs name
     addrs: set[int] = field(default_factory=set)  # runtime addresses written to gpu_addrs
     mappings: set[tuple[int, str, int]] = field(default_factory=set)  # (start, dev, inode) handled
     ranges: list[tuple[int, int]] = field(default_factory=list)  # executable ranges of GPU libraries
@@ -397,10 +400,8 @@ class GpuApi(FamilyDefaults):
         state = self._pids.pop(target.pid, None)
         if state is None:
             return
-        try:
-            del bpf[b"gpu_ranges"][ct.c_uint32(target.pid)]
-        except KeyError:
-            pass
+        bpf[b"gpu_ranges"][ct.c_uint32(state.slot)] = GpuRanges()
+        share_of(bpf).release_slot("gpu_ranges", target.pid)
         table = bpf[b"gpu_addrs"]
         for addr in state.addrs:
             try:
@@ -523,7 +524,7 @@ class GpuApi(FamilyDefaults):
                         continue
                     offsets.append(off)
                     addr = m.start + off - m.offset
-                    table[GpuAddrKey(target.pid, 0, addr)] = _handoff_spec(label_id, point)
+                    table[GpuAddrKey(target.pid, 0, addr)] = _handoff_spec(label_id, point, state.slot)
                     state.addrs.add(addr)
                     self.handoffs_found.append(f"{point.label}: {base} {name}")
                 if not offsets:
@@ -537,7 +538,10 @@ class GpuApi(FamilyDefaults):
                                                           "symbols": len(offsets)})
 
     def _attach_new(self, bpf: Any, target: Target) -> None:
-        state = self._pids.setdefault(target.pid, _PidState())
+        state = self._pids.get(target.pid)
+        if state is None:  # the process's slot, emptied of a process that had it before
+            state = self._pids[target.pid] = _PidState(share_of(bpf).claim_slot("gpu_ranges", target.pid, GPU_PROCS_MAX))
+            bpf[b"gpu_ranges"][ct.c_uint32(state.slot)] = GpuRanges()
         self._attach_handoffs(bpf, target, state)
         table = bpf[b"gpu_addrs"]
         for kind, m in self._library_mappings(target):
@@ -561,7 +565,7 @@ class GpuApi(FamilyDefaults):
                 if off is None or not (m.offset <= off < m.offset + (m.end - m.start)):
                     continue
                 addr = m.start + off - m.offset
-                table[GpuAddrKey(target.pid, 0, addr)] = _spec(api_id, api, self.mode)
+                table[GpuAddrKey(target.pid, 0, addr)] = _spec(api_id, api, self.mode, state.slot)
                 state.addrs.add(addr)
 
     def _add_range(self, bpf: Any, pid: int, state: _PidState, m: Mapping) -> None:
@@ -569,10 +573,11 @@ class GpuApi(FamilyDefaults):
             log.warning("too many GPU library mappings to tell nested calls apart", extra={"pid": pid})
             return
         state.ranges.append((m.start, m.end))
-        r = GpuRanges()
+        table = bpf[b"gpu_ranges"]
+        r = table[ct.c_uint32(state.slot)]  # keeps sampled mode's next_sample_ns
         for i, (lo, hi) in enumerate(state.ranges):
             r.start[i], r.end[i] = lo, hi
-        bpf[b"gpu_ranges"][ct.c_uint32(pid)] = r
+        table[ct.c_uint32(state.slot)] = r
 
     def probe_agents_calls(self) -> None:
         """The agent does not report after all (it failed to start): probe the calls left to it."""
@@ -693,16 +698,18 @@ def _prefixes(info: GpuObjInfo) -> list[str]:
 _ROLE_CLASS = {"origin": gpu_apis.HANDOFF, "node_created": gpu_apis.NODE_CREATED, "node_run": gpu_apis.NODE_RUN}
 
 
-def _handoff_spec(label_id: int, point: HandoffPoint) -> GpuApiSpec:
+def _handoff_spec(label_id: int, point: HandoffPoint, proc_slot: int) -> GpuApiSpec:
     spec = GpuApiSpec(label_id, _ROLE_CLASS[point.role], 0, *([GPU_NO_SLOT] * 7), 1, gpu_apis.UNKNOWN_KIND, 0)
+    spec.proc_slot = proc_slot
     if point.role == "node_run":
         spec.object_slot = point.node_arg
         spec.node_off = point.node_seq_offset
     return spec
 
 
-def _spec(api_id: int, api: gpu_apis.Api, mode: str) -> GpuApiSpec:
+def _spec(api_id: int, api: gpu_apis.Api, mode: str, proc_slot: int) -> GpuApiSpec:
     return GpuApiSpec(api_id, api.cls, api.layout, _slot(api.object_slot), _slot(api.bytes_slot), _slot(api.kind_slot),
                       _slot(api.stream_slot), _slot(api.name_slot), _slot(api.dtype_slot), _slot(api.bytes_mul_slot),
                       api.bytes_scale, api.fixed_kind,
-                      (GPU_SPEC_F_ENTRY_ONLY if entry_only(api, mode) else 0) | (GPU_SPEC_F_DRIVER if api.library == "cuda" else 0))
+                      (GPU_SPEC_F_ENTRY_ONLY if entry_only(api, mode) else 0) | (GPU_SPEC_F_DRIVER if api.library == "cuda" else 0),
+                      0, proc_slot)

@@ -58,7 +58,7 @@ def test_gpu_api_constants_match_header(tmp_path: Path) -> None:
         "GPU_STAT_NAMES_LEARNED": gpu_api.GPU_STAT_NAMES_LEARNED, "GPU_STAT_OBJECTS": gpu_api.GPU_STAT_OBJECTS,
         "GPU_OBJ_WORDS": gpu_api.GPU_OBJ_WORDS, "GPU_OBJ_STR": gpu_api.GPU_OBJ_STR,
         "GPU_SPEC_F_ENTRY_ONLY": gpu_api.GPU_SPEC_F_ENTRY_ONLY, "GPU_SPEC_F_DRIVER": gpu_api.GPU_SPEC_F_DRIVER,
-        "GPU_MAX_RANGES": gpu_api.GPU_MAX_RANGES,
+        "GPU_MAX_RANGES": gpu_api.GPU_MAX_RANGES, "GPU_PROCS_MAX": gpu_api.GPU_PROCS_MAX,
         "sizeof(struct gpu_last_call)": ct.sizeof(gpu_api.GpuKey) + 8,
         "GPU_CLASS_LAUNCH": gpu_apis.LAUNCH, "GPU_CLASS_GRAPH": gpu_apis.GRAPH, "GPU_CLASS_MEMCPY": gpu_apis.MEMCPY,
         "GPU_CLASS_MEMSET": gpu_apis.MEMSET, "GPU_CLASS_ALLOC": gpu_apis.ALLOC, "GPU_CLASS_FREE": gpu_apis.FREE,
