@@ -63,6 +63,7 @@ class CaptureOptions:
     gpu_sampled_paths_per_s: int = 2000
     gpu_api_time_every: int = 8
     native_unwind: bool = True
+    gpu_native_continue: bool = False  # see Config.gpu_native_continue
     window_s: float = 0.0  # continuous mode: cut a profile every window_s seconds (0: one profile at the end)
     gpu_activity: str = "auto"  # auto (the target's CUPTI agent, if any) | on (load one if absent) | off
     trace: bool = False  # per-call and per-record events (needs device activity)
@@ -82,7 +83,8 @@ class CaptureOptions:
         return cls(python_max_depth=cfg.python_max_depth, stack_map_entries=cfg.stack_map_entries,
                    count_map_entries=cfg.count_map_entries, gpu_sampled_paths_per_s=cfg.gpu_sampled_paths_per_s,
                    gpu_api_time_every=cfg.gpu_api_time_every,
-                   native_unwind=cfg.native_unwind, autograd_nodes=cfg.autograd_nodes,
+                   native_unwind=cfg.native_unwind, gpu_native_continue=cfg.gpu_native_continue,
+                   autograd_nodes=cfg.autograd_nodes,
                    agent_calls=cfg.agent_calls, handoff_points=ProbeSet.handoff_points(cfg.handoff_points), **per_capture)
 
 

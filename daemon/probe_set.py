@@ -118,6 +118,9 @@ class ProbeSet:
                 families.append(gpu)
             except ValueError:
                 gpu = None  # no GPU library loaded, and none asked for
+            if gpu is not None and gpu.native_continue:  # its stacks' continuations are the unwinder's
+                gpu.unwinder = next((f for f in families if f.name == "native_unwind"), None)
+                gpu.native_continue = gpu.unwinder is not None
         dev = cls._device(opts, target, gpu)
         if dev is not None:
             families.append(dev)
@@ -162,7 +165,8 @@ class ProbeSet:
         return GpuApi(mode=opts.gpu_mode, required=opts.gpu == "on", sampled_paths_per_s=opts.gpu_sampled_paths_per_s,
                       count_entries=opts.count_map_entries, stack_entries=opts.stack_map_entries,
                       symbol_cache=symbols, handoffs=builtin_handoffs(opts.autograd_nodes) + opts.handoff_points,
-                      windows=bool(opts.window_s), api_time_every=opts.gpu_api_time_every)
+                      windows=bool(opts.window_s), api_time_every=opts.gpu_api_time_every,
+                      native_continue=opts.gpu_native_continue and opts.native_unwind)
 
     @staticmethod
     def sampler_of(opts: CaptureOptions) -> CpuSampler:

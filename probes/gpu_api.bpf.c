@@ -55,11 +55,20 @@ struct gpu_fp_scratch {
     __u64 hash;
     __u64 base; /* the user address win[0] was read from */
     __u64 len;  /* bytes of win read there (0: none) */
+    __u64 lost_sp;  /* GPU_FP_CONTINUE: where the walk met a frame pointer that is none (0: it did not) */
+    __u64 lost_bp;
+#if defined(GPU_FP_CONTINUE) && defined(DEEPCTX_NATIVE_UNWIND)
+    struct native_regs cont_regs;
+#endif
     __u64 last_id;  /* the stack this CPU interned last, in generation last_gen of gpu_stacks_gen */
     __u64 last_gen;
     __u8 win[GPU_FP_WIN + 16];
 };
 BPF_PERCPU_ARRAY(gpu_fp_scratch, struct gpu_fp_scratch, 1);
+struct gpu_entry_words {
+    __u64 w[8];  /* GPU_ENTRY_WORDS */
+};
+BPF_PERCPU_ARRAY(gpu_words_scratch, struct gpu_entry_words, 1);
 /* Raised by user space before it empties gpu_stacks (gpu_api.py, clear_window): an id a CPU kept as interned
  * from before is looked up again. */
 BPF_ARRAY(gpu_stacks_gen, __u64, 1);
@@ -220,7 +229,7 @@ static __always_inline void gpu_remember_object(__u32 pid, __u64 handle) {
  * the running hash live in the scratch value, not in registers, so that every way out of the loop
  * reaches the code after it in the same verifier state (what follows, the Python walk, is verified
  * once, not once per exit). `off > GPU_FP_WIN - 16` also catches a frame below the window (off wraps). */
-static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret) {
+static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret, __u32 pid) {
     __u32 zero = 0;
     struct gpu_fp_scratch *s = gpu_fp_scratch.lookup(&zero);
     if (!s)
@@ -236,10 +245,20 @@ static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret) {
         s->st.depth = 2;
     }
     s->st.flags = GPU_FP_F_TRUNCATED; /* until a frame ends the walk before its bound */
+    s->st.cont = 0;
+#ifdef GPU_FP_CONTINUE
+    s->lost_sp = 0;
+#endif
     /* s->len: the window gpu_read_entry_words read at the stack pointer this call, or 0 */
     for (int i = 0; i < GPU_FP_DEPTH - 2; i++) {
         if (fp < low || fp - sp > GPU_FP_SPAN || (fp & 7)) {
             s->st.flags = 0;
+#ifdef GPU_FP_CONTINUE
+            /* code without frame pointers used the register: the frame of the last return address begins
+             * above it (low), and what it held is that frame's rbp */
+            s->lost_sp = i ? low : (ret ? low + 8 : 0); /* at i 0, low is the entry's sp: [sp] holds ret */
+            s->lost_bp = fp;
+#endif
             break;
         }
         __u64 off = fp - s->base;
@@ -271,6 +290,27 @@ static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret) {
         low = fp + 16;
         fp = next;
     }
+#if defined(GPU_FP_CONTINUE) && defined(DEEPCTX_NATIVE_UNWIND)
+#ifndef GPU_FP_CONTINUE_DEPTH
+#define GPU_FP_CONTINUE_DEPTH 24  /* frames the .eh_frame walk adds: the GPU program then verifies in ~590K instructions */
+#endif
+    /* Lost in code without frame pointers (PyTorch's libraries between a GEMM's launch and its operator): the
+     * .eh_frame walk takes over from the lost frame (gpu_api.py: native_continue) */
+    if (s->lost_sp) {
+        struct native_regs *r = &s->cont_regs;  /* in the map value: the program's 512-byte stack is full */
+        r->ip = s->st.ip[(s->st.depth - 1) & (GPU_FP_DEPTH - 1)];
+        r->sp = s->lost_sp;
+        r->bp = s->lost_bp;
+        r->from_return = 1;
+        __u32 nflags = 0;
+        __u64 cont = native_stack_capture_regs(r, pid, &nflags, GPU_FP_CONTINUE_DEPTH);
+        s = gpu_fp_scratch.lookup(&zero);
+        if (!s)
+            return 0;
+        s->st.cont = cont;
+        s->hash = (s->hash ^ cont) * GPU_FNV_PRIME;
+    }
+#endif
     __u64 h = (s->hash ^ s->st.depth) * GPU_FNV_PRIME;
     if (h == 0)
         h = 1;
@@ -297,7 +337,7 @@ static __always_inline void gpu_capture_path(struct pt_regs *ctx, __u64 entry_re
     __u32 nflags = 0;
     *user_stack = native_stack_capture(ctx, pid, &nflags);
 #else
-    *user_stack = gpu_fp_capture(ctx, entry_ret);
+    *user_stack = gpu_fp_capture(ctx, entry_ret, pid);
 #endif
 #ifdef DEEPCTX_PYTHON
     __u32 pyflags = 0;
@@ -446,7 +486,10 @@ static __always_inline int gpu_entry(struct pt_regs *ctx, struct gpu_api_spec *s
     __u32 tid = (__u32)id;
     __u64 sp = PT_REGS_SP(ctx);
     int zero = 0;
-    __u64 w[GPU_ENTRY_WORDS];
+    struct gpu_entry_words *words = gpu_words_scratch.lookup(&zero);  /* not on the 512-byte stack */
+    if (!words)
+        return 0;
+    __u64 *w = words->w;
     gpu_read_entry_words(ctx, w, spec);
     __u64 ret = gpu_return_address(ctx, w);
     if (spec->cls == GPU_CLASS_NODE_CREATED) {  /* its number is known at return */

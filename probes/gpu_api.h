@@ -193,6 +193,8 @@ struct gpu_comm {
 struct gpu_fp_stack {
     __u32 depth;                      /* ips kept */
     __u32 flags;                      /* GPU_FP_F_* */
+    __u64 cont;                       /* GPU_FP_CONTINUE: the .eh_frame walk from where this one was lost (its
+                                         id in native_stacks, whose first ip is this one's last); 0: none */
     __u64 ip[GPU_FP_DEPTH];
 };
 

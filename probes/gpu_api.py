@@ -14,6 +14,7 @@ from deepctx.host.elf.symbols import ElfSymbols
 from deepctx.host.procfs import Mapping, ProcessGone, ProcessMemory, open_mapped_file
 from deepctx.probes.family import FamilyDefaults, Target, read_source
 from deepctx.probes.maps import CountsMap, clear_stacks, entry_count, items, percpu_sum
+from deepctx.probes.native_unwind import NATIVE_F_TRUNCATED
 from deepctx.probes.program_share import share_of
 from deepctx.probes.uprobes import UprobeAttacher, load_for_uprobes
 from deepctx.probes.usdt import vaddr_to_offset
@@ -105,7 +106,8 @@ GPU_FP_F_TRUNCATED = 1
 
 
 class GpuFpStack(ct.Structure):
-    _fields_ = [("depth", ct.c_uint32), ("flags", ct.c_uint32), ("ip", ct.c_uint64 * GPU_FP_DEPTH)]
+    _fields_ = [("depth", ct.c_uint32), ("flags", ct.c_uint32), ("cont", ct.c_uint64),
+                ("ip", ct.c_uint64 * GPU_FP_DEPTH)]
 
 
 class GpuComm(ct.Structure):
@@ -299,13 +301,18 @@ class GpuApi(FamilyDefaults):
     def __init__(self, mode: str = "exact", required: bool = False, sampled_paths_per_s: int = 2000,
                  count_entries: int = 65536, stack_entries: int = 16384, symbol_cache: Any = None,
                  dwarf_stacks: bool = False, handoffs: tuple[HandoffPoint, ...] = BUILTIN_HANDOFFS,
-                 node_entries: int = 65536, windows: bool = False, api_time_every: int = 8) -> None:
+                 node_entries: int = 65536, windows: bool = False, api_time_every: int = 8,
+                 native_continue: bool = False) -> None:
         if mode not in ("exact", "sampled"):
             raise ValueError(f"unknown GPU capture mode {mode!r} (exact or sampled)")
         self.mode = mode
         self.required = required
         self.symbol_cache = symbol_cache  # the daemon's SymbolCache: ELF files are read once for all uses
         self.dwarf_stacks = dwarf_stacks
+        # where the frame-pointer walk is lost, the .eh_frame walk of the unwinder family (composed in the same
+        # program) takes over: GPU_FP_CONTINUE; its stacks are read back through `unwinder`
+        self.native_continue = native_continue
+        self.unwinder: Any = None
         # Sampled mode keeps its cost bounded by the sampling rate: the per-node probes (one capture per
         # autograd node created) are left out, and backward work stays under the backward() line.
         self.handoffs = handoffs if mode == "exact" else tuple(h for h in handoffs if h.role == "origin")
@@ -345,6 +352,7 @@ class GpuApi(FamilyDefaults):
                 "GPU_COUNT_FLAGS": self.counts.flags(),
                 "GPU_NODE_ENTRIES": self.node_entries, "GPU_ADDR_ENTRIES": 8192, "GPU_NAME_ENTRIES": 65536,
                 "GPU_OBJECT_ENTRIES": 8192, **({"GPU_DWARF_STACKS": 1} if self.dwarf_stacks else {}),
+                **({"GPU_FP_CONTINUE": 1} if self.native_continue else {}),
                 "GPU_INFLIGHT_ENTRIES": 16384, "GPU_STACK_ENTRIES": self.stack_entries}
 
     def load(self, bpf: Any) -> None:
@@ -678,7 +686,14 @@ class GpuApi(FamilyDefaults):
         """Native stack of a sampled call (0 means none); KeyError when it is not (or no longer) kept."""
         table = bpf[b"gpu_stacks"]
         st = table[table.Key(stack_id)]
-        return list(st.ip[:min(st.depth, GPU_FP_DEPTH)]), bool(st.flags & GPU_FP_F_TRUNCATED)
+        ips = list(st.ip[:min(st.depth, GPU_FP_DEPTH)])
+        truncated = bool(st.flags & GPU_FP_F_TRUNCATED)
+        if st.cont and self.unwinder is not None:  # the .eh_frame walk from the frame it was lost at
+            more, flags = self.unwinder.stack(bpf, int(st.cont))
+            if more and ips and more[0] == ips[-1]:
+                ips += more[1:]
+                truncated = bool(flags & NATIVE_F_TRUNCATED)
+        return ips, truncated
 
 
 GPU_NO_SLOT = 0xFF

@@ -147,7 +147,8 @@ static __always_inline __u64 native_mix(__u64 h)
 }
 
 /* Walks from user registers r; see the top of this file. */
-static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __u32 pid, __u32 *flags)
+static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __u32 pid, __u32 *flags,
+						      const int max_depth)
 {
 	__u32 zero = 0;
 	__u32 n = 0;
@@ -169,13 +170,15 @@ static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __
 	__u64 ip = r->ip, sp = r->sp, bp = r->bp;
 	struct native_mapping *m = NULL; /* the previous frame's: callers are often in the same file */
 	int depth;
-	for (depth = 0; depth < NATIVE_MAX_DEPTH; depth++) {
+	/* max_depth: a constant at each call site (NATIVE_MAX_DEPTH, or less for a walk taken over from another),
+	 * which the compiler folds into the bound the verifier sees */
+	for (depth = 0; depth < NATIVE_MAX_DEPTH && depth < max_depth; depth++) {
 		st->ips[depth] = ip;
 		n = depth + 1;
 		h = (h ^ ip) * 0x100000001b3ULL;
 
 		/* A return address may point past a noreturn call at the end of its function: look up the call. */
-		__u64 pc = depth ? ip - 1 : ip;
+		__u64 pc = depth || r->from_return ? ip - 1 : ip;
 		struct native_unwind_info *info = NULL;
 		if (proc) {
 			if (!m || pc < m->start || pc >= m->end)
@@ -268,7 +271,7 @@ static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __
 		sp = cfa;
 		bp = nbp;
 	}
-	if (depth >= NATIVE_MAX_DEPTH)
+	if (depth >= NATIVE_MAX_DEPTH || depth >= max_depth)
 		st->flags |= NATIVE_F_TRUNCATED;
 	__u32 f = st->flags;
 
@@ -319,7 +322,7 @@ static __always_inline __u64 native_stack_capture(struct pt_regs *regs, __u32 pi
 			return 0;
 		*flags = NATIVE_F_KERNEL_REGS;
 	}
-	return native_stack_capture_regs(&r, pid, flags);
+	return native_stack_capture_regs(&r, pid, flags, NATIVE_MAX_DEPTH);
 }
 
 #endif

@@ -110,6 +110,7 @@ struct native_regs {
 	__u64 ip;
 	__u64 sp;
 	__u64 bp;
+	__u64 from_return; /* ip is a return address (a walk taken over from another): its call is at ip - 1 */
 };
 
 /* A captured stack, stored in native_stacks under its id (a hash of the IPs, length and flags). */

@@ -104,7 +104,7 @@ class NativeMapping(ct.Structure):
 
 
 class NativeRegs(ct.Structure):
-    _fields_ = [("ip", ct.c_uint64), ("sp", ct.c_uint64), ("bp", ct.c_uint64)]
+    _fields_ = [("ip", ct.c_uint64), ("sp", ct.c_uint64), ("bp", ct.c_uint64), ("from_return", ct.c_uint64)]
 
 
 class NativeUnwindCounters(ct.Structure):

@@ -295,4 +295,6 @@ def test_launch_api_time_of_one_in_eight_matches_every_launch_timed(tmp_path: Pa
             assert stop_daemon(d) == 0
     ratio = statistics.median(b / a for a, b in zip(per_launch[1], per_launch[8], strict=True))
     print(f"API time per launch (ns): every launch timed {per_launch[1]}, 1 in 8 {per_launch[8]}")
-    assert 0.5 < ratio < 2.0, per_launch
+    # the errors this catches are 8 times off (not scaled: 0.125; scaled twice: 8); under xdist one capture
+    # timing every launch measured 1.1 to 3.1 us against the neighbouring 1-in-8 captures' steady 1.2 us
+    assert 0.25 < ratio < 4.0, per_launch

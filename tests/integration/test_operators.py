@@ -18,12 +18,18 @@ from deepctx.profiles.fold import Fold
 from deepctx.profiles.tree import ViewNode, from_doc
 
 TARGET = Path(__file__).resolve().parents[1] / "targets" / "gpu" / "ops_calls.py"
-ROUNDS, GEMMS, REDUCES, MULS, CONVS = 5, 3, 2, 4, 2  # ops_calls.py's
+ROUNDS, GEMMS, REDUCES, MULS, CONVS, BMMS = 5, 3, 2, 4, 2, 3  # ops_calls.py's
 
 
 @pytest.fixture(scope="module")
 def ops_doc(tmp_path_factory: pytest.TempPathFactory, native_targets: Path) -> dict:
-    d = start_daemon(tmp_path_factory.mktemp("ops"))
+    return capture_ops(tmp_path_factory.mktemp("ops"), native_targets)
+
+
+def capture_ops(home: Path, native_targets: Path, config: str = "") -> dict:
+    if config:
+        (home / "deepctxd.toml").write_text(config)
+    d = start_daemon(home, *(["--config", str(home / "deepctxd.toml")] if config else []))
     try:
         t = StdinTarget([sys.executable, str(TARGET), str(native_targets / "torch" / "libtorch_cpu.so"), cuda_runtime()])
         try:
@@ -90,3 +96,24 @@ def test_the_views_fold_the_native_frames_around_operators(ops_doc: dict) -> Non
         < names.index("at::native::mm_cuda(long)") < names.index("cudaLaunchKernel"), shown
     root = from_doc(ops_doc, Fold())
     assert root.extra["folded"]["dispatch"] >= 6  # ops_matmul, the entries, redispatch, mm_cuda, launch_stub...
+
+
+def test_where_the_frame_pointer_walk_is_lost_the_eh_frame_walk_takes_over(
+        ops_doc: dict, tmp_path: Path, native_targets: Path) -> None:
+    """bmm's CUDA side uses rbp for data: the frame-pointer walk is lost there, and the path has neither the
+    operator's entry nor its node; with gpu_native_continue the .eh_frame walk goes on from the lost frame and
+    the entry and `aten::bmm` are on the path, the frames below the walk's loss kept as they were."""
+    def bmm_paths(doc: dict) -> list[list[tuple[str, str]]]:
+        found = launches(doc, "LINE_BMM", "gemm_kernel")
+        assert sum(n["metrics"]["calls"] for _, n in found) == ROUNDS * BMMS
+        return [[(a["kind"], a["name"]) for a in anc] for anc, _ in found]
+
+    for kinds in bmm_paths(ops_doc):  # the default: frame pointers only, the walk ends at bmm_cuda
+        native = [k for k in kinds if k[0] == "native"]
+        assert native == [("native", "at::native::bmm_cuda(long)")] and not [k for k in kinds if k[0] == "op"], kinds
+    cont = capture_ops(tmp_path, native_targets, "gpu_native_continue = true\n")
+    for kinds in bmm_paths(cont):
+        entry = kinds.index(("native", "at::_ops::bmm::call(long)"))
+        assert kinds[entry - 1] == ("op", "aten::bmm"), kinds
+        assert kinds[entry + 1] == ("native", "at::native::bmm_cuda(long)") and kinds[-1] == ("api", "cudaLaunchKernel"), kinds
+        assert ("native", "ops_bmm") in kinds[:entry], kinds  # the binding above the entry: the walk went on
