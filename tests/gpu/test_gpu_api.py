@@ -77,6 +77,28 @@ def test_kernels_carry_their_aten_operators(torch_profile: dict) -> None:
     assert by_op.get("aten::div.Tensor") == 20 and by_op.get("aten::matmul > aten::mm", 0) >= 20, by_op
 
 
+def test_gemms_carry_their_operators_with_the_eh_frame_continuation(tmp_path: Path) -> None:
+    """#33.1 with gpu_native_continue: where the frame-pointer walk is lost in libtorch_cuda (cuBLAS's GEMMs
+    end at at::cuda::blas::gemm_internal_cublas without it, H100 2026-12-05), the .eh_frame walk takes over
+    and the matmul's kernels sit under `aten::matmul > aten::mm`."""
+    from harness import start_daemon, stop_daemon
+
+    (tmp_path / "deepctxd.toml").write_text("gpu_native_continue = true\n")
+    d = start_daemon(tmp_path, "--config", str(tmp_path / "deepctxd.toml"))
+    try:
+        doc = run(d, "torch_ops.py")
+    finally:
+        assert stop_daemon(d) == 0
+    save_artifact("profile_torch_ops_continued.json.gz", doc)
+    by_op: dict[str, int] = {}
+    for anc, n in under_line(doc, "torch_ops.py", line_of(TARGETS / "torch_ops.py", "LINE_MATMUL")):
+        if n["kind"] == "kernel":
+            ops = " > ".join(a["name"] for a in anc if a["kind"] == "op")
+            by_op[ops] = by_op.get(ops, 0) + n["metrics"]["calls"]
+    print("matmul line's kernels by operator path, with the continuation:", by_op)
+    assert by_op.get("aten::div.Tensor") == 20 and by_op.get("aten::matmul > aten::mm", 0) >= 20, by_op
+
+
 def test_synchronize_shows_its_wait(torch_profile: dict) -> None:
     line = line_of(TARGETS / "torch_ops.py", "LINE_SYNC")
     syncs = [n for _, n in under_line(torch_profile, "torch_ops.py", line) if n["kind"] == "sync"]
