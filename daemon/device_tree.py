@@ -16,7 +16,14 @@ from types import SimpleNamespace
 from typing import Any
 
 from deepctx.daemon.callpaths import CallPathResolver
-from deepctx.daemon.gpu_tree import UNNAMED_KERNEL, KernelNamer, apportion, caller_node, in_module
+from deepctx.daemon.gpu_tree import (
+    UNNAMED_KERNEL,
+    KernelNamer,
+    apportion,
+    caller_node,
+    caller_path,
+    in_module,
+)
 from deepctx.daemon.gpu_tree import child_frame as api_child
 from deepctx.daemon.origins import Origins
 from deepctx.daemon.pc_tree import add_pc_samples
@@ -185,10 +192,8 @@ def _graph_node_made(b: DeviceBucket) -> bool:
 def _made_frames(b: DeviceBucket, resolver: CallPathResolver, trim: Any) -> list[Frame]:
     """Where a replayed graph node was made (the launch a stream capture took, a node added): the label, then
     that call's path without its thread frame (the replay's thread is above) and without the runtime's frames."""
-    path = resolver.path(b.origin_tid, b.origin_user_stack, b.origin_py_stack, lost=not b.origin_user_stack)
-    callee = in_module(trim)
-    while len(path) > 1 and callee(path[-1]):
-        path.pop()
+    flags = GPU_KEY_F_SAMPLED | (0 if b.origin_user_stack else GPU_KEY_F_STACK_LOST)
+    path = caller_path(resolver, b.origin_tid, b.origin_user_stack, b.origin_py_stack, flags, in_module(trim))
     return [GRAPH_NODE_MADE, *(f for f in path if f.kind != "thread")]
 
 

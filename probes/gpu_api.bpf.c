@@ -55,10 +55,12 @@ struct gpu_fp_scratch {
     __u64 hash;
     __u64 base; /* the user address win[0] was read from */
     __u64 len;  /* bytes of win read there (0: none) */
-    __u64 lost_sp;  /* GPU_FP_CONTINUE: where the walk met a frame pointer that is none (0: it did not) */
+#ifdef GPU_FP_CONTINUE
+    __u64 lost_sp;  /* where the walk met a frame pointer that is none (0: it did not) */
     __u64 lost_bp;
-#if defined(GPU_FP_CONTINUE) && defined(DEEPCTX_NATIVE_UNWIND)
+#ifdef DEEPCTX_NATIVE_UNWIND
     struct native_regs cont_regs;
+#endif
 #endif
     __u64 last_id;  /* the stack this CPU interned last, in generation last_gen of gpu_stacks_gen */
     __u64 last_gen;
