@@ -7,10 +7,10 @@ import logging
 import os
 import signal
 import sys
-import threading
 
 from deepctx.daemon import config as config_mod
 from deepctx.daemon import logs, native_heap
+from deepctx.host.signals import Interrupt, wait_in_slices
 
 log = logging.getLogger("deepctx.daemon")
 
@@ -139,18 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     if ready_fd >= 0:
         os.write(ready_fd, f"ok deepctxd {os.getpid()} serving on {cfg.socket}, logging to {cfg.log_file}\n".encode())
         os.close(ready_fd)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("signal received, detaching probes", extra={"signal": signal.Signals(signum).name})
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    # Waited for in slices: Python runs a signal's handler in the main thread, and when the kernel hands the
-    # signal to another thread (it did, with this thread asleep) a wait without a timeout never wakes for it.
-    while not stop.wait(0.5):
-        pass
+    # the handlers only note the signal (host/signals.py: a handler that set an Event could deadlock inside the
+    # main thread's own wait on it), and the main thread looks for the note a slice at a time
+    stop = Interrupt()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    wait_in_slices(stop)
+    log.info("signal received, detaching probes", extra={"signal": signal.Signals(stop.signum).name})
     server.stop()
     if profiler is not None:
         profiler.stop()

@@ -19,10 +19,10 @@ from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.durations import parse_span
 from deepctx.cli.formats.top_table import TopData, renderable
 from deepctx.cli.view_args import view_console
+from deepctx.host.signals import Interrupt, wait_in_slices
 from deepctx.profiles.metrics import METRICS
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
-SIGNAL_SLICE_S = 0.2  # the longest a Ctrl-C waits for its handler to run
 QUERY_TIMEOUT_S = 60.0  # a query over the store's windows; a daemon that takes longer is named, not waited on
 
 
@@ -57,19 +57,6 @@ def from_reply(r: pb.TopReply) -> TopData:
     }
 
 
-def wait_in_slices(event: threading.Event, seconds: float | None = None) -> bool:
-    """event.wait(seconds), a slice at a time: Python runs a signal's handler in the main thread only, and
-    a SIGINT the kernel hands to another thread (gRPC's) does not wake the main thread's wait; between
-    slices the handler runs (a unit test hung in a plain wait() when the signal landed elsewhere)."""
-    end = None if seconds is None else time.monotonic() + seconds
-    while True:
-        left = SIGNAL_SLICE_S if end is None else min(SIGNAL_SLICE_S, end - time.monotonic())
-        if event.wait(max(left, 0.0)):
-            return True
-        if end is not None and time.monotonic() >= end:
-            return False
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         span = parse_span(args.since)
@@ -83,19 +70,19 @@ def run(args: argparse.Namespace) -> int:
     # Ctrl-C sets `stopped` rather than raising KeyboardInterrupt wherever the main thread happens to be (in
     # rich's rendering); a query in flight is then cancelled, not waited for (a CI run saw `top` still
     # running 30 s after SIGINT: a call with no deadline, waiting on a daemon that did not answer)
-    stopped = threading.Event()
+    stopped = Interrupt()
     wake = threading.Event()
 
     def fetch() -> TopData | None:
         """The daemon's answer, or None when Ctrl-C came first."""
         request = pb.TopRequest(since_unix=time.time() - span, n=args.n, sort=args.sort or "")
         wake.clear()
-        if stopped.is_set():
+        if stopped.hit:
             return None
         call = stub.Top.future(request, timeout=QUERY_TIMEOUT_S)
-        call.add_done_callback(lambda _: wake.set())
-        wait_in_slices(wake)
-        if stopped.is_set() and not call.done():
+        call.add_done_callback(lambda _: wake.set())  # gRPC's thread: not the handler's
+        wait_in_slices(stopped, wake)
+        if stopped.hit and not call.done():
             call.cancel()
             return None
         try:
@@ -104,22 +91,18 @@ def run(args: argparse.Namespace) -> int:
             if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise CliError(f"deepctxd did not answer the query within {QUERY_TIMEOUT_S:g} s: it may be "
                                f"overloaded or stuck; see its log (`journalctl -u deepctxd`)", 3) from None
-            if e.code() == grpc.StatusCode.CANCELLED and stopped.is_set():
+            if e.code() == grpc.StatusCode.CANCELLED and stopped.hit:
                 return None
             raise rpc_error(e, args.socket_path) from None
 
-    def interrupted(*_: object) -> None:
-        stopped.set()
-        wake.set()
-
-    previous = signal.signal(signal.SIGINT, interrupted)
+    previous = signal.signal(signal.SIGINT, stopped)
     try:
         return show(args, fetch, stopped)
     finally:
         signal.signal(signal.SIGINT, previous)
 
 
-def show(args: argparse.Namespace, fetch: Callable[[], TopData | None], stopped: threading.Event) -> int:
+def show(args: argparse.Namespace, fetch: Callable[[], TopData | None], stopped: Interrupt) -> int:
     first = fetch()
     if first is None:  # Ctrl-C before anything was shown: main() says "interrupted"
         raise KeyboardInterrupt
@@ -131,7 +114,7 @@ def show(args: argparse.Namespace, fetch: Callable[[], TopData | None], stopped:
         console.print(renderable(first, width=console.width))
         return 0
     with Live(renderable(first, width=console.width), console=console, auto_refresh=False, screen=False) as live:
-        while not wait_in_slices(stopped, args.interval):  # the refresh period, not synchronization
+        while not wait_in_slices(stopped, seconds=args.interval):  # the refresh period, not synchronization
             data = fetch()
             if data is None:
                 break

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from deepctx.cli.commands import top
 from deepctx.cli.main import main
+from deepctx.host.signals import Interrupt, wait_in_slices
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -93,3 +94,21 @@ def test_ctrl_c_during_a_refresh_cancels_it_and_exits(monkeypatch) -> None:
     sender.join(30)
     assert [c.cancelled for c in stub.Top.calls] == [False, False, False, True]
     assert screen.getvalue().count("deepctx top") >= 3 and "4242" in screen.getvalue()
+
+
+def test_the_ctrl_c_handler_runs_while_a_wait_holds_its_lock() -> None:
+    """Python runs the SIGINT handler in the main thread between bytecodes, possibly inside Event.wait with the
+    Event's lock held: a handler that set an Event there deadlocked (CI: top ran on 35 s after SIGINT). The
+    handler only notes the interrupt, and the wait sees the note at its next slice."""
+    stop = Interrupt()
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        wake = threading.Event()
+        with wake._cond:  # as Event.wait holds it while the handler may run
+            signal.raise_signal(signal.SIGINT)
+        assert stop.hit
+        assert wait_in_slices(stop, wake) and not wake.is_set()  # returned for the interrupt, not the event
+        assert wait_in_slices(stop, seconds=30.0)  # a refresh period cut short by it
+        assert stop.signum == signal.SIGINT
+    finally:
+        signal.signal(signal.SIGINT, previous)
