@@ -61,3 +61,14 @@ def test_location_forms() -> None:
 def test_pep626_no_line_marker() -> None:
     table = bytes([6, 1, 4, 0x80, 2, 0xFE])  # +1 for 6 bytes, no line for 4, -2 for 2
     assert list(pep626_ranges(table, 10)) == [(0, 6, 11), (6, 10, None), (10, 12, 9)]
+
+def test_a_table_cut_inside_its_last_entry_keeps_the_entries_before_it() -> None:
+    """A capture of a torch.compile'd program died on such a table (IndexError, H100, 2026-12-05)."""
+    whole = bytes([
+        0x80 | (13 << 3), 0x02,  # no columns: +1, one unit
+        0x80 | (14 << 3) | 1, 0x04, 0x00, 0x41, 0x03, 0x05,  # long form: +2, two units, a two-byte column
+    ])
+    assert list(location_ranges(whole, 10)) == [(0, 2, 11), (2, 6, 13)]
+    for cut in range(3, len(whole)):  # every cut inside the long form's payload
+        assert list(location_ranges(whole[:cut], 10)) == [(0, 2, 11)], cut
+    assert list(location_ranges(bytes([0x80 | (11 << 3), 3]), 10)) == []  # one-line form missing a column
