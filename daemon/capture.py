@@ -28,6 +28,7 @@ from deepctx.daemon.tree import CallTree
 from deepctx.host import procfs
 from deepctx.host.frames import Frame
 from deepctx.host.process_handle import ProcessHandle
+from deepctx.host.torch_compile import Compile
 from deepctx.probes import program_stats, programs
 from deepctx.probes.family import ProbeFamily, Target
 from deepctx.probes.program_share import ProgramShare
@@ -110,6 +111,7 @@ class CaptureResult:
     hostname: str = ""
     mode: str = ""  # GPU call-path mode when GPU probes ran
     trace: list[dict[str, Any]] = field(default_factory=list)  # trace mode: docs/device-activity.md
+    compiles: list[Compile] = field(default_factory=list)  # torch.compile's compiles (host/torch_compile.py)
 
 
 _releasing: set[threading.Thread] = set()  # captures whose probes are being detached behind their profile
@@ -555,7 +557,7 @@ class Capture:
         return CaptureResult(
             pid=target.pid, command=target.info.command, duration_s=duration, started_unix=self.started_unix,
             ended=ended, sample_hz=self.opts.sample_hz, tree=built.tree, stats=stats, warnings=warnings,
-            hostname=built.hostname, mode=built.mode, trace=built.trace,
+            hostname=built.hostname, mode=built.mode, trace=built.trace, compiles=built.compiles,
         )
 
 

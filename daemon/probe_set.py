@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from deepctx.daemon.busy_meter import BusyFits
 from deepctx.daemon.callpaths import CallPathResolver, StackReader
+from deepctx.daemon.compiled_tree import annotate_compiled, compiled_warnings
 from deepctx.daemon.device_share import DeviceShares
 from deepctx.daemon.device_tree import DeviceView
 from deepctx.daemon.duty_cycle import duty_scales
@@ -35,6 +36,7 @@ from deepctx.daemon.tree import CallTree
 from deepctx.daemon.unwind_stops import stop_marker
 from deepctx.host import procfs
 from deepctx.host.frames import DEEPCTX_PROBE, Frame
+from deepctx.host.torch_compile import Compile
 from deepctx.probes import programs
 from deepctx.probes.cpu_sampler import (
     SAMPLE_F_KERNEL_MODE,
@@ -77,6 +79,7 @@ class Built:
     mode: str
     trace: list[dict[str, Any]]
     hostname: str = field(default_factory=socket.gethostname)
+    compiles: list[Compile] = field(default_factory=list)  # torch.compile's, from the process's trace
 
 
 class ProbeSet:
@@ -418,7 +421,15 @@ class ProbeSet:
         if python is not None:  # counted again: the GPU call paths above named more stacks
             stats["python_unknown_frames"] = python.unknown_frames()
         stats["cpu_samples_in_profile"] = tree.total("cpu_samples")
-        return Built(tree, stats, scales.warnings if scales is not None else [], mode, trace)
+        warnings = scales.warnings if scales is not None else []
+        compiles: list[Compile] = []
+        sources = python.compiled_sources(target.pid) if python is not None else None
+        if sources is not None:  # kernels of torch.compile'd code back to the model's lines
+            compiled = annotate_compiled(tree, sources)
+            stats.update(compiled)
+            compiles = sources.compiles()
+            warnings = [*warnings, *compiled_warnings(compiled, bool(sources.trace_reads))]
+        return Built(tree, stats, warnings, mode, trace, compiles=compiles)
 
     def _named(self, name: str) -> Any:
         return next((f for f in self.families if f.name == name), None)

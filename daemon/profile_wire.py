@@ -5,6 +5,8 @@ from __future__ import annotations
 from deepctx.daemon.capture import CaptureResult
 from deepctx.daemon.label_stats import label_stats, label_warnings
 from deepctx.daemon.tree import CallTree
+from deepctx.host.compiled_sources import LaunchOrigin
+from deepctx.host.torch_compile import Compile, SourceLine
 from deepctx.profiles.document import SCHEMA
 from deepctx.profiles.metrics import METRICS
 from deepctx.proto.v1 import deepctx_pb2 as pb
@@ -54,10 +56,30 @@ def to_message(result: CaptureResult) -> pb.Profile:
             fields["stream"] = f.stream
         if f.resources is not None:
             fields["registers"], fields["static_shared"] = f.resources
+        facts = tree.facts.get(idx)
+        if facts and "compiled_from" in facts:
+            fields["compiled_from"] = compiled_from_message(facts["compiled_from"])
         m = node.metrics
         fields["metrics"] = [m.get(name, 0) for name in metrics] if m else zeros
         add(**fields)
         index[idx] = pos
     for ev in result.trace:
         msg.trace.add(**ev)
+    msg.compiles.extend(compile_message(c) for c in result.compiles)
     return msg
+
+
+def _line(s: SourceLine) -> pb.SourceLine:
+    return pb.SourceLine(file=s.file, line=s.line, function=s.function, code=s.code)
+
+
+def compiled_from_message(o: LaunchOrigin) -> pb.CompiledFrom:
+    return pb.CompiledFrom(lines=[_line(s) for s in o.lines], nodes=o.site.nodes, aten=o.site.aten,
+                           compile_id=o.compile_id or "", output_code=o.wrapper)
+
+
+def compile_message(c: Compile) -> pb.Compile:
+    return pb.Compile(id=c.compile_id, function=c.function, file=c.file, line=c.line,
+                      recompile_reason=c.recompile_reason or "", fail_reason=c.fail_reason or "",
+                      graph_breaks=[pb.GraphBreak(file=b.file, line=b.line, reason=b.reason) for b in c.graph_breaks],
+                      time_s=c.time_s, ops=c.ops, called_from=_line(c.called_from) if c.called_from else None)

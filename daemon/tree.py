@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from deepctx.host.frames import Frame
 
@@ -19,6 +20,8 @@ class Node:
 class CallTree:
     def __init__(self, root_name: str) -> None:
         self.nodes: list[Node] = [Node(Frame("root", root_name), -1)]
+        # facts of a node that are not part of its identity, by node index (a kernel's `compiled_from`)
+        self.facts: dict[int, dict[str, Any]] = {}
 
     def node_for(self, path: Iterable[Frame], start: int = 0) -> int:
         """Index of the node at the end of path (created as needed); path starts below node `start`

@@ -16,6 +16,7 @@ from deepctx.host.identity import (
     AccessCheckFailed,
     Ids,
     as_identity,
+    openat2,
     read_regular,
 )
 
@@ -55,3 +56,36 @@ def read_target_file(pid: int, filename: str, limit: int = MAX_SOURCE_BYTES) -> 
         return None
     finally:
         os.close(base)
+
+
+def list_target_dir(pid: int, dirname: str, limit: int = 256) -> list[str] | None:
+    """The names in a directory process pid names (absolute, from its root), listed as its owner could; None when
+    it may not or it is not a directory. At most limit names."""
+    owner = owner_of(pid)
+    if owner is None or not os.path.isabs(dirname):
+        return None
+    try:
+        base = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+    def listing() -> list[str] | None:
+        try:
+            fd = openat2(base, dirname.lstrip("/") or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,
+                         RESOLVE_NO_MAGICLINKS | RESOLVE_IN_ROOT)
+        except OSError:
+            return None
+        try:
+            return sorted(os.listdir(fd))[:limit]
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    try:
+        return as_identity(owner, listing)
+    except AccessCheckFailed:
+        return None
+    finally:
+        os.close(base)
+

@@ -16,6 +16,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
+from deepctx.host.compiled_sources import CompiledSources
 from deepctx.host.procfs import ProcessGone, ProcessMemory, pid_namespace, thread_ids, thread_name
 from deepctx.host.python.code import CodeReader
 from deepctx.host.python.discovery import Interpreter, find_interpreter
@@ -270,6 +271,8 @@ class PythonStacks(FamilyDefaults):
             if pid in missed or now - proc.last_refresh >= REFRESH_S:
                 self._refresh(bpf, pid, proc, missed.get(pid, set()))
         self._learn_new_stacks(bpf)
+        for proc in self._procs.values():  # torch.compile's trace, for compiles since the last read
+            proc.codes.compiled.refresh()
 
     def busy(self) -> bool:
         """Poll again soon: new stacks are being stored, and their code objects can only be read while the
@@ -283,6 +286,8 @@ class PythonStacks(FamilyDefaults):
         proc = self._procs.get(target.pid)
         if exited and proc is not None:
             proc.codes.exited(time.monotonic(), EXIT_GRACE_S)
+        elif proc is not None:  # still running: the compiles since the last read
+            proc.codes.compiled.refresh(force=True)
 
     def detach(self, bpf: Any, target: Target) -> None:
         proc = self._procs.pop(target.pid, None)
@@ -349,6 +354,11 @@ class PythonStacks(FamilyDefaults):
         """Host tid -> the thread's Python name (threading.Thread's), for the threads read while the process ran."""
         proc = self._procs.get(pid) or self._detached.get(pid)
         return dict(proc.names) if proc else {}
+
+    def compiled_sources(self, pid: int) -> CompiledSources | None:
+        """The process's torch.compile wrappers and trace, as read while it ran."""
+        proc = self._procs.get(pid) or self._detached.get(pid)
+        return proc.codes.compiled if proc else None
 
     def interpreter_modules(self, pid: int) -> set[str]:
         """Basenames of the interpreter's ELF files (for merge_stacks)."""

@@ -38,6 +38,8 @@ def to_doc(p: pb.Profile) -> dict[str, Any]:
                 node["grid"] = list(value)
                 node["block"] = list(n.block)
                 node["shared_mem"] = n.shared_mem
+            elif name == "compiled_from":
+                node["compiled_from"] = compiled_from_doc(value)
         nodes.append(node)
         if n.parent >= 0:
             nodes[n.parent]["children"].append(node)
@@ -58,10 +60,31 @@ def to_doc(p: pb.Profile) -> dict[str, Any]:
     }
     if p.trace:
         doc["trace"] = [trace_event(e) for e in p.trace]
+    if p.compiles:
+        doc["compiles"] = [compile_doc(c) for c in p.compiles]
     device = device_part(doc["stats"])
     if device:
         doc["device"] = device
     return doc
+
+
+def _line(s: pb.SourceLine) -> dict[str, Any]:
+    return {"file": s.file, "line": s.line, "function": s.function, "code": s.code or None}
+
+
+def compiled_from_doc(c: pb.CompiledFrom) -> dict[str, Any]:
+    """A kernel node's `compiled_from` (docs/formats.md, "Compiled code")."""
+    return {"lines": [_line(s) for s in c.lines], "nodes": list(c.nodes), "aten": list(c.aten),
+            "compile_id": c.compile_id or None, "output_code": c.output_code}
+
+
+def compile_doc(c: pb.Compile) -> dict[str, Any]:
+    """One entry of the optional `compiles` part."""
+    return {"id": c.id, "function": c.function, "file": c.file, "line": c.line,
+            "recompile_reason": c.recompile_reason or None, "fail_reason": c.fail_reason or None,
+            "graph_breaks": [{"file": b.file, "line": b.line, "reason": b.reason} for b in c.graph_breaks],
+            "time_s": c.time_s, "ops": c.ops,
+            "called_from": _line(c.called_from) if c.HasField("called_from") else None}
 
 
 def device_part(stats: dict[str, int]) -> dict[str, Any] | None:

@@ -56,7 +56,7 @@ class ViewNode:
     total: dict[str, int]
     children: list[ViewNode] = field(default_factory=list)
     tid: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # GPU launch facts: grid, block, shared_mem, stream
+    extra: dict[str, Any] = field(default_factory=dict)  # GPU launch facts: grid, block, shared_mem, stream ...
 
     def walk(self) -> Iterator[ViewNode]:
         """Preorder, iterative (trees can be thousands of levels deep)."""
@@ -67,7 +67,7 @@ class ViewNode:
             stack.extend(reversed(n.children))
 
 
-EXTRA_FIELDS = ("grid", "block", "shared_mem", "stream", "device")
+EXTRA_FIELDS = ("grid", "block", "shared_mem", "stream", "device", "compiled_from")
 
 
 def gc_paused(fn: Callable[P, R]) -> Callable[P, R]:
@@ -188,6 +188,19 @@ def _view_node(node: dict[str, Any], metrics: list[str]) -> ViewNode:
     extra = {k: node[k] for k in EXTRA_FIELDS if k in node and node[k] is not None} if len(node) > 7 else {}
     frame = Frame(node["kind"], node["name"], node["file"], node["line"], node["module"])
     return ViewNode(frame, self_v, self_v.copy(), [], node.get("tid"), extra)
+
+
+def origin_lines(compiled_from: dict[str, Any] | None) -> str:
+    """A compiled kernel's model lines, short: 'model.py:17, 18, 19' (a file's basename once, then its lines)."""
+    if not compiled_from:
+        return ""
+    parts: list[str] = []
+    last = None
+    for s in compiled_from.get("lines") or []:
+        base = s["file"].rsplit("/", 1)[-1]
+        parts.append(f"{base}:{s['line']}" if base != last else str(s["line"]))
+        last = base
+    return ", ".join(parts)
 
 
 def pick_metric(root: ViewNode, wanted: str | None = None) -> str:

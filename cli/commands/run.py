@@ -14,11 +14,13 @@ import argparse
 import array
 import os
 import selectors
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 from typing import Any
 
@@ -72,6 +74,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_fold_arguments(p)
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--agent", help="the CUPTI agent library (default: the one deepctx ships)")
+    p.add_argument("--no-compile-trace", action="store_true",
+                   help="do not set TORCH_TRACE for the command (by default, where it is unset, a private directory "
+                        "while it runs: torch.compile's kernels then carry the model lines they came from, and its "
+                        "recompiles and graph breaks their causes)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the command (after --)")
     p.set_defaults(run=run)
 
@@ -211,6 +217,20 @@ def run(args: argparse.Namespace) -> int:
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # the kernel names each sender (see refusal)
     env = dict(os.environ, **agents, **pc_environment(args), DEEPCTX_NOTIFY_FD=str(theirs.fileno()),
                DEEPCTX_AGENT_WAIT_MS=str(AGENT_WAIT_MS))
+    trace_dir = None
+    if not args.no_compile_trace and not env.get("TORCH_TRACE"):
+        # torch.compile's structured trace, which deepctxd reads while the command runs (host/compiled_sources.py)
+        trace_dir = tempfile.mkdtemp(prefix="deepctx-torch-trace-")
+        env["TORCH_TRACE"] = trace_dir
+    try:
+        return _run(cmd, env, theirs, ours, stub, args, err, show)
+    finally:
+        if trace_dir is not None:
+            shutil.rmtree(trace_dir, ignore_errors=True)
+
+
+def _run(cmd: list[str], env: dict[str, str], theirs: socket.socket, ours: socket.socket, stub: Any,
+         args: argparse.Namespace, err: Console, show: bool) -> int:
     try:
         proc = subprocess.Popen(cmd, env=env, pass_fds=(theirs.fileno(),))
     except OSError as e:

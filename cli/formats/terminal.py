@@ -16,7 +16,7 @@ from deepctx.cli.escape import printable
 from deepctx.cli.formats.units import fmt, percent
 from deepctx.profiles.fold import VIEWS_DEFAULT, Fold
 from deepctx.profiles.metrics import METRIC_TITLES
-from deepctx.profiles.tree import Frame, ViewNode
+from deepctx.profiles.tree import Frame, ViewNode, origin_lines
 
 KIND_STYLE = {
     "thread": "bold magenta",
@@ -199,9 +199,15 @@ def frame_text(frame: Frame, tid: int | None = None, extra: dict[str, Any] | Non
         return text
     line = f":{frame.line}" if frame.line else ""
     tail = f"  [{frame.kind}]" if tag and frame.kind not in ("python", "native", "root") else ""
+    if extra and extra.get("compiled_from"):  # torch.compile's kernel: the model lines before the launch shape
+        origin = origin_lines(extra["compiled_from"])
+        tail += f"  from {printable(origin)}" if origin else "  [compiled]"
     if extra and extra.get("grid"):
         g, b = extra["grid"], extra.get("block") or []
-        tail += f"  grid {'x'.join(map(str, g))} block {'x'.join(map(str, b))}"
+        shape = f"  grid {'x'.join(map(str, g))} block {'x'.join(map(str, b))}"
+        # the launch shape gives way first where the width is short (the model's lines say more)
+        if width is None or not extra.get("compiled_from") or cell_len(frame.name + tail + shape) <= width:
+            tail += shape
     name = frame.name
     if frame.file:
         forms = path_forms(frame.file)

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
+from deepctx.cli.formats.compiles import render_compiles
 from deepctx.cli.formats.terminal import ViewOptions
 from deepctx.cli.formats.tree_table import TreeTable
 from deepctx.profiles.fold import VIEWS_DEFAULT, Fold
@@ -19,4 +20,6 @@ def render(doc: dict[str, Any], metric: str | None = None, min_percent: float = 
     opts = ViewOptions(metric=pick_metric(root, metric if metric in root.total else None),
                        columns=nonzero_metrics(root), min_percent=min_percent, max_depth=max_depth, fold=fold,
                        folded=root.extra.get("folded", {}))
-    TreeTable("top-down").render(doc, root, opts, console or Console(highlight=False, soft_wrap=False))
+    console = console or Console(highlight=False, soft_wrap=False)
+    TreeTable("top-down").render(doc, root, opts, console)
+    render_compiles(doc, console)

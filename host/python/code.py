@@ -8,12 +8,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from deepctx.host.compiled_sources import CompiledSources
 from deepctx.host.procfs import ProcessMemory
 from deepctx.host.python.discovery import Interpreter
 from deepctx.host.python.linetable import Range, addr_to_line, line_ranges
 from deepctx.host.python.objects import read_bytes, read_unicode
 from deepctx.host.python.qualname import qualnames
 from deepctx.host.target_files import read_target_file
+from deepctx.host.torch_compile import is_wrapper_file
 
 CODE_UNIT = 2  # bytes per instruction code unit (_Py_CODEUNIT)
 
@@ -51,6 +53,8 @@ class CodeReader:
         self._sources: dict[str, dict[tuple[str, int], str]] = {}
         # stacks.symbolize_stack's frames by raw frame (code, tag, lasti, flags): stacks share most frames
         self.symbolized: dict[tuple[int, int, int, int], Any] = {}
+        # torch.compile's wrapper modules met in code objects, read while the process runs
+        self.compiled = CompiledSources(interp.pid)
 
     def cached(self, addr: int, tag: int) -> bool:
         return (addr, tag) in self._cache
@@ -106,6 +110,8 @@ class CodeReader:
         if lay.code_firsttraceable is not None:
             firsttraceable = int.from_bytes(self.mem.read(addr + lay.code_firsttraceable, 4), "little", signed=True)
         ranges = line_ranges(lay.linetable_format, table, firstlineno)
+        if is_wrapper_file(filename):
+            self.compiled.see(filename)
         return CodeInfo(name, qualname, filename, firstlineno, firsttraceable, ranges)
 
     def _source_qualname(self, filename: str, name: str, firstlineno: int) -> str:

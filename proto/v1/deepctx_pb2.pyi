@@ -217,7 +217,7 @@ class Progress(_message.Message):
     def __init__(self, elapsed_s: _Optional[float] = ..., duration_s: _Optional[float] = ..., samples: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Profile(_message.Message):
-    __slots__ = ("schema", "pid", "command", "duration_s", "metrics", "nodes", "stats", "warnings", "sample_hz", "ended", "started_unix", "hostname", "mode", "trace")
+    __slots__ = ("schema", "pid", "command", "duration_s", "metrics", "nodes", "stats", "warnings", "sample_hz", "ended", "started_unix", "hostname", "mode", "trace", "compiles")
     class StatsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -239,6 +239,7 @@ class Profile(_message.Message):
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     TRACE_FIELD_NUMBER: _ClassVar[int]
+    COMPILES_FIELD_NUMBER: _ClassVar[int]
     schema: str
     pid: int
     command: str
@@ -253,7 +254,68 @@ class Profile(_message.Message):
     hostname: str
     mode: str
     trace: _containers.RepeatedCompositeFieldContainer[TraceEvent]
-    def __init__(self, schema: _Optional[str] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., duration_s: _Optional[float] = ..., metrics: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., stats: _Optional[_Mapping[str, int]] = ..., warnings: _Optional[_Iterable[str]] = ..., sample_hz: _Optional[int] = ..., ended: _Optional[str] = ..., started_unix: _Optional[float] = ..., hostname: _Optional[str] = ..., mode: _Optional[str] = ..., trace: _Optional[_Iterable[_Union[TraceEvent, _Mapping]]] = ...) -> None: ...
+    compiles: _containers.RepeatedCompositeFieldContainer[Compile]
+    def __init__(self, schema: _Optional[str] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., duration_s: _Optional[float] = ..., metrics: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., stats: _Optional[_Mapping[str, int]] = ..., warnings: _Optional[_Iterable[str]] = ..., sample_hz: _Optional[int] = ..., ended: _Optional[str] = ..., started_unix: _Optional[float] = ..., hostname: _Optional[str] = ..., mode: _Optional[str] = ..., trace: _Optional[_Iterable[_Union[TraceEvent, _Mapping]]] = ..., compiles: _Optional[_Iterable[_Union[Compile, _Mapping]]] = ...) -> None: ...
+
+class SourceLine(_message.Message):
+    __slots__ = ("file", "line", "function", "code")
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    file: str
+    line: int
+    function: str
+    code: str
+    def __init__(self, file: _Optional[str] = ..., line: _Optional[int] = ..., function: _Optional[str] = ..., code: _Optional[str] = ...) -> None: ...
+
+class CompiledFrom(_message.Message):
+    __slots__ = ("lines", "nodes", "aten", "compile_id", "output_code")
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    ATEN_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_CODE_FIELD_NUMBER: _ClassVar[int]
+    lines: _containers.RepeatedCompositeFieldContainer[SourceLine]
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    aten: _containers.RepeatedScalarFieldContainer[str]
+    compile_id: str
+    output_code: str
+    def __init__(self, lines: _Optional[_Iterable[_Union[SourceLine, _Mapping]]] = ..., nodes: _Optional[_Iterable[str]] = ..., aten: _Optional[_Iterable[str]] = ..., compile_id: _Optional[str] = ..., output_code: _Optional[str] = ...) -> None: ...
+
+class Compile(_message.Message):
+    __slots__ = ("id", "function", "file", "line", "recompile_reason", "fail_reason", "graph_breaks", "time_s", "ops", "called_from")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    RECOMPILE_REASON_FIELD_NUMBER: _ClassVar[int]
+    FAIL_REASON_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_BREAKS_FIELD_NUMBER: _ClassVar[int]
+    TIME_S_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    CALLED_FROM_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    function: str
+    file: str
+    line: int
+    recompile_reason: str
+    fail_reason: str
+    graph_breaks: _containers.RepeatedCompositeFieldContainer[GraphBreak]
+    time_s: float
+    ops: int
+    called_from: SourceLine
+    def __init__(self, id: _Optional[str] = ..., function: _Optional[str] = ..., file: _Optional[str] = ..., line: _Optional[int] = ..., recompile_reason: _Optional[str] = ..., fail_reason: _Optional[str] = ..., graph_breaks: _Optional[_Iterable[_Union[GraphBreak, _Mapping]]] = ..., time_s: _Optional[float] = ..., ops: _Optional[int] = ..., called_from: _Optional[_Union[SourceLine, _Mapping]] = ...) -> None: ...
+
+class GraphBreak(_message.Message):
+    __slots__ = ("file", "line", "reason")
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    file: str
+    line: int
+    reason: str
+    def __init__(self, file: _Optional[str] = ..., line: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class TraceEvent(_message.Message):
     __slots__ = ("kind", "name", "tid", "device", "stream", "start_ns", "dur_ns", "correlation", "bytes", "graph_node", "at")
@@ -282,7 +344,7 @@ class TraceEvent(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., tid: _Optional[int] = ..., device: _Optional[int] = ..., stream: _Optional[int] = ..., start_ns: _Optional[int] = ..., dur_ns: _Optional[int] = ..., correlation: _Optional[int] = ..., bytes: _Optional[int] = ..., graph_node: _Optional[int] = ..., at: _Optional[str] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("parent", "kind", "name", "file", "line", "module", "metrics", "tid", "grid", "block", "shared_mem", "stream", "registers", "static_shared")
+    __slots__ = ("parent", "kind", "name", "file", "line", "module", "metrics", "tid", "grid", "block", "shared_mem", "stream", "registers", "static_shared", "compiled_from")
     PARENT_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -297,6 +359,7 @@ class Node(_message.Message):
     STREAM_FIELD_NUMBER: _ClassVar[int]
     REGISTERS_FIELD_NUMBER: _ClassVar[int]
     STATIC_SHARED_FIELD_NUMBER: _ClassVar[int]
+    COMPILED_FROM_FIELD_NUMBER: _ClassVar[int]
     parent: int
     kind: str
     name: str
@@ -311,7 +374,8 @@ class Node(_message.Message):
     stream: int
     registers: int
     static_shared: int
-    def __init__(self, parent: _Optional[int] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., file: _Optional[str] = ..., line: _Optional[int] = ..., module: _Optional[str] = ..., metrics: _Optional[_Iterable[int]] = ..., tid: _Optional[int] = ..., grid: _Optional[_Iterable[int]] = ..., block: _Optional[_Iterable[int]] = ..., shared_mem: _Optional[int] = ..., stream: _Optional[int] = ..., registers: _Optional[int] = ..., static_shared: _Optional[int] = ...) -> None: ...
+    compiled_from: CompiledFrom
+    def __init__(self, parent: _Optional[int] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., file: _Optional[str] = ..., line: _Optional[int] = ..., module: _Optional[str] = ..., metrics: _Optional[_Iterable[int]] = ..., tid: _Optional[int] = ..., grid: _Optional[_Iterable[int]] = ..., block: _Optional[_Iterable[int]] = ..., shared_mem: _Optional[int] = ..., stream: _Optional[int] = ..., registers: _Optional[int] = ..., static_shared: _Optional[int] = ..., compiled_from: _Optional[_Union[CompiledFrom, _Mapping]] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ()

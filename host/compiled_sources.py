@@ -1,0 +1,110 @@
+"""One process's torch.compile sources, read while it runs: the Inductor wrapper modules its launches came from
+(met as Python frames) and its structured trace (`TORCH_TRACE`), each read as the process's owner could
+(host/target_files.py) and parsed as text (host/torch_compile.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from deepctx.host.procfs import environ_value
+from deepctx.host.target_files import list_target_dir, read_target_file
+from deepctx.host.torch_compile import (
+    MAX_TRACE_BYTES,
+    Compile,
+    CompileTrace,
+    LaunchSite,
+    SourceLine,
+    is_backward_wrapper,
+    parse_trace,
+    parse_wrapper,
+)
+
+MAX_WRAPPER_BYTES = 16 << 20
+TRACE_PREFIX = "dedicated_log_torch_trace"
+REFRESH_S = 10.0  # a trace read again at most this often while the capture runs (compiles come in bursts)
+MAX_TRACE_FILES = 16
+
+
+def is_library(filename: str) -> bool:
+    """A frame of PyTorch or another installed package, not the user's own code."""
+    return "/site-packages/" in filename or "/dist-packages/" in filename or filename.startswith("<")
+
+
+@dataclass(frozen=True)
+class LaunchOrigin:
+    """What a launch at a wrapper line came from: the site's nodes and operators, and their model lines (empty
+    without a trace that knows the wrapper)."""
+
+    wrapper: str
+    site: LaunchSite
+    lines: tuple[SourceLine, ...]
+    compile_id: str | None
+
+
+class CompiledSources:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.wrappers: dict[str, dict[int, LaunchSite]] = {}
+        self.backward: set[str] = set()  # the wrappers of backward graphs
+        self.trace_dir = environ_value(pid, "TORCH_TRACE")
+        self._traces: dict[str, tuple[int, CompileTrace]] = {}  # trace file -> (bytes read, parsed)
+        self._read_at = 0.0
+        self.trace_reads = 0
+
+    def see(self, filename: str) -> None:
+        """A wrapper module met on a call path: read once, and the trace again (it names the new compile)."""
+        if filename in self.wrappers:
+            return
+        data = read_target_file(self.pid, filename, MAX_WRAPPER_BYTES)
+        text = data.decode("utf-8", errors="replace") if data else ""
+        self.wrappers[filename] = parse_wrapper(text)
+        if is_backward_wrapper(text):
+            self.backward.add(filename)
+        self.refresh(force=True)
+
+    def refresh(self, force: bool = False) -> None:
+        """Reads the trace's files again (each parsed again only when it grew): every REFRESH_S at most unless
+        forced. Only while the process lives: its files are read from its own root."""
+        now = time.monotonic()
+        if not self.trace_dir or not (self.wrappers or force) or (not force and now - self._read_at < REFRESH_S):
+            return
+        self._read_at = now
+        names = list_target_dir(self.pid, self.trace_dir) or []
+        for name in [n for n in names if n.startswith(TRACE_PREFIX) and n.endswith(".log")][:MAX_TRACE_FILES]:
+            path = os.path.join(self.trace_dir, name)
+            data = read_target_file(self.pid, path, MAX_TRACE_BYTES)
+            if data is None:
+                continue
+            seen = self._traces.get(path)
+            if seen is not None and seen[0] == len(data):
+                continue
+            self._traces[path] = (len(data), parse_trace(data.decode("utf-8", errors="replace"), is_library))
+            self.trace_reads += 1
+
+    def origin(self, filename: str, line: int) -> LaunchOrigin | None:
+        site = self.wrappers.get(filename, {}).get(line)
+        if site is None:
+            return None
+        for trace in self._traces_newest_first():
+            cid = trace.output_code.get(filename)
+            if cid is not None:
+                lines = trace.lines(filename, site, filename in self.backward)
+                return LaunchOrigin(filename, site, tuple(lines), cid)
+        return LaunchOrigin(filename, site, (), None)
+
+    def compiles(self) -> list[Compile]:
+        """Every compile the traces record (a trace file's own compile ids are unique; files of other runs of the
+        same directory are other processes': the one that made this process's wrappers is taken first)."""
+        mine = [t for t in self._traces_newest_first() if any(w in t.output_code for w in self.wrappers)]
+        chosen = mine[:1] or list(self._traces_newest_first())[:1]
+        return [c for t in chosen for c in sorted(t.compiles.values(), key=_compile_order)]
+
+    def _traces_newest_first(self) -> list[CompileTrace]:
+        return [t for _, t in reversed(list(self._traces.values()))]
+
+
+def _compile_order(c: Compile) -> tuple[int, int]:
+    frame, _, attempt = c.compile_id.partition("/")
+    return (int(frame) if frame.isdigit() else 1 << 30, int(attempt) if attempt.isdigit() else 1 << 30)

@@ -1,0 +1,132 @@
+"""torch.compile's kernels back to the model's lines (issue #33.2), on a real CPython target and a real CUDA
+runtime without a GPU: launches from a module laid out as Inductor's wrapper, whose structured trace is the one
+recorded from a torch.compile'd model on the H100 (tests/fixtures/torch_compile/trace_recompile.log, the output
+code of its recompile renamed to this test's wrapper)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import jsonschema
+from harness import StdinTarget, cuda_runtime, line_of, profile_phase
+from profile_paths import walk
+from rich.console import Console
+
+from deepctx.cli.formats.tree import render
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "torch_compile"
+TARGET = Path(__file__).resolve().parents[1] / "targets" / "gpu" / "compiled_launches.py"
+RECORDED_WRAPPER = "/tmp/ic_recompile_0/os/costulbg4zh2a7hxcjqqe2a6stcxdbgdx7zl5kgmqntgzw7q5nev.py"  # compile 0/1's
+MODEL = "/work/main/xind.py"  # the recorded model's path on the H100 host (tests/fixtures/torch_compile/model.py)
+N = 300
+
+WRAPPER = '''# AOT ID: ['0_forward']
+
+
+def call(args):
+    # Topologically Sorted Source Nodes: [x], Original ATen: [aten.t, aten.addmm]
+    extern_kernels.mm(None, None, out=None)  # LINE_GEMM
+    # Topologically Sorted Source Nodes: [x, relu, x_1, x_2, le], Original ATen: [aten.addmm, aten.relu, aten.mul, aten.add, aten.threshold_backward]
+    stream0 = 0
+    triton_poi_fused_0.run(None, None, 16384, stream=stream0)  # LINE_FUSED
+    del stream0
+    # Topologically Sorted Source Nodes: [y], Original ATen: [aten.t, aten.addmm]
+    extern_kernels.addmm(None, None, out=None)  # LINE_GEMM2
+'''
+
+
+def wrapper_file(tmp: Path) -> Path:
+    path = tmp / "os" / ("c" + "q" * 51 + ".py")  # named as Inductor names its modules
+    path.parent.mkdir(parents=True)
+    path.write_text(WRAPPER)
+    return path
+
+
+def run_target(daemon, tmp: Path, traced: bool) -> tuple[dict, Path]:
+    wrapper = wrapper_file(tmp)
+    env = dict(os.environ)
+    env.pop("TORCH_TRACE", None)
+    if traced:
+        trace_dir = tmp / "trace"
+        trace_dir.mkdir()
+        text = (FIXTURES / "trace_recompile.log").read_text()
+        assert RECORDED_WRAPPER in text
+        (trace_dir / "dedicated_log_torch_trace_rank_0_test.log").write_text(text.replace(RECORDED_WRAPPER, str(wrapper)))
+        env["TORCH_TRACE"] = str(trace_dir)
+    t = StdinTarget([sys.executable, str(TARGET), cuda_runtime(), str(wrapper), str(N)], env=env)
+    try:
+        return profile_phase(daemon, t), wrapper
+    finally:
+        t.stop()
+
+
+def kernels_by_line(doc: dict, wrapper: Path) -> dict[int, list[dict]]:
+    """Kernel nodes by the wrapper line on their path."""
+    out: dict[int, list[dict]] = {}
+    for anc, n in walk(doc):
+        if n["kind"] == "kernel":
+            lines = [a["line"] for a in anc if a["kind"] == "python" and a["file"] == str(wrapper)]
+            if lines:
+                out.setdefault(lines[-1], []).append(n)
+    return out
+
+
+def test_kernels_of_compiled_code_carry_the_models_lines(daemon, tmp_path: Path) -> None:
+    doc, wrapper = run_target(daemon, tmp_path, traced=True)
+    by_line = kernels_by_line(doc, wrapper)
+    fused, gemm, gemm2 = (line_of(wrapper, m) for m in ("LINE_FUSED", "LINE_GEMM", "LINE_GEMM2"))
+    assert sorted(by_line) == sorted([fused, gemm, gemm2]), sorted(by_line)
+    for line in (fused, gemm, gemm2):
+        assert sum(n["metrics"]["calls"] for n in by_line[line]) == N, line
+
+    def lines(line: int) -> list[tuple[str, int]]:
+        froms = {tuple((s["file"], s["line"]) for s in n["compiled_from"]["lines"]) for n in by_line[line]}
+        assert len(froms) == 1, froms
+        return list(froms.pop())
+
+    # compile 0/1's Dynamo graph: x from line 17, relu and x_1 from 18, x_2 from 19, y from 22 (le is not in it)
+    assert lines(fused) == [(MODEL, 17), (MODEL, 18), (MODEL, 19)]
+    assert lines(gemm) == [(MODEL, 17)]
+    assert lines(gemm2) == [(MODEL, 22)]
+    cf = by_line[fused][0]["compiled_from"]
+    assert cf["nodes"] == ["x", "relu", "x_1", "x_2", "le"]
+    assert cf["aten"] == ["aten.addmm", "aten.relu", "aten.mul", "aten.add", "aten.threshold_backward"]
+    assert cf["compile_id"] == "0/1" and cf["output_code"] == str(wrapper)
+    assert cf["lines"][0]["code"] == "x = self.fc1(x)  # LINE_FC1"
+    assert doc["stats"]["compiled_kernel_paths"] == 3 and doc["stats"]["compiled_kernel_paths_without_lines"] == 0
+
+    compiles = {c["id"]: c for c in doc["compiles"]}
+    assert sorted(compiles) == ["0/0", "0/1"]
+    assert compiles["0/0"]["recompile_reason"] is None
+    assert compiles["0/1"]["recompile_reason"] == "0/0: tensor 'x' size mismatch at index 0. expected 64, actual 78"
+    assert (compiles["0/1"]["function"], compiles["0/1"]["file"], compiles["0/1"]["line"]) == ("forward", MODEL, 16)
+    called = compiles["0/1"]["called_from"]
+    assert (called["file"], called["line"], called["function"]) == (MODEL, 32, "<module>")
+    jsonschema.validate(doc, json.loads((REPO / "docs" / "profile.schema.json").read_text()))
+
+    # the terminal: each kernel with its model lines, then the compiles with their causes; at 80 columns nothing
+    # runs over (the deepest kernel's lines are elided there)
+    for width in (80, 120):
+        console = Console(width=width, record=True, highlight=False, soft_wrap=False, color_system=None)
+        render(doc, "calls", min_percent=0, console=console)
+        out = console.export_text()
+        assert max(len(line) for line in out.splitlines()) <= width
+        assert "from xind.py:17" in out and "torch.compile: 2 compiles" in out and "1 recompiles" in out, out
+    assert "from xind.py:17, 18, 19" in out and "from xind.py:22" in out, out
+    assert "recompiled: 0/0: tensor 'x' size mismatch at index 0" in out, out
+
+
+def test_without_a_trace_kernels_keep_their_nodes_and_say_why_lines_are_missing(daemon, tmp_path: Path) -> None:
+    doc, wrapper = run_target(daemon, tmp_path, traced=False)
+    by_line = kernels_by_line(doc, wrapper)
+    fused = line_of(wrapper, "LINE_FUSED")
+    cf = by_line[fused][0]["compiled_from"]
+    assert cf["lines"] == [] and cf["compile_id"] is None
+    assert cf["nodes"] == ["x", "relu", "x_1", "x_2", "le"] and cf["aten"][0] == "aten.addmm"
+    assert doc["stats"]["compiled_kernel_paths_without_lines"] == 3
+    assert "compiles" not in doc
+    assert any("TORCH_TRACE" in w for w in doc["warnings"]), doc["warnings"]

@@ -1,0 +1,90 @@
+"""torch.compile's files parsed as text (host/torch_compile.py), on the wrapper modules and structured traces
+recorded from a torch.compile'd model on the H100 (tests/fixtures/torch_compile/, the model is model.py there,
+run from /work/main/xind.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deepctx.host.torch_compile import is_backward_wrapper, is_wrapper_file, parse_trace, parse_wrapper
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "torch_compile"
+FORWARD = FIX / "cdlu5sxvizxhfj5ccbcng76aoujrpgsc2zv4dn37xgooawdr5lmp.py"
+BACKWARD = FIX / "cxt3lqcj7v6vwbzxhcgoytsmr6vqosuchim3pedwbuodrsfrh6uf.py"
+RECORDED = "/tmp/ic_default_0/{}/{}"
+MODEL = "/work/main/xind.py"
+
+
+def launches(path: Path) -> dict[str, tuple[int, list[str], list[str]]]:
+    """Each launch statement's callee -> (line, nodes, aten)."""
+    text = path.read_text()
+    lines = text.splitlines()
+    out = {}
+    for number, site in parse_wrapper(text).items():
+        stmt = lines[number - 1].strip()
+        if ".run(" in stmt or stmt.startswith("extern_kernels."):
+            out[stmt.split("(")[0]] = (number, list(site.nodes), list(site.aten))
+    return out
+
+
+def test_wrapper_launch_sites() -> None:
+    got = launches(FORWARD)
+    assert got == {
+        "extern_kernels.mm": (227, ["x"], ["aten.t", "aten.addmm"]),
+        "triton_poi_fused_add_addmm_mul_relu_threshold_backward_0.run":
+            (233, ["x", "relu", "x_1", "x_2", "le"],
+             ["aten.addmm", "aten.relu", "aten.mul", "aten.add", "aten.threshold_backward"]),
+        "extern_kernels.addmm": (237, ["y"], ["aten.t", "aten.addmm"]),
+        "triton_red_fused_mean_mul_1.run": (242, ["mul_1", "mean"], ["aten.mul", "aten.mean"]),
+        "triton_per_fused_mean_mul_2.run": (247, ["mul_1", "mean"], ["aten.mul", "aten.mean"]),
+    }
+    # the launch's preparation line belongs to its site; the kernels' definitions (module level) do not launch
+    sites = parse_wrapper(FORWARD.read_text())
+    assert sites[232] == sites[233] and 231 not in sites
+
+
+def test_every_kernel_maps_to_the_models_lines() -> None:
+    trace = parse_trace((FIX / "trace_default.log").read_text())
+    fwd = RECORDED.format("dl", FORWARD.name)
+    bwd = RECORDED.format("xt", BACKWARD.name)
+    assert trace.output_code == {fwd: "0/0", bwd: "0/0"}
+
+    def lines(wrapper: str, path: Path) -> list[tuple[str, list[int]]]:
+        """Each launch in the order of the wrapper's lines: its callee and its model lines."""
+        text = path.read_text()
+        sites, stmts = parse_wrapper(text), text.splitlines()
+        return [(stmts[n - 1].strip().split("(")[0], [s.line for s in trace.lines(wrapper, site, is_backward_wrapper(text))])
+                for n, site in sorted(sites.items())
+                if ".run(" in stmts[n - 1] or stmts[n - 1].strip().startswith("extern_kernels.")]
+
+    assert lines(fwd, FORWARD) == [
+        ("extern_kernels.mm", [17]), ("triton_poi_fused_add_addmm_mul_relu_threshold_backward_0.run", [17, 18, 19]),
+        ("extern_kernels.addmm", [22]), ("triton_red_fused_mean_mul_1.run", [23]), ("triton_per_fused_mean_mul_2.run", [23])]
+    assert not is_backward_wrapper(FORWARD.read_text()) and is_backward_wrapper(BACKWARD.read_text())
+    # backward kernels carry the forward lines they differentiate (AOT's backward graph's comments)
+    # (the loss's gradient and fc2's bias gradient fused; fc2's two GEMMs; relu's mask with fc1's bias gradient)
+    assert lines(bwd, BACKWARD) == [
+        ("triton_per_fused_add_div_expand_mul_sum_0.run", [22, 23]), ("extern_kernels.mm", [22]),
+        ("extern_kernels.mm", [22]), ("triton_per_fused_mul_sum_threshold_backward_1.run", [17, 18]),
+        ("extern_kernels.mm", [17, 18])]
+    assert {s.file for site in parse_wrapper(FORWARD.read_text()).values() for s in trace.lines(fwd, site)} == {MODEL}
+    assert trace.lines("/elsewhere/c" + "a" * 51 + ".py", parse_wrapper(FORWARD.read_text())[233]) == []
+
+
+def test_graph_break_and_recompile() -> None:
+    brk = parse_trace((FIX / "trace_break.log").read_text(), lambda f: "/site-packages/" in f)
+    first, resumed = brk.compiles["0/0"], brk.compiles["1/0"]
+    assert [(b.file, b.line) for b in first.graph_breaks] == [(MODEL, 21)]
+    assert first.graph_breaks[0].reason.startswith("Dynamo does not know how to trace builtin operator `print`")
+    assert (resumed.function, resumed.line, resumed.graph_breaks) == ("torch_dynamo_resume_in_forward_at_21", 21, [])
+    assert first.called_from is not None and (first.called_from.file, first.called_from.line) == (MODEL, 32)
+    rec = parse_trace((FIX / "trace_recompile.log").read_text())
+    assert rec.compiles["0/0"].recompile_reason is None
+    assert rec.compiles["0/1"].recompile_reason == "0/0: tensor 'x' size mismatch at index 0. expected 64, actual 78"
+    assert rec.compiles["0/1"].ops == 7 and rec.compiles["0/1"].time_s > 0
+
+
+def test_wrapper_file_names() -> None:
+    assert is_wrapper_file(str(FORWARD)) and is_wrapper_file("c" + "0" * 51 + ".py")
+    assert not is_wrapper_file("/x/model.py") and not is_wrapper_file("/x/c" + "a" * 50 + ".py")
+    assert not is_wrapper_file("/x/Cdlu5sxvizxhfj5ccbcng76aoujrpgsc2zv4dn37xgooawdr5lmp.py")
