@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 
 from deepctx.host.procfs import environ_value
-from deepctx.host.target_files import list_target_dir, read_target_file
+from deepctx.host.target_files import TargetRoot, read_target_file
 from deepctx.host.torch_compile import (
     MAX_TRACE_BYTES,
     Compile,
@@ -49,6 +49,8 @@ class CompiledSources:
         self.wrappers: dict[str, dict[int, LaunchSite]] = {}
         self.backward: set[str] = set()  # the wrappers of backward graphs
         self.trace_dir = environ_value(pid, "TORCH_TRACE")
+        # the trace is read once more at the capture's end, often the process's exit: its root is held open
+        self.root: TargetRoot | None = TargetRoot(pid) if self.trace_dir else None
         self._traces: dict[str, tuple[int, CompileTrace]] = {}  # trace file -> (bytes read, parsed)
         self._read_at = 0.0
         self.trace_reads = 0
@@ -68,13 +70,14 @@ class CompiledSources:
         """Reads the trace's files again (each parsed again only when it grew): every REFRESH_S at most unless
         forced. Only while the process lives: its files are read from its own root."""
         now = time.monotonic()
-        if not self.trace_dir or not (self.wrappers or force) or (not force and now - self._read_at < REFRESH_S):
+        root = self.root
+        if root is None or not self.trace_dir or (not force and (not self.wrappers or now - self._read_at < REFRESH_S)):
             return
         self._read_at = now
-        names = list_target_dir(self.pid, self.trace_dir) or []
+        names = root.listdir(self.trace_dir) or []
         for name in [n for n in names if n.startswith(TRACE_PREFIX) and n.endswith(".log")][:MAX_TRACE_FILES]:
             path = os.path.join(self.trace_dir, name)
-            data = read_target_file(self.pid, path, MAX_TRACE_BYTES)
+            data = root.read(path, MAX_TRACE_BYTES)
             if data is None:
                 continue
             seen = self._traces.get(path)
@@ -82,6 +85,13 @@ class CompiledSources:
                 continue
             self._traces[path] = (len(data), parse_trace(data.decode("utf-8", errors="replace"), is_library))
             self.trace_reads += 1
+
+    def close(self) -> None:
+        """The capture's end: the trace read a last time, the root let go."""
+        if self.root is not None:
+            self.refresh(force=True)
+            self.root.close()
+            self.root = None
 
     def origin(self, filename: str, line: int) -> LaunchOrigin | None:
         site = self.wrappers.get(filename, {}).get(line)

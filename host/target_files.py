@@ -58,34 +58,56 @@ def read_target_file(pid: int, filename: str, limit: int = MAX_SOURCE_BYTES) -> 
         os.close(base)
 
 
-def list_target_dir(pid: int, dirname: str, limit: int = 256) -> list[str] | None:
-    """The names in a directory process pid names (absolute, from its root), listed as its owner could; None when
-    it may not or it is not a directory. At most limit names."""
-    owner = owner_of(pid)
-    if owner is None or not os.path.isabs(dirname):
-        return None
-    try:
-        base = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return None
 
-    def listing() -> list[str] | None:
-        try:
-            fd = openat2(base, dirname.lstrip("/") or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,
-                         RESOLVE_NO_MAGICLINKS | RESOLVE_IN_ROOT)
-        except OSError:
+class TargetRoot:
+    """A process's root directory, held open (a descriptor of the directory itself, not of /proc's link): its
+    files are read as its owner could, as read_target_file does, also after the process exited (a profile built
+    at the exit still reads what the process wrote last). Absolute names only."""
+
+    def __init__(self, pid: int) -> None:
+        self.owner = owner_of(pid)
+        self.fd: int | None = None
+        if self.owner is not None:
+            try:
+                self.fd = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                self.fd = None
+
+    def read(self, filename: str, limit: int = MAX_SOURCE_BYTES) -> bytes | None:
+        if self.fd is None or self.owner is None or not os.path.isabs(filename):
             return None
+        base = self.fd
         try:
-            return sorted(os.listdir(fd))[:limit]
-        except OSError:
+            return as_identity(self.owner, lambda: read_regular(filename.lstrip("/") or ".", limit, dir_fd=base,
+                                                                resolve=RESOLVE_NO_MAGICLINKS | RESOLVE_IN_ROOT))
+        except AccessCheckFailed:
             return None
-        finally:
-            os.close(fd)
 
-    try:
-        return as_identity(owner, listing)
-    except AccessCheckFailed:
-        return None
-    finally:
-        os.close(base)
+    def listdir(self, dirname: str, limit: int = 256) -> list[str] | None:
+        """The names in a directory (at most limit, sorted), listed as the owner could; None where it may not."""
+        if self.fd is None or self.owner is None or not os.path.isabs(dirname):
+            return None
+        base = self.fd
 
+        def listing() -> list[str] | None:
+            try:
+                fd = openat2(base, dirname.lstrip("/") or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,
+                             RESOLVE_NO_MAGICLINKS | RESOLVE_IN_ROOT)
+            except OSError:
+                return None
+            try:
+                return sorted(os.listdir(fd))[:limit]
+            except OSError:
+                return None
+            finally:
+                os.close(fd)
+
+        try:
+            return as_identity(self.owner, listing)
+        except AccessCheckFailed:
+            return None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None

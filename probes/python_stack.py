@@ -286,13 +286,14 @@ class PythonStacks(FamilyDefaults):
         proc = self._procs.get(target.pid)
         if exited and proc is not None:
             proc.codes.exited(time.monotonic(), EXIT_GRACE_S)
-        elif proc is not None:  # still running: the compiles since the last read
-            proc.codes.compiled.refresh(force=True)
+        if proc is not None:  # the compiles since the last read (its root is held: also after an exit)
+            proc.codes.compiled.close()
 
     def detach(self, bpf: Any, target: Target) -> None:
         proc = self._procs.pop(target.pid, None)
         if proc is None:
             return
+        proc.codes.compiled.close()  # a capture that failed before its finish
         # its threads first, then the pid's slot, then the layout (an array's entry deleted is zeroed: pid 0)
         entries = [(bpf[b"py_threads"], ct.c_uint32(tid)) for tid in proc.threads]
         entries.append((bpf[b"py_proc_slots"], ct.c_uint32(target.pid)))

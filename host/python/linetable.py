@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-Range = tuple[int, int, int | None]  # [start, end) in bytes of bytecode, line or None
+Range = tuple[int, int, int | None]
+MAX_LINE = 1 << 31  # [start, end) in bytes of bytecode, line or None
 
 
 def pep626_ranges(table: bytes, firstlineno: int) -> Iterator[Range]:
@@ -21,6 +22,8 @@ def pep626_ranges(table: bytes, firstlineno: int) -> Iterator[Range]:
             yield addr, end, None
         else:
             line += ldelta
+            if not 0 <= line < MAX_LINE:
+                return
             yield addr, end, line
         addr = end
 
@@ -32,6 +35,8 @@ def _varint(table: bytes, i: int) -> tuple[int, int]:
         i += 1
         b = table[i]
         shift += 6
+        if shift > 30:  # CPython writes no varint past 32 bits: this is not a line table (below)
+            raise IndexError("varint too long")
         val |= (b & 63) << shift
     return val, i + 1
 
@@ -42,9 +47,11 @@ def _svarint(table: bytes, i: int) -> tuple[int, int]:
 
 
 def location_ranges(table: bytes, firstlineno: int) -> Iterator[Range]:
-    """A table that ends inside an entry ends there: CPython reads a table only as far as the instruction it
-    looks up, so a truncated last entry goes unnoticed in the target (seen in code objects of programs under
-    torch.compile, H100, 2026-12-05), and the entries before it still hold."""
+    """A table that ends inside an entry ends there, and so does one that stops making sense (a varint past 32
+    bits, a line outside 0..2^31): the entries before hold. Both were met in captures of programs under
+    torch.compile (H100, 2026-12-05: an IndexError, then a line of -4.5e26 that the profile's int32 refused),
+    whose code objects come and go by the thousand: a table read as its code object is freed and its memory
+    reused is garbage from some point on."""
     try:
         yield from _location_entries(table, firstlineno)
     except IndexError:
@@ -78,8 +85,8 @@ def _location_entries(table: bytes, firstlineno: int) -> Iterator[Range]:
         else:  # short form: same line, one byte of columns
             ln = line
             i += 1
-        if i > n:
-            return  # its payload runs past the table's end
+        if i > n or not 0 <= line < MAX_LINE:
+            return  # its payload runs past the table's end, or the line is none a source file has
         yield addr, end, ln
         addr = end
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import jsonschema
-from harness import StdinTarget, cuda_runtime, line_of, profile_phase
+from harness import StdinTarget, cuda_runtime, line_of, profile_phase, session_of, wait_for
 from profile_paths import walk
 from rich.console import Console
 
@@ -130,3 +130,39 @@ def test_without_a_trace_kernels_keep_their_nodes_and_say_why_lines_are_missing(
     assert doc["stats"]["compiled_kernel_paths_without_lines"] == 3
     assert "compiles" not in doc
     assert any("TORCH_TRACE" in w for w in doc["warnings"]), doc["warnings"]
+
+
+def test_compiles_written_until_the_target_exits_are_read(daemon, tmp_path: Path) -> None:
+    """`deepctx run`'s capture ends with the process: the trace is read a last time then, through the process's
+    root held open since the capture began. The recompile (0/1) and the output code of the launches are written to
+    the trace after the launches, just before the target exits."""
+    import concurrent.futures as cf
+
+    wrapper = wrapper_file(tmp_path)
+    trace_dir = tmp_path / "trace"
+    trace_dir.mkdir()
+    text = (FIXTURES / "trace_recompile.log").read_text().replace(RECORDED_WRAPPER, str(wrapper))
+    cut = text.index("recompile_reasons")
+    cut = text.rindex("\nV", 0, cut) + 1  # the records before the recompile's
+    trace = trace_dir / "dedicated_log_torch_trace_rank_0_test.log"
+    trace.write_text(text[:cut])
+    env = {**os.environ, "TORCH_TRACE": str(trace_dir)}
+    t = StdinTarget([sys.executable, str(TARGET), cuda_runtime(), str(wrapper), str(N)], env=env)
+    try:
+        with cf.ThreadPoolExecutor(1) as pool:
+            fut = pool.submit(daemon.attach_json, t.pid, "--duration", "300", "--mode", "exact")
+            wait_for(lambda: (session_of(daemon, t.pid) or {}).get("state") == "capturing", what="capture running",
+                     timeout=120)
+            t.go()
+            t.expect("done")
+            with trace.open("a") as f:
+                f.write(text[cut:])
+            t.go()  # the target exits
+            doc = fut.result()
+    finally:
+        t.stop()
+    assert doc["ended"] == "target_exited", doc["ended"]
+    assert [c["id"] for c in doc["compiles"]] == ["0/0", "0/1"]
+    assert doc["compiles"][1]["recompile_reason"].startswith("0/0: tensor 'x' size mismatch")
+    # (the launches' own Python frames may be [unknown] here: the target exits right after them, before deepctxd
+    # reads their code objects; the tests above read them while it lives)

@@ -72,3 +72,13 @@ def test_a_table_cut_inside_its_last_entry_keeps_the_entries_before_it() -> None
     for cut in range(3, len(whole)):  # every cut inside the long form's payload
         assert list(location_ranges(whole[:cut], 10)) == [(0, 2, 11)], cut
     assert list(location_ranges(bytes([0x80 | (11 << 3), 3]), 10)) == []  # one-line form missing a column
+
+
+def test_a_table_that_stops_making_sense_ends_there() -> None:
+    """A line of -4.5e26 reached the profile's int32 from such a table (torch.compile, H100, 2026-12-05)."""
+    good = bytes([0x80 | (13 << 3), 0x02])  # +1
+    long_varint = bytes([0x80 | (13 << 3), 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x01])  # 7 varint bytes: 42 bits
+    assert list(location_ranges(good + long_varint + good, 10)) == [(0, 2, 11)]
+    far = bytes([0x80 | (13 << 3), 0x7F, 0x7F, 0x7F, 0x7F, 0x07])  # svarint of a delta near -2^30 ...
+    assert list(location_ranges(good + far + far + far, 10)) == [(0, 2, 11)]  # ... a line below 0 ends it
+    assert list(pep626_ranges(bytes([2, 1, 2, 0x80 + 1, 2, 1]), 0)) == [(0, 2, 1)]  # 1 - 127 < 0
