@@ -82,4 +82,5 @@ def compile_message(c: Compile) -> pb.Compile:
     return pb.Compile(id=c.compile_id, function=c.function, file=c.file, line=c.line,
                       recompile_reason=c.recompile_reason or "", fail_reason=c.fail_reason or "",
                       graph_breaks=[pb.GraphBreak(file=b.file, line=b.line, reason=b.reason) for b in c.graph_breaks],
-                      time_s=c.time_s, ops=c.ops, called_from=_line(c.called_from) if c.called_from else None)
+                      time_s=c.time_s, ops=c.ops, called_from=_line(c.called_from) if c.called_from else None,
+                      start_unix=c.start_unix)

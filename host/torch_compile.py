@@ -103,6 +103,7 @@ class Compile:
     time_s: float = 0.0
     ops: int = 0
     called_from: SourceLine | None = None
+    start_unix: float = 0.0  # when the compile began (0: not recorded)
 
 
 # The graphs whose node names a wrapper's source nodes use: a forward wrapper names Dynamo's graph's nodes and
@@ -215,6 +216,7 @@ def parse_trace(text: str, is_library: object = None) -> CompileTrace:
             c.fail_reason = m.get("fail_reason")
             c.time_s = float(m.get("entire_frame_compile_time_s") or 0.0)
             c.ops = int(m.get("graph_op_count") or 0)
+            c.start_unix = float(m.get("start_time") or 0.0)
             stack = [s for s in (_stack_line(e) for e in m.get("stack_trace") or []) if s is not None]
             callers = [s for s in stack[:-1] if not (callable(is_library) and is_library(s.file))]
             c.called_from = callers[-1] if callers else None

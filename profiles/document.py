@@ -84,7 +84,8 @@ def compile_doc(c: pb.Compile) -> dict[str, Any]:
             "recompile_reason": c.recompile_reason or None, "fail_reason": c.fail_reason or None,
             "graph_breaks": [{"file": b.file, "line": b.line, "reason": b.reason} for b in c.graph_breaks],
             "time_s": c.time_s, "ops": c.ops,
-            "called_from": _line(c.called_from) if c.HasField("called_from") else None}
+            "called_from": _line(c.called_from) if c.HasField("called_from") else None,
+            "start_unix": c.start_unix or None}
 
 
 def device_part(stats: dict[str, int]) -> dict[str, Any] | None:

@@ -110,6 +110,7 @@ class GpuRecord:
     stream: int | None = None
     pcs: KernelPcs | None = None  # kernel nodes of PC-sampling captures: their instructions (pcs.py)
     shared_mem: int | None = None  # kernel nodes: dynamic shared memory per block (bytes)
+    compiled_from: dict[str, Any] | None = None  # kernels of torch.compile'd code: their model lines (formats.md)
 
     @property
     def blocks(self) -> int | None:
@@ -335,7 +336,8 @@ def _add_gpu(idx: ProfileIndex, ctx: Context, node: dict[str, Any], m: dict[str,
                     sync_wait_ns=int(m.get("sync_wait_ns", 0)),
                     grid=tuple(node["grid"]) if node.get("grid") else None,
                     block=tuple(node["block"]) if node.get("block") else None, stream=node.get("stream"),
-                    pcs=kernel_pcs(node) if kind == "kernel" else None, shared_mem=node.get("shared_mem"))
+                    pcs=kernel_pcs(node) if kind == "kernel" else None, shared_mem=node.get("shared_mem"),
+                    compiled_from=node.get("compiled_from"))
     idx.gpu.append(rec)
     t = idx.threads.get(ctx.tid) if ctx.tid is not None else None
     if t is not None:

@@ -284,7 +284,7 @@ class CompiledFrom(_message.Message):
     def __init__(self, lines: _Optional[_Iterable[_Union[SourceLine, _Mapping]]] = ..., nodes: _Optional[_Iterable[str]] = ..., aten: _Optional[_Iterable[str]] = ..., compile_id: _Optional[str] = ..., output_code: _Optional[str] = ...) -> None: ...
 
 class Compile(_message.Message):
-    __slots__ = ("id", "function", "file", "line", "recompile_reason", "fail_reason", "graph_breaks", "time_s", "ops", "called_from")
+    __slots__ = ("id", "function", "file", "line", "recompile_reason", "fail_reason", "graph_breaks", "time_s", "ops", "called_from", "start_unix")
     ID_FIELD_NUMBER: _ClassVar[int]
     FUNCTION_FIELD_NUMBER: _ClassVar[int]
     FILE_FIELD_NUMBER: _ClassVar[int]
@@ -295,6 +295,7 @@ class Compile(_message.Message):
     TIME_S_FIELD_NUMBER: _ClassVar[int]
     OPS_FIELD_NUMBER: _ClassVar[int]
     CALLED_FROM_FIELD_NUMBER: _ClassVar[int]
+    START_UNIX_FIELD_NUMBER: _ClassVar[int]
     id: str
     function: str
     file: str
@@ -305,7 +306,8 @@ class Compile(_message.Message):
     time_s: float
     ops: int
     called_from: SourceLine
-    def __init__(self, id: _Optional[str] = ..., function: _Optional[str] = ..., file: _Optional[str] = ..., line: _Optional[int] = ..., recompile_reason: _Optional[str] = ..., fail_reason: _Optional[str] = ..., graph_breaks: _Optional[_Iterable[_Union[GraphBreak, _Mapping]]] = ..., time_s: _Optional[float] = ..., ops: _Optional[int] = ..., called_from: _Optional[_Union[SourceLine, _Mapping]] = ...) -> None: ...
+    start_unix: float
+    def __init__(self, id: _Optional[str] = ..., function: _Optional[str] = ..., file: _Optional[str] = ..., line: _Optional[int] = ..., recompile_reason: _Optional[str] = ..., fail_reason: _Optional[str] = ..., graph_breaks: _Optional[_Iterable[_Union[GraphBreak, _Mapping]]] = ..., time_s: _Optional[float] = ..., ops: _Optional[int] = ..., called_from: _Optional[_Union[SourceLine, _Mapping]] = ..., start_unix: _Optional[float] = ...) -> None: ...
 
 class GraphBreak(_message.Message):
     __slots__ = ("file", "line", "reason")

@@ -21,6 +21,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,8 +125,10 @@ def runs(daemon) -> dict[tuple[str, str], Run | Exception]:
             continue
         for variant in ("inefficient", "fixed"):
             argv = [str(script(rule))] + (["--fixed"] if variant == "fixed" else [])
+            # torch.compile's structured trace, as `deepctx run` sets it: the compile rules read it
+            traced = {**env, "TORCH_TRACE": tempfile.mkdtemp(prefix="deepctx-analyzer-trace-")}
             try:
-                out[(rule, variant)] = measure(daemon, rule, argv, variant, env)
+                out[(rule, variant)] = measure(daemon, rule, argv, variant, traced)
             except Exception as e:  # noqa: BLE001  (reported by the rule's test)
                 out[(rule, variant)] = e
     yield out

@@ -18,7 +18,8 @@ def test_rules_are_listed_in_issue_order() -> None:
     assert rule_ids() == ["host-bound-step", "launch-bound-loop", "sync-in-loop", "blocking-copy", "allocation-churn",
                           "elementwise-chain", "dataloader-main-thread", "fp32-gemm", "small-grid",
                           "collective-not-overlapped", "long-scoreboard", "uncoalesced-access", "bank-conflicts",
-                          "warp-divergence", "fp32-fma", "low-occupancy", "unfused-optimizer"]
+                          "warp-divergence", "fp32-fma", "low-occupancy", "unfused-optimizer", "recompiles",
+                          "graph-break", "compiled-hot-kernel"]
 
 
 def test_unknown_rule_is_an_error() -> None:

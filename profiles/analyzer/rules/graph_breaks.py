@@ -1,0 +1,72 @@
+"""Rule: a graph break inside a compiled function (issue 33.4): Dynamo stopped tracing at a line it could not
+compile, so the function runs as two graphs and the code between them in Python, every call."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from deepctx.profiles.analyzer.finding import Finding
+from deepctx.profiles.analyzer.index import GpuRecord, Site
+from deepctx.profiles.analyzer.names import is_wrapper_file
+from deepctx.profiles.analyzer.registry import Context, NotEvaluated, Rule, register
+from deepctx.profiles.analyzer.rules.common import launch_api_ns, site_cpu_ns, steady
+from deepctx.profiles.analyzer.rules.compiles import call_site, compiles_in
+
+
+def eager(r: GpuRecord) -> bool:
+    """Launched outside compiled code: no Inductor wrapper frame on its path."""
+    return not any(s.file and is_wrapper_file(s.file) for s in r.ctx.python)
+
+
+def in_function(site: Site | None, file: str, function: str, first_line: int) -> bool:
+    """A line of the compiled function (or of the resume function Dynamo made at the break, same file)."""
+    if site is None or site.file != file or site.line is None or site.line < first_line:
+        return False
+    name = site.function.rsplit(".", 1)[-1]
+    return name == function or name.startswith("torch_dynamo_resume_in_" + function)
+
+
+@register
+class GraphBreaks(Rule):
+    id = "graph-break"
+    number = 19
+    title = "graph breaks inside a compiled function"
+    needs = "api"
+
+    def evaluate(self, ctx: Context) -> list[Finding] | NotEvaluated:
+        idx = ctx.index
+        compiles = compiles_in(idx.doc)
+        if not compiles:
+            return NotEvaluated("the profile has no torch.compile compiles (no trace: `deepctx run` sets "
+                                "TORCH_TRACE; attach to a process started with it)")
+        breaks: dict[tuple[str, int], list[tuple[dict, dict]]] = defaultdict(list)
+        for c in compiles:
+            for b in c["graph_breaks"]:
+                breaks[(b["file"], b["line"])].append((c, b))
+        out = []
+        for (file, line), found in breaks.items():
+            c, b = found[0]
+            # what the break leaves to Python: the work at the function's lines outside its graphs, and the host
+            # time of the kernels launched there one by one
+            sites = {s for s in idx.site_samples if in_function(s, file, c["function"], c["line"])}
+            cpu = sum(site_cpu_ns(idx, s) for s in sites)
+            eager_recs = [r for r in steady(idx.gpu) if eager(r) and in_function(r.ctx.site, file, c["function"],
+                                                                                   c["line"])]
+            api = launch_api_ns(eager_recs)
+            removable = cpu + api
+            here = Site(file, line, c["function"])
+            out.append(Finding(
+                rule=self.id, title=f"graph break in {c['function']} at line {line}", site=here,
+                evidence={"reason": b["reason"], "compiled_function": f"{c['function']} ({c['file']}:{c['line']})",
+                          "eager_cpu_ns": cpu, "eager_launches": sum(r.calls for r in eager_recs),
+                          "eager_launch_api_ns": api, "called_at": call_site(c).label()},
+                suggestion=(f"Dynamo cannot compile line {line} of {c['function']} ({b['reason']}), so "
+                            f"{c['function']} runs as separate graphs with Python between them at every call. Move "
+                            "that line out of the compiled function, or replace it with something Dynamo traces "
+                            "(torch._dynamo.explain lists every break; fullgraph=True makes a break an error)."),
+                estimated_speedup=ctx.basis.speedup(removable), confidence=0.5,
+                model=("graph break: R = CPU time at the broken function's lines outside its graphs + the host "
+                       "time of the kernels launched there eagerly; speedup = T/(T-R). The fusion lost across the "
+                       "break is not counted"),
+                removable_ns=int(removable)))
+        return out
