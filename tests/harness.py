@@ -10,6 +10,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 BIN = Path(sys.executable).parent
 
@@ -181,6 +182,15 @@ def stop_run(daemon: Daemon, run: StdinTarget, pid: int | None = None, timeout: 
     assert run.proc.wait(timeout=120) == 0
 
 
+def capture_started(pool: Any, daemon: Daemon, target: StdinTarget, *attach_args: str) -> Any:
+    """`deepctx attach` (exact mode, up to 300 s, unless attach_args say otherwise) submitted to pool, once its
+    capture runs: the future of its profile."""
+    fut = pool.submit(daemon.attach_json, target.pid, "--duration", "300", "--mode", "exact", *attach_args)
+    wait_for(lambda: (session_of(daemon, target.pid) or {}).get("state") == "capturing", what="capture running",
+             timeout=120)
+    return fut
+
+
 def profile_phase(daemon: Daemon, target: StdinTarget, *attach_args: str) -> dict:
     """Attaches, waits until the probes are live, lets the target do its work, ends the capture with
     `deepctx stop` while the target still lives (so everything is named), and returns the profile. In exact
@@ -188,9 +198,7 @@ def profile_phase(daemon: Daemon, target: StdinTarget, *attach_args: str) -> dic
     import concurrent.futures as cf
 
     with cf.ThreadPoolExecutor(1) as pool:
-        fut = pool.submit(daemon.attach_json, target.pid, "--duration", "300", "--mode", "exact", *attach_args)
-        wait_for(lambda: (session_of(daemon, target.pid) or {}).get("state") == "capturing", what="capture running",
-                 timeout=120)
+        fut = capture_started(pool, daemon, target, *attach_args)
         target.go()
         target.expect("done")
         r = daemon.cli("stop", str(target.pid))

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import jsonschema
-from harness import StdinTarget, cuda_runtime, line_of, profile_phase, session_of, wait_for
+from harness import StdinTarget, capture_started, cuda_runtime, line_of, profile_phase
 from profile_paths import walk
 from rich.console import Console
 
@@ -150,9 +150,7 @@ def test_compiles_written_until_the_target_exits_are_read(daemon, tmp_path: Path
     t = StdinTarget([sys.executable, str(TARGET), cuda_runtime(), str(wrapper), str(N)], env=env)
     try:
         with cf.ThreadPoolExecutor(1) as pool:
-            fut = pool.submit(daemon.attach_json, t.pid, "--duration", "300", "--mode", "exact")
-            wait_for(lambda: (session_of(daemon, t.pid) or {}).get("state") == "capturing", what="capture running",
-                     timeout=120)
+            fut = capture_started(pool, daemon, t)
             t.go()
             t.expect("done")
             with trace.open("a") as f:

@@ -6,6 +6,10 @@ from typing import Any
 
 from deepctx.profiles.analyzer.index import Site
 from deepctx.profiles.analyzer.names import is_library_frame
+from deepctx.profiles.analyzer.registry import NotEvaluated
+
+NO_COMPILES = NotEvaluated("the profile has no torch.compile compiles (no trace: `deepctx run` sets TORCH_TRACE; "
+                           "attach to a process started with it)")
 
 
 def compiles_in(doc: dict[str, Any]) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ from deepctx.profiles.analyzer.index import GpuRecord, Site
 from deepctx.profiles.analyzer.names import is_wrapper_file
 from deepctx.profiles.analyzer.registry import Context, NotEvaluated, Rule, register
 from deepctx.profiles.analyzer.rules.common import launch_api_ns, site_cpu_ns, steady
-from deepctx.profiles.analyzer.rules.compiles import call_site, compiles_in
+from deepctx.profiles.analyzer.rules.compiles import NO_COMPILES, call_site, compiles_in
 
 
 def eager(r: GpuRecord) -> bool:
@@ -37,8 +37,7 @@ class GraphBreaks(Rule):
         idx = ctx.index
         compiles = compiles_in(idx.doc)
         if not compiles:
-            return NotEvaluated("the profile has no torch.compile compiles (no trace: `deepctx run` sets "
-                                "TORCH_TRACE; attach to a process started with it)")
+            return NO_COMPILES
         breaks: dict[tuple[str, int], list[tuple[dict, dict]]] = defaultdict(list)
         for c in compiles:
             for b in c["graph_breaks"]:

@@ -9,7 +9,7 @@ from typing import Any
 from deepctx.profiles.analyzer.finding import Finding
 from deepctx.profiles.analyzer.registry import Context, NotEvaluated, Rule, register
 from deepctx.profiles.analyzer.rules.common import site_text
-from deepctx.profiles.analyzer.rules.compiles import call_site, compiles_in, in_capture
+from deepctx.profiles.analyzer.rules.compiles import NO_COMPILES, call_site, compiles_in, in_capture
 
 
 def advice(reason: str) -> str:
@@ -38,8 +38,7 @@ class Recompiles(Rule):
         doc = ctx.index.doc
         compiles = compiles_in(doc)
         if not compiles:
-            return NotEvaluated("the profile has no torch.compile compiles (no trace: `deepctx run` sets "
-                                "TORCH_TRACE; attach to a process started with it)")
+            return NO_COMPILES
         groups: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
         for c in compiles:
             if c["recompile_reason"] and in_capture(doc, c):
