@@ -157,14 +157,15 @@ def cuda_runtime() -> str:
     raise SystemExit("pip package nvidia-cuda-runtime is not installed (./install.sh installs it)")
 
 
-def target_argv(kind: str, period: float) -> list[str]:
+def target_argv(kind: str, period: float, python: str | None = None) -> list[str]:
+    """python: the targets' interpreter (default this one), e.g. a virtualenv that has PyTorch."""
+    python = python or sys.executable
     if kind != "cudart":
-        try:
-            __import__(kind)
-        except ImportError:
-            raise SystemExit(f"--target {kind}: {kind} does not import in {sys.executable}") from None
+        module = kind.split("_", 1)[0]
+        if subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode != 0:
+            raise SystemExit(f"--target {kind}: {module} does not import in {python}")
     extra = [cuda_runtime()] if kind == "cudart" else []
-    return [sys.executable, str(TARGET), kind, *extra, "--period", str(period)]
+    return [python, str(TARGET), kind, *extra, "--period", str(period)]
 
 
 class Target:

@@ -161,7 +161,7 @@ def many_targets(args: argparse.Namespace) -> int:
     from attach_latency import target_argv
 
     counts = sorted({int(n) for n in args.targets.split(",")})
-    argv = target_argv(args.target, args.period)
+    argv = target_argv(args.target, args.period, args.target_python)
     rows: list[tuple[str, int, dict[str, float]]] = []
     targets: list[Steady] = []
     attaches: list[subprocess.Popen] = []
@@ -296,7 +296,8 @@ def _deepctx() -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--targets", default="1,5,10", help="target counts, captured at once, in turn (default 1,5,10)")
-    ap.add_argument("--target", choices=["cudart", "torch", "jax"], default="cudart",
+    ap.add_argument("--target-python", help="the targets' interpreter (default this one): one that has PyTorch")
+    ap.add_argument("--target", choices=["cudart", "torch", "torch_cpu", "jax"], default="cudart",
                     help="steady_calls.py's workload (torch, jax: the GPU host)")
     ap.add_argument("--period", type=float, default=0.002, help="seconds between the targets' calls or steps")
     ap.add_argument("--settle", type=float, default=5.0, help="seconds the captures run at each count before "

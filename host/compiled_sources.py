@@ -16,6 +16,7 @@ from deepctx.host.torch_compile import (
     CompileTrace,
     LaunchSite,
     SourceLine,
+    complete_part,
     is_backward_wrapper,
     parse_trace,
     parse_wrapper,
@@ -51,7 +52,7 @@ class CompiledSources:
         self.trace_dir = environ_value(pid, "TORCH_TRACE")
         # the trace is read once more at the capture's end, often the process's exit: its root is held open
         self.root: TargetRoot | None = TargetRoot(pid) if self.trace_dir else None
-        self._traces: dict[str, tuple[int, CompileTrace]] = {}  # trace file -> (bytes read, parsed)
+        self._traces: dict[str, tuple[int, CompileTrace]] = {}  # trace file -> (bytes parsed, what they say)
         self._read_at = 0.0
         self.trace_reads = 0
 
@@ -66,9 +67,9 @@ class CompiledSources:
             self.backward.add(filename)
         self.refresh(force=True)
 
-    def refresh(self, force: bool = False) -> None:
-        """Reads the trace's files again (each parsed again only when it grew): every REFRESH_S at most unless
-        forced. Only while the process lives: its files are read from its own root."""
+    def refresh(self, force: bool = False, final: bool = False) -> None:
+        """Reads what the trace's files gained since the last read (whole records only, unless final: the
+        process is done writing): every REFRESH_S at most unless forced."""
         now = time.monotonic()
         root = self.root
         if root is None or not self.trace_dir or (not force and (not self.wrappers or now - self._read_at < REFRESH_S)):
@@ -77,19 +78,21 @@ class CompiledSources:
         names = root.listdir(self.trace_dir) or []
         for name in [n for n in names if n.startswith(TRACE_PREFIX) and n.endswith(".log")][:MAX_TRACE_FILES]:
             path = os.path.join(self.trace_dir, name)
-            data = root.read(path, MAX_TRACE_BYTES)
-            if data is None:
+            done, trace = self._traces.get(path, (0, CompileTrace()))
+            data = root.read(path, MAX_TRACE_BYTES, offset=done)
+            if not data:
                 continue
-            seen = self._traces.get(path)
-            if seen is not None and seen[0] == len(data):
+            whole = len(data) if final else complete_part(data)
+            if whole == 0:
                 continue
-            self._traces[path] = (len(data), parse_trace(data.decode("utf-8", errors="replace"), is_library))
+            parse_trace(data[:whole].decode("utf-8", errors="replace"), is_library, into=trace)
+            self._traces[path] = (done + whole, trace)
             self.trace_reads += 1
 
     def close(self) -> None:
         """The capture's end: the trace read a last time, the root let go."""
         if self.root is not None:
-            self.refresh(force=True)
+            self.refresh(force=True, final=True)
             self.root.close()
             self.root = None
 

@@ -129,11 +129,12 @@ def openat2(dir_fd: int, path: str, flags: int, resolve: int) -> int:
 
 
 def read_regular(path: str, limit: int, allowed: Callable[[os.stat_result], bool] | None = None,
-                 dir_fd: int | None = None, resolve: int = 0) -> bytes | None:
+                 dir_fd: int | None = None, resolve: int = 0, offset: int = 0) -> bytes | None:
     """path's bytes when it is a regular file of at most limit bytes (and allowed(stat), if given); None
     for anything else. Opened without blocking (a FIFO would wait for a writer) and without taking a
     terminal; checked on the descriptor, so a file swapped after the open is not what is judged. With
-    dir_fd, path is looked up from it under resolve (RESOLVE_* flags)."""
+    dir_fd, path is looked up from it under resolve (RESOLVE_* flags). offset: from there on (a file that
+    grows, read again)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
         fd = os.open(path, flags) if dir_fd is None else openat2(dir_fd, path, flags, resolve)
@@ -144,9 +145,10 @@ def read_regular(path: str, limit: int, allowed: Callable[[os.stat_result], bool
         if not stat.S_ISREG(st.st_mode) or st.st_size > limit or (allowed is not None and not allowed(st)):
             return None
         with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(limit + 1)
+            f.seek(offset)
+            data = f.read(limit + 1 - offset)
     except OSError:
         return None
     finally:
         os.close(fd)
-    return data if len(data) <= limit else None
+    return data if offset + len(data) <= limit else None

@@ -73,13 +73,15 @@ class TargetRoot:
             except OSError:
                 self.fd = None
 
-    def read(self, filename: str, limit: int = MAX_SOURCE_BYTES) -> bytes | None:
+    def read(self, filename: str, limit: int = MAX_SOURCE_BYTES, offset: int = 0) -> bytes | None:
+        """The file's bytes from offset on (None where the owner may not read it or it outgrew limit)."""
         if self.fd is None or self.owner is None or not os.path.isabs(filename):
             return None
         base = self.fd
         try:
             return as_identity(self.owner, lambda: read_regular(filename.lstrip("/") or ".", limit, dir_fd=base,
-                                                                resolve=RESOLVE_NO_MAGICLINKS | RESOLVE_IN_ROOT))
+                                                                resolve=RESOLVE_NO_MAGICLINKS | RESOLVE_IN_ROOT,
+                                                                offset=offset))
         except AccessCheckFailed:
             return None
 

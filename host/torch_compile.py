@@ -191,11 +191,18 @@ def _stack_line(entry: str) -> SourceLine | None:
     return SourceLine(m.group(3), int(m.group(1)), m.group(2), "") if m else None
 
 
-def parse_trace(text: str, is_library: object = None) -> CompileTrace:
-    """A structured trace's compiles. is_library(file) -> bool picks, of a compile's stack, the frames that are
-    not the user's (PyTorch's own); the innermost other frame outside the compiled function is where it was
-    called from."""
-    trace = CompileTrace()
+def complete_part(data: bytes) -> int:
+    """How many bytes of a trace that is still being written hold whole records: up to the start of its last
+    record (whose payload lines may still be coming). Records start with glog's level letter."""
+    last = max(data.rfind(b"\n" + level) for level in (b"V", b"I", b"W", b"E"))
+    return last + 1 if last >= 0 else 0
+
+
+def parse_trace(text: str, is_library: object = None, into: CompileTrace | None = None) -> CompileTrace:
+    """A structured trace's compiles (added to `into`, a trace read so far, when given). is_library(file) ->
+    bool picks, of a compile's stack, the frames that are not the user's (PyTorch's own); the innermost other
+    frame outside the compiled function is where it was called from."""
+    trace = into if into is not None else CompileTrace()
     for head, payload in _records(text):
         graph = next((g for g in GRAPHS if g in head), None)
         if graph is not None:

@@ -1,11 +1,12 @@
 """Probed GPU calls at a steady rate, for bench/attach_latency.py: the "next call" that proves a capture ready.
 
     python steady_calls.py cudart LIBCUDART [--period S]
-    python steady_calls.py torch|jax [--period S]
+    python steady_calls.py torch|torch_cpu|jax [--period S]
 
 cudart: the real CUDA runtime loaded through ctypes (pip's nvidia-cuda-runtime), cudaLaunchKernel called in a
 loop; without a GPU each call fails, but the uprobes fire on the real entry point (as in
 tests/targets/gpu/runtime_calls.py). torch: a small MLP training step (forward, backward, SGD) on the GPU.
+torch_cpu: the same on the CPU, for a host without a GPU (a CUDA build still loads its CUDA libraries).
 jax: a jitted matmul step. Each warms up (libraries loaded, kernels compiled), prints "ready <pid>", then makes
 one call or step every --period seconds (default 0.002) until stdin closes, and exits 0.
 """
@@ -49,6 +50,24 @@ def torch_step() -> Callable[[], None]:
     return step
 
 
+def torch_cpu_step() -> Callable[[], None]:
+    """The MLP's step on the CPU: a CUDA build of PyTorch loads its CUDA libraries (libtorch_cuda.so, libcudart)
+    at import, so the probes attach to them as on a GPU host, and the daemon reads the same large files."""
+    import torch
+
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(32, 128), torch.randn(32, 128)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+    return step
+
+
 def jax_step() -> Callable[[], None]:
     import jax
     import jax.numpy as jnp
@@ -65,7 +84,8 @@ def jax_step() -> Callable[[], None]:
 def main() -> int:
     kind = sys.argv[1]
     period = float(sys.argv[sys.argv.index("--period") + 1]) if "--period" in sys.argv else 0.002
-    step = cudart_step(sys.argv[2]) if kind == "cudart" else torch_step() if kind == "torch" else jax_step()
+    steps = {"torch": torch_step, "torch_cpu": torch_cpu_step, "jax": jax_step}
+    step = cudart_step(sys.argv[2]) if kind == "cudart" else steps[kind]()
     for _ in range(3):  # first calls initialize the runtime (and compile kernels): not part of the steady loop
         step()
     closed = threading.Event()

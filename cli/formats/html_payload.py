@@ -14,7 +14,7 @@ from deepctx.cli.views.diff import DiffNode, kernel_changes, kernel_metric, path
 from deepctx.host.identity import NOBODY, AccessCheckFailed, Ids, as_identity, read_regular
 from deepctx.profiles.fold import VIEWS_DEFAULT, ZONE_ROOTS, Fold, dispatch_frames, is_plumbing, is_startup
 from deepctx.profiles.metrics import METRIC_TITLES, METRIC_UNITS
-from deepctx.profiles.tree import Frame, ViewNode, gc_paused
+from deepctx.profiles.tree import Frame, ViewNode, gc_paused, origin_lines
 
 KINDS = ["root", "thread", "python", "native", "op", "api", "kernel", "memcpy", "memset", "sync"]
 MAX_SOURCE_BYTES = 2_000_000  # per file: a generated or data file is not worth embedding
@@ -26,7 +26,8 @@ class _Columns:
         self.strings: list[str] = []
         self.index: dict[str, int] = {}
         self.kinds = list(KINDS)
-        self.cols: dict[str, list[int]] = {k: [] for k in ("parent", "kind", "name", "file", "line", "module", "tid", "fn")}
+        self.cols: dict[str, list[int]] = {k: [] for k in ("parent", "kind", "name", "file", "line", "module", "tid", "fn",
+                                                           "note")}
         self.functions: dict[Frame, int] = {}  # frame with the line dropped -> function id (flat, bottom-up)
         self.values: dict[str, list[int]] = {m: [] for m in metrics}
         self.base: dict[str, list[int]] = {m: [] for m in metrics}
@@ -40,7 +41,8 @@ class _Columns:
             self.strings.append(text)
         return i
 
-    def add(self, frame: Frame, parent: int, tid: int | None) -> int:
+    def add(self, frame: Frame, parent: int, tid: int | None, note: str | None = None) -> int:
+        """note: what the page shows after the frame (a compiled kernel's model lines)."""
         if frame.kind not in KINDS:  # the page puts kinds in class attributes: nothing but [a-z0-9_-]
             frame = frame._replace(kind=re.sub(r"[^a-z0-9_-]", "_", frame.kind.lower())[:32])
         if frame.kind not in self.kinds:
@@ -54,7 +56,19 @@ class _Columns:
         c["module"].append(self.s(frame.module))
         c["tid"].append(tid if tid is not None else -1)
         c["fn"].append(self.functions.setdefault(frame.function(), len(self.functions)))
+        c["note"].append(self.s(note))
         return len(c["parent"]) - 1
+
+
+def node_note(node: ViewNode) -> str | None:
+    """A kernel of torch.compile'd code: the model lines it came from ("from model.py:41, 42, 47")."""
+    cf = node.extra.get("compiled_from")
+    if not cf:
+        return None
+    lines = origin_lines(cf)
+    if lines:
+        return f"from {lines}"
+    return "compiled from " + ", ".join(cf["aten"]) if cf.get("aten") else None
 
 
 def _meta(doc: dict[str, Any]) -> dict[str, Any]:
@@ -99,7 +113,7 @@ def profile_payload(doc: dict[str, Any], root: ViewNode, default_metric: str, so
     stack: list[tuple[ViewNode, int, bool, bool]] = [(root, -1, True, False)]
     while stack:
         node, parent, above, under_startup = stack.pop()
-        i = cols.add(node.frame, parent, node.tid)
+        i = cols.add(node.frame, parent, node.tid, node_note(node))
         for m in metrics:
             cols.values[m].append(node.self[m])
         f = node.frame

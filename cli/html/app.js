@@ -165,7 +165,8 @@
   function frameHtml(i) {
     const k = kindOf(i);
     const label = k === "thread" ? "[thread] " + nameOf(i) : nameOf(i);
-    return '<span class="k-' + k + '">' + esc(label) + '</span><span class="where">' + esc(where(i)) + "</span>";
+    const note = N.note && N.note[i] >= 0 ? '<span class="note"> ' + esc(S[N.note[i]]) + "</span>" : "";
+    return '<span class="k-' + k + '">' + esc(label) + '</span><span class="where">' + esc(where(i)) + "</span>" + note;
   }
 
   // --- header ----------------------------------------------------------------------------------------------

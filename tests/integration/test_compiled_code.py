@@ -15,7 +15,9 @@ from harness import StdinTarget, capture_started, cuda_runtime, line_of, profile
 from profile_paths import walk
 from rich.console import Console
 
+from deepctx.cli.formats.html_payload import profile_payload
 from deepctx.cli.formats.tree import render
+from deepctx.profiles.tree import from_doc
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "torch_compile"
@@ -118,6 +120,10 @@ def test_kernels_of_compiled_code_carry_the_models_lines(daemon, tmp_path: Path)
         assert "from xind.py:17" in out and "torch.compile: 2 compiles" in out and "1 recompiles" in out, out
     assert "from xind.py:17, 18, 19" in out and "from xind.py:22" in out, out
     assert "recompiled: 0/0: tensor 'x' size mismatch at index 0" in out, out
+    # the HTML report: the same note after each compiled kernel
+    page = profile_payload(doc, from_doc(doc), "calls", {})
+    notes = {page["strings"][i] for i in page["nodes"]["note"] if i >= 0}
+    assert notes == {"from xind.py:17", "from xind.py:17, 18, 19", "from xind.py:22"}, notes
 
 
 def test_without_a_trace_kernels_keep_their_nodes_and_say_why_lines_are_missing(daemon, tmp_path: Path) -> None:

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deepctx.host.torch_compile import is_backward_wrapper, is_wrapper_file, parse_trace, parse_wrapper
+from deepctx.host.torch_compile import (
+    complete_part,
+    is_backward_wrapper,
+    is_wrapper_file,
+    parse_trace,
+    parse_wrapper,
+)
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "torch_compile"
 FORWARD = FIX / "cdlu5sxvizxhfj5ccbcng76aoujrpgsc2zv4dn37xgooawdr5lmp.py"
@@ -88,3 +94,19 @@ def test_wrapper_file_names() -> None:
     assert is_wrapper_file(str(FORWARD)) and is_wrapper_file("c" + "0" * 51 + ".py")
     assert not is_wrapper_file("/x/model.py") and not is_wrapper_file("/x/c" + "a" * 50 + ".py")
     assert not is_wrapper_file("/x/Cdlu5sxvizxhfj5ccbcng76aoujrpgsc2zv4dn37xgooawdr5lmp.py")
+
+
+def test_a_trace_read_while_it_grows_says_what_it_says_whole() -> None:
+    """deepctxd reads a trace again as it grows, whole records only (host/compiled_sources.py): cut anywhere, the
+    records parsed in two reads are those of one."""
+    data = (FIX / "trace_recompile.log").read_bytes()
+    whole = parse_trace(data.decode())
+    for cut in (len(data) // 3, len(data) // 2, data.index(b"recompile_reasons") + 5):
+        first = complete_part(data[:cut])
+        assert first > 0 and data[first:first + 1] in (b"V", b"I", b"W", b"E")
+        trace = parse_trace(data[:first].decode())
+        parse_trace(data[first:].decode(), into=trace)
+        assert trace.output_code == whole.output_code and trace.nodes == whole.nodes
+        assert {k: (c.recompile_reason, c.time_s) for k, c in trace.compiles.items()} == \
+            {k: (c.recompile_reason, c.time_s) for k, c in whole.compiles.items()}
+    assert complete_part(data[:10]) == 0
