@@ -8,7 +8,8 @@ import os
 import time
 from dataclasses import dataclass
 
-from deepctx.host.procfs import environ_value
+from deepctx.host.frames import is_library_file
+from deepctx.host.procfs import environ_value, namespace_pid
 from deepctx.host.target_files import TargetRoot, read_target_file
 from deepctx.host.torch_compile import (
     MAX_TRACE_BYTES,
@@ -28,11 +29,6 @@ REFRESH_S = 10.0  # a trace read again at most this often while the capture runs
 MAX_TRACE_FILES = 16
 
 
-def is_library(filename: str) -> bool:
-    """A frame of PyTorch or another installed package, not the user's own code."""
-    return "/site-packages/" in filename or "/dist-packages/" in filename or filename.startswith("<")
-
-
 @dataclass(frozen=True)
 class LaunchOrigin:
     """What a launch at a wrapper line came from: the site's nodes and operators, and their model lines (empty
@@ -50,6 +46,7 @@ class CompiledSources:
         self.wrappers: dict[str, dict[int, LaunchSite]] = {}
         self.backward: set[str] = set()  # the wrappers of backward graphs
         self.trace_dir = environ_value(pid, "TORCH_TRACE")
+        self.ns_pid = namespace_pid(pid)  # the pid the process's own trace records carry
         # the trace is read once more at the capture's end, often the process's exit: its root is held open
         self.root: TargetRoot | None = TargetRoot(pid) if self.trace_dir else None
         self._traces: dict[str, tuple[int, CompileTrace]] = {}  # trace file -> (bytes parsed, what they say)
@@ -85,7 +82,7 @@ class CompiledSources:
             whole = len(data) if final else complete_part(data)
             if whole == 0:
                 continue
-            parse_trace(data[:whole].decode("utf-8", errors="replace"), is_library, into=trace)
+            parse_trace(data[:whole].decode("utf-8", errors="replace"), is_library_file, into=trace)
             self._traces[path] = (done + whole, trace)
             self.trace_reads += 1
 
@@ -100,7 +97,8 @@ class CompiledSources:
         site = self.wrappers.get(filename, {}).get(line)
         if site is None:
             return None
-        for trace in self._traces_newest_first():
+        traces = self._traces_newest_first()
+        for trace in sorted(traces, key=lambda t: t.pid != self.ns_pid):  # this process's own trace first
             cid = trace.output_code.get(filename)
             if cid is not None:
                 lines = trace.lines(filename, site, filename in self.backward)
@@ -108,11 +106,16 @@ class CompiledSources:
         return LaunchOrigin(filename, site, (), None)
 
     def compiles(self) -> list[Compile]:
-        """Every compile the traces record (a trace file's own compile ids are unique; files of other runs of the
-        same directory are other processes': the one that made this process's wrappers is taken first)."""
-        mine = [t for t in self._traces_newest_first() if any(w in t.output_code for w in self.wrappers)]
-        chosen = mine[:1] or list(self._traces_newest_first())[:1]
-        return [c for t in chosen for c in sorted(t.compiles.values(), key=_compile_order)]
+        """Every compile this process's trace records. A directory may hold the traces of other processes (the
+        ranks of one job, earlier runs): each record names its writer's pid; without one, the file that names
+        this process's wrappers."""
+        traces = self._traces_newest_first()
+        mine = [t for t in traces if t.pid is not None and t.pid == self.ns_pid]
+        if not mine:
+            mine = [t for t in traces if any(w in t.output_code for w in self.wrappers)][:1]
+        if not mine and len(traces) == 1:  # one file, whose writer is not known to be another process
+            mine = traces
+        return [c for t in mine for c in sorted(t.compiles.values(), key=_compile_order)]
 
     def _traces_newest_first(self) -> list[CompileTrace]:
         return [t for _, t in reversed(list(self._traces.values()))]

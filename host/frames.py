@@ -10,6 +10,15 @@ NODE_KINDS = ("root", "thread", "python", "native", "op", "api", "kernel", "memc
               "gpu_function", "gpu_line", "gpu_instruction")  # the last three: inside a kernel (PC samples)
 
 
+# Python files of installed packages, the standard library, or no file at all ("<string>", "<frozen ...>")
+LIBRARY_FILE = re.compile(r"/(site|dist)-packages/|/lib/python3\.\d+t?/|^<")
+
+
+def is_library_file(filename: str) -> bool:
+    """A Python file the user does not edit: an installed package's, the standard library's, or none."""
+    return bool(LIBRARY_FILE.search(filename))
+
+
 class Frame(NamedTuple):
     """A symbolized frame. Two frames with equal fields are the same tree node among siblings.
 

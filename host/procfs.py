@@ -245,6 +245,18 @@ def thread_name(pid: int, tid: int) -> str | None:
         return None
 
 
+def namespace_pid(pid: int) -> int:
+    """The process's pid as it sees it (its innermost pid namespace's); pid itself where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
+    return pid
+
+
 def environ_value(pid: int, name: str) -> str | None:
     """A variable of the process's environment as it was at exec (what /proc shows); None if unset or
     unreadable."""

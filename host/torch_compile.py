@@ -122,6 +122,7 @@ class CompileTrace:
     nodes: dict[tuple[str, str], dict[str, SourceLine]] = field(default_factory=dict)
     output_code: dict[str, str] = field(default_factory=dict)  # output code file -> compile id
     compiles: dict[str, Compile] = field(default_factory=dict)
+    pid: int | None = None  # the writer's pid, from its records' glog prefix (as the process saw it)
 
     def lines(self, wrapper: str, site: LaunchSite, backward: bool = False) -> list[SourceLine]:
         """The model's lines of a launch site in the output code `wrapper` (a backward graph's when `backward`),
@@ -161,6 +162,15 @@ def _records(text: str) -> list[tuple[dict, str]]:
         if isinstance(head, dict):
             out.append((head, "\n".join(payload)))
     return out
+
+
+_GLOG = re.compile(r"^[VIWE]\d{4} \d\d:\d\d:\d\d\.\d+ (\d+) ", re.MULTILINE)
+
+
+def writer_pid(text: str) -> int | None:
+    """The pid in a trace record's glog prefix ('V1205 16:11:24.253000 2708 torch/...'): the writing process."""
+    m = _GLOG.search(text)
+    return int(m.group(1)) if m else None
 
 
 def _compile_id(head: dict) -> str:
@@ -203,6 +213,8 @@ def parse_trace(text: str, is_library: object = None, into: CompileTrace | None 
     bool picks, of a compile's stack, the frames that are not the user's (PyTorch's own); the innermost other
     frame outside the compiled function is where it was called from."""
     trace = into if into is not None else CompileTrace()
+    if trace.pid is None:
+        trace.pid = writer_pid(text)
     for head, payload in _records(text):
         graph = next((g for g in GRAPHS if g in head), None)
         if graph is not None:

@@ -6,10 +6,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from deepctx.host.frames import is_library_file
 from deepctx.host.torch_compile import is_wrapper_file
 
-# Python files that belong to installed packages, the standard library or no file at all.
-_LIBRARY_PATH = re.compile(r"/(site|dist)-packages/|/lib/python3\.\d+t?/|^<")
 # Top-level packages whose frames are library code even when run from a source checkout.
 _LIBRARY_MODULES = frozenset({
     "torch", "torchvision", "torchaudio", "triton", "jax", "jaxlib", "flax", "optax", "numpy", "transformers",
@@ -22,7 +21,7 @@ def is_library_frame(file: str | None, module: str | None) -> bool:
     them, so findings point at the innermost frame that is not one."""
     if not file:
         return True
-    if _LIBRARY_PATH.search(file) or is_wrapper_file(file):  # torch.compile's generated code: not the user's
+    if is_library_file(file) or is_wrapper_file(file):  # torch.compile's generated code: not the user's
         return True
     return bool(module) and module.split(".", 1)[0] in _LIBRARY_MODULES
 

@@ -4,14 +4,17 @@ run from /work/main/xind.py)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from deepctx.host.compiled_sources import CompiledSources
 from deepctx.host.torch_compile import (
     complete_part,
     is_backward_wrapper,
     is_wrapper_file,
     parse_trace,
     parse_wrapper,
+    writer_pid,
 )
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "torch_compile"
@@ -110,3 +113,18 @@ def test_a_trace_read_while_it_grows_says_what_it_says_whole() -> None:
         assert {k: (c.recompile_reason, c.time_s) for k, c in trace.compiles.items()} == \
             {k: (c.recompile_reason, c.time_s) for k, c in whole.compiles.items()}
     assert complete_part(data[:10]) == 0
+
+
+def test_a_shared_trace_directory_keeps_each_process_to_its_own_compiles() -> None:
+    """Ranks of one job (or earlier runs) may share TORCH_TRACE: each record's glog prefix names its writer."""
+    assert writer_pid((FIX / "trace_recompile.log").read_text()) == 3208
+    assert writer_pid((FIX / "trace_default.log").read_text()) == 2708
+    sources = CompiledSources(os.getpid())
+    sources.ns_pid = 3208  # as if this process had written trace_recompile.log
+    for name in ("trace_recompile.log", "trace_default.log"):
+        sources._traces[name] = (0, parse_trace((FIX / name).read_text()))
+    assert [c.compile_id for c in sources.compiles()] == ["0/0", "0/1"]
+    sources.ns_pid = 2708
+    assert [c.compile_id for c in sources.compiles()] == ["0/0"]
+    sources.ns_pid = 1  # neither: nothing said of another process's compiles
+    assert sources.compiles() == []
