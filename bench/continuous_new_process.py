@@ -11,6 +11,8 @@ bench/targets/steady_calls.py cudart, a Python process that loads the CUDA runti
 cudaLaunchKernel every --period seconds (the real libcudart of pip's nvidia-cuda-runtime: without a GPU each
 call fails and the probes fire anyway; --libcudart names another, e.g. the mock tests/mocks/build/lib/
 libcudart.so.13, which is the fallback when the pip package is missing).
+--target torch_cpu (with --target-python, an interpreter that has PyTorch) starts PyTorch processes instead: a
+CUDA build on the CPU, which loads libtorch_cuda.so and libcudart at import, as on a GPU host.
 
 Per process:
   idle       before it starts, the daemon's CPU rate over --baseline seconds, while it captures nothing (or,
@@ -57,7 +59,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from attach_latency import Target, cuda_runtime, log_events  # noqa: E402
+from attach_latency import Target, cuda_runtime, log_events, target_argv  # noqa: E402
 
 from deepctx.host.file_cache_status import STATUS_PREFIX as CACHE_PREFIX  # noqa: E402
 
@@ -220,7 +222,8 @@ def measure(d: Daemon, i: int, args: argparse.Namespace, programs: int, kept: li
     before = d.totals()
     offset = d.log.stat().st_size
     (c0, k0), t0, w0 = all_cpu_s(d.proc.pid), time.monotonic(), time.time()
-    t = Target([sys.executable, str(TARGET), "cudart", args.libcudart, "--period", str(args.period)], wait=False)
+    t = Target(target_argv(args.target, args.period, args.target_python) if args.target != "cudart" else
+               [sys.executable, str(TARGET), "cudart", args.libcudart, "--period", str(args.period)], wait=False)
     try:
         ready = wait_for(lambda: log_event(d.log, "probes ready", t.pid, offset), args.timeout,
                          f"the daemon to capture process {t.pid}")
@@ -312,6 +315,10 @@ def main() -> int:
     ap.add_argument("--baseline", type=float, default=6.0,
                     help="seconds the daemon's idle CPU rate is measured before each process (a few scans)")
     ap.add_argument("--period", type=float, default=0.002, help="seconds between the target's calls")
+    ap.add_argument("--target", choices=["cudart", "torch", "torch_cpu", "jax"], default="cudart",
+                    help="bench/targets/steady_calls.py's workload (torch_cpu: PyTorch's CUDA build on the CPU, "
+                         "which loads libtorch_cuda.so and libcudart as on a GPU host; torch, jax: the GPU host)")
+    ap.add_argument("--target-python", help="the targets' interpreter (default this one): one that has PyTorch")
     ap.add_argument("--libcudart", help="the CUDA runtime the targets load (default: pip's nvidia-cuda-runtime, "
                                         "else the mock of tests/mocks)")
     ap.add_argument("--keep", action="store_true",
