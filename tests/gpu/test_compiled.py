@@ -69,3 +69,15 @@ def test_recompile_and_graph_break_show_their_causes(daemon, tmp_path: Path) -> 
     assert "print" in breaks[0]["reason"]
     called = brk["compiles"][0]["called_from"]
     assert (called["file"], called["line"]) == (str(TARGET), line_of(TARGET, "LINE_CALL"))
+
+
+def test_kernels_replayed_from_cuda_graphs_keep_their_model_lines(daemon, tmp_path: Path) -> None:
+    """mode="reduce-overhead": the kernels run as CUDA graph replays, each under the path that captured its node
+    (docs/device-activity.md), where the wrapper's launch line still stands: compiled_from holds there too."""
+    doc = run(daemon, tmp_path, "graphs", "--mode", "exact")
+    fc1, relu, add = (line_of(TARGET, m) for m in ("LINE_FC1", "LINE_RELU", "LINE_ADD"))
+    replayed = [n for anc, n in walk(doc) if n["kind"] == "kernel" and n.get("compiled_from")
+                and any(a["kind"] == "op" and a["name"] == "[graph node made at]" for a in anc)]
+    assert replayed, "no compiled kernel under a graph replay"
+    assert any(lines(n) == [fc1, relu, add] for n in replayed), [(n["name"], lines(n)) for n in replayed]
+    assert sum(n["metrics"]["gpu_time_ns"] for n in replayed) > 0

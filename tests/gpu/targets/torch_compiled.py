@@ -2,7 +2,8 @@
 
     python torch_compiled.py [default|break|recompile]
 
-break: a print inside forward breaks the graph there; recompile: the batch changes size at step 20."""
+break: a print inside forward breaks the graph there; recompile: the batch changes size at step 20; graphs:
+mode="reduce-overhead" (Inductor records its kernels in CUDA graphs and replays them)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ class MLP(torch.nn.Module):
 def main() -> None:
     model = MLP().cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    step = torch.compile(model)
+    step = torch.compile(model, mode="reduce-overhead" if MODE == "graphs" else "default")
     for i in range(40):
         batch = 64 if MODE != "recompile" or i < 20 else 96
         loss = step(torch.randn(batch, 256, device="cuda"))  # LINE_CALL
