@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from deepctx.cli.client import CliError
+from deepctx.cli.formats.compiles import render_compiles
 from deepctx.cli.formats.findings import FindingsText
 from deepctx.cli.formats.flat_table import FlatTable
 from deepctx.cli.formats.terminal import ViewOptions
@@ -184,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
                                         console)
         else:
             TreeTable("top-down" + (f" (focus {args.focus})" if args.focus else "")).render(doc, root, opts, console)
+            render_compiles(doc, console)
     if not args.no_findings:
         console.print()
         FindingsText().render(doc, console, brief=True)

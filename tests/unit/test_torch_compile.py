@@ -128,3 +128,29 @@ def test_a_shared_trace_directory_keeps_each_process_to_its_own_compiles() -> No
     assert [c.compile_id for c in sources.compiles()] == ["0/0"]
     sources.ns_pid = 1  # neither: nothing said of another process's compiles
     assert sources.compiles() == []
+
+
+def test_report_prints_the_compiles_under_the_tree(tmp_path: Path) -> None:
+    """`deepctx report FILE` (the top-down view) lists the compiles with their causes, as attach and run do."""
+    import json
+    import subprocess
+    import sys
+
+    doc = {"schema": "deepctx.profile/v1", "pid": 1, "command": "python train.py", "hostname": "h",
+           "started_unix": 0.0, "duration_s": 1.0, "ended": "stopped", "sample_hz": 99, "mode": None,
+           "metrics": ["cpu_samples"], "stats": {}, "warnings": [],
+           "root": {"kind": "root", "name": "python train.py", "file": None, "line": None, "module": None,
+                    "metrics": {"cpu_samples": 5}, "children": []},
+           "compiles": [{"id": "0/1", "function": "forward", "file": "/srv/model.py", "line": 16,
+                         "recompile_reason": "0/0: tensor 'x' size mismatch at index 0. expected 64, actual 78",
+                         "fail_reason": None, "time_s": 2.4, "ops": 7, "start_unix": None,
+                         "graph_breaks": [{"file": "/srv/model.py", "line": 21, "reason": "print"}],
+                         "called_from": {"file": "/srv/train.py", "line": 32, "function": "<module>", "code": None}}]}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    r = subprocess.run([sys.executable, "-m", "deepctx.cli.main", "report", str(path), "--no-findings"],
+                       capture_output=True, text=True, env={"COLUMNS": "80", "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    assert "torch.compile: 1 compiles (2.4 s), 1 recompiles, 1 graph breaks" in r.stdout, r.stdout
+    assert "0/1  forward (model.py:16) called at train.py:32" in r.stdout
+    assert "graph break at model.py:21: print" in r.stdout
