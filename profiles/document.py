@@ -75,7 +75,7 @@ def _line(s: pb.SourceLine) -> dict[str, Any]:
 def compiled_from_doc(c: pb.CompiledFrom) -> dict[str, Any]:
     """A kernel node's `compiled_from` (docs/formats.md, "Compiled code")."""
     return {"lines": [_line(s) for s in c.lines], "nodes": list(c.nodes), "aten": list(c.aten),
-            "compile_id": c.compile_id or None, "output_code": c.output_code}
+            "compile_id": c.compile_id or None, "output_code": c.output_code, "framework": c.framework or "inductor"}
 
 
 def compile_doc(c: pb.Compile) -> dict[str, Any]:

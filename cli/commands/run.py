@@ -75,9 +75,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--agent", help="the CUPTI agent library (default: the one deepctx ships)")
     p.add_argument("--no-compile-trace", action="store_true",
-                   help="do not set TORCH_TRACE for the command (by default, where it is unset, a private directory "
-                        "while it runs: torch.compile's kernels then carry the model lines they came from, and its "
-                        "recompiles and graph breaks their causes)")
+                   help="do not set TORCH_TRACE and XLA_FLAGS' --xla_dump_to for the command (by default, where they "
+                        "are unset, a private directory while it runs: the kernels of torch.compile and JAX then "
+                        "carry the model lines they came from, and torch.compile's recompiles and graph breaks "
+                        "their causes)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the command (after --)")
     p.set_defaults(run=run)
 
@@ -217,16 +218,29 @@ def run(args: argparse.Namespace) -> int:
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # the kernel names each sender (see refusal)
     env = dict(os.environ, **agents, **pc_environment(args), DEEPCTX_NOTIFY_FD=str(theirs.fileno()),
                DEEPCTX_AGENT_WAIT_MS=str(AGENT_WAIT_MS))
-    trace_dir = None
-    if not args.no_compile_trace and not env.get("TORCH_TRACE"):
-        # torch.compile's structured trace, which deepctxd reads while the command runs (host/compiled_sources.py)
-        trace_dir = tempfile.mkdtemp(prefix="deepctx-torch-trace-")
-        env["TORCH_TRACE"] = trace_dir
+    compiled = None if args.no_compile_trace else compile_traces(env)
     try:
         return _run(cmd, env, theirs, ours, stub, args, err, show)
     finally:
-        if trace_dir is not None:
-            shutil.rmtree(trace_dir, ignore_errors=True)
+        if compiled is not None:
+            shutil.rmtree(compiled, ignore_errors=True)
+
+
+def compile_traces(env: dict[str, str]) -> str | None:
+    """What compiled code's kernels are traced back by, in a private directory removed after the run, where the
+    command does not set it itself: torch.compile's structured trace (TORCH_TRACE) and XLA's optimized modules
+    (XLA_FLAGS' --xla_dump_to, as text). deepctxd reads them while the command runs (host/compiled_sources.py)."""
+    torch_set = bool(env.get("TORCH_TRACE"))
+    xla_set = "--xla_dump_to" in env.get("XLA_FLAGS", "")
+    if torch_set and xla_set:
+        return None
+    base = tempfile.mkdtemp(prefix="deepctx-compiled-")
+    if not torch_set:
+        env["TORCH_TRACE"] = os.path.join(base, "torch")
+    if not xla_set:
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_dump_to={os.path.join(base, 'xla')} " \
+                           "--xla_dump_hlo_as_text".strip()
+    return base
 
 
 def _run(cmd: list[str], env: dict[str, str], theirs: socket.socket, ours: socket.socket, stub: Any,

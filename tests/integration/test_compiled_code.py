@@ -170,3 +170,46 @@ def test_compiles_written_until_the_target_exits_are_read(daemon, tmp_path: Path
     assert doc["compiles"][1]["recompile_reason"].startswith("0/0: tensor 'x' size mismatch")
     # (the launches' own Python frames may be [unknown] here: the target exits right after them, before deepctxd
     # reads their code objects; the tests above read them while it lives)
+
+
+XLA_FIXTURE = REPO / "tests" / "fixtures" / "xla" / "module_0004.jit_deepctx_step.cpu_after_optimizations.txt"
+JITTED = REPO / "tests" / "targets" / "gpu" / "jitted_launches.py"
+
+
+def xla_module(caller: Path, caller_line: int, model_line: int, name: str) -> str:
+    """The recorded module, its fused add renamed after the launch's kernel (getpid), its traced stack's outermost
+    frame moved to (caller, caller_line) and its add's line to model_line."""
+    text = XLA_FIXTURE.read_text().replace("%broadcast_add_fusion", "%getpid").replace("jit_deepctx_step", name)
+    text = text.replace('1 "/tmp/jx2.py"', f'1 "{caller}"')
+    text = text.replace("1 {file_name_id=1 function_name_id=1 line=17 ", f"1 {{file_name_id=1 function_name_id=1 line={caller_line} ")
+    return text.replace("3 {file_name_id=1 function_name_id=3 line=10 ", f"3 {{file_name_id=1 function_name_id=3 line={model_line} ")
+
+
+def test_jax_kernels_carry_their_fusions_lines_from_xlas_dump(daemon, tmp_path: Path) -> None:
+    """Two dumped modules have a fusion of the launch's name (as most JAX modules have a loop_add_fusion): the
+    one whose traced stacks hold the launch path's caller line is taken."""
+    dump = tmp_path / "xla"
+    dump.mkdir()
+    caller = line_of(JITTED, "LINE_CALLER")
+    (dump / "module_0004.jit_deepctx_step.sm_9.0_gpu_after_optimizations.txt").write_text(
+        xla_module(JITTED, caller, 901, "jit_deepctx_step"))
+    (dump / "module_0007.jit_other.sm_9.0_gpu_after_optimizations.txt").write_text(
+        xla_module(Path("/srv/elsewhere.py"), 5, 902, "jit_other"))
+    (dump / "module_0004.jit_deepctx_step.sm_9.0_gpu_after_optimizations-buffer-assignment.txt").write_text("x")
+    env = {**{k: v for k, v in os.environ.items() if k != "TORCH_TRACE"},
+           "XLA_FLAGS": f"--xla_gpu_autotune_level=0 --xla_dump_to={dump} --xla_dump_hlo_as_text"}
+    t = StdinTarget([sys.executable, str(JITTED), cuda_runtime(), str(N)], env=env)
+    try:
+        doc = profile_phase(daemon, t)
+    finally:
+        t.stop()
+    kernels = [n for anc, n in walk(doc) if n["kind"] == "kernel" and any(
+        a["kind"] == "python" and a["line"] == caller and a["file"] == str(JITTED) for a in anc)]
+    assert sum(n["metrics"]["calls"] for n in kernels) == N
+    cf = kernels[0]["compiled_from"]
+    assert cf["framework"] == "xla" and cf["compile_id"] == "jit_deepctx_step"
+    assert cf["output_code"].endswith("module_0004.jit_deepctx_step.sm_9.0_gpu_after_optimizations.txt")
+    # helper()'s line for tanh and mul, the moved line for the add
+    assert [(s["file"], s["line"]) for s in cf["lines"]] == [(str(JITTED), 4), (str(JITTED), 901)]
+    assert cf["nodes"] == ["jit(deepctx_step)/add", "jit(deepctx_step)/tanh", "jit(deepctx_step)/mul"]
+    assert doc["stats"]["compiled_kernel_paths"] >= 1 and doc["stats"]["compiled_kernel_paths_without_lines"] == 0
