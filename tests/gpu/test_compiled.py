@@ -81,3 +81,25 @@ def test_kernels_replayed_from_cuda_graphs_keep_their_model_lines(daemon, tmp_pa
     assert replayed, "no compiled kernel under a graph replay"
     assert any(lines(n) == [fc1, relu, add] for n in replayed), [(n["name"], lines(n)) for n in replayed]
     assert sum(n["metrics"]["gpu_time_ns"] for n in replayed) > 0
+
+
+JAX_TARGET = Path(__file__).resolve().parent / "targets" / "jax_compiled.py"
+
+
+def test_jax_fusions_carry_their_lines_from_xlas_dump(daemon, tmp_path: Path) -> None:
+    """`deepctx run` has XLA dump its optimized modules: each fusion kernel of the jitted step carries the lines of
+    the operations fused into it (framework xla)."""
+    out = tmp_path / "jax.json"
+    r = subprocess.run([*DEEPCTX, "run", "--quiet", "--mode", "exact", "--format", "json", "-o", str(out), "--",
+                        sys.executable, str(JAX_TARGET)], env=daemon.env() | {"DEEPCTX_AGENT": str(AGENT)},
+                       capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    marks = {m: line_of(JAX_TARGET, m) for m in ("LINE_DOT", "LINE_TANH", "LINE_ADD")}
+    xla = [n for _, n in walk(doc) if n["kind"] == "kernel" and (n.get("compiled_from") or {}).get("framework") == "xla"]
+    assert xla, sorted({n["name"] for _, n in walk(doc) if n["kind"] == "kernel"})
+    mine = [n for n in xla if n["compiled_from"]["compile_id"] == "jit_deepctx_step"]
+    lines = {tuple(s["line"] for s in n["compiled_from"]["lines"] if s["file"] == str(JAX_TARGET)) for n in mine}
+    # the tanh, scale and shift fuse into one loop fusion; the matmul is a GEMM (a cuBLAS or Triton fusion)
+    assert (marks["LINE_TANH"], marks["LINE_ADD"]) in lines, lines
+    assert all(set(ls) <= set(marks.values()) for ls in lines), lines
