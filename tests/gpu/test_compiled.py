@@ -100,6 +100,6 @@ def test_jax_fusions_carry_their_lines_from_xlas_dump(daemon, tmp_path: Path) ->
     assert xla, sorted({n["name"] for _, n in walk(doc) if n["kind"] == "kernel"})
     mine = [n for n in xla if n["compiled_from"]["compile_id"] == "jit_deepctx_step"]
     lines = {tuple(s["line"] for s in n["compiled_from"]["lines"] if s["file"] == str(JAX_TARGET)) for n in mine}
-    # the tanh, scale and shift fuse into one loop fusion; the matmul is a GEMM (a cuBLAS or Triton fusion)
-    assert (marks["LINE_TANH"], marks["LINE_ADD"]) in lines, lines
+    # the tanh, scale and shift fuse into one kernel (with the GEMM's epilogue, or a loop fusion of their own)
+    assert any({marks["LINE_TANH"], marks["LINE_ADD"]} <= set(ls) for ls in lines), lines
     assert all(set(ls) <= set(marks.values()) for ls in lines), lines
