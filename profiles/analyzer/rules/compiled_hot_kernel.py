@@ -45,10 +45,11 @@ class CompiledHotKernel(Rule):
                 evidence={"kernel": name, "gpu_time_ns": gpu, "gpu_share": round(gpu / total, 4),
                           "launches": sum(r.calls for r in rs), "lines": where, "aten": cf.get("aten", []),
                           "compile_id": cf.get("compile_id")},
-                suggestion=(f"This fused kernel runs {', '.join(cf.get('aten', [])) or 'the operators'} of {where}. "
-                            "Profile it inside (deepctx run --pc-sampling --kernel "
-                            f"'{name}') for its stalls, or let Inductor search its configurations "
-                            "(torch.compile(mode='max-autotune'))."),
+                suggestion=(f"This fused kernel runs {', '.join(cf.get('aten') or cf.get('nodes') or []) or 'the operations'}"
+                            f" of {where}. Profile it inside (deepctx run --pc-sampling --kernel '{name}') for its "
+                            "stalls" + (", or let Inductor search its configurations "
+                                        "(torch.compile(mode='max-autotune'))." if cf.get("framework") != "xla" else
+                                        ", and check that XLA autotuned it (XLA_FLAGS --xla_gpu_autotune_level).")),
                 estimated_speedup=None, confidence=0.3,
                 model="a lead: the kernel's share of GPU time is measured; what a change would gain is not",
                 removable_ns=0))

@@ -79,11 +79,12 @@ def test_graph_break_points_at_its_line_and_counts_what_runs_eagerly() -> None:
     assert quiet_f and quiet_f[0]["evidence"]["eager_launches"] == 0
 
 
-def hot(share: float) -> dict[str, Any]:
+def hot(share: float, framework: str = "inductor") -> dict[str, Any]:
     b = DocBuilder()
     cf = {"lines": [{"file": MODEL, "line": 41, "function": "forward", "code": "x = self.fc1(x)"},
                     {"file": MODEL, "line": 42, "function": "forward", "code": None}],
-          "nodes": ["x", "relu"], "aten": ["aten.addmm", "aten.relu"], "compile_id": "0/0", "output_code": WRAPPER}
+          "nodes": ["x", "relu"], "aten": ["aten.addmm", "aten.relu"] if framework == "inductor" else [],
+          "compile_id": "0/0", "output_code": WRAPPER, "framework": framework}
     at_wrapper = MAIN + [py("train", 25), frame("python", "Runner.call", WRAPPER, 233)]
     b.add(b.main + at_wrapper + [frame("api", "cuLaunchKernelEx", module="libcuda.so.1"),
                                  frame("kernel", "triton_poi_fused_addmm_relu_0", compiled_from=cf)],
@@ -99,3 +100,6 @@ def test_a_compiled_kernel_that_dominates_gpu_time_leads_to_its_lines() -> None:
     assert f["estimated_speedup"] is None and f["confidence"] == 0.3
     assert f["evidence"]["aten"] == ["aten.addmm", "aten.relu"]
     assert findings(hot(0.2), "compiled-hot-kernel") == []
+    assert "max-autotune" in f["suggestion"]
+    [x] = findings(hot(0.6, "xla"), "compiled-hot-kernel")  # a JAX fusion: its operations, XLA's autotuning
+    assert "runs x, relu of model.py:41, 42" in x["suggestion"] and "xla_gpu_autotune_level" in x["suggestion"]
