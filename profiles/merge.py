@@ -87,6 +87,7 @@ class Merger:
         self.stats: dict[str, int] = {}
         self._shares: dict[str, tuple[float, float]] = {}  # stat -> (sum of value x duration, duration)
         self.warnings: list[str] = []
+        self.compiles: dict[tuple[int, str], dict[str, Any]] = {}  # (pid, compile id): windows repeat them
         self.count = 0
         self._headers: dict[str, set[Any]] = {k: set() for k in ("pid", "command", "hostname", "sample_hz", "mode")}
         self._start = float("inf")
@@ -118,6 +119,8 @@ class Merger:
         for w in doc.get("warnings") or []:
             if w not in self.warnings and len(self.warnings) < MAX_WARNINGS:
                 self.warnings.append(w)
+        for c in doc.get("compiles") or []:
+            self.compiles.setdefault((int(doc.get("pid") or 0), str(c.get("id"))), c)
 
     def _common(self, key: str) -> Any:
         seen = self._headers[key]
@@ -151,6 +154,7 @@ class Merger:
             "root": self.root,
             "stats": dict(sorted(stats.items())),
             "warnings": list(self.warnings),
+            **({"compiles": list(self.compiles.values())} if self.compiles else {}),
         }
 
 

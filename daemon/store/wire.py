@@ -16,6 +16,7 @@ def to_message(doc: dict[str, Any]) -> pb.Profile:
                      mode=str(doc.get("mode") or ""))
     msg.stats.update({k: int(v) for k, v in (doc.get("stats") or {}).items() if isinstance(v, int)})
     msg.warnings.extend(str(w) for w in doc.get("warnings") or [])
+    msg.compiles.extend(compile_message(c) for c in doc.get("compiles") or [])
     root = doc.get("root")
     if not isinstance(root, dict):
         return msg
@@ -26,9 +27,11 @@ def to_message(doc: dict[str, Any]) -> pb.Profile:
         for f in ("file", "module"):
             if node.get(f) is not None:
                 setattr(n, f, str(node[f]))
-        for f in ("line", "tid", "shared_mem", "stream"):
+        for f in ("line", "tid", "shared_mem", "stream", "registers", "static_shared"):
             if node.get(f) is not None:
                 setattr(n, f, int(node[f]))
+        if node.get("compiled_from"):
+            n.compiled_from.CopyFrom(compiled_from_message(node["compiled_from"]))
         if node.get("grid"):
             n.grid.extend(node["grid"])
             n.block.extend(node.get("block") or [])
@@ -38,3 +41,27 @@ def to_message(doc: dict[str, Any]) -> pb.Profile:
         for child in reversed(node.get("children") or []):
             stack.append((child, index))
     return msg
+
+
+def _line(s: dict[str, Any]) -> pb.SourceLine:
+    return pb.SourceLine(file=str(s.get("file") or ""), line=int(s.get("line") or 0),
+                         function=str(s.get("function") or ""), code=str(s.get("code") or ""))
+
+
+def compiled_from_message(c: dict[str, Any]) -> pb.CompiledFrom:
+    """A kernel node's `compiled_from` (profiles/document.compiled_from_doc's inverse)."""
+    return pb.CompiledFrom(lines=[_line(s) for s in c.get("lines") or []], nodes=list(c.get("nodes") or []),
+                           aten=list(c.get("aten") or []), compile_id=str(c.get("compile_id") or ""),
+                           output_code=str(c.get("output_code") or ""), framework=str(c.get("framework") or ""))
+
+
+def compile_message(c: dict[str, Any]) -> pb.Compile:
+    """One entry of the `compiles` part (profiles/document.compile_doc's inverse)."""
+    return pb.Compile(id=str(c.get("id") or ""), function=str(c.get("function") or ""), file=str(c.get("file") or ""),
+                      line=int(c.get("line") or 0), recompile_reason=str(c.get("recompile_reason") or ""),
+                      fail_reason=str(c.get("fail_reason") or ""),
+                      graph_breaks=[pb.GraphBreak(file=str(b["file"]), line=int(b["line"]), reason=str(b["reason"]))
+                                    for b in c.get("graph_breaks") or []],
+                      time_s=float(c.get("time_s") or 0.0), ops=int(c.get("ops") or 0),
+                      called_from=_line(c["called_from"]) if c.get("called_from") else None,
+                      start_unix=float(c.get("start_unix") or 0.0))

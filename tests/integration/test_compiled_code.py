@@ -17,6 +17,9 @@ from rich.console import Console
 
 from deepctx.cli.formats.html_payload import profile_payload
 from deepctx.cli.formats.tree import render
+from deepctx.daemon.store.wire import to_message as store_message
+from deepctx.profiles.document import to_doc
+from deepctx.profiles.merge import merge_documents
 from deepctx.profiles.tree import from_doc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,6 +123,14 @@ def test_kernels_of_compiled_code_carry_the_models_lines(daemon, tmp_path: Path)
         assert "from xind.py:17" in out and "torch.compile: 2 compiles" in out and "1 recompiles" in out, out
     assert "from xind.py:17, 18, 19" in out and "from xind.py:22" in out, out
     assert "recompiled: 0/0: tensor 'x' size mismatch at index 0" in out, out
+    # a stored window keeps them (the store's wire and back), and a merge of windows of the process too
+    stored = to_doc(store_message(doc))
+    assert stored["compiles"] == doc["compiles"]
+    assert [n.get("compiled_from") for _, n in walk(stored)] == [n.get("compiled_from") for _, n in walk(doc)]
+    merged = merge_documents([stored, stored])
+    assert merged is not None and merged["compiles"] == doc["compiles"]
+    assert sorted(str(n["compiled_from"]) for _, n in walk(merged) if n.get("compiled_from")) == \
+        sorted(str(n["compiled_from"]) for _, n in walk(doc) if n.get("compiled_from"))
     # the HTML report: the same note after each compiled kernel
     page = profile_payload(doc, from_doc(doc), "calls", {})
     notes = {page["strings"][i] for i in page["nodes"]["note"] if i >= 0}
