@@ -132,6 +132,7 @@ def profile_payload(doc: dict[str, Any], root: ViewNode, default_metric: str, so
             "meta": _meta(doc), **_common(metrics, default_metric), "kinds": cols.kinds, "strings": cols.strings,
             "nodes": {**cols.cols, "flags": flags}, "values": cols.values, "sources": sources,
             "findings": doc.get("findings") or [], "trace": doc.get("trace") or None,
+            "compiles": doc.get("compiles") or None,
             "fold": {"startup": fold.startup, "plumbing": fold.plumbing, "dispatch": fold.dispatch}}
 
 

@@ -332,6 +332,7 @@
 
   // --- tabs ---------------------------------------------------------------------------------------------
   const tabs = [["tree", "Tree"], ["flat", "Functions"], ["source", "Source"], ["findings", "Findings (" + (D.findings || []).length + ")"]];
+  if (D.compiles && D.compiles.length) tabs.push(["compiles", "Compiles (" + D.compiles.length + ")"]);
   if (D.trace && D.trace.length) tabs.push(["timeline", "Timeline"]);
   if (isDiff) tabs.unshift(["changes", "Changes"]);
   // Panes render when shown: the flat and source panes walk the whole tree, which a 100k-node profile
@@ -522,6 +523,18 @@
         (f.confidence != null ? "&middot; confidence: " + esc(f.confidence) : "") + "</div></div>";
     }).join("");
   }
+  // --- torch.compile's compiles: recompile causes and graph breaks (the profile's compiles part) -----------
+  function renderCompiles() {
+    const at = (file, line) => esc(String(file).split("/").pop() + ":" + line);
+    $("compiles").innerHTML = (D.compiles || []).map((c) => '<div class="finding"><h3>' + esc(c.id) + " " + esc(c.function) +
+      " (" + at(c.file, c.line) + ")</h3><div>" + (c.called_from ? "called at " + at(c.called_from.file, c.called_from.line) + " &middot; " : "") +
+      esc(Number(c.time_s).toFixed(2)) + " s, " + esc(c.ops) + " ops</div>" +
+      (c.recompile_reason ? "<div><b>recompiled:</b> " + esc(c.recompile_reason) + "</div>" : "") +
+      (c.fail_reason ? "<div><b>failed:</b> " + esc(c.fail_reason) + "</div>" : "") +
+      (c.graph_breaks || []).map((b) => "<div><b>graph break</b> at " + at(b.file, b.line) + ": " + esc(b.reason) + "</div>").join("") +
+      "</div>").join("");
+  }
+  if (D.compiles && D.compiles.length) renderCompiles();
   $("findings").addEventListener("click", (e) => {
     const el = e.target.closest(".loc"); if (!el) return;
     const loc = (D.findings[+el.dataset.k] || {}).location || {};

@@ -134,6 +134,7 @@ def test_kernels_of_compiled_code_carry_the_models_lines(daemon, tmp_path: Path)
     # the HTML report: the same note after each compiled kernel
     page = profile_payload(doc, from_doc(doc), "calls", {})
     notes = {page["strings"][i] for i in page["nodes"]["note"] if i >= 0}
+    assert [c["id"] for c in page["compiles"]] == ["0/0", "0/1"]  # the report's Compiles tab
     assert notes == {"from xind.py:17", "from xind.py:17, 18, 19", "from xind.py:22"}, notes
 
 

@@ -272,3 +272,41 @@ def test_a_sampled_instruction_shows_its_cuda_line(browser: Any, tmp_path: Path,
     shots(page, "source-pcs")
     assert requests == []
     page.context.close()
+
+
+def test_compiled_kernels_and_compiles(browser: Any, tmp_path: Path, source_file: Path, shots: Any) -> None:
+    """torch.compile's facts in the page: each compiled kernel's model lines beside it in the tree, and the
+    Compiles tab with each recompile's cause and graph break."""
+    doc = gpu_profile(str(source_file))
+    kernels = [n for n in _nodes(doc["root"]) if n["kind"] == "kernel"]
+    kernels[0]["compiled_from"] = {"lines": [{"file": "/srv/model.py", "line": 41, "function": "forward", "code": None},
+                                             {"file": "/srv/model.py", "line": 42, "function": "forward", "code": None}],
+                                   "nodes": ["x"], "aten": ["aten.relu"], "compile_id": "0/0", "output_code": "/tmp/c.py",
+                                   "framework": "inductor"}
+    doc["compiles"] = [{"id": "0/1", "function": "forward", "file": "/srv/model.py", "line": 40,
+                        "recompile_reason": "0/0: tensor 'x' size mismatch at index 0. expected 64, actual 96",
+                        "fail_reason": None, "time_s": 2.5, "ops": 7, "start_unix": None,
+                        "graph_breaks": [{"file": "/srv/model.py", "line": 44, "reason": "print"}],
+                        "called_from": {"file": "/srv/train.py", "line": 25, "function": "train", "code": None}}]
+    page, requests = open_report(browser, write(tmp_path, "compiled.html", HtmlReport().render(doc, owner_uid=os.geteuid())))
+    try:
+        page.select_option("#metric", "calls")
+        page.wait_for_function("() => document.body.dataset.metric === 'calls'")
+        assert "from model.py:41, 42" in page.inner_text("#tree")
+        page.click("#tab-compiles")
+        text = page.inner_text("#compiles")
+        assert "0/1 forward (model.py:40)" in text and "called at train.py:25" in text
+        assert "recompiled: 0/0: tensor 'x' size mismatch at index 0" in text and "graph break at model.py:44: print" in text
+        shots(page, "compiles")
+        assert requests == []
+    finally:
+        page.context.close()
+
+
+def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(n["children"])
+    return out
