@@ -222,8 +222,7 @@ def measure(d: Daemon, i: int, args: argparse.Namespace, programs: int, kept: li
     before = d.totals()
     offset = d.log.stat().st_size
     (c0, k0), t0, w0 = all_cpu_s(d.proc.pid), time.monotonic(), time.time()
-    t = Target(target_argv(args.target, args.period, args.target_python) if args.target != "cudart" else
-               [sys.executable, str(TARGET), "cudart", args.libcudart, "--period", str(args.period)], wait=False)
+    t = Target(args.argv, wait=False)
     try:
         ready = wait_for(lambda: log_event(d.log, "probes ready", t.pid, offset), args.timeout,
                          f"the daemon to capture process {t.pid}")
@@ -350,6 +349,10 @@ def main() -> int:
             if not MOCK_CUDART.exists():
                 raise SystemExit("no CUDA runtime: install nvidia-cuda-runtime (./install.sh) or build tests/mocks") from None
             args.libcudart = str(MOCK_CUDART)
+    # once, before the daemon starts: target_argv's check imports the framework in a process of its own, which a
+    # continuous daemon would capture
+    args.argv = (target_argv(args.target, args.period, args.target_python) if args.target != "cudart" else
+                 [sys.executable, str(TARGET), "cudart", args.libcudart, "--period", str(args.period)])
     runtime = "mock" if "tests/mocks" in args.libcudart else "real"
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the finally blocks end the daemon and targets
     info = machine()
