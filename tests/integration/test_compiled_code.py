@@ -1,6 +1,6 @@
 """torch.compile's kernels back to the model's lines (issue #33.2), on a real CPython target and a real CUDA
 runtime without a GPU: launches from a module laid out as Inductor's wrapper, whose structured trace is the one
-recorded from a torch.compile'd model on the H100 (tests/fixtures/torch_compile/trace_recompile.log, the output
+recorded from a torch.compile'd model on the H100 (tests/fixtures/torch_compile/trace_recompile.log.xz, the output
 code of its recompile renamed to this test's wrapper)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import jsonschema
+from compiled_fixtures import recorded_trace
 from harness import StdinTarget, capture_started, cuda_runtime, line_of, profile_phase
 from profile_paths import walk
 from rich.console import Console
@@ -23,7 +24,6 @@ from deepctx.profiles.merge import merge_documents
 from deepctx.profiles.tree import from_doc
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO / "tests" / "fixtures" / "torch_compile"
 TARGET = Path(__file__).resolve().parents[1] / "targets" / "gpu" / "compiled_launches.py"
 RECORDED_WRAPPER = "/tmp/ic_recompile_0/os/costulbg4zh2a7hxcjqqe2a6stcxdbgdx7zl5kgmqntgzw7q5nev.py"  # compile 0/1's
 MODEL = "/work/main/xind.py"  # the recorded model's path on the H100 host (tests/fixtures/torch_compile/model.py)
@@ -31,6 +31,12 @@ N = 300
 
 WRAPPER = '''# AOT ID: ['0_forward']
 
+
+
+def recorded_trace(name: str) -> str:
+    """A structured trace recorded on the H100 host (xz: the fixtures' share of the tree is small)."""
+    return lzma.decompress((Path(__file__).resolve().parents[1] / "fixtures" / "torch_compile" / f"{name}.log.xz")
+                           .read_bytes()).decode()
 
 def call(args):
     # Topologically Sorted Source Nodes: [x], Original ATen: [aten.t, aten.addmm]
@@ -58,7 +64,7 @@ def run_target(daemon, tmp: Path, traced: bool) -> tuple[dict, Path]:
     if traced:
         trace_dir = tmp / "trace"
         trace_dir.mkdir()
-        text = (FIXTURES / "trace_recompile.log").read_text()
+        text = recorded_trace("trace_recompile")
         assert RECORDED_WRAPPER in text
         (trace_dir / "dedicated_log_torch_trace_rank_0_test.log").write_text(text.replace(RECORDED_WRAPPER, str(wrapper)))
         env["TORCH_TRACE"] = str(trace_dir)
@@ -159,7 +165,7 @@ def test_compiles_written_until_the_target_exits_are_read(daemon, tmp_path: Path
     wrapper = wrapper_file(tmp_path)
     trace_dir = tmp_path / "trace"
     trace_dir.mkdir()
-    text = (FIXTURES / "trace_recompile.log").read_text().replace(RECORDED_WRAPPER, str(wrapper))
+    text = recorded_trace("trace_recompile").replace(RECORDED_WRAPPER, str(wrapper))
     cut = text.index("recompile_reasons")
     cut = text.rindex("\nV", 0, cut) + 1  # the records before the recompile's
     trace = trace_dir / "dedicated_log_torch_trace_rank_0_test.log"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from compiled_fixtures import recorded_trace
+
 from deepctx.host.compiled_sources import CompiledSources
 from deepctx.host.torch_compile import (
     complete_part,
@@ -22,6 +24,7 @@ FORWARD = FIX / "cdlu5sxvizxhfj5ccbcng76aoujrpgsc2zv4dn37xgooawdr5lmp.py"
 BACKWARD = FIX / "cxt3lqcj7v6vwbzxhcgoytsmr6vqosuchim3pedwbuodrsfrh6uf.py"
 RECORDED = "/tmp/ic_default_0/{}/{}"
 MODEL = "/work/main/xind.py"
+
 
 
 def launches(path: Path) -> dict[str, tuple[int, list[str], list[str]]]:
@@ -53,7 +56,7 @@ def test_wrapper_launch_sites() -> None:
 
 
 def test_every_kernel_maps_to_the_models_lines() -> None:
-    trace = parse_trace((FIX / "trace_default.log").read_text())
+    trace = parse_trace(recorded_trace("trace_default"))
     fwd = RECORDED.format("dl", FORWARD.name)
     bwd = RECORDED.format("xt", BACKWARD.name)
     assert trace.output_code == {fwd: "0/0", bwd: "0/0"}
@@ -81,13 +84,13 @@ def test_every_kernel_maps_to_the_models_lines() -> None:
 
 
 def test_graph_break_and_recompile() -> None:
-    brk = parse_trace((FIX / "trace_break.log").read_text(), lambda f: "/site-packages/" in f)
+    brk = parse_trace(recorded_trace("trace_break"), lambda f: "/site-packages/" in f)
     first, resumed = brk.compiles["0/0"], brk.compiles["1/0"]
     assert [(b.file, b.line) for b in first.graph_breaks] == [(MODEL, 21)]
     assert first.graph_breaks[0].reason.startswith("Dynamo does not know how to trace builtin operator `print`")
     assert (resumed.function, resumed.line, resumed.graph_breaks) == ("torch_dynamo_resume_in_forward_at_21", 21, [])
     assert first.called_from is not None and (first.called_from.file, first.called_from.line) == (MODEL, 32)
-    rec = parse_trace((FIX / "trace_recompile.log").read_text())
+    rec = parse_trace(recorded_trace("trace_recompile"))
     assert rec.compiles["0/0"].recompile_reason is None
     assert rec.compiles["0/1"].recompile_reason == "0/0: tensor 'x' size mismatch at index 0. expected 64, actual 78"
     assert rec.compiles["0/1"].ops == 7 and rec.compiles["0/1"].time_s > 0
@@ -102,7 +105,7 @@ def test_wrapper_file_names() -> None:
 def test_a_trace_read_while_it_grows_says_what_it_says_whole() -> None:
     """deepctxd reads a trace again as it grows, whole records only (host/compiled_sources.py): cut anywhere, the
     records parsed in two reads are those of one."""
-    data = (FIX / "trace_recompile.log").read_bytes()
+    data = recorded_trace("trace_recompile").encode()
     whole = parse_trace(data.decode())
     for cut in (len(data) // 3, len(data) // 2, data.index(b"recompile_reasons") + 5):
         first = complete_part(data[:cut])
@@ -117,12 +120,12 @@ def test_a_trace_read_while_it_grows_says_what_it_says_whole() -> None:
 
 def test_a_shared_trace_directory_keeps_each_process_to_its_own_compiles() -> None:
     """Ranks of one job (or earlier runs) may share TORCH_TRACE: each record's glog prefix names its writer."""
-    assert writer_pid((FIX / "trace_recompile.log").read_text()) == 3208
-    assert writer_pid((FIX / "trace_default.log").read_text()) == 2708
+    assert writer_pid(recorded_trace("trace_recompile")) == 3208
+    assert writer_pid(recorded_trace("trace_default")) == 2708
     sources = CompiledSources(os.getpid())
     sources.ns_pid = 3208  # as if this process had written trace_recompile.log
-    for name in ("trace_recompile.log", "trace_default.log"):
-        sources._traces[name] = (0, parse_trace((FIX / name).read_text()))
+    for name in ("trace_recompile", "trace_default"):
+        sources._traces[name] = (0, parse_trace(recorded_trace(name)))
     assert [c.compile_id for c in sources.compiles()] == ["0/0", "0/1"]
     sources.ns_pid = 2708
     assert [c.compile_id for c in sources.compiles()] == ["0/0"]
