@@ -25,7 +25,7 @@ def render_compiles(doc: dict[str, Any], console: Console) -> None:
     console.print(Text(f"torch.compile: {len(compiles)} compiles ({total:.1f} s), {len(recompiles)} recompiles, "
                        f"{len(breaks)} graph breaks", style="bold"))
     for c in compiles:
-        head = f"  {c['id']}  {printable(c['function'])} ({_where(c['file'], c['line'])})"
+        head = f"  {printable(str(c['id']))}  {printable(c['function'])} ({_where(c['file'], c['line'])})"
         if c["called_from"]:
             head += f" called at {_where(c['called_from']['file'], c['called_from']['line'])}"
         console.print(Text(head + f"  {c['time_s']:.1f} s, {c['ops']} ops"))
