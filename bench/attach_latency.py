@@ -20,8 +20,10 @@ count of the first answer in state "capturing" (the daemon sets that state after
 call made after all families attached was counted. Resolution: about one poll plus one call period.
 The capture is then ended (`deepctx stop`), the target exits, and the same is done for a second target
 process on the same daemon (warm) before the daemon stops. The daemons share the configured on-disk cache of
-unwind tables (/var/cache/deepctx), as a restarted daemon does; --fresh-cache gives each an empty one (a first
-capture on a new host: on the H200, 3 to 6 s more for a PyTorch or JAX process).
+unwind tables and compiled programs (/var/cache/deepctx), as a restarted daemon does; --fresh-cache gives each
+an empty one (a first capture on a new host: on the H200, 3 to 6 s more for a PyTorch or JAX process; the
+programs' code compiled); --no-program-cache keeps the unwind tables and compiles the programs (cache_programs
+off). Each run prints how many programs its daemon loaded and how many of them came from disk.
 
 The daemon compiles and loads its common programs as it starts (prewarm_programs): a cold attach issued at once
 waits for the program it needs rather than compiling it again; --wait-prewarm issues it once they are loaded
@@ -293,6 +295,18 @@ def fmt(v: float | None) -> str:
     return "    –" if v is None else f"{v:5.2f}"
 
 
+def programs_loaded(log: Path) -> list[bool]:
+    """Each program the daemon loaded, in order: whether its code came from the disk cache."""
+    out = []
+    for line in log.read_text().splitlines():
+        if '"program loaded"' in line:
+            try:
+                out.append(bool(json.loads(line).get("from_disk")))
+            except ValueError:
+                continue
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5, help="cold and warm attaches per mode (a daemon each)")
@@ -309,7 +323,12 @@ def main() -> int:
     ap.add_argument("--daemon-log", metavar="DIR", help="keep each daemon's JSON log there")
     ap.add_argument("--fresh-cache", action="store_true",
                     help="each daemon gets an empty unwind-table cache (cache_dir in its temp dir): a first capture "
-                         "on a new host; by default the daemons share the configured one, as a restarted daemon does")
+                         "on a new host; by default the daemons share the configured one, as a restarted daemon does; "
+                         "the compiled programs' cache is in it too")
+    ap.add_argument("--program-cache", action=argparse.BooleanOptionalAction, default=True,
+                    help="the daemon keeps its compiled programs' code on disk (cache_programs, its default): a "
+                         "daemon after the first loads them with only their maps compiled; --no-program-cache: "
+                         "every daemon compiles them")
     ap.add_argument("--prewarm", action=argparse.BooleanOptionalAction, default=True,
                     help="the daemon compiles and loads its common programs as it starts (its default; "
                          "--no-prewarm: each program when a capture first needs it)")
@@ -344,8 +363,10 @@ def main() -> int:
             env = ({"DEEPCTX_SELF_PROFILE": str((log_dir / f"self-{run}-{mode}.folded").resolve())}
                    if args.self_profile and log_dir is not None else None)
             extra: list[str] = ["--prewarm" if args.prewarm else "--no-prewarm"]
-            if args.fresh_cache:
-                (work / "d.toml").write_text(f'cache_dir = "{work / "cache"}"\n')
+            config = (f'cache_dir = "{work / "cache"}"\n' if args.fresh_cache else "") + (
+                "" if args.program_cache else "cache_programs = false\n")
+            if config:
+                (work / "d.toml").write_text(config)
                 extra += ["--config", str(work / "d.toml")]
             d = start_daemon(work, *extra, env=env)
             daemon_start_s = time.monotonic() - t0
@@ -368,6 +389,12 @@ def main() -> int:
                               + f"  attach {row['attach_parts'] or {}}", flush=True)
             finally:
                 stop_daemon(d)
+                loaded = programs_loaded(d.log)
+                print(f"run {run} {mode:7} programs: {len(loaded)} loaded, {sum(loaded)} of them from disk, "
+                      f"their code not compiled", flush=True)
+                for row in rows:
+                    if row.get("run") == run and row.get("mode") == mode:
+                        row["programs_from_disk"] = sum(loaded)
                 if log_dir is not None:
                     shutil.copy(d.log, log_dir / f"daemon-{run}-{mode}.log")
                 shutil.rmtree(work, ignore_errors=True)

@@ -77,7 +77,11 @@ class Config:
     # before them, build the unwind tables of the interpreter and C/C++ runtime libraries the daemon maps
     # itself (service.runtime_files), which nearly every GPU job maps too
     prewarm_programs: bool = True
-    cache_dir: str = "/var/cache/deepctx"  # unwind tables kept by a hash of the CFI they are built from
+    # unwind tables kept by a hash of the CFI they are built from; compiled BPF programs (cache_programs)
+    cache_dir: str = "/var/cache/deepctx"
+    # keep each compiled program's code in cache_dir/programs (probes/program_cache.py): a daemon that starts
+    # again compiles only the programs' maps (0.4 s instead of 2.2 s on the CI VM) before the verifier loads them
+    cache_programs: bool = True
     # caps on a target's files (host/file_limits.py): one section's bytes once decompressed, one file's
     # unwind table rows; a file over either is unwound with frame pointers, and the profile says why
     max_decompressed_bytes: int = 256 << 20

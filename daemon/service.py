@@ -128,7 +128,8 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         from deepctx.host.unwind.cache import TableCache
 
         self.unwind_tables = TableCache(_cache_dir(config.cache_dir, "unwind"), files=file_cache.shared())
-        self.programs = programs.daemon_pool()  # loaded BPF programs, handed from capture to capture
+        # loaded BPF programs, handed from capture to capture; their code kept on disk for the next daemon
+        self.programs = programs.daemon_pool(_cache_dir(config.cache_dir, "programs") if config.cache_programs else None)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)  # notified as each session ends (wait_idle)
         self._sessions: dict[int, Capture] = {}

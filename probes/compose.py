@@ -10,6 +10,7 @@ from typing import Any
 
 from deepctx.probes.bcc_module import lean_modules
 from deepctx.probes.family import PROBES_DIR, ProbeFamily
+from deepctx.probes.program_cache import ProgramCache, cache_key, load_program
 
 # bcc compiles with LLVM inside this process; one compilation at a time keeps that safe. Reentrant: a family's
 # before_compile may compile a module of its own (probes/unwind_maps.py).
@@ -46,11 +47,23 @@ def compile_text(text: str, cflags: list[str]) -> Any:
         return BPF(text=text.encode(), cflags=cflags)  # bcc wants bytes
 
 
-def compile_program(families: Sequence[ProbeFamily]) -> Any:
+def compile_program(families: Sequence[ProbeFamily], cache: ProgramCache | None = None) -> Any:
+    """The families' program, compiled; with a cache, loaded from it where an earlier daemon saved the same
+    program (only its maps are compiled: probes/program_cache.py), and saved to it after a compile."""
     with COMPILE_LOCK:
         for fam in families:
             fam.before_compile()
-        bpf = compile_text(compose_source(families), compose_cflags(families))
+        text, cflags = compose_source(families), compose_cflags(families)
+        key = cache_key(text, cflags) if cache is not None else ""
+        bpf = None
+        if cache is not None and (code := cache.load(key)) is not None:
+            bpf = load_program(text, cflags, code, compile_text)
+            if bpf is not None:
+                bpf.deepctx_cache_key = key
+        if bpf is None:
+            bpf = compile_text(text, cflags)
+            if cache is not None:
+                cache.save(key, bpf)
         page_out_compiler()
         return bpf
 

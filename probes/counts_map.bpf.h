@@ -22,6 +22,7 @@
     BPF_F_TABLE("hash", _key, _val, _name##_1, _spare, _flags);         \
     BPF_ARRAY_OF_MAPS(_name, #_name "_0", 1)
 
+#ifndef DEEPCTX_DECLS_ONLY /* code: a cached program compiles its maps only (probes/program_cache.py) */
 static __always_inline void *counts_get(void *map, void *key, void *zero) {
     if (!map)
         return NULL;
@@ -31,5 +32,6 @@ static __always_inline void *counts_get(void *map, void *key, void *zero) {
     bpf_map_update_elem(map, key, zero, BPF_NOEXIST);  /* EEXIST: another CPU added it first */
     return bpf_map_lookup_elem(map, key);
 }
+#endif
 
 #endif

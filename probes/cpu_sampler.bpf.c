@@ -26,6 +26,7 @@ BPF_PERCPU_ARRAY(cpu_stats, __u64, CPU_STAT__COUNT);
  * (held in a register or on the stack, the setting's branch doubled the load's time) */
 BPF_PERCPU_ARRAY(cpu_kstack, __s32, 1);
 
+#ifndef DEEPCTX_DECLS_ONLY /* code: a cached program compiles its maps only (probes/program_cache.py) */
 static __always_inline void cpu_stat_inc(int idx) {
     __u64 *v = cpu_stats.lookup(&idx);
     if (v)
@@ -112,3 +113,4 @@ int on_cpu_sample(struct deepctx_perf_event_data *ctx) {
     __sync_fetch_and_add(count, 1);
     return 0;
 }
+#endif

@@ -40,11 +40,13 @@ BPF_PERCPU_ARRAY(dev_name_scratch, struct dev_name, 1);
  * traced and untraced captures) */
 BPF_RINGBUF_OUTPUT(dev_events, DEV_RINGBUF_PAGES);
 
+#ifndef DEEPCTX_DECLS_ONLY /* code: a cached program compiles its maps only (probes/program_cache.py) */
 static __always_inline void dev_stat_add(int idx, __u64 n) {
     __u64 *v = dev_stats.lookup(&idx);
     if (v)
         *v += n;
 }
+#endif
 
 /* --- USDT arguments ------------------------------------------------------------------------------ */
 
@@ -54,6 +56,7 @@ struct usdt_regs {
     __u64 r[16];  /* probes/usdt.py REGISTERS order */
 };
 
+#ifndef DEEPCTX_DECLS_ONLY /* code: a cached program compiles its maps only (probes/program_cache.py) */
 static __always_inline void usdt_load(struct pt_regs *ctx, struct usdt_regs *u) {
     u->r[0] = ctx->ax;
     u->r[1] = ctx->bx;
@@ -96,6 +99,7 @@ static __always_inline struct usdt_site *dev_site(struct pt_regs *ctx, __u32 pid
     k.addr = PT_REGS_IP(ctx);
     return dev_sites.lookup(&k);
 }
+#endif
 
 /* How a USDT probe's program opens: the site that fired for process `pid` (or it returns: a process the
  * capture does not watch) and the registers usdt_arg reads. */
@@ -106,6 +110,7 @@ static __always_inline struct usdt_site *dev_site(struct pt_regs *ctx, __u32 pid
     struct usdt_regs u;                           \
     usdt_load(ctx, &u)
 
+#ifndef DEEPCTX_DECLS_ONLY /* code: a cached program compiles its maps only (probes/program_cache.py) */
 static __always_inline void dev_learn_name(__u32 pid, __u64 addr) {
     struct dev_name_key nk = {};
     nk.pid = pid;
@@ -508,3 +513,4 @@ int on_dev_status(struct pt_regs *ctx) {
 int on_dev_request(struct pt_regs *ctx) {
     return 0;
 }
+#endif

@@ -77,11 +77,13 @@ BPF_ARRAY(gpu_stacks_gen, __u64, 1);
 BPF_HASH(gpu_objects, struct gpu_fn_key, struct gpu_obj_info, GPU_OBJECT_ENTRIES);
 BPF_PERCPU_ARRAY(gpu_obj_scratch, struct gpu_obj_info, 1);
 
+#ifndef DEEPCTX_DECLS_ONLY /* code: a cached program compiles its maps only (probes/program_cache.py) */
 static __always_inline void gpu_stat_inc(int idx) {
     __u64 *v = gpu_stats.lookup(&idx);
     if (v)
         (*v)++;
 }
+#endif
 
 /* The words at the stack pointer at a probed function's entry, read once a call (a helper call costs more
  * than the copy): [0] the return address (x86-64; arm64 keeps it in the link register), [1] to [7] the
@@ -90,6 +92,7 @@ static __always_inline void gpu_stat_inc(int idx) {
  * is usually among them, and the walk starts without a read of its own (gpu_fp_capture). Not for a driver
  * entry point (GPU_SPEC_F_DRIVER): the runtime's calls into it, most of its calls, need only the words. */
 #define GPU_ENTRY_WORDS 8
+#ifndef DEEPCTX_DECLS_ONLY /* code: a cached program compiles its maps only (probes/program_cache.py) */
 static __always_inline void gpu_read_entry_words(struct pt_regs *ctx, __u64 *w, const struct gpu_api_spec *spec) {
     void *sp = (void *)PT_REGS_SP(ctx);
     __u32 zero = 0;
@@ -120,11 +123,13 @@ static __always_inline __u64 gpu_return_address(struct pt_regs *ctx, const __u64
     return w[0];
 #endif
 }
+#endif
 
 /* A register's value as loaded: the compiler may not merge the switch's loads below into one load from a
  * computed context address, which the verifier refuses ("dereference of modified ctx ptr"). */
 #define GPU_REG(x) ({ __u64 __v = (x); asm volatile("" : "+r"(__v)); __v; })
 
+#ifndef DEEPCTX_DECLS_ONLY /* code: a cached program compiles its maps only (probes/program_cache.py) */
 /* The value of argument slot `slot` at function entry (x86-64 SysV; see gpu_api.h); w: the entry words. */
 static __always_inline __u64 gpu_arg(struct pt_regs *ctx, const __u64 *w, int slot) {
     switch (slot) {
@@ -221,9 +226,11 @@ static __always_inline void gpu_remember_object(__u32 pid, __u64 handle) {
     gpu_objects.update(&ok, info);
     gpu_stat_inc(GPU_STAT_OBJECTS);
 }
+#endif
 
 #define GPU_FNV_PRIME 0x100000001b3ULL
 
+#ifndef DEEPCTX_DECLS_ONLY /* code: a cached program compiles its maps only (probes/program_cache.py) */
 /* Interns the calling thread's native stack by frame pointers; returns its id (its hash, never 0), or 0
  * when it could not be kept (the map is full). At a function's first instruction its caller has no frame
  * yet: ret is its return address (gpu_return_address), the frame the kernel's own walk adds for uprobes at
@@ -747,6 +754,7 @@ int on_gpu_api_return(struct pt_regs *ctx) {
     gpu_return(ctx, bpf_get_current_pid_tgid());
     return 0;
 }
+#endif
 
 /* Entry and return in one program, attached as an uprobe session (Linux 6.13+): an entry is at a probed
  * function's first instruction, which gpu_addrs names; a return is at an address inside the caller, which it
@@ -755,6 +763,7 @@ int on_gpu_api_return(struct pt_regs *ctx) {
  * the return together passed its bound. */
 BPF_PROG_ARRAY(gpu_session_return, 1);
 
+#ifndef DEEPCTX_DECLS_ONLY /* code: a cached program compiles its maps only (probes/program_cache.py) */
 int on_gpu_api_session_return(struct pt_regs *ctx) {
     gpu_return(ctx, bpf_get_current_pid_tgid());
     return 0;
@@ -770,3 +779,4 @@ int on_gpu_api_session(struct pt_regs *ctx) {
     gpu_stat_inc(GPU_STAT_NO_RETURN);  /* only where the tail call is missing: the return went unhandled */
     return 0;
 }
+#endif

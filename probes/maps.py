@@ -238,3 +238,14 @@ def drain_rings(bpf: Any) -> None:
         for sink in sinks.values():
             sink.fn = RingSink.drop
         bpf.ring_buffer_consume()
+
+
+def table_names(module: Any) -> list[bytes]:
+    """The names of a bcc module's maps, in bcc's order (the index is the map's id in bcc's table calls)."""
+    from bcc.libbcc import lib
+
+    lib.bpf_num_tables.restype = ct.c_size_t
+    lib.bpf_num_tables.argtypes = [ct.c_void_p]
+    lib.bpf_table_name.restype = ct.c_char_p
+    lib.bpf_table_name.argtypes = [ct.c_void_p, ct.c_size_t]
+    return [lib.bpf_table_name(module, i) for i in range(lib.bpf_num_tables(module))]

@@ -67,6 +67,7 @@ BPF_HASH(native_stacks, __u64, struct native_stack, NATIVE_MAX_STACKS);
 BPF_PERCPU_ARRAY(native_scratch, struct native_stack, 1);
 BPF_PERCPU_ARRAY(native_unwind_stats, struct native_unwind_counters, 1);
 
+#ifndef DEEPCTX_DECLS_ONLY /* code: a cached program compiles its maps only (probes/program_cache.py) */
 static __always_inline void native_stat_add(__u32 idx, __u64 n)
 {
 	__u32 zero = 0;
@@ -324,5 +325,6 @@ static __always_inline __u64 native_stack_capture(struct pt_regs *regs, __u32 pi
 	}
 	return native_stack_capture_regs(&r, pid, flags, NATIVE_MAX_DEPTH);
 }
+#endif
 
 #endif

@@ -6,6 +6,7 @@
 BPF_RINGBUF_OUTPUT(dev_pcs, PCS_RINGBUF_PAGES);
 BPF_ARRAY(dev_pcs_lost, __u64, 1); /* messages the full ring buffer refused */
 
+#ifndef DEEPCTX_DECLS_ONLY /* code: a cached program compiles its maps only (probes/program_cache.py) */
 int on_dev_pcs(struct pt_regs *ctx) {
     __u32 pid = bpf_get_current_pid_tgid() >> 32;
     DEV_USDT_OPEN(ctx, pid, s, u);
@@ -32,3 +33,4 @@ int on_dev_pcs(struct pt_regs *ctx) {
     dev_pcs.ringbuf_submit(e, 0);
     return 0;
 }
+#endif

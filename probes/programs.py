@@ -32,7 +32,8 @@ from typing import Any
 
 from deepctx.probes import compose
 from deepctx.probes.family import ProbeFamily
-from deepctx.probes.maps import delete_keys, drain_rings
+from deepctx.probes.maps import delete_keys, drain_rings, table_names
+from deepctx.probes.program_cache import CacheCounters, ProgramCache, is_cached
 from deepctx.probes.program_share import ProgramShare, bind_share
 
 log = logging.getLogger("deepctx.programs")
@@ -78,6 +79,7 @@ class Program:
 @dataclass
 class ProgramCounters:
     compiled: int = 0  # programs compiled (clang)
+    from_disk: int = 0  # programs whose code came from the disk cache (only their maps compiled)
     loaded: int = 0  # BPF functions loaded into the kernel (verifier runs)
     reused: int = 0  # captures that got an already loaded program
     captures_served: int = 0  # captures that got a program
@@ -86,7 +88,9 @@ class ProgramCounters:
 
     def as_totals(self) -> dict[str, int]:
         """The daemon's Status totals (map<string, int64>: fields added, none changed)."""
-        return {"bpf_programs_compiled": self.compiled, "bpf_programs_loaded": self.loaded,
+        return {"bpf_programs_built": self.compiled + self.from_disk, "bpf_programs_compiled": self.compiled,
+                "bpf_programs_from_disk": self.from_disk,
+                "bpf_programs_loaded": self.loaded,
                 "bpf_programs_reused": self.reused, "bpf_programs_discarded": self.discarded,
                 "bpf_programs_shared": self.shared, "captures_served": self.captures_served}
 
@@ -95,12 +99,13 @@ class ProgramPool:
     """The daemon's loaded programs (one pool per daemon; tests make their own)."""
 
     def __init__(self, max_idle: int = MAX_IDLE, wait_s: float = WAIT_S,
-                 compile_fn: Callable[[Sequence[ProbeFamily]], Any] = compose.compile_program,
-                 free_fn: Callable[[Any], None] = compose.cleanup_program) -> None:
+                 compile_fn: Callable[[Sequence[ProbeFamily]], Any] | None = None,
+                 free_fn: Callable[[Any], None] = compose.cleanup_program, cache: ProgramCache | None = None) -> None:
         self.max_idle = max_idle
         self.wait_s = wait_s
         self.counters = ProgramCounters()
-        self._compile = compile_fn
+        self.cache = cache  # compiled programs on disk (probes/program_cache.py), used by the default compile_fn
+        self._compile = compile_fn or (lambda families: compose.compile_program(families, self.cache))
         self._free = free_fn
         self._cond = threading.Condition()
         self._idle: OrderedDict[int, Program] = OrderedDict()  # by id(), least recently used first
@@ -261,7 +266,8 @@ class ProgramPool:
         with self._cond:
             out = self.counters.as_totals()
             out["bpf_programs_idle"] = len(self._idle)
-            return out
+        # the disk cache's counters stay 0 without one (cache_programs off)
+        return out | (self.cache.counters if self.cache is not None else CacheCounters()).as_totals()
 
     # --- inside --------------------------------------------------------------------------------------
 
@@ -294,20 +300,30 @@ class ProgramPool:
     def _build(self, key: str, families: Sequence[ProbeFamily]) -> Program:
         t0 = time.monotonic()
         bpf = self._compile(families)
+        from_disk = is_cached(bpf)
         prog = Program(key, bpf)
         bind_share(bpf, prog.share)
-        with self._cond:
-            self.counters.compiled += 1
+        if not from_disk:
+            with self._cond:
+                self.counters.compiled += 1
         try:
             for fam in families:
                 fam.load(bpf)  # the verifier runs here, once per program
-        except Exception:
+        except Exception as e:
             self._free(bpf)
-            raise
+            if not from_disk or self.cache is None:
+                raise
+            # the kernel refused the cached functions: compile them (the key is not loaded from disk again)
+            self.cache.refuse(bpf.deepctx_cache_key, f"{type(e).__name__}: {e}")
+            return self._build(key, families)
+        if from_disk:
+            with self._cond:
+                self.counters.from_disk += 1
         self.count_loads(prog)
         log.info("program loaded", extra={"program": key, "families": [f.name for f in families],
                                           "defines": [f for f in compose.compose_cflags(families) if f.startswith("-D")],
-                                          "functions": prog.funcs_counted, "load_s": round(time.monotonic() - t0, 3)})
+                                          "functions": prog.funcs_counted, "from_disk": from_disk,
+                                          "load_s": round(time.monotonic() - t0, 3)})
         return prog
 
     def _discard(self, prog: Program) -> None:
@@ -331,13 +347,8 @@ def map_names(bpf: Any) -> list[tuple[str, int, int]]:
     """(name, bpf_map_type, max_entries) of every map of a bcc program."""
     from bcc.libbcc import lib
 
-    lib.bpf_num_tables.restype = ct.c_size_t
-    lib.bpf_num_tables.argtypes = [ct.c_void_p]
-    lib.bpf_table_name.restype = ct.c_char_p
-    lib.bpf_table_name.argtypes = [ct.c_void_p, ct.c_size_t]
     out = []
-    for i in range(lib.bpf_num_tables(bpf.module)):
-        name = lib.bpf_table_name(bpf.module, i)
+    for i, name in enumerate(table_names(bpf.module)):
         out.append((name.decode(), lib.bpf_table_type_id(bpf.module, i), int(lib.bpf_table_max_entries_id(bpf.module, i))))
     return out
 
@@ -403,10 +414,11 @@ _DAEMON_POOL: ProgramPool | None = None
 _DAEMON_POOL_LOCK = threading.Lock()
 
 
-def daemon_pool() -> ProgramPool:
-    """The pool of this process (deepctxd's): every capture takes its program from it."""
+def daemon_pool(cache_dir: str | None = None) -> ProgramPool:
+    """The pool of this process (deepctxd's): every capture takes its program from it. cache_dir (at the first
+    call): where compiled programs are kept on disk (None: each daemon compiles its programs)."""
     global _DAEMON_POOL
     with _DAEMON_POOL_LOCK:
         if _DAEMON_POOL is None:
-            _DAEMON_POOL = ProgramPool()
+            _DAEMON_POOL = ProgramPool(cache=ProgramCache.at(cache_dir) if cache_dir else None)
         return _DAEMON_POOL

@@ -103,6 +103,7 @@ struct py_tag_slot {
 };
 BPF_PERCPU_ARRAY(py_tag_cache, struct py_tag_slot, PY_TAG_SLOTS);
 
+#ifndef DEEPCTX_DECLS_ONLY /* code: a cached program compiles its maps only (probes/program_cache.py) */
 static __always_inline void py_stat_inc(__u32 idx)
 {
 	__u64 *v = py_stats.lookup(&idx);
@@ -470,5 +471,6 @@ static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *f
 	}
 	return h;
 }
+#endif
 
 #endif /* DEEPCTX_PYTHON_STACK_BPF_H */

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from pathlib import Path
 from deepctx.host.elf.reader import ElfError, ElfFile
 from deepctx.host.file_cache import FileCache
 from deepctx.host.file_limits import LIMITS, OverCap, check_size
+from deepctx.host.private_files import private_dir
 from deepctx.host.unwind.arch import X86_64
 from deepctx.host.unwind.build_child import NO_TABLE, OVER_CAP
 from deepctx.host.unwind.cfi import CfiError
@@ -68,7 +68,7 @@ class _FileTables:
 class TableCache:
     def __init__(self, disk_dir: str | Path | None = None, child_min_bytes: int = CHILD_MIN_BYTES,
                  workers: int = 4, files: FileCache | None = None) -> None:
-        self.disk_dir = _private_dir(Path(disk_dir)) if disk_dir is not None else None
+        self.disk_dir = private_dir(Path(disk_dir), "unwind tables") if disk_dir is not None else None
         self.child_min_bytes = child_min_bytes
         self.workers = max(1, workers)
         # the daemon passes its shared cache; a cache of its own otherwise (tests, benchmarks)
@@ -319,22 +319,3 @@ class TableCache:
     @property
     def memory(self) -> int:
         return sum(t.memory for t in list(self._tables.values()))
-
-
-def _private_dir(path: Path) -> Path | None:
-    """The disk cache's folder, made root's own (0700); None (no disk cache) when it is a link or someone
-    else's: tables read from it go into every user's captures. A path that is not a folder is kept (writes
-    there fail and are warned about)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return path  # made 0700 when first written (save_table, _scratch_parent)
-    except OSError as e:
-        log.warning("no disk cache for unwind tables: %s: %s", path, e.strerror)
-        return None
-    if stat.S_ISLNK(st.st_mode) or (stat.S_ISDIR(st.st_mode) and st.st_uid != os.geteuid()):
-        log.warning("no disk cache for unwind tables: %s is a link or not deepctxd's own folder", path)
-        return None
-    if stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) & 0o077:
-        os.chmod(path, 0o700)
-    return path

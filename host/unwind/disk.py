@@ -1,18 +1,16 @@
 """An unwind table as a file: the daemon's disk cache and the table builder's child process share it.
 
-Tables are written 0600 through a fresh O_EXCL name and renamed into place; they are read without
-following a link, and only from a regular file that deepctxd owns (the cache folder is root's, 0700)."""
+Written and read as deepctxd's private files (host/private_files.py: 0600 through a fresh name renamed into
+place; read without following a link, only from a regular file that deepctxd owns)."""
 
 from __future__ import annotations
 
-import os
-import stat
-import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
+from deepctx.host.private_files import open_private, replace_private
 from deepctx.host.unwind.table import UnwindTable
 
 DISK_FORMAT = 2  # bump when the table layout, the rule encoding or the naming (content hash) changes
@@ -20,26 +18,17 @@ DISK_FORMAT = 2  # bump when the table layout, the rule encoding or the naming (
 
 def save_table(table: UnwindTable, path: Path) -> None:
     """Writes the table to path atomically (readers never see a partial file); raises OSError."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, arch=np.array(table.arch), base=np.array(table.base, np.uint64), pcs=table.pcs,
-                     infos=table.infos, rules=np.array(table.rules, np.int64).reshape(-1, 7))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    def write(f: BinaryIO) -> None:
+        np.savez(f, arch=np.array(table.arch), base=np.array(table.base, np.uint64), pcs=table.pcs,
+                 infos=table.infos, rules=np.array(table.rules, np.int64).reshape(-1, 7))
+
+    replace_private(path, write)
 
 
 def load_table(path: Path, build_id: str | None) -> UnwindTable:
     """The table saved at path (raises OSError, KeyError or ValueError for a missing or unreadable file,
     a link, or a file that is not deepctxd's own)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            raise ValueError(f"{path} is not a regular file of deepctxd's own")
+    with open_private(path) as f:
         return _read(f, build_id)
 
 

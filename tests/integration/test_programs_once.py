@@ -4,6 +4,7 @@ compiled as the daemon starts serves the first capture. Counts are the daemon's 
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import sys
@@ -55,7 +56,7 @@ def test_second_capture_compiles_nothing_and_takes_its_own_mode(fresh: Daemon) -
     lib = cuda_runtime()
     first = profile_phase(fresh, StdinTarget([sys.executable, str(RUNTIME_CALLS), "cuda", lib]), "--mode", "sampled")
     after_first = totals(fresh)
-    assert after_first["bpf_programs_compiled"] == 1 and after_first["captures_served"] == 1
+    assert after_first["bpf_programs_built"] == 1 and after_first["captures_served"] == 1
     assert after_first["bpf_programs_loaded"] >= 2  # the sampler's and the GPU probes' functions
     # the host cache's counters beside them (host/file_cache.py, host_cache_*): the target's files were read
     assert after_first["host_cache_budget_bytes"] == 64 << 20 and after_first["host_cache_entries"] >= 1
@@ -66,7 +67,7 @@ def test_second_capture_compiles_nothing_and_takes_its_own_mode(fresh: Daemon) -
     # the release runs behind the profile: wait until the program is given back
     wait_for(lambda: totals(fresh).get("bpf_programs_idle") == 1, what="the program given back", timeout=60)
     after = totals(fresh)
-    assert after["bpf_programs_compiled"] == 1 and after["bpf_programs_loaded"] == after_first["bpf_programs_loaded"]
+    assert after["bpf_programs_built"] == 1 and after["bpf_programs_loaded"] == after_first["bpf_programs_loaded"]
     assert after["bpf_programs_reused"] == 1 and after["captures_served"] == 2
     assert after["host_cache_hits"] > after_first["host_cache_hits"]  # the second process's files were held
     assert (first["mode"], second["mode"]) == ("sampled", "exact")
@@ -104,7 +105,7 @@ def test_captures_at_once_share_one_program_and_each_profile_holds_its_own_calls
             docs.append(f.result())
     for t in ts:
         t.stop()
-    assert mid["bpf_programs_compiled"] == 1 and mid["bpf_programs_shared"] == 1, mid
+    assert mid["bpf_programs_built"] == 1 and mid["bpf_programs_shared"] == 1, mid
     for i, doc in enumerate(docs):
         assert doc["pid"] == ts[i].pid and doc["ended"] == "stopped"
         assert launches(doc) == N_LAUNCH + extra[i]
@@ -114,7 +115,7 @@ def test_captures_at_once_share_one_program_and_each_profile_holds_its_own_calls
     wait_for(lambda: totals(fresh).get("bpf_programs_idle") == 1, what="the program given back", timeout=60)
     third = profile_phase(fresh, StdinTarget([sys.executable, str(RUNTIME_CALLS), "cuda", lib]), "--mode", "exact")
     assert launches(third) == N_LAUNCH and "program_captures" not in third["stats"]
-    assert totals(fresh)["bpf_programs_compiled"] == 1
+    assert totals(fresh)["bpf_programs_built"] == 1
 
 
 def test_kernel_stacks_follow_each_capture_on_one_program(fresh: Daemon, tmp_path: Path) -> None:
@@ -130,11 +131,11 @@ def test_kernel_stacks_follow_each_capture_on_one_program(fresh: Daemon, tmp_pat
         return sum(v for p, v in self_paths(doc) if p[-1]["module"] == "[kernel]"), total(doc)
 
     with_k, n1 = kernel_share("--kernel-stacks")
-    compiled = totals(fresh)["bpf_programs_compiled"]
+    compiled = totals(fresh)["bpf_programs_built"]
     without_k, n2 = kernel_share()
     assert with_k >= 0.5 * n1 and n2 > 0
     assert without_k == 0  # the same program, asked for no kernel stacks this time
-    assert totals(fresh)["bpf_programs_compiled"] == compiled == 1
+    assert totals(fresh)["bpf_programs_built"] == compiled == 1
 
 
 def test_program_compiled_at_start_serves_the_first_capture(tmp_path: Path) -> None:
@@ -143,7 +144,7 @@ def test_program_compiled_at_start_serves_the_first_capture(tmp_path: Path) -> N
         # two programs: a Python process with a GPU runtime, and one without
         wait_for(lambda: totals(d).get("bpf_programs_idle") == 2, what="programs compiled ahead", timeout=300)
         before = totals(d)
-        assert before["bpf_programs_compiled"] == 2 and before["captures_served"] == 0
+        assert before["bpf_programs_built"] == 2 and before["captures_served"] == 0
         # the maps' kernel memory, outside the RSS: the unwind rows (16 M x 8 bytes) and page index (2 M
         # entries at an 8-byte stride) once, the daemon's, shared by both programs (probes/unwind_maps.py;
         # each program had its own: 438 MB in all), and the rest of both programs' maps (about 150 MB)
@@ -153,7 +154,7 @@ def test_program_compiled_at_start_serves_the_first_capture(tmp_path: Path) -> N
         doc = profile_phase(d, StdinTarget([sys.executable, str(RUNTIME_CALLS), "cuda", cuda_runtime()]), "--mode", "exact")
         after = totals(d)
         assert launches(doc) == N_LAUNCH
-        assert after["bpf_programs_compiled"] == 2 and after["bpf_programs_reused"] == 1
+        assert after["bpf_programs_built"] == 2 and after["bpf_programs_reused"] == 1
         assert after["bpf_programs_loaded"] == before["bpf_programs_loaded"]  # loaded at start: attached only
     finally:
         assert stop_daemon(d) == 0, d.log.read_text()[-4000:]
@@ -163,7 +164,7 @@ def test_a_daemon_stopped_while_it_compiles_ahead_exits_cleanly(tmp_path: Path) 
     """Stopped a second after it started, deepctxd once died of SIGSEGV: its exit ran LLVM's static destructors
     under the compile in flight. It now ends without them, status 0, and says so."""
     d = start_daemon(tmp_path, "--prewarm")
-    compiled = totals(d)["bpf_programs_compiled"]
+    compiled = totals(d)["bpf_programs_built"]
     rc = stop_daemon(d)
     log = d.log.read_text()
     assert rc == 0, log[-4000:]
@@ -201,3 +202,52 @@ def test_a_released_program_is_emptied_without_reading_its_values() -> None:
         assert peak_mb() - before < 32
     finally:
         compose.cleanup_program(bpf)
+
+
+def test_a_restarted_daemon_loads_its_programs_from_disk(tmp_path: Path) -> None:
+    """The compiled program's code kept in cache_dir/programs (probes/program_cache.py): a second daemon compiles
+    only its maps and loads the code from the file, and its capture counts every call under its path; a cached
+    program the kernel refuses is compiled instead, and the file written again from that compile."""
+    cache = tmp_path / "cache"
+    cfg = tmp_path / "d.toml"
+    cfg.write_text(f'cache_dir = "{cache}"\n')
+    lib = cuda_runtime()
+
+    def capture() -> tuple[dict, dict[str, int], str]:
+        d = start_daemon(tmp_path, "--config", str(cfg))  # one after the other, in one folder (a short socket path)
+        try:
+            doc = profile_phase(d, StdinTarget([sys.executable, str(RUNTIME_CALLS), "cuda", lib]), "--mode", "exact")
+            t = totals(d)
+        finally:
+            assert stop_daemon(d) == 0, d.log.read_text()[-4000:]
+        return doc, t, d.log.read_text()
+
+    def exact(doc: dict) -> None:
+        assert launches(doc) == N_LAUNCH
+        assert doc["stats"]["gpu_api_calls_with_call_path"] == doc["stats"]["gpu_api_calls"] == N_CALLS
+
+    doc, t, _ = capture()
+    exact(doc)
+    assert (t["bpf_programs_compiled"], t["bpf_programs_from_disk"], t["bpf_programs_cached"]) == (1, 0, 1)
+    files = list((cache / "programs").iterdir())
+    assert len(files) == 1 and files[0].stat().st_mode & 0o777 == 0o600
+    assert (cache / "programs").stat().st_mode & 0o777 == 0o700
+    saved = files[0].read_bytes()
+    assert sorted(json.loads(saved)["functions"]) == ["on_cpu_sample", "on_gpu_api_entry", "on_gpu_api_return",
+                                                      "on_gpu_api_session", "on_gpu_api_session_return"]
+
+    doc, t, log = capture()
+    exact(doc)
+    assert (t["bpf_programs_compiled"], t["bpf_programs_from_disk"], t["bpf_programs_built"]) == (0, 1, 1)
+    assert '"from_disk": true' in log
+
+    # every function an exit alone (the verifier refuses: R0 is never set), in a file of the right format and key
+    bad = json.loads(saved)
+    bad["functions"] = {n: base64.b64encode(bytes([0x95, 0, 0, 0, 0, 0, 0, 0])).decode() for n in bad["functions"]}
+    bad["relocs"] = {n: [] for n in bad["relocs"]}
+    files[0].write_text(json.dumps(bad))
+    doc, t, log = capture()
+    exact(doc)
+    assert (t["bpf_programs_cache_refused"], t["bpf_programs_compiled"], t["bpf_programs_from_disk"]) == (1, 1, 0)
+    assert "cached program refused: compiling it" in log
+    assert files[0].read_bytes() == saved  # written again from the compile: the same code, fds left out

@@ -15,6 +15,7 @@ from deepctx.daemon.probe_set import ProbeSet
 from deepctx.daemon.symbolize.native import SymbolCache
 from deepctx.probes.device_activity import DeviceActivity
 from deepctx.probes.native_unwind import NativeUnwinder, size_class
+from deepctx.probes.program_cache import ProgramCache
 from deepctx.probes.programs import ProgramPool, program_key
 
 
@@ -70,9 +71,42 @@ def test_a_second_capture_compiles_and_loads_nothing() -> None:
     p.release(first)
     second = p.acquire([Fam("cpu")])  # another capture's own family objects, the same text
     assert second is first and len(made) == 1
-    assert p.totals() == {"bpf_programs_compiled": 1, "bpf_programs_loaded": 1, "bpf_programs_reused": 1,
-                          "bpf_programs_discarded": 0, "bpf_programs_shared": 0, "captures_served": 2,
-                          "bpf_programs_idle": 0}
+    assert p.totals() == {"bpf_programs_built": 1, "bpf_programs_compiled": 1, "bpf_programs_from_disk": 0,
+                          "bpf_programs_loaded": 1, "bpf_programs_reused": 1, "bpf_programs_discarded": 0,
+                          "bpf_programs_shared": 0, "captures_served": 2, "bpf_programs_idle": 0,
+                          "bpf_programs_cached": 0, "bpf_programs_cache_refused": 0}
+
+
+class Refusing(Fam):
+    """The kernel refuses a program loaded from the disk cache (its functions are the file's)."""
+
+    def load(self, bpf: Any) -> None:
+        if hasattr(bpf, "deepctx_code"):
+            raise OSError("Failed to load BPF program b'on_cpu': Permission denied")
+        super().load(bpf)
+
+
+def test_a_cached_program_the_kernel_refuses_is_compiled_and_not_loaded_from_disk_again() -> None:
+    made: list[FakeBpf] = []
+
+    def compile_fn(families: Sequence[Any]) -> FakeBpf:
+        bpf = FakeBpf()
+        if cache.load("k") is not None:  # what compose.compile_program does with a file under the key
+            bpf.deepctx_code, bpf.deepctx_cache_key = {}, "k"  # type: ignore[attr-defined]
+        made.append(bpf)
+        return bpf
+
+    cache = ProgramCache(None)
+    cache.load = lambda key: None if key in cache._refused else object()  # type: ignore[method-assign]
+    p = ProgramPool(compile_fn=compile_fn, free_fn=lambda bpf: setattr(bpf, "freed", True), cache=cache)
+    prog = p.acquire([Refusing("cpu")])
+    assert [hasattr(b, "deepctx_code") for b in made] == [True, False] and made[0].freed and prog.bpf is made[1]
+    t = p.totals()
+    assert (t["bpf_programs_compiled"], t["bpf_programs_from_disk"], t["bpf_programs_cache_refused"]) == (1, 0, 1)
+    p.release(prog)
+    p.close()
+    p.acquire([Fam("cpu")])  # the next program of the key is compiled as well
+    assert [hasattr(b, "deepctx_code") for b in made] == [True, False, False]
 
 
 def test_programs_of_other_text_or_sizes_are_other_programs() -> None:

@@ -47,7 +47,8 @@ def test_struct_names_split_as_the_schemas_say() -> None:
     assert "not_a_schema" not in names
 
 
-def test_the_library_table_and_its_fallback() -> None:
+def test_the_library_table_and_its_fallback(native_targets: Path) -> None:
+    """LIBOPS is built by make (native_targets): on a fresh clone this test once ran before any build."""
     assert {k: library_names(str(LIBOPS))[k] for k in ("mm", "matmul", "sum_dim_IntList", "addmm")} == {
         "mm": "mm", "matmul": "matmul", "sum_dim_IntList": "sum.dim_IntList", "addmm": "addmm"}
     ops = OperatorNames(FileCache(max_entries=4))

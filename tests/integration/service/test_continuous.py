@@ -77,7 +77,7 @@ def test_two_gpu_processes_share_one_program_and_each_window_holds_its_own_calls
         wait_for(lambda: all((session_of(d, t.pid) or {}).get("state") == "capturing" for t in ts), timeout=120,
                  what="both GPU processes captured")
         totals = stub.Status(pb.StatusRequest(), timeout=10).totals
-        assert totals["bpf_programs_compiled"] == 1 and totals["bpf_programs_shared"] == 1, dict(totals)
+        assert totals["bpf_programs_built"] == 1 and totals["bpf_programs_shared"] == 1, dict(totals)
         for t in ts:
             t.go()
         for t in ts:
@@ -94,7 +94,7 @@ def test_two_gpu_processes_share_one_program_and_each_window_holds_its_own_calls
         mallocs = sum(n["metrics"]["calls"] for anc, n in walk(doc) if n["kind"] == "api" and n["name"] == "cudaMalloc"
                       and any(a["kind"] == "python" and a["line"] == line for a in anc))
         assert mallocs == N_MALLOC
-    assert stub.Status(pb.StatusRequest(), timeout=10).totals["bpf_programs_compiled"] == 1
+    assert stub.Status(pb.StatusRequest(), timeout=10).totals["bpf_programs_built"] == 1
 
 
 SPINNER = """\
@@ -149,7 +149,7 @@ def test_a_process_left_alone_on_a_shared_program_is_still_sampled_and_probed(se
                  what="more windows of the second process")
         assert stored(a.pid)[2] == {"spin_a"} and stored(b.pid)[2] == {"spin_b"}
     totals = json.loads(d.cli("status", "--format", "json").stdout)["totals"]
-    assert int(totals["bpf_programs_shared"]) == 1 and int(totals["bpf_programs_compiled"]) == 1
+    assert int(totals["bpf_programs_shared"]) == 1 and int(totals["bpf_programs_built"]) == 1
 
 
 ON_DEMAND = TARGET.parent / "launch_on_demand.py"
