@@ -193,6 +193,8 @@ def measure(name: str, args: argparse.Namespace, folder: Path) -> dict:
         env["CUDA_INJECTION64_PATH"] = str(AGENT)
     config = (f"continuous_window_s = {args.period}\ncontinuous_gpu_duty = {args.duty}\ncontinuous_scan_s = 0.2\n"
               f'continuous_gpu_mode = "{args.mode}"\nstore_path = "{{tmp}}/windows.db"\n')
+    if args.daemon_config:  # more settings: the bench gives the daemon its own --config, which a second one would not join
+        config += Path(args.daemon_config).read_text()
     p, pid = start_marked(name, args.python, env, extra=["--step-times", str(times)])
     daemon = None
     try:
@@ -254,6 +256,9 @@ def main() -> int:
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--deepctx", default="deepctx")
     ap.add_argument("--deepctxd", default="deepctxd")
+    ap.add_argument("--daemon-config", metavar="TOML",
+                    help="settings added to the daemon's config (e.g. gpu_native_continue = true); a --config in "
+                         "--deepctxd would be overridden by the bench's own")
     ap.add_argument("--keep", help="a folder for the step times and daemon logs (default: a temporary one)")
     ap.add_argument("--out")
     ap.add_argument("--reanalyse", metavar="FOLDER",

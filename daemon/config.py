@@ -69,8 +69,8 @@ class Config:
     native_unwind: bool = True  # walk native stacks with .eh_frame tables (false: frame pointers only)
     # exact GPU call paths: where the frame-pointer walk is lost in code without frame pointers, the .eh_frame
     # walk takes over (PyTorch's GEMM and cuDNN launches reach their operator); each such call pays for up to 24
-    # frames of it (1.1 us a call on the development VM, BENCHMARKS.md). Off by default until measured on a GPU
-    # host (needs native_unwind)
+    # frames of it (1.1 us a call on the development VM; on the H200's launch-bound PyTorch loop, whose every
+    # launch loses its walk, about 21% more: BENCHMARKS.md). Off by default (needs native_unwind)
     gpu_native_continue: bool = False
     # compile and load the programs most captures take as the daemon starts (in the background): the first
     # capture of a Python process, with or without a GPU runtime, then only attaches (probes/programs.py);

@@ -13,7 +13,9 @@ from deepctx.profiles.analyzer import apis
 from deepctx.profiles.analyzer.names import (
     is_compile_frame,
     is_data_loader_frame,
+    is_graph_call_frame,
     is_library_frame,
+    is_wrapper_file,
     operator_of,
 )
 from deepctx.profiles.analyzer.pcs import KernelPcs, kernel_pcs
@@ -67,6 +69,8 @@ class Context:
     api: str | None = None  # the API node above a kernel/memcpy/memset/sync node
     in_api: bool = False  # inside a probed GPU API function (CPU samples there are API time)
     compile: bool = False  # under compilation or autotuning frames
+    in_graph: bool = False  # inside a call of a torch.compile'd graph (its runtime wrappers: names.is_graph_call_frame)
+    in_wrapper: bool = False  # inside Inductor's generated code (launching the graph's kernels)
     collective: bool = False  # under a collective API (NCCL/RCCL)
 
     @property
@@ -147,6 +151,10 @@ class SampleGroup:
     api_samples: int = 0
     loader_samples: int = 0
     compile_samples: int = 0  # compiling, tracing, autotuning: one-time work
+    # running a torch.compile'd graph (not API or compile time): work outside the line's own code; of it, the
+    # calls' fixed cost (runtime wrappers, outside the generated code that launches the kernels)
+    graph_samples: int = 0
+    graph_call_samples: int = 0
 
 
 @dataclass
@@ -224,6 +232,10 @@ def _child_context(ctx: Context, node: dict[str, Any]) -> Context:
             changes["loader"] = len(python) - 1
         if not ctx.compile and is_compile_frame(kind, name, node.get("file"), site.library):
             changes["compile"] = True
+        if not ctx.in_graph and is_graph_call_frame(node.get("file")):
+            changes["in_graph"] = True
+        if not ctx.in_wrapper and node.get("file") and is_wrapper_file(node["file"]):
+            changes["in_wrapper"] = True
     elif kind in ("native", "op"):
         # a probed API's own time, and deepctx's probe at a call (its trap and programs, or the return's
         # trampoline): neither is host work a fix removes
@@ -307,6 +319,10 @@ def _add_samples(idx: ProfileIndex, ctx: Context, samples: int) -> None:
             group.api_samples += samples
         elif ctx.compile:
             group.compile_samples += samples
+        elif ctx.in_graph or ctx.in_wrapper:
+            group.graph_samples += samples
+            if not ctx.in_wrapper:
+                group.graph_call_samples += samples
         if ctx.loader >= 0:
             group.loader_samples += samples
     if ctx.loader >= 0:

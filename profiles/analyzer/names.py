@@ -34,12 +34,31 @@ _COMPILE_PYTHON = re.compile(r"(^|_)(compile|compiler|lower|lowering|trace_to_ja
                              r"do_bench|autotune\w*|precompile|codegen)(_|$)")
 _COMPILE_FILES = re.compile(r"/triton/compiler/|/torch/_inductor/(codecache|async_compile|compile_fx)\.py|"
                             r"/jax/_src/compiler\.py")
+# Steady-state frames whose names say "compile": Dynamo's wrapper of every call of a torch.compile'd function
+# (`_TorchDynamoContext.__call__.<locals>.compile_wrapper`, eval_frame.py), under which the compiled code runs
+# at every step (the compile itself is below it, in convert_frame.py's frames). The H200's recordings of
+# examples/inefficiencies had every kernel of compiled code counted as compile-time work before this.
+_RUNTIME_FRAMES = re.compile(r"/torch/_dynamo/eval_frame\.py$")
+
+
+# Frames of a compiled graph's call at every step, above the generated code: the compiled graph object and AOT
+# autograd's runtime wrappers (the fixed cost of calling a graph); Inductor's generated wrapper itself
+# (is_wrapper_file) launches the graph's kernels. Dynamo's eval_frame.py is not among them: its wrapper runs the
+# whole compiled function, the Python between its graphs included.
+_GRAPH_FILES = re.compile(r"/torch/_inductor/output_code\.py$|/torch/_functorch/_aot_autograd/runtime_wrappers\.py$|"
+                          r"/torch/_functorch/aot_autograd\.py$")
+
+
+def is_graph_call_frame(file: str | None) -> bool:
+    return bool(file) and bool(_GRAPH_FILES.search(file or ""))
 
 
 @lru_cache(maxsize=65536)
 def is_compile_frame(kind: str, name: str, file: str | None = None, library: bool = True) -> bool:
     if kind == "python":
         if not library:
+            return False
+        if file and _RUNTIME_FRAMES.search(file):
             return False
         return bool(_COMPILE_PYTHON.search(name.rsplit(".", 1)[-1])) or bool(file and _COMPILE_FILES.search(file))
     return kind == "native" and bool(_COMPILE_NATIVE.search(name))

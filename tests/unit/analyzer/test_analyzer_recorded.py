@@ -21,10 +21,7 @@ EXAMPLES = REPO / "examples" / "inefficiencies"
 
 # Rules whose example is being reworked, so their recording is not kept yet (BENCHMARKS.md says why).
 # Any other rule without a recording fails: a rule cannot land untested in CI.
-_NOT_RECORDED = ("written on 2026-12-05 after the session's GPU time was spent: recorded by the next run of "
-                 "tests/gpu/test_analyzer.py, which starts every example with TORCH_TRACE")
-PENDING: dict[str, str] = {"recompiles": _NOT_RECORDED, "graph-break": _NOT_RECORDED,
-                           "compiled-hot-kernel": _NOT_RECORDED}
+PENDING: dict[str, str] = {}
 # The PC-sampling rules with recordings: checked with their exact facts below, not by the generic test.
 PC_RECORDED = ("long-scoreboard", "uncoalesced-access", "bank-conflicts", "warp-divergence", "fp32-fma",
                "low-occupancy")
@@ -167,3 +164,34 @@ def test_low_occupancy_on_its_recorded_kernels() -> None:
         "shared memory", 2, 16, 0.25)
     assert (ev["kernel_line"], ev["latency_stall_share"], ev["registers_per_thread"]) == ("planted.cu:208", 0.954, 12)
     assert pc_findings("low-occupancy", "fixed") == ("clear", [])
+
+
+def test_compiled_codes_rules_on_their_h200_recordings() -> None:
+    """Rules 18 to 20 on the examples recorded on the H200 (2026-12-05): exact facts of each finding. Before these
+    recordings, Dynamo's wrapper of every compiled call (`compile_wrapper`, eval_frame.py) made all compiled
+    code's kernels count as compile-time work, and the compiled-hot-kernel rule found no kernel."""
+    def only(rule: str) -> Finding:
+        (f,) = analyze(load(recording(rule, "inefficient")), rules=[rule]).findings
+        return f
+
+    rec = only("recompiles")
+    assert (Path(rec.site.file).name, rec.site.line) == marked_line("recompiles")  # type: ignore[union-attr, arg-type]
+    assert rec.evidence["recompiles"] == 4 and rec.estimated_speedup == 2.31
+    assert "size mismatch at index 0" in rec.evidence["reasons"][0]  # type: ignore[index]
+    brk = only("graph-break")
+    assert (Path(brk.site.file).name, brk.site.line) == marked_line("graph-break")  # type: ignore[union-attr, arg-type]
+    assert "Tensor.item()" in brk.evidence["reason"]  # type: ignore[operator]
+    # the model's terms: the wait for .item()'s value at the break, the resumed graph's calls, the Python between
+    assert (brk.evidence["wait_at_break_ns"], brk.evidence["resumed_graph_calls_ns"], brk.evidence["eager_cpu_ns"]) == (
+        8221110, 38076152, 16032064)
+    assert brk.estimated_speedup == 1.24  # measured: 1.24x (BENCHMARKS.md, the analyzer's table)
+    # the second H200 run: the resumed graph's calls sit at the break's own line of forward (not in a frame named
+    # torch_dynamo_resume_in_forward_at_23): counted all the same
+    (again,) = analyze(load(RECORDED / "analyzer_graph_break_inefficient_2.json.xz"), rules=["graph-break"]).findings
+    assert (again.evidence["wait_at_break_ns"], again.evidence["resumed_graph_calls_ns"]) == (6900201, 18036072)
+    assert again.estimated_speedup == 1.25  # measured in that run: 1.83x
+    hot = only("compiled-hot-kernel")
+    assert hot.evidence["kernel"] == "triton_poi_fused_add_cos_mul_sigmoid_sin_tanh_0"
+    assert (hot.evidence["gpu_share"], hot.evidence["launches"]) == (1.0, 200)
+    assert hot.evidence["lines"] == "compiled_hot_kernel.py:12, 13, 14"
+    assert (Path(hot.site.file).name, hot.site.line) == marked_line("compiled-hot-kernel")  # type: ignore[union-attr, arg-type]
