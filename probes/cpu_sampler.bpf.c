@@ -77,7 +77,7 @@ int on_cpu_sample(struct deepctx_perf_event_data *ctx) {
 
 #ifdef DEEPCTX_NATIVE_UNWIND
     __u32 nflags = 0;
-    key.user_stack = native_stack_capture((struct pt_regs *)&ctx->regs, pid, &nflags);
+    key.user_stack = native_stack_capture((struct pt_regs *)&ctx->regs, pid, &nflags, WALK_SLOT_IRQ);
     key.flags |= (nflags & 0xff) << SAMPLE_F_NATIVE_SHIFT;
     if (key.user_stack == 0) {
         key.flags |= SAMPLE_F_USER_STACK_LOST;
@@ -95,7 +95,7 @@ int on_cpu_sample(struct deepctx_perf_event_data *ctx) {
 
 #ifdef DEEPCTX_PYTHON
     __u32 pyflags = 0;
-    key.py_stack = python_stack_capture(pid, key.tid, &pyflags, 0);
+    key.py_stack = python_stack_capture(pid, key.tid, &pyflags, 0, WALK_SLOT_IRQ);
     key.flags |= (pyflags & 0xff) << SAMPLE_F_PY_SHIFT;
 #endif
 

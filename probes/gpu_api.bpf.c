@@ -312,7 +312,7 @@ static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret, __u3
         r->bp = s->lost_bp;
         r->from_return = 1;
         __u32 nflags = 0;
-        __u64 cont = native_stack_capture_regs(r, pid, &nflags, GPU_FP_CONTINUE_DEPTH);
+        __u64 cont = native_stack_capture_regs(r, pid, &nflags, GPU_FP_CONTINUE_DEPTH, WALK_SLOT_TASK);
         s = gpu_fp_scratch.lookup(&zero);
         if (!s)
             return 0;
@@ -344,13 +344,13 @@ static __always_inline void gpu_capture_path(struct pt_regs *ctx, __u64 entry_re
                                              __u64 *user_stack, __u64 *py_stack) {
 #if defined(DEEPCTX_NATIVE_UNWIND) && defined(GPU_DWARF_STACKS)
     __u32 nflags = 0;
-    *user_stack = native_stack_capture(ctx, pid, &nflags);
+    *user_stack = native_stack_capture(ctx, pid, &nflags, WALK_SLOT_TASK);
 #else
     *user_stack = gpu_fp_capture(ctx, entry_ret, pid);
 #endif
 #ifdef DEEPCTX_PYTHON
     __u32 pyflags = 0;
-    *py_stack = python_stack_capture(pid, tid, &pyflags, 1);
+    *py_stack = python_stack_capture(pid, tid, &pyflags, 1, WALK_SLOT_TASK);
 #endif
 }
 

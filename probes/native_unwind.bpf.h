@@ -1,9 +1,11 @@
 /* Native stack walker for code built without frame pointers (bcc; pasted into the composed program).
  *
  *   __u32 flags;
- *   __u64 id = native_stack_capture(regs, pid, &flags);         regs: &ctx->regs of a perf event, or a
+ *   __u64 id = native_stack_capture(regs, pid, &flags, slot);   regs: &ctx->regs of a perf event, or a
  *                                                                uprobe's ctx (user registers)
- *   __u64 id = native_stack_capture_regs(&native_regs, pid, &flags);
+ *   __u64 id = native_stack_capture_regs(&native_regs, pid, &flags, max_depth, slot);
+ *
+ * slot: the caller's context, WALK_SLOT_TASK or WALK_SLOT_IRQ (walk_slots.bpf.h), a constant at each call.
  *
  * walks the user stack of the current task with the unwind tables user space (native_unwind.py) wrote
  * for the pid's executable mappings, stores the IPs (leaf first) in native_stacks under id, a hash of
@@ -22,6 +24,7 @@
 #include <uapi/linux/ptrace.h>
 
 #include "native_unwind.h"
+#include "walk_slots.bpf.h"
 
 #if NATIVE_MAX_MAPPINGS & (NATIVE_MAX_MAPPINGS - 1)
 #error "NATIVE_MAX_MAPPINGS must be a power of two (indices are masked for the verifier)"
@@ -64,7 +67,7 @@ BPF_ARRAY(native_infos, struct native_unwind_info, NATIVE_MAX_INFOS);
 #endif
 BPF_HASH(native_procs, __u32, struct native_proc, NATIVE_MAX_PROCS);
 BPF_HASH(native_stacks, __u64, struct native_stack, NATIVE_MAX_STACKS);
-BPF_PERCPU_ARRAY(native_scratch, struct native_stack, 1);
+BPF_PERCPU_ARRAY(native_scratch, struct native_stack, WALK_SLOTS); /* walk_slots.bpf.h */
 BPF_PERCPU_ARRAY(native_unwind_stats, struct native_unwind_counters, 1);
 
 #ifndef DEEPCTX_DECLS_ONLY /* code: a cached program compiles its maps only (probes/program_cache.py) */
@@ -149,15 +152,15 @@ static __always_inline __u64 native_mix(__u64 h)
 
 /* Walks from user registers r; see the top of this file. */
 static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __u32 pid, __u32 *flags,
-						      const int max_depth)
+						      const int max_depth, const __u32 walk_slot)
 {
-	__u32 zero = 0;
+	__u32 zero = 0, scratch_slot = walk_slot;
 	__u32 n = 0;
 	__u64 fp_frames = 0;
 	__u64 h = 0x9e3779b97f4a7c15ULL;
 
 	native_stat_add(NATIVE_STAT_CALLS, 1);
-	struct native_stack *st = native_scratch.lookup(&zero);
+	struct native_stack *st = native_scratch.lookup(&scratch_slot);
 	if (!st)
 		return 0;
 	/* Flags live in the scratch map value, not in a register: the verifier does not track values in
@@ -307,7 +310,7 @@ static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __
 
 /* regs: user-mode registers, or a perf event's registers (&ctx->regs) which may be kernel-mode: then the
  * walk starts from the task's saved user registers (pt_regs is ABI-stable on x86-64). */
-static __always_inline __u64 native_stack_capture(struct pt_regs *regs, __u32 pid, __u32 *flags)
+static __always_inline __u64 native_stack_capture(struct pt_regs *regs, __u32 pid, __u32 *flags, const __u32 walk_slot)
 {
 	struct native_regs r = {};
 	*flags = 0;
@@ -323,7 +326,7 @@ static __always_inline __u64 native_stack_capture(struct pt_regs *regs, __u32 pi
 			return 0;
 		*flags = NATIVE_F_KERNEL_REGS;
 	}
-	return native_stack_capture_regs(&r, pid, flags, NATIVE_MAX_DEPTH);
+	return native_stack_capture_regs(&r, pid, flags, NATIVE_MAX_DEPTH, walk_slot);
 }
 #endif
 

@@ -137,12 +137,26 @@ def _write(f: BinaryIO, data: bytes) -> None:
 
 
 def cache_key(text: str, cflags: list[str]) -> str:
-    """What a cached program must match: its text and flags, the kernel, bcc and the headers it compiles with."""
+    """What a cached program must match: its text and flags, the headers its text includes (every *.h of its
+    -I folders: the families' struct headers), the kernel, bcc and the kernel headers it compiles with."""
     h = hashlib.sha256()
-    for part in (str(FORMAT), text, "\0".join(cflags), *_environment()):
+    for part in (str(FORMAT), text, "\0".join(cflags), *_included(cflags), *_environment()):
         h.update(part.encode(errors="surrogateescape"))
         h.update(b"\0")
     return h.hexdigest()[:32]
+
+
+def _included(cflags: list[str]) -> list[str]:
+    """Each header of the -I folders, by name and content (a header changed is another program)."""
+    out = []
+    for flag in cflags:
+        if flag.startswith("-I"):
+            for header in sorted(Path(flag[2:]).glob("*.h")):
+                try:
+                    out.append(f"{header.name}\0{header.read_text(errors='surrogateescape')}")
+                except OSError:
+                    out.append(f"{header.name}\0unreadable")
+    return out
 
 
 def _environment() -> list[str]:

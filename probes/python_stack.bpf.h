@@ -1,7 +1,7 @@
 /* CPython stack walker: maps and python_stack_capture(), for composed BPF programs (the CPU
  * sampler, the GPU API probes); its text is inlined there (bcc rewrites map calls in the main file
- * only). Reads user memory only (bpf_probe_read_user). The per-cpu scratch is safe: tracing BPF
- * programs do not nest on a cpu.
+ * only). Reads user memory only (bpf_probe_read_user). The per-cpu scratch and tag cache have a slot for
+ * each context a walk runs in (walk_slots.bpf.h: a sample's interrupt can come during a uprobe's walk).
  *
  * User space (python_stack.py) fills py_procs (per-process layout, in a slot), py_proc_slots (pid ->
  * slot) and py_threads (native tid -> PyThreadState and its process's slot); the walker follows the
@@ -15,6 +15,7 @@
 #define DEEPCTX_PYTHON_STACK_BPF_H
 
 #include "python_stack.h"
+#include "walk_slots.bpf.h"
 
 #ifndef PY_PROCS_MAX
 #define PY_PROCS_MAX 256
@@ -83,7 +84,7 @@ BPF_HASH(py_misses, __u32, __u32, PY_MISSES_MAX); /* tid -> pid */
 BPF_HASH(py_found, __u32, struct py_found_thread, PY_MISSES_MAX); /* tid -> py_threads entries the walker wrote */
 BPF_QUEUE(py_new_stacks, struct py_new_stack, PY_NEW_STACKS_MAX);
 BPF_PERCPU_ARRAY(py_stats, __u64, PYSTACK_STAT_COUNT);
-BPF_PERCPU_ARRAY(py_scratch, struct py_scratch, 1);
+BPF_PERCPU_ARRAY(py_scratch, struct py_scratch, WALK_SLOTS);
 /* Raised by user space before it empties py_stacks (python_stack.py, clear_window): a stack id this CPU kept
  * from an earlier generation may be gone, and is not used again (py_scratch.raw_gen). */
 BPF_ARRAY(py_stacks_gen, __u64, 1);
@@ -101,7 +102,7 @@ struct py_tag_slot {
 	__u32 pid;
 	__u32 tag;
 };
-BPF_PERCPU_ARRAY(py_tag_cache, struct py_tag_slot, PY_TAG_SLOTS);
+BPF_PERCPU_ARRAY(py_tag_cache, struct py_tag_slot, PY_TAG_SLOTS * WALK_SLOTS); /* a run of slots per context */
 
 #ifndef DEEPCTX_DECLS_ONLY /* code: a cached program compiles its maps only (probes/program_cache.py) */
 static __always_inline void py_stat_inc(__u32 idx)
@@ -252,7 +253,7 @@ static __always_inline __u8 *py_frame_bytes(struct py_scratch *s, __u64 frame, _
  * constant at each call site, so the compiler keeps one walk or the other): first see whether the raw frames
  * are this CPU's last walk's (below). The GPU probes, called again and again from one place, use it; the CPU
  * sampler, whose samples rarely repeat a stack back to back, does not pay for it (nor its verifier bound). */
-static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *flags, int raw_cache)
+static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *flags, int raw_cache, const __u32 walk_slot)
 {
 	struct py_thread *th = py_threads.lookup(&tid);
 	if (!th || !th->tstate) {
@@ -270,8 +271,8 @@ static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *f
 		return 0;
 	py_stat_inc(PYSTACK_STAT_CAPTURES);
 	__u64 tstate = th->tstate;
-	__u32 zero = 0;
-	struct py_scratch *s = py_scratch.lookup(&zero);
+	__u32 zero = 0, scratch_slot = walk_slot;
+	struct py_scratch *s = py_scratch.lookup(&scratch_slot);
 	if (!s)
 		return 0;
 	/* The thread's id and its frame (or cframe) pointer, in one read: user space keeps the two fields
@@ -406,7 +407,7 @@ static __always_inline __u64 python_stack_capture(__u32 pid, __u32 tid, __u32 *f
 		__u64 entry = PY_NONZERO((fr[off_entry] & entry_mask) | entry_always);
 		__u64 gen = PY_NONZERO(owner ^ owner_gen) ^ 1;
 		__u8 fflags = (__u8)(entry * PYFRAME_F_ENTRY | gen * PYFRAME_F_GENERATOR);
-		__u32 slot = (__u32)(code >> 4) & (PY_TAG_SLOTS - 1);
+		__u32 slot = ((__u32)(code >> 4) & (PY_TAG_SLOTS - 1)) + walk_slot * PY_TAG_SLOTS;
 		struct py_tag_slot *ts = py_tag_cache.lookup(&slot);
 		if (!code || !ts) {
 			st->flags |= PYSTACK_F_READ_ERROR;

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from compiled_fixtures import recorded_trace
+from compiled_fixtures import RecordedWrapper, recorded_trace
 
 from deepctx.host.compiled_sources import CompiledSources
 from deepctx.host.torch_compile import (
@@ -20,14 +20,14 @@ from deepctx.host.torch_compile import (
 )
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "torch_compile"
-FORWARD = FIX / "cdlu5sxvizxhfj5ccbcng76aoujrpgsc2zv4dn37xgooawdr5lmp.py"
-BACKWARD = FIX / "cxt3lqcj7v6vwbzxhcgoytsmr6vqosuchim3pedwbuodrsfrh6uf.py"
+FORWARD = RecordedWrapper("cdlu5sxvizxhfj5ccbcng76aoujrpgsc2zv4dn37xgooawdr5lmp.py")
+BACKWARD = RecordedWrapper("cxt3lqcj7v6vwbzxhcgoytsmr6vqosuchim3pedwbuodrsfrh6uf.py")
 RECORDED = "/tmp/ic_default_0/{}/{}"
 MODEL = "/work/main/xind.py"
 
 
 
-def launches(path: Path) -> dict[str, tuple[int, list[str], list[str]]]:
+def launches(path: RecordedWrapper) -> dict[str, tuple[int, list[str], list[str]]]:
     """Each launch statement's callee -> (line, nodes, aten)."""
     text = path.read_text()
     lines = text.splitlines()
@@ -61,7 +61,7 @@ def test_every_kernel_maps_to_the_models_lines() -> None:
     bwd = RECORDED.format("xt", BACKWARD.name)
     assert trace.output_code == {fwd: "0/0", bwd: "0/0"}
 
-    def lines(wrapper: str, path: Path) -> list[tuple[str, list[int]]]:
+    def lines(wrapper: str, path: RecordedWrapper) -> list[tuple[str, list[int]]]:
         """Each launch in the order of the wrapper's lines: its callee and its model lines."""
         text = path.read_text()
         sites, stmts = parse_wrapper(text), text.splitlines()
