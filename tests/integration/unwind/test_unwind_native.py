@@ -247,7 +247,7 @@ int on_entry(struct pt_regs *ctx)
 	if (pid != TARGET_PID)
 		return 0;
 	__u32 flags = 0;
-	__u64 id = native_stack_capture(ctx, pid, &flags);
+	__u64 id = native_stack_capture(ctx, pid, &flags, WALK_SLOT_TASK);
 	hits.increment(id);
 	return 0;
 }

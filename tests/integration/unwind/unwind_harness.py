@@ -38,7 +38,7 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	struct sample_key k = {};
 	__u32 flags = 0;
 	__u64 t0 = bpf_ktime_get_ns();
-	k.native_id = native_stack_capture(&ctx->regs, pid, &flags);
+	k.native_id = native_stack_capture(&ctx->regs, pid, &flags, WALK_SLOT_IRQ);
 	__u64 dt = bpf_ktime_get_ns() - t0;
 	k.flags = flags;
 	k.fp_id = fp_stacks.get_stackid(ctx, BPF_F_USER_STACK);
