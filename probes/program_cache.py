@@ -167,11 +167,23 @@ def _environment() -> list[str]:
         from bcc import libbcc
 
         out.append(str(getattr(bcc, "__version__", "")))
-        out.append(_file_identity(getattr(libbcc.lib, "_name", "") or ""))
+        out.append(_file_identity(_mapped("libbcc.so") or getattr(libbcc.lib, "_name", "") or ""))
     except ImportError:
         out.append("no bcc")
     out.append(_file_identity(f"/lib/modules/{u.release}/build"))  # the headers, or the fallback's link
     return out
+
+
+def _mapped(name: str, maps: str = "/proc/self/maps") -> str | None:
+    """The path of the first file this process maps whose name starts with name (libbcc's own file)."""
+    try:
+        for line in Path(maps).read_text().splitlines():
+            path = line.split(maxsplit=5)[-1]
+            if path.startswith("/") and os.path.basename(path).startswith(name):
+                return path
+    except OSError:
+        pass
+    return None
 
 
 def _file_identity(path: str) -> str:

@@ -139,3 +139,12 @@ def test_functions_are_left_out_and_maps_kept_under_decls_only(path: Path) -> No
             assert not guarded, f"{path.name}:{n}: map inside #ifndef DEEPCTX_DECLS_ONLY: {line}"
     if path.name not in ("native_unwind_maps.bpf.h", "walk_slots.bpf.h"):  # maps only; defines only
         assert functions, f"{path.name}: no function found (the pattern no longer matches the C)"
+
+
+def test_libbcc_is_keyed_by_the_file_the_process_maps(tmp_path: Path) -> None:
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f10 r-xp 00000000 08:01 12 /usr/lib/x86_64-linux-gnu/libbcc_bpf.so.0.26.0\n"
+                    "7f20-7f30 r-xp 00000000 08:01 13 /usr/lib/x86_64-linux-gnu/libbcc.so.0.26.0\n"
+                    "7f40-7f50 rw-p 00000000 00:00 0 \n")
+    assert pc._mapped("libbcc.so", str(maps)) == "/usr/lib/x86_64-linux-gnu/libbcc.so.0.26.0"
+    assert pc._mapped("libnothing.so", str(maps)) is None
