@@ -43,6 +43,7 @@ INSN_BYTES = 8
 LD_IMM64 = 0x18  # BPF_LD | BPF_IMM | BPF_DW: two instruction slots
 PSEUDO_MAP_FD, PSEUDO_MAP_VALUE = 1, 2  # src_reg of a load of a map (or of a map value's address) by fd
 MAX_FILE_BYTES = 16 << 20
+MAX_FILES = 64  # programs kept on disk (each 20 to 120 KB); the least recently used go first
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,9 @@ class ProgramCache:
                 data = f.read(MAX_FILE_BYTES + 1)
             if len(data) > MAX_FILE_BYTES:
                 raise ValueError("larger than any program")
-            return parse(data, key)
+            code = parse(data, key)
+            os.utime(path)  # used: the last to go when the folder is pruned
+            return code
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -122,7 +125,26 @@ class ProgramCache:
         with self._lock:
             self.counters.saved += 1
             self._refused.discard(key)
+        self.prune()
         return True
+
+    def prune(self, keep: int = MAX_FILES) -> int:
+        """Deletes the least recently used programs beyond keep (other kernels', bcc's and deepctx's versions
+        leave theirs behind); returns how many went."""
+        if self.folder is None:
+            return 0
+        try:
+            files = sorted(self.folder.glob("*.json"), key=lambda f: f.stat().st_mtime_ns, reverse=True)
+        except OSError:  # one went meanwhile (another daemon's prune): the next save prunes again
+            return 0
+        gone = 0
+        for old in files[keep:]:
+            try:
+                old.unlink()
+                gone += 1
+            except OSError:
+                pass
+        return gone
 
     def refuse(self, key: str, why: str) -> None:
         """The program under key is not to be loaded from disk again (the next compile writes it anew)."""

@@ -148,3 +148,16 @@ def test_libbcc_is_keyed_by_the_file_the_process_maps(tmp_path: Path) -> None:
                     "7f40-7f50 rw-p 00000000 00:00 0 \n")
     assert pc._mapped("libbcc.so", str(maps)) == "/usr/lib/x86_64-linux-gnu/libbcc.so.0.26.0"
     assert pc._mapped("libnothing.so", str(maps)) is None
+
+
+def test_the_least_recently_used_programs_go_beyond_the_folders_budget(tmp_path: Path) -> None:
+    cache = pc.ProgramCache.at(tmp_path / "programs")
+    code = pc.CachedCode({b"f": bytes(insn(0x95))}, {b"f": []})
+    for i, key in enumerate(["a", "b", "c", "d"]):
+        path = cache.path(key)
+        assert path is not None
+        replace_private(path, lambda f, key=key: f.write(pc.dump(code, key)))
+        os.utime(path, ns=(i * 10**9, i * 10**9))  # a oldest, d newest
+    assert cache.load("a") == code  # used now: the newest
+    assert cache.prune(keep=2) == 2
+    assert sorted(p.stem for p in (tmp_path / "programs").iterdir()) == ["a", "d"]

@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from deepctx.profiles.analyzer.finding import Finding
+from deepctx.profiles.analyzer.names import is_library_frame
 from deepctx.profiles.analyzer.registry import Context, NotEvaluated, Rule, register
 from deepctx.profiles.analyzer.rules.common import site_text
 from deepctx.profiles.analyzer.rules.compiles import NO_COMPILES, call_site, compiles_in, in_capture
@@ -49,13 +50,16 @@ class Recompiles(Rule):
             reasons = list(dict.fromkeys(c["recompile_reason"] for c in recs))
             site = call_site(recs[0])
             removable = seconds * 1e9
+            # a compiled module is traced from torch's own wrapper (`inner`, torch/_dynamo/external_utils.py):
+            # named by the line that calls it, which the user wrote
+            shown = (f"the code called by {site_text(site)}" if is_library_frame(file, None) else function)
             out.append(Finding(
-                rule=self.id, title=f"{function} compiled {len(recs)} more time(s) during the capture",
+                rule=self.id, title=f"{shown} compiled {len(recs)} more time(s) during the capture",
                 site=site,
                 evidence={"recompiles": len(recs), "compile_time_s": round(seconds, 3), "reasons": reasons[:3],
                           "compiled_function": f"{function} ({file}:{line})",
                           "compile_ids": [c["id"] for c in recs]},
-                suggestion=(f"torch.compile compiled {function} again {len(recs)} time(s) in the capture "
+                suggestion=(f"torch.compile compiled {shown} again {len(recs)} time(s) in the capture "
                             f"({seconds:.2f} s) because a guard failed: {reasons[0]}. At {site_text(site)}, "
                             f"{advice(reasons[0])}. After torch._dynamo.config.recompile_limit (8) recompiles "
                             "the function runs uncompiled."),

@@ -177,6 +177,8 @@ def test_compiled_codes_rules_on_their_h200_recordings() -> None:
     rec = only("recompiles")
     assert (Path(rec.site.file).name, rec.site.line) == marked_line("recompiles")  # type: ignore[union-attr, arg-type]
     assert rec.evidence["recompiles"] == 4 and rec.estimated_speedup == 2.31
+    # a compiled module is traced from torch's own wrapper (`inner`): the finding names the user's calling line
+    assert rec.title == "the code called by run() at line 28 compiled 4 more time(s) during the capture"
     assert "size mismatch at index 0" in rec.evidence["reasons"][0]  # type: ignore[index]
     brk = only("graph-break")
     assert (Path(brk.site.file).name, brk.site.line) == marked_line("graph-break")  # type: ignore[union-attr, arg-type]
