@@ -27,7 +27,7 @@ from deepctx.host.unwind.table import UnwindTable
 from deepctx.probes.family import PROBES_DIR, FamilyDefaults, Target, read_source
 from deepctx.probes.maps import entry_count
 from deepctx.probes.program_share import share_of
-from deepctx.probes.unwind_maps import SharedUnwindMaps, daemon_maps
+from deepctx.probes.unwind_maps import SharedUnwindMaps, current_maps, daemon_maps
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +183,9 @@ class _ProcState:
     mappings_dropped: int = 0
     files_failed: int = 0
     warned: set[str] = field(default_factory=set)
+    # files whose rows the daemon's arrays held at prepare: (dev, inode) -> the path to read the table from, should
+    # the space the attach takes not hold them (a _PlacedTable stands in for the table meanwhile)
+    stubs: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def warn(self, target: Target, key: str, text: str) -> None:
         if key not in self.warned:
@@ -283,6 +286,8 @@ class NativeUnwinder(FamilyDefaults):
             except OSError as e:
                 state.files_failed += 1
                 log.info("pid %d: cannot read %s: %s", target.pid, m.path, e)
+        for fk in self._placed_already(todo, state):
+            del todo[fk]
         files = [(path, *fk) for fk, (_, path) in todo.items()]
         # several at once; a large file not built yet is built in the background (poll picks it up), so
         # the first samples do not wait for it: its frames unwind with frame pointers until then
@@ -299,11 +304,62 @@ class NativeUnwinder(FamilyDefaults):
             self._files.setdefault(got[0], got[1])
             _warn_refused(state, target, m.path, *got)
 
+    def _placed_already(self, todo: dict[tuple[str, int], tuple[procfs.Mapping, str]], state: _ProcState
+                        ) -> list[tuple[str, int]]:
+        """The files whose rows the daemon's arrays hold already (another process of the same files was
+        captured): a stand-in with their row and page counts and base, no table read (a later PyTorch process
+        read its 90 files' tables from disk again: about a tenth of a CPU-second in continuous mode). Returns
+        their keys in todo."""
+        maps = current_maps() if self.shared else None
+        if maps is None:
+            return []
+        done = []
+        for fk, (_, path) in todo.items():
+            with maps.lock:
+                found = self._stub_for(path, maps.space)
+            if found is not None:
+                state.tables[fk] = found
+                state.stubs[fk] = path
+                done.append(fk)
+        return done
+
+    def _stub_for(self, path: str, space: TableSpace) -> tuple[str, _PlacedTable] | None:
+        """(key, stand-in) for the file at path if this cache resolved its table before and space holds its
+        rows; None otherwise."""
+        try:
+            known = self.cache.known(path)
+        except OSError:
+            return None
+        if known is None:
+            return None
+        key, base = known
+        placed = space.placement(key)
+        if placed is None or not placed.rows_len:
+            return None
+        stub = _PlacedTable(placed.rows_len, base, placed.pages_len - 1)
+        self._files.setdefault(key, stub)
+        return key, stub
+
+    def _unstub(self, state: _ProcState, space: TableSpace) -> None:
+        """Reads the tables of the stand-ins whose rows the space the attach took does not hold (it restarted, or
+        the program has arrays of its own): their rows are written as any new file's."""
+        for fk, path in list(state.stubs.items()):
+            key, _ = state.tables[fk]
+            if space.placement(key) is not None:
+                continue
+            del state.stubs[fk]
+            try:
+                state.tables[fk] = self.cache.get(path, *fk)
+            except OSError:  # gone meanwhile: its frames unwind with frame pointers
+                del state.tables[fk]
+
     def attach(self, bpf: Any, target: Target) -> None:
         self.defines()
+        state: _ProcState = target.state.setdefault(self.name, _ProcState())
         maps = self._maps
         if maps is None:
             self._space = self._kept_space(bpf, target)
+            self._unstub(state, self._space)
             self._sync(bpf, target)
             return
         with maps.lock:  # the daemon's arrays: placed once for every program, restarted by no one in use
@@ -316,6 +372,7 @@ class NativeUnwinder(FamilyDefaults):
                 self._write_rules(bpf, space.initial_rules())
                 maps.fresh = False
             self._space = space
+            self._unstub(state, space)
             self._sync(bpf, target)
 
     def _fits(self, space: TableSpace, target: Target) -> bool:
@@ -356,6 +413,15 @@ class NativeUnwinder(FamilyDefaults):
                 state.files_failed += 1
                 state.tables[m.file_key] = ("", _NO_TABLE)
                 continue
+            if self._space is not None:  # a library another process loaded: its rows are there, no table read
+                if self._maps is not None:
+                    with self._maps.lock:
+                        found = self._stub_for(path, self._space)
+                else:
+                    found = self._stub_for(path, self._space)
+                if found is not None:
+                    state.tables[m.file_key] = found
+                    continue
             state.pending[m.file_key] = self._background().submit(self.cache.get, path, *m.file_key)
         names = {m.file_key: m.path for m in _code_mappings(target.space)}
         for fk, fut in list(state.pending.items()):

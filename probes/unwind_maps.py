@@ -74,3 +74,10 @@ def daemon_maps(rows: int, pages: int, rules: int, page_shift: int) -> SharedUnw
             _MAPS = SharedUnwindMaps(rows, pages, rules, page_shift)
         m = _MAPS
     return m if m.sizes == (rows, pages, rules) and m.page_shift == page_shift else None
+
+
+def current_maps() -> SharedUnwindMaps | None:
+    """The process's shared arrays if they were made (no size asked for: what a capture about to attach may
+    find its files placed in)."""
+    with _MAPS_LOCK:
+        return _MAPS

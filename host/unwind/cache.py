@@ -59,6 +59,7 @@ class _FileTables:
     key: str
     table: UnwindTable | None
     build_id: str | None
+    base: int = 0  # the table's link-time base (UnwindTable.base): what a mapping entry needs beside its rows
 
     @property
     def nbytes(self) -> int:
@@ -129,6 +130,13 @@ class TableCache:
             self._tables[entry.key] = table
             return entry.key, table
 
+    def known(self, path: str) -> tuple[str, int] | None:
+        """(table key, link-time base) of a file whose table this cache resolved before, from its per-file
+        entry: no table is read (the daemon's arrays may hold the file's rows already: NativeUnwinder.prepare).
+        None when there is no entry. OSError (file gone) propagates."""
+        entry = self.files.peek(self.files.identify(path), KIND)
+        return (entry.key, entry.base) if entry is not None else None
+
     def ready(self, path: str, dev: str, inode: int) -> tuple[str, UnwindTable] | None:
         """get(), unless the file's table is neither in memory nor on disk and would be built in a child
         process (a large file): then None at once, and the caller builds it with get() in the background
@@ -174,7 +182,7 @@ class TableCache:
             table = held if held is not None else table
             self._tables[key] = table
         p = self._disk_path(key)
-        return _FileTables(key, None if p is not None and p.exists() else table, table.build_id), table
+        return _FileTables(key, None if p is not None and p.exists() else table, table.build_id, table.base), table
 
     def _table(self, path: str, dev: str, inode: int) -> tuple[str, UnwindTable]:
         over: str | None = None

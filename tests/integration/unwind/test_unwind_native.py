@@ -116,6 +116,35 @@ def test_programs_share_the_daemons_arrays_and_a_files_rows_are_written_once(tar
         assert native >= 0.9, f"{native:.0%} of samples unwound to {full}:\n{_report(got, sym)}"
 
 
+def test_a_second_process_of_placed_files_reads_no_table(target, tmp_path):
+    """The daemon's per-file cache and arrays shared, as in deepctxd: a second process of the same binary, prepared
+    after the first was attached, finds every file's rows in the arrays and takes a stand-in (rows, pages, base)
+    instead of its table (a later PyTorch process read its 90 files' tables from disk again); it still unwinds
+    exactly."""
+    from deepctx.host.unwind.cache import TableCache
+    from deepctx.probes.native_unwind import _PlacedTable
+
+    cache = TableCache(tmp_path / "unwind")
+    a, b = target("chain"), target("chain")
+    first = Sampler(a.pid, shared=True, cache=cache)
+    try:
+        reads = (cache.counters["hits"], cache.counters["disk_hits"], cache.counters["builds"])
+        second = Sampler(b.pid, shared=True, cache=cache)
+        try:
+            tables = second.target.state["native_unwind"].tables
+            with_rows = {fk: t for fk, (key, t) in tables.items() if key and len(t)}
+            assert with_rows and all(isinstance(t, _PlacedTable) for t in with_rows.values()), tables
+            assert (cache.counters["hits"], cache.counters["disk_hits"], cache.counters["builds"]) == reads
+            got = second.collect(300)
+        finally:
+            second.close()
+    finally:
+        first.close()
+    sym, full = Symbolizer(b.pid), ["c", "b", "a", "main", *OUTER]
+    native = share(got, lambda x: sym.frames(x.native) == full and x.flags & NATIVE_F_COMPLETE)
+    assert native >= 0.9, f"{native:.0%} of samples unwound to {full}:\n{_report(got, sym)}"
+
+
 def test_a_program_of_a_larger_class_keeps_arrays_of_its_own_beside_the_shared_ones(target):
     """The process's shared arrays have one size (the first asked for): a program whose files need a larger
     class declares its own arrays, under the same names, and still unwinds exactly."""

@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from bcc import BPF, PerfSWConfig, PerfType
 
@@ -91,10 +92,12 @@ def wait_line(proc: subprocess.Popen[bytes], prefix: bytes, timeout: float = 10.
 
 
 class Sampler:
-    def __init__(self, pid: int, config: UnwindConfig | None = None, freq: int = 997, shared: bool = False) -> None:
-        """shared: the process's shared arrays (probes/unwind_maps.py), as deepctxd's programs use them."""
+    def __init__(self, pid: int, config: UnwindConfig | None = None, freq: int = 997, shared: bool = False,
+                 cache: Any = None) -> None:
+        """shared: the process's shared arrays (probes/unwind_maps.py), as deepctxd's programs use them; cache:
+        a TableCache shared with other samplers, as the daemon's is (each gets its own by default)."""
         self.pid = pid
-        self.unwinder = NativeUnwinder(config, shared=shared)
+        self.unwinder = NativeUnwinder(config, cache=cache, shared=shared)
         self.target = Target(pid, procfs.process_info(pid), procfs.AddressSpace(procfs.read_maps(pid)))
         self.unwinder.prepare(self.target)
         cflags = [f"-D{k}={v}" for k, v in self.unwinder.defines().items()]
