@@ -104,7 +104,7 @@ class ProgramCache:
             return code
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # not this format's JSON
             log.warning("cached program not used", extra={"program": key, "path": str(path), "error": str(e)})
             return None
 

@@ -161,3 +161,12 @@ def test_the_least_recently_used_programs_go_beyond_the_folders_budget(tmp_path:
     assert cache.load("a") == code  # used now: the newest
     assert cache.prune(keep=2) == 2
     assert sorted(p.stem for p in (tmp_path / "programs").iterdir()) == ["a", "d"]
+
+
+def test_a_file_that_is_not_a_program_is_not_loaded(tmp_path: Path) -> None:
+    cache = pc.ProgramCache.at(tmp_path / "programs")
+    path = cache.path("k")
+    assert path is not None
+    for junk in (b"[1, 2]", b"{not json", b'{"format": 1, "key": "k", "functions": {"f": "@@"}, "relocs": {}}'):
+        replace_private(path, lambda f, junk=junk: f.write(junk))
+        assert cache.load("k") is None, junk
