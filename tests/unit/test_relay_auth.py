@@ -7,6 +7,7 @@ import os
 import socket
 import stat
 import struct
+import sys
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -127,7 +128,11 @@ def test_refusal_rules_on_real_processes() -> None:
     import subprocess
 
     uid = gid = 65534 if os.geteuid() == 0 else None
-    proc = subprocess.Popen(["sleep", "60"], user=uid, group=gid)
+    # the child says it runs: Popen returns once exec has closed the child's pipe, before the kernel marks the
+    # new image dumpable (CI once saw "not dumpable" there); a line printed by the new image comes after that
+    proc = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+                            user=uid, group=gid, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
     try:
         st = os.stat(f"/proc/{proc.pid}")
         owner = Caller(1, st.st_uid, st.st_gid, frozenset())
