@@ -390,8 +390,8 @@ def main() -> int:
             finally:
                 stop_daemon(d)
                 loaded = programs_loaded(d.log)
-                print(f"run {run} {mode:7} programs: {len(loaded)} loaded, {sum(loaded)} of them from disk, "
-                      f"their code not compiled", flush=True)
+                print(f"run {run} {mode:7} programs: {len(loaded)} loaded, {sum(loaded)} of them from disk "
+                      f"(their code not compiled)", flush=True)
                 for row in rows:
                     if row.get("run") == run and row.get("mode") == mode:
                         row["programs_from_disk"] = sum(loaded)

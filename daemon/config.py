@@ -80,7 +80,7 @@ class Config:
     # unwind tables kept by a hash of the CFI they are built from; compiled BPF programs (cache_programs)
     cache_dir: str = "/var/cache/deepctx"
     # keep each compiled program's code in cache_dir/programs (probes/program_cache.py): a daemon that starts
-    # again compiles only the programs' maps (0.4 s instead of 2.2 s on the CI VM) before the verifier loads them
+    # again compiles only the programs' maps (0.5 s instead of 2.2 s on the CI VM) before the verifier loads them
     cache_programs: bool = True
     # caps on a target's files (host/file_limits.py): one section's bytes once decompressed, one file's
     # unwind table rows; a file over either is unwound with frame pointers, and the profile says why

@@ -57,9 +57,7 @@ def compile_program(families: Sequence[ProbeFamily], cache: ProgramCache | None 
         key = cache_key(text, cflags) if cache is not None else ""
         bpf = None
         if cache is not None and (code := cache.load(key)) is not None:
-            bpf = load_program(text, cflags, code, compile_text)
-            if bpf is not None:
-                bpf.deepctx_cache_key = key
+            bpf = load_program(key, text, cflags, code, compile_text)
         if bpf is None:
             bpf = compile_text(text, cflags)
             if cache is not None:

@@ -13,6 +13,7 @@ import ctypes as ct
 import logging
 import mmap
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -315,17 +316,17 @@ class NativeUnwinder(FamilyDefaults):
             return []
         done = []
         for fk, (_, path) in todo.items():
-            with maps.lock:
-                found = self._stub_for(path, maps.space)
+            found = self._stub_for(path, maps)
             if found is not None:
                 state.tables[fk] = found
                 state.stubs[fk] = path
                 done.append(fk)
         return done
 
-    def _stub_for(self, path: str, space: TableSpace) -> tuple[str, _PlacedTable] | None:
-        """(key, stand-in) for the file at path if this cache resolved its table before and space holds its
-        rows; None otherwise."""
+    def _stub_for(self, path: str, maps: SharedUnwindMaps | None, space: TableSpace | None = None
+                  ) -> tuple[str, _PlacedTable] | None:
+        """(key, stand-in) for the file at path if this cache resolved its table before and the space (maps'
+        own, unless given) holds its rows; None otherwise. The daemon's arrays are looked at under their lock."""
         try:
             known = self.cache.known(path)
         except OSError:
@@ -333,7 +334,9 @@ class NativeUnwinder(FamilyDefaults):
         if known is None:
             return None
         key, base = known
-        placed = space.placement(key)
+        with maps.lock if maps is not None else nullcontext():
+            where = space if space is not None else maps.space if maps is not None else None
+            placed = where.placement(key) if where is not None else None
         if placed is None or not placed.rows_len:
             return None
         stub = _PlacedTable(placed.rows_len, base, placed.pages_len - 1)
@@ -414,11 +417,7 @@ class NativeUnwinder(FamilyDefaults):
                 state.tables[m.file_key] = ("", _NO_TABLE)
                 continue
             if self._space is not None:  # a library another process loaded: its rows are there, no table read
-                if self._maps is not None:
-                    with self._maps.lock:
-                        found = self._stub_for(path, self._space)
-                else:
-                    found = self._stub_for(path, self._space)
+                found = self._stub_for(path, self._maps, self._space)
                 if found is not None:
                     state.tables[m.file_key] = found
                     continue

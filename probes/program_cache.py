@@ -296,9 +296,10 @@ def parse(data: bytes, key: str) -> CachedCode:
     return CachedCode(functions, relocs)
 
 
-def load_program(text: str, cflags: list[str], code: CachedCode, compile_text: Any) -> Any | None:
-    """A bcc program of the cached code: the text compiled with DEEPCTX_DECLS_ONLY (its maps), the functions
-    from code with the new maps' fds; None (the new module freed) where a map the code names is missing."""
+def load_program(key: str, text: str, cflags: list[str], code: CachedCode, compile_text: Any) -> Any | None:
+    """A bcc program of the cached code (saved under key): the text compiled with DEEPCTX_DECLS_ONLY (its maps),
+    the functions from code with the new maps' fds; None (the new module freed) where a map the code names is
+    missing."""
     from bcc import libbcc
 
     bpf = compile_text(text, [*cflags, DECLS_ONLY])
@@ -312,6 +313,7 @@ def load_program(text: str, cflags: list[str], code: CachedCode, compile_text: A
         return None
     bpf.__class__ = _cached_class()
     bpf.deepctx_code = code.patched(fds)
+    bpf.deepctx_cache_key = key  # what ProgramPool refuses should the kernel refuse the code
     return bpf
 
 

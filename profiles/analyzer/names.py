@@ -50,7 +50,7 @@ _GRAPH_FILES = re.compile(r"/torch/_inductor/output_code\.py$|/torch/_functorch/
 
 
 def is_graph_call_frame(file: str | None) -> bool:
-    return bool(file) and bool(_GRAPH_FILES.search(file or ""))
+    return bool(file and _GRAPH_FILES.search(file))
 
 
 @lru_cache(maxsize=65536)

@@ -32,12 +32,6 @@ N = 300
 WRAPPER = '''# AOT ID: ['0_forward']
 
 
-
-def recorded_trace(name: str) -> str:
-    """A structured trace recorded on the H100 host (xz: the fixtures' share of the tree is small)."""
-    return lzma.decompress((Path(__file__).resolve().parents[1] / "fixtures" / "torch_compile" / f"{name}.log.xz")
-                           .read_bytes()).decode()
-
 def call(args):
     # Topologically Sorted Source Nodes: [x], Original ATen: [aten.t, aten.addmm]
     extern_kernels.mm(None, None, out=None)  # LINE_GEMM

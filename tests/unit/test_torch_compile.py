@@ -19,12 +19,10 @@ from deepctx.host.torch_compile import (
     writer_pid,
 )
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "torch_compile"
 FORWARD = RecordedWrapper("cdlu5sxvizxhfj5ccbcng76aoujrpgsc2zv4dn37xgooawdr5lmp.py")
 BACKWARD = RecordedWrapper("cxt3lqcj7v6vwbzxhcgoytsmr6vqosuchim3pedwbuodrsfrh6uf.py")
 RECORDED = "/tmp/ic_default_0/{}/{}"
 MODEL = "/work/main/xind.py"
-
 
 
 def launches(path: RecordedWrapper) -> dict[str, tuple[int, list[str], list[str]]]:

@@ -8,7 +8,6 @@ from collections import defaultdict
 from deepctx.profiles.analyzer import apis
 from deepctx.profiles.analyzer.finding import Finding
 from deepctx.profiles.analyzer.index import GpuRecord, Site
-from deepctx.profiles.analyzer.names import is_wrapper_file
 from deepctx.profiles.analyzer.registry import Context, NotEvaluated, Rule, register
 from deepctx.profiles.analyzer.rules.common import cpu_ns, launch_api_ns, steady
 from deepctx.profiles.analyzer.rules.compiles import NO_COMPILES, call_site, compiles_in
@@ -16,7 +15,7 @@ from deepctx.profiles.analyzer.rules.compiles import NO_COMPILES, call_site, com
 
 def eager(r: GpuRecord) -> bool:
     """Launched outside compiled code: no Inductor wrapper frame on its path."""
-    return not any(s.file and is_wrapper_file(s.file) for s in r.ctx.python)
+    return not r.ctx.in_wrapper
 
 
 def is_resume(site: Site) -> bool:
