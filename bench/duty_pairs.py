@@ -5,6 +5,7 @@ the other half, and every attached stretch is paired with the detached stretches
     sudo python3 bench/duty_pairs.py [--workloads resnet50,gpt2,launch_bound] [--seconds 120] [--period 2]
         [--duty 0.5] [--mode sampled|exact] [--pin] [--no-agent] [--keep FOLDER] [--out results.json]
     python3 bench/duty_pairs.py --reanalyse FOLDER --workloads NAME [--guard 0.15]   (a --keep folder again)
+    python3 bench/duty_pairs.py --torch-profiler [--workloads ...] [--seconds 120] [--period 2] [--pin]
 
 Blocks of several seconds (gpu_overhead.py --alternate) leave the host's drift in the ratio: on the GPU host
 the alone rate of one ResNet-50 process moved 10 to 20% within a minute, against a budget of 1%. Here the
@@ -26,6 +27,13 @@ detached neighbours'), their median, mean and the mean's 95% interval, and the p
 step time per step over all detached); the same pairs by the stretches' median step times ("median steps":
 one slow step, a host hiccup, moves a stretch's mean but not its median); and the median seconds an attach
 and a detach took.
+
+--torch-profiler pairs torch.profiler (CPU + CUDA activities) the same way, for issue #31's "below
+torch.profiler in the same run": no daemon and no agent; the workload's own loop starts the profiler for the
+first half of every --period and stops it for the second (bench/workloads.py --profiler-duty), and logs its
+switches in the daemon log's shape. A stop processes the stretch's events inside its switch. What CUPTI keeps
+after Kineto's first start (it stays loaded) is in every detached stretch too, so the rate before the first
+switch is reported beside the detached stretches' (`before_steps_per_s`): a residue shows as a gap between them.
 
 The cycle cost (--duty 0.1 --period 2 is what `deepctx attach --gpu-duty 0.1` runs): each whole cycle, from
 one attach's start to the next's, switches and after-effects included, as its mean step time over the mean
@@ -174,6 +182,19 @@ def cycle_summary(costs: list[float]) -> dict:
             "cycle_cost_mean_95": [lo, hi]}
 
 
+def before_first(switches: list[Switch], ends: list[float], skip_s: float) -> dict:
+    """The rate of the steps before the first switch, less the first half of that time (warming up): the
+    process as it ran before any capture, to compare with the detached stretches'."""
+    if not switches or not ends:
+        return {}
+    start = ends[0] + min(skip_s, switches[0].began - ends[0]) / 2
+    first = bisect.bisect_left(ends, start)
+    last = bisect.bisect_right(ends, switches[0].began) - 1
+    if last - first < 3:
+        return {}
+    return {"before_steps_per_s": (last - first) / (ends[last] - ends[first])}
+
+
 def switch_times(switches: list[Switch]) -> dict:
     """The median seconds an attach and a detach took (a detached stretch is what a window's detached
     share leaves after its detach)."""
@@ -185,7 +206,23 @@ def switch_times(switches: list[Switch]) -> dict:
     return out
 
 
+def measure_torch_profiler(name: str, args: argparse.Namespace, folder: Path) -> dict:
+    """The workload toggling torch.profiler itself, its switches in the daemon log's place."""
+    times = folder / f"steps-{name}.txt"
+    log = folder / f"daemon-{name}.log"
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"}
+    p, pid = start_marked(name, args.python, env, extra=["--step-times", str(times), "--profiler-duty",
+                                                         str(args.period), "--switches", str(log)])
+    try:
+        time.sleep(args.warm + args.seconds)  # the switches come and go on the loop's clock: this sets the length
+    finally:
+        finish(p)  # the process writes its step times and switches as it exits
+    return analyse(name, folder, args, pid)
+
+
 def measure(name: str, args: argparse.Namespace, folder: Path) -> dict:
+    if args.torch_profiler:
+        return measure_torch_profiler(name, args, folder)
     times = folder / f"steps-{name}.txt"
     log = folder / f"daemon-{name}.log"
     env = dict(os.environ)
@@ -230,9 +267,10 @@ def analyse(name: str, folder: Path, args: argparse.Namespace, pid: int | None =
         pid = max(seen, key=lambda k: seen[k]) if seen else 0
     switches = read_switches(lines, pid)
     seq = stretches(switches, ends, args.guard)
-    row = {"workload": name, "mode": args.mode, "agent": args.agent, "period_s": args.period, "guard_s": args.guard,
+    row = {"workload": name, "mode": "torch.profiler" if args.torch_profiler else args.mode,
+           "agent": args.agent and not args.torch_profiler, "period_s": args.period, "guard_s": args.guard,
            "steps": len(ends)} | summary(seq) | switch_times(switches) \
-        | cycle_summary(cycle_costs(switches, ends, args.clean))
+        | cycle_summary(cycle_costs(switches, ends, args.clean)) | before_first(switches, ends, args.warm)
     row["ratios"] = [round(r, 4) for r in pairs(seq)]
     return row
 
@@ -259,6 +297,9 @@ def main() -> int:
     ap.add_argument("--daemon-config", metavar="TOML",
                     help="settings added to the daemon's config (e.g. gpu_native_continue = true); a --config in "
                          "--deepctxd would be overridden by the bench's own")
+    ap.add_argument("--torch-profiler", action="store_true",
+                    help="pair torch.profiler (CPU + CUDA) instead of deepctx: no daemon, no agent; the loop "
+                         "switches the profiler every half --period")
     ap.add_argument("--keep", help="a folder for the step times and daemon logs (default: a temporary one)")
     ap.add_argument("--out")
     ap.add_argument("--reanalyse", metavar="FOLDER",
@@ -278,12 +319,14 @@ def main() -> int:
         for name in args.workloads.split(","):
             rows.append(measure(name, args, folder))
             print(json.dumps(rows[-1]), flush=True)
-    print(f"\n{'workload':14} {'pairs':>5} {'steps/s off':>11} {'on':>8} {'median':>7} {'mean':>7} "
-          f"{'95% of the mean':>17} {'pooled':>7}   median steps: {'median':>7} {'mean':>7} {'95% of the mean':>17}")
+    print(f"\n{'workload':14} {'mode':14} {'pairs':>5} {'before':>8} {'steps/s off':>11} {'on':>8} {'median':>7} "
+          f"{'mean':>7} {'95% of the mean':>17} {'pooled':>7}   median steps: {'median':>7} {'mean':>7} "
+          f"{'95% of the mean':>17}")
     for r in rows:
         lo, hi = r.get("ratio_mean_95", [math.nan, math.nan])
         mlo, mhi = r.get("median_step_ratio_mean_95", [math.nan, math.nan])
-        print(f"{r['workload']:14} {r['pairs']:5d} {r.get('off_steps_per_s', math.nan):11.2f} "
+        print(f"{r['workload']:14} {r['mode']:14} {r['pairs']:5d} {r.get('before_steps_per_s', math.nan):8.2f} "
+              f"{r.get('off_steps_per_s', math.nan):11.2f} "
               f"{r.get('on_steps_per_s', math.nan):8.2f} {r.get('ratio_median', math.nan):7.4f} "
               f"{r.get('ratio_mean', math.nan):7.4f} {lo:8.4f}-{hi:.4f} {r.get('pooled_ratio', math.nan):7.4f}   "
               f"{'':14}{r.get('median_step_ratio_median', math.nan):7.4f} "

@@ -15,11 +15,19 @@ With --marks (for bench/continuous_overhead.py --alternate) STEPS is ignored: af
 stretch of the free-running loop (the steps between two marks over the time between their last steps' ends)
 without stopping it. At the end of stdin it finishes the step under way and exits 0. --step-times FILE (with
 --marks) writes the end of every step there as it exits.
+
+--profiler-duty PERIOD (with --marks and --step-times, for bench/duty_pairs.py --torch-profiler): the loop
+itself starts torch.profiler (CPU + CUDA) for the first half of every PERIOD seconds and stops it for the
+second, between steps, and writes each switch (when it began and ended, time.monotonic()) to --switches FILE
+as it exits, one JSON line each in the shape of the daemon's "GPU probes switched" log line, so that
+torch.profiler's steady cost is paired like deepctx's. A stop's trace processing is in its switch, not in a
+stretch. Each profiled stretch's events are dropped with its profiler.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import threading
@@ -240,11 +248,45 @@ WORKLOADS = {"launch_bound": launch_bound, "launch_backward": launch_backward, "
              "cpu_witness": cpu_witness}
 
 
-def run_marked(step: Callable[[], None], step_times: str | None = None) -> int:
+class ProfilerDuty:
+    """Between steps: torch.profiler on for the first half of each period, off for the second; every
+    switch's start and end kept for bench/duty_pairs.py."""
+
+    def __init__(self, period_s: float) -> None:
+        self.half = period_s / 2
+        self.prof: Any = None
+        self.next = time.monotonic() + self.half  # off first: the first stretch is a detached one
+        self.switches: list[dict[str, Any]] = []
+
+    def __call__(self, now: float) -> None:
+        if now < self.next:
+            return
+        from torch.profiler import ProfilerActivity, profile
+
+        if self.prof is None:
+            self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            self.prof.start()
+        else:
+            self.prof.stop()  # processes the stretch's events: part of the switch
+            self.prof = None
+        ended = time.monotonic()
+        self.switches.append({"msg": "GPU probes switched", "pid": os.getpid(), "attached": self.prof is not None,
+                              "from_mono": now, "to_mono": ended})
+        self.next = ended + self.half
+
+    def write(self, path: str) -> None:
+        if self.prof is not None:
+            self.prof.stop()
+        Path(path).write_text("".join(json.dumps(s) + "\n" for s in self.switches))
+
+
+def run_marked(step: Callable[[], None], step_times: str | None = None,
+               between: Callable[[float], None] | None = None) -> int:
     """Steps until stdin closes; a reader thread answers "mark" with the steps done so far, the time, and
     when the last of those steps ended (a rate between two such ends counts whole steps only: a block of
     55 GPT-2 steps is not one step off). step_times: a file that gets the end of every step, one
-    time.monotonic() a line, at the end (bench/duty_pairs.py)."""
+    time.monotonic() a line, at the end (bench/duty_pairs.py). between(the step's end): called after each
+    step (ProfilerDuty)."""
     ends: list[float] = []
     progress = (0, time.perf_counter())  # (steps done, when the last ended): one assignment, read whole
     stop = False
@@ -264,8 +306,12 @@ def run_marked(step: Callable[[], None], step_times: str | None = None) -> int:
         step()
         done += 1
         progress = (done, time.perf_counter())
-        if step_times:
-            ends.append(time.monotonic())
+        if step_times or between:
+            end = time.monotonic()
+            if step_times:
+                ends.append(end)
+            if between:
+                between(end)
     if step_times:
         Path(step_times).write_text("".join(f"{t:.6f}\n" for t in ends))
     return 0
@@ -303,16 +349,25 @@ def main() -> int:
     ap.add_argument("--marks", action="store_true",
                     help="steps until stdin closes; 'mark' lines answered with the steps done and the time")
     ap.add_argument("--step-times", help="with --marks: write every step's end (time.monotonic()) to this file")
+    ap.add_argument("--profiler-duty", type=float, metavar="PERIOD",
+                    help="with --marks: torch.profiler on for the first half of every PERIOD seconds")
+    ap.add_argument("--switches", help="with --profiler-duty: write the profiler's switches to this file")
     args = ap.parse_args()
     if args.marks and args.torch_profiler:
-        ap.error("--marks runs without --torch-profiler")
+        ap.error("--marks runs without --torch-profiler (--profiler-duty switches it itself)")
+    if args.profiler_duty is not None and not (args.marks and args.switches and args.profiler_duty > 0):
+        ap.error("--profiler-duty needs --marks, --switches and a period above 0")
     step = WORKLOADS[args.name]()
     for _ in range(5):
         step()
     print(f"ready {os.getpid()}", flush=True)
     sys.stdin.readline()
     if args.marks:
-        return run_marked(step, args.step_times)
+        duty = ProfilerDuty(args.profiler_duty) if args.profiler_duty else None
+        rc = run_marked(step, args.step_times, duty)
+        if duty is not None:
+            duty.write(args.switches)
+        return rc
     export_s = 0.0
     if args.torch_profiler:
         from torch.profiler import ProfilerActivity, profile
