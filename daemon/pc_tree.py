@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 
 from deepctx.daemon.gpu_tree import apportion
 from deepctx.daemon.tree import CallTree
-from deepctx.host import cubin_resources, sass
+from deepctx.host import cubin_resources, sass, sass_uniformity
 from deepctx.host.demangle import demangle
 from deepctx.host.frames import Frame
 from deepctx.probes.pc_sampling import PCS_E_NO_API, PCS_E_UNSUPPORTED, PCS_ON, PcsData, PcsOptions
+from deepctx.profiles.gpu_branches import from_analysis
 
 PC_SAMPLES = "pc_samples"
 _STALL_PREFIXES = ("smsp__pcsamp_warps_issue_stalled_", "smsp__pcsamp_warps_issue_", "smsp__pcsamp_")
@@ -96,6 +97,29 @@ def _location(dis: sass.Disassembly | None, function: str, pc: int) -> tuple[Fra
     return line, Frame("gpu_instruction", f"{pc:#06x}  {ins.text}", line=ins.line)
 
 
+def _block_x(tree: CallTree, kernel: int) -> int | None:
+    launch = tree.nodes[kernel].frame.launch
+    return launch[3] if launch is not None else None
+
+
+class _Branches:
+    """Each sampled function's lane-varying branches (host/sass_uniformity.py), per launch's blockDim.x (which
+    decides whether tid.x >> 5 is one value per warp); analysed once per function and block width."""
+
+    def __init__(self, dis: dict[int, sass.Disassembly]) -> None:
+        self.dis = dis
+        self.done: dict[tuple[int, str, int | None], list[dict]] = {}
+
+    def of(self, crc: int, function: str, block_x: int | None) -> list[dict]:
+        key = (crc, function, block_x)
+        if key not in self.done:
+            d = self.dis.get(crc)
+            ins = d.functions.get(function, []) if d is not None else []
+            labels = d.labels.get(function, {}) if d is not None else {}
+            self.done[key] = from_analysis(sass_uniformity.analyze(ins, labels, block_x), block_x) if ins else []
+        return self.done[key]
+
+
 def add_pc_samples(tree: CallTree, data: PcsData, options: PcsOptions,
                    disassemble: Callable[[bytes], sass.Disassembly] = sass.disassemble) -> PcAttribution:
     out = PcAttribution()
@@ -118,6 +142,7 @@ def add_pc_samples(tree: CallTree, data: PcsData, options: PcsOptions,
     res: dict[int, dict[str, cubin_resources.KernelResources]] = {}
     dis = _disassemblies(data, {crc for recs in chosen.values() for crc, *_ in recs}, disassemble, out, res)
     placed = unlaunched = 0
+    branches = _Branches(dis)
     for nid, recs in chosen.items():
         raw = data.names.get(nid, "[unknown function]")
         pretty = demangle(raw)
@@ -138,7 +163,12 @@ def add_pc_samples(tree: CallTree, data: PcsData, options: PcsOptions,
                 r = res.get(crc, {}).get(raw)
                 fn = Frame("gpu_function", pretty, module=f"cubin:{crc:016x}",
                            resources=(r.registers, r.static_shared) if r and r.registers is not None else None)
-                leaf = tree.node_for([fn, line, ins], start=node)
+                fn_node = tree.node_for([fn], start=node)
+                if "branches" not in tree.facts.get(fn_node, {}):
+                    found = branches.of(crc, raw, _block_x(tree, node))
+                    if found:  # a fact of the node, not its identity (docs/formats.md, "Inside a kernel")
+                        tree.facts.setdefault(fn_node, {})["branches"] = found
+                leaf = tree.node_for([line, ins], start=fn_node)
                 if counted:
                     tree.add_at(leaf, PC_SAMPLES, part)
                     placed += part

@@ -8,6 +8,7 @@ from deepctx.daemon.tree import CallTree
 from deepctx.host.compiled_sources import LaunchOrigin
 from deepctx.host.torch_compile import Compile, SourceLine
 from deepctx.profiles.document import SCHEMA
+from deepctx.profiles.gpu_branches import branch_message
 from deepctx.profiles.metrics import METRICS
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
@@ -59,6 +60,8 @@ def to_message(result: CaptureResult) -> pb.Profile:
         facts = tree.facts.get(idx)
         if facts and "compiled_from" in facts:
             fields["compiled_from"] = compiled_from_message(facts["compiled_from"])
+        if facts and "branches" in facts:
+            fields["branches"] = [branch_message(b) for b in facts["branches"]]
         m = node.metrics
         fields["metrics"] = [m.get(name, 0) for name in metrics] if m else zeros
         add(**fields)

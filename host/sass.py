@@ -18,6 +18,7 @@ NVDISASM_TIMEOUT_S = 60.0  # a large cubin (PyTorch's) takes seconds; a hung too
 _FUNCTION = re.compile(r"^//-+ \.text\.(\S+)\s+-+$")
 _LINE = re.compile(r'^\s*//## File "([^"]*)", line (\d+)')
 _INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;?\s*$")
+_LABEL = re.compile(r"^\s*([.$][\w.$]*):\s*$")  # ".L_x_5:", "$__internal_0_$__cuda_sm20_sqrt_rn_f32_slowpath:"
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Instruction:
 class Disassembly:
     functions: dict[str, list[Instruction]]  # by the function's symbol (mangled) name, in offset order
     tool: str
+    labels: dict[str, dict[str, int]] = field(default_factory=dict)  # per function: branch label -> offset
     _by_offset: dict[str, dict[int, Instruction]] = field(default_factory=dict, compare=False, repr=False)
 
     def at(self, function: str, offset: int) -> Instruction | None:
@@ -85,6 +87,31 @@ def parse(text: str) -> dict[str, list[Instruction]]:
     return functions
 
 
+def parse_labels(text: str) -> dict[str, dict[str, int]]:
+    """nvdisasm output -> per function, each label's offset (the instruction after it): what BRA `(.L_x_5)
+    and BSSY B0, `(.L_x_4) point at (host/sass_uniformity.py)."""
+    out: dict[str, dict[str, int]] = {}
+    current: dict[str, int] | None = None
+    pending: list[str] = []
+    for raw in text.splitlines():
+        m = _FUNCTION.match(raw)
+        if m:
+            current, pending = out.setdefault(m.group(1), {}), []
+            continue
+        if current is None:
+            continue
+        m = _LABEL.match(raw)
+        if m:
+            pending.append(m.group(1))
+            continue
+        m = _INSTRUCTION.match(raw)
+        if m:
+            for label in pending:
+                current[label] = int(m.group(1), 16)
+            pending = []
+    return out
+
+
 def disassemble(cubin: bytes, tool: str | None = None) -> Disassembly:
     """The cubin's functions (OSError when nvdisasm is missing or fails; its message says why)."""
     tool = tool or find_nvdisasm()
@@ -100,4 +127,4 @@ def disassemble(cubin: bytes, tool: str | None = None) -> Disassembly:
             raise OSError(f"nvdisasm took more than {NVDISASM_TIMEOUT_S:g} s") from e
     if r.returncode != 0:
         raise OSError(f"nvdisasm failed: {r.stderr.strip()[:300]}")
-    return Disassembly(parse(r.stdout), tool)
+    return Disassembly(parse(r.stdout), tool, parse_labels(r.stdout))

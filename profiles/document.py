@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from deepctx.profiles.gpu_branches import branch_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 SCHEMA = "deepctx.profile/v1"  # the document's `schema` (docs/formats.md, docs/profile.schema.json)
@@ -40,6 +41,8 @@ def to_doc(p: pb.Profile) -> dict[str, Any]:
                 node["shared_mem"] = n.shared_mem
             elif name == "compiled_from":
                 node["compiled_from"] = compiled_from_doc(value)
+            elif name == "branches":
+                node["branches"] = [branch_doc(b) for b in value]
         nodes.append(node)
         if n.parent >= 0:
             nodes[n.parent]["children"].append(node)

@@ -27,7 +27,7 @@ def _empty_like(node: dict[str, Any]) -> dict[str, Any]:
     out = {k: node.get(k) for k in ("kind", "name", "file", "line", "module")}
     out["metrics"] = {}
     out["children"] = []
-    for f in ("tid", *_EXTRA_FIELDS, "compiled_from"):  # compiled_from: a fact of the node, not its identity
+    for f in ("tid", *_EXTRA_FIELDS, "compiled_from", "branches"):  # facts of the node, not its identity
         if node.get(f) is not None:
             out[f] = node[f]
     return out

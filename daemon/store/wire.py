@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from deepctx.profiles.gpu_branches import branch_message
 from deepctx.proto.v1 import deepctx_pb2 as pb
 
 
@@ -32,6 +33,8 @@ def to_message(doc: dict[str, Any]) -> pb.Profile:
                 setattr(n, f, int(node[f]))
         if node.get("compiled_from"):
             n.compiled_from.CopyFrom(compiled_from_message(node["compiled_from"]))
+        if node.get("branches"):
+            n.branches.extend(branch_message(b) for b in node["branches"])
         if node.get("grid"):
             n.grid.extend(node["grid"])
             n.block.extend(node.get("block") or [])

@@ -1,5 +1,6 @@
 """Rule warp-divergence: odd and even threads of every warp take two different
-256-step paths, so each warp runs both (branchy). Fixed: the same work split by warp, each warp one path."""
+256-step paths, so each warp runs both (branchy_lanes). Fixed: the same work split by warp, each warp one path
+(branchy_warps)."""
 
 from __future__ import annotations
 

@@ -41,6 +41,8 @@ class KernelPcs:
     instructions: tuple[PcInstruction, ...]
     registers: int | None = None  # per thread, from the cubin (the gpu_function node)
     static_shared: int = 0  # bytes per block, from the cubin
+    # (function, branch): the lane-varying branches of the sampled functions (a gpu_function node's `branches`)
+    branches: tuple[tuple[str, dict[str, Any]], ...] = ()
 
     @property
     def samples(self) -> int:
@@ -51,12 +53,14 @@ def kernel_pcs(node: dict[str, Any]) -> KernelPcs | None:
     """The instructions of a kernel node's gpu_function -> gpu_line -> gpu_instruction children; None when
     it has none (no PC sampling)."""
     out = []
+    branches: list[tuple[str, dict[str, Any]]] = []
     registers, static_shared = None, 0
     for fn in node.get("children") or []:
         if fn["kind"] != "gpu_function":
             continue
         registers = fn.get("registers", registers)
         static_shared = max(static_shared, fn.get("static_shared") or 0)
+        branches += [(fn["name"], b) for b in fn.get("branches") or []]
         for ln in fn["children"]:
             for ins in ln["children"]:
                 m = _INSTRUCTION.match(ins["name"])
@@ -72,4 +76,4 @@ def kernel_pcs(node: dict[str, Any]) -> KernelPcs | None:
                 samples = sum(stalls.values()) or int(metrics["pc_samples"])
                 out.append(PcInstruction(fn["name"], ln.get("file"), ln.get("line"), int(m.group(1), 16),
                                          " ".join((m.group(2) or "").split()), samples, stalls, not_issued))
-    return KernelPcs(tuple(out), registers, static_shared) if out else None
+    return KernelPcs(tuple(out), registers, static_shared, tuple(branches)) if out else None

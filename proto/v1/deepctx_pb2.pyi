@@ -285,6 +285,34 @@ class CompiledFrom(_message.Message):
     framework: str
     def __init__(self, lines: _Optional[_Iterable[_Union[SourceLine, _Mapping]]] = ..., nodes: _Optional[_Iterable[str]] = ..., aten: _Optional[_Iterable[str]] = ..., compile_id: _Optional[str] = ..., output_code: _Optional[str] = ..., framework: _Optional[str] = ...) -> None: ...
 
+class GpuBranch(_message.Message):
+    __slots__ = ("offset", "instruction", "file", "line", "kind", "lanes", "predicate", "source", "reconverge", "taken", "fallthrough", "block_x")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LANES_FIELD_NUMBER: _ClassVar[int]
+    PREDICATE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    RECONVERGE_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_FIELD_NUMBER: _ClassVar[int]
+    FALLTHROUGH_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_X_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    instruction: str
+    file: str
+    line: int
+    kind: str
+    lanes: str
+    predicate: str
+    source: str
+    reconverge: int
+    taken: _containers.RepeatedScalarFieldContainer[int]
+    fallthrough: _containers.RepeatedScalarFieldContainer[int]
+    block_x: int
+    def __init__(self, offset: _Optional[int] = ..., instruction: _Optional[str] = ..., file: _Optional[str] = ..., line: _Optional[int] = ..., kind: _Optional[str] = ..., lanes: _Optional[str] = ..., predicate: _Optional[str] = ..., source: _Optional[str] = ..., reconverge: _Optional[int] = ..., taken: _Optional[_Iterable[int]] = ..., fallthrough: _Optional[_Iterable[int]] = ..., block_x: _Optional[int] = ...) -> None: ...
+
 class Compile(_message.Message):
     __slots__ = ("id", "function", "file", "line", "recompile_reason", "fail_reason", "graph_breaks", "time_s", "ops", "called_from", "start_unix")
     ID_FIELD_NUMBER: _ClassVar[int]
@@ -348,7 +376,7 @@ class TraceEvent(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., tid: _Optional[int] = ..., device: _Optional[int] = ..., stream: _Optional[int] = ..., start_ns: _Optional[int] = ..., dur_ns: _Optional[int] = ..., correlation: _Optional[int] = ..., bytes: _Optional[int] = ..., graph_node: _Optional[int] = ..., at: _Optional[str] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("parent", "kind", "name", "file", "line", "module", "metrics", "tid", "grid", "block", "shared_mem", "stream", "registers", "static_shared", "compiled_from")
+    __slots__ = ("parent", "kind", "name", "file", "line", "module", "metrics", "tid", "grid", "block", "shared_mem", "stream", "registers", "static_shared", "compiled_from", "branches")
     PARENT_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -364,6 +392,7 @@ class Node(_message.Message):
     REGISTERS_FIELD_NUMBER: _ClassVar[int]
     STATIC_SHARED_FIELD_NUMBER: _ClassVar[int]
     COMPILED_FROM_FIELD_NUMBER: _ClassVar[int]
+    BRANCHES_FIELD_NUMBER: _ClassVar[int]
     parent: int
     kind: str
     name: str
@@ -379,7 +408,8 @@ class Node(_message.Message):
     registers: int
     static_shared: int
     compiled_from: CompiledFrom
-    def __init__(self, parent: _Optional[int] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., file: _Optional[str] = ..., line: _Optional[int] = ..., module: _Optional[str] = ..., metrics: _Optional[_Iterable[int]] = ..., tid: _Optional[int] = ..., grid: _Optional[_Iterable[int]] = ..., block: _Optional[_Iterable[int]] = ..., shared_mem: _Optional[int] = ..., stream: _Optional[int] = ..., registers: _Optional[int] = ..., static_shared: _Optional[int] = ..., compiled_from: _Optional[_Union[CompiledFrom, _Mapping]] = ...) -> None: ...
+    branches: _containers.RepeatedCompositeFieldContainer[GpuBranch]
+    def __init__(self, parent: _Optional[int] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., file: _Optional[str] = ..., line: _Optional[int] = ..., module: _Optional[str] = ..., metrics: _Optional[_Iterable[int]] = ..., tid: _Optional[int] = ..., grid: _Optional[_Iterable[int]] = ..., block: _Optional[_Iterable[int]] = ..., shared_mem: _Optional[int] = ..., stream: _Optional[int] = ..., registers: _Optional[int] = ..., static_shared: _Optional[int] = ..., compiled_from: _Optional[_Union[CompiledFrom, _Mapping]] = ..., branches: _Optional[_Iterable[_Union[GpuBranch, _Mapping]]] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ()

@@ -226,13 +226,19 @@ def at_marker(doc: dict[str, Any], rule: str) -> list[dict[str, Any]]:
 
 
 # A rule its planted pair cannot show to PC sampling: xfail, strict (a pass would mean the limitation is gone, and
-# the docs must change with it).
-LIMITATIONS = {
-    "warp-divergence": "PC samples carry no active-thread mask: branchy's bad (odd/even threads) and fixed (split "
-                       "by warp) variants run the same SASS with the same stalls per warp (H200, 2026-12-04: "
-                       "branch_resolving 0.2% and 0.6% of the samples), so no stall reason tells them apart; "
-                       "docs/analyzer.md, rule 14",
-}
+# the docs must change with it). None now: warp-divergence, once one (PC samples carry no active-thread mask),
+# reads the daemon's data flow over the SASS since its pair became two kernels (docs/analyzer.md, rule 14).
+LIMITATIONS: dict[str, str] = {}
+# The planted.cu line a rule's finding must name, where the finding's line is a fixed one (a comment
+# `// <MARKER>` ends it): the lane-varying branch of branchy_lanes.
+KERNEL_MARKERS = {"warp-divergence": "BRANCH_WARP_DIVERGENCE"}
+
+
+def planted_line(marker: str) -> str:
+    lines = [i for i, t in enumerate((KERNELS / "planted.cu").read_text().splitlines(), 1)
+             if t.endswith(f"// {marker}")]
+    assert len(lines) == 1, f"'// {marker}' ends lines {lines} of planted.cu, not one"
+    return f"planted.cu:{lines[0]}"
 
 
 @pytest.mark.parametrize("rule", [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=LIMITATIONS[r]))
@@ -249,6 +255,9 @@ def test_rule_fires_on_its_planted_kernel_and_not_when_fixed(results: dict[str, 
     assert found, (status, [(f["rule"], f["location"]) for f in bad.get("findings", [])],
                    kernel_stalls(bad))
     assert found[0]["evidence"]["kernel_line"].startswith("planted.cu:")
+    if rule in KERNEL_MARKERS:
+        assert found[0]["evidence"]["kernel_line"] == planted_line(KERNEL_MARKERS[rule]), found[0]["evidence"]
+        assert kernel_estimate(found[0]) is not None, "no estimate: the kernel's GPU time was not measured"
     assert at_marker(r["fixed"], rule) == [], ("fired on the fixed variant", kernel_stalls(r["fixed"]))
     assert r["fixed_s"] < r["bad_s"], f"the fix is not faster: {r['fixed_s']} s fixed, {r['bad_s']} s bad"
 

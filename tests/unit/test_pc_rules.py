@@ -122,13 +122,41 @@ def test_bank_conflicts_on_shared_loads() -> None:
     assert f["estimated_speedup"] == 1.25  # R = 1 s x 0.4 x 0.5
 
 
-def test_divergence_from_branch_resolving_and_reconvergence_waits() -> None:
-    doc = profile("branchy", [(0x60, "BRA 0x90", 12, {"branch_resolving": 20, "selected": 20}),
-                              (0x90, "BSYNC B0", 14, {"wait": 15, "barrier": 5}),
-                              (0xA0, "FADD R1, R1, R2", 13, {"wait": 40})])
-    (f,) = fired(doc, "warp-divergence")
-    assert f["evidence"]["stall_samples"] == 40  # 20 branch_resolving + 20 at BSYNC, not the FADD's wait
-    assert f["evidence"]["instruction"] in ("0x0060 BRA 0x90", "0x0090 BSYNC B0")
+BRANCHY = [(0x60, "@P0 BRA 0x200", 12, {"branch_resolving": 20, "selected": 20}),
+           (0x100, "FFMA R5, R5, R0, 0.5", 13, {"wait": 50, "selected": 10}),  # fall-through side
+           (0x200, "FFMA R5, R5, R0, -0.25", 14, {"wait": 30, "selected": 10}),  # taken side
+           (0x300, "BSYNC B0", 15, {"wait": 20})]
+
+
+def with_branch(doc: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """The kernel's gpu_function node with one branch fact (docs/formats.md, `branches`)."""
+    b = {"offset": 0x60, "instruction": "@P0 BRA 0x200", "file": "/src/k.cu", "line": 12, "kind": "branch",
+         "lanes": "varying", "predicate": "P0", "source": "(SR_TID.X & 0x1) != 0x1", "reconverge": 0x300,
+         "taken": [[0x200, 0x300]], "fallthrough": [[0x70, 0x200]], "block_x": 256, **fields}
+    doc["root"]["children"][0]["children"][0]["children"][0]["children"][0]["children"][0]["branches"] = [b]
+    return doc
+
+
+def test_divergence_at_a_lane_varying_branch_with_samples_on_both_sides() -> None:
+    (f,) = fired(with_branch(profile("branchy", BRANCHY)), "warp-divergence")
+    ev = f["evidence"]
+    assert (ev["kernel_line"], ev["instruction"], ev["lane_source"]) == (
+        "k.cu:12", "0x0060 @P0 BRA 0x200", "(SR_TID.X & 0x1) != 0x1")
+    assert (ev["fallthrough_samples"], ev["taken_samples"], ev["stall_samples"], ev["pc_samples"]) == (60, 40, 100, 160)
+    assert f["estimated_speedup"] == pytest.approx(1 / (1 - 100 / 160 * 0.5), abs=0.01)
+
+
+def test_divergence_not_on_stalls_alone_nor_on_uniform_unknown_or_one_sided_branches() -> None:
+    assert fired(profile("branchy", BRANCHY), "warp-divergence") == []  # no branch facts: stall reasons say nothing
+    assert fired(with_branch(profile("branchy", BRANCHY), lanes="unknown"), "warp-divergence") == []
+    assert fired(with_branch(profile("branchy", BRANCHY), kind="loop"), "warp-divergence") == []
+    # the taken side's 40 samples of 160 moved to the reconvergence point: 0 on that side
+    moved = [b for b in BRANCHY if b[0] != 0x200] + [(0x210, "FFMA R5, R5, R0, 1.0", 14, {"wait": 40})]
+    assert fired(with_branch(profile("branchy", moved), taken=[[0x200, 0x210]]), "warp-divergence") == []
+    # 6 samples of 126 on the taken side (4.8%, under 5%; 7 of 127 is 5.5%): a side that seldom runs costs little
+    few = [b for b in BRANCHY if b[0] != 0x200]
+    assert fired(with_branch(profile("branchy", few + [(0x200, "FFMA", 14, {"wait": 6})])), "warp-divergence") == []
+    assert len(fired(with_branch(profile("branchy", few + [(0x200, "FFMA", 14, {"wait": 7})])), "warp-divergence")) == 1
 
 
 def test_fp32_fma_fires_on_an_fma_loop_fed_by_shared_memory() -> None:

@@ -118,6 +118,7 @@ EXPORT int planted_bank_conflicts(int fixed, int steps) {
 
 // --- warp-divergence: odd and even threads of each warp take different long paths, so each warp runs
 // both one after the other. Fixed: the same work split by warp (odd and even warps), each warp one path.
+// Two kernels, so that the analyzer's data flow over their SASS tells the branches apart (rule 14).
 __device__ float path_a(float v) {
     for (int k = 0; k < 256; k++)
         v = v * 1.0001f + 0.5f;
@@ -130,19 +131,31 @@ __device__ float path_b(float v) {
     return v;
 }
 
-__global__ void branchy(float *x, int n, int by_warp) {
+__global__ void branchy_lanes(float *x, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n)
         return;
-    int odd = by_warp ? (threadIdx.x / 32) & 1 : threadIdx.x & 1;
+    int odd = threadIdx.x & 1;  // differs between neighbouring lanes
+    x[i] = odd ? path_a(x[i]) : path_b(x[i]);  // BRANCH_WARP_DIVERGENCE
+}
+
+__global__ void branchy_warps(float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    int odd = (threadIdx.x / 32) & 1;  // the same for the 32 lanes of a warp (blockDim.x a multiple of 32)
     x[i] = odd ? path_a(x[i]) : path_b(x[i]);
 }
 
 EXPORT int planted_warp_divergence(int fixed, int steps) {
     if (setup())
         return -1;
-    for (int s = 0; s < steps; s++)
-        branchy<<<(1 << 20) / 256, 256>>>(buf_a, 1 << 20, fixed);
+    for (int s = 0; s < steps; s++) {
+        if (fixed)
+            branchy_warps<<<(1 << 20) / 256, 256>>>(buf_a, 1 << 20);
+        else
+            branchy_lanes<<<(1 << 20) / 256, 256>>>(buf_a, 1 << 20);
+    }
     return (int)cudaGetLastError();
 }
 
