@@ -83,10 +83,34 @@ def test_a_kept_folder_is_read_again_for_the_process_switched_most(tmp_path: Pat
     switches += [log_line(41, True, t, t), log_line(99, True, 0.5, 0.5)]
     (tmp_path / "steps-w.txt").write_text("\n".join(f"{e:.6f}" for e in ends))
     (tmp_path / "daemon-w.log").write_text("\n".join(switches))
-    args = argparse.Namespace(mode="sampled", agent=True, period=2.0, guard=0.0, clean=0.3)
+    args = argparse.Namespace(mode="sampled", agent=True, period=2.0, guard=0.0, clean=0.3, warm=5.0,
+                              torch_profiler=False)
     row = dp.analyse("w", tmp_path, args)
     assert row["pairs"] == 2 and row["ratio_median"] == pytest.approx(1.2, rel=1e-3)
     assert row["median_step_ratio_median"] == pytest.approx(1.2, rel=1e-3)
+    assert row["mode"] == "sampled" and row["agent"] is True
+
+
+def test_the_rate_before_the_first_switch_leaves_out_its_first_half() -> None:
+    """Steps of 20 ms for 2 s (warming up), then 10 ms until the first switch at 4 s: the second half of what ran
+    before it, 1 to 4 s... less the warm half: from 2 s on, 100 steps a second."""
+    ends = steps(0.0, 2.0, 0.02) + steps(2.0, 6.0, 0.01)
+    switches = [dp.Switch(True, 4.0, 4.0), dp.Switch(False, 5.0, 5.0)]
+    row = dp.before_first(switches, ends, skip_s=4.0)
+    assert row["before_steps_per_s"] == pytest.approx(100.0, rel=1e-3)
+    assert dp.before_first([], ends, 4.0) == {}
+
+
+def test_the_profiler_duty_logs_switches_the_pairing_reads(tmp_path: Path) -> None:
+    """bench/workloads.py's ProfilerDuty (torch.profiler switched by the loop) writes lines read_switches takes."""
+    import workloads
+
+    duty = workloads.ProfilerDuty(4.0)
+    duty.switches = [{"msg": dp.SWITCHED, "pid": 7, "attached": True, "from_mono": 1.0, "to_mono": 1.5},
+                     {"msg": dp.SWITCHED, "pid": 7, "attached": False, "from_mono": 3.5, "to_mono": 6.0}]
+    duty.write(str(tmp_path / "sw.log"))
+    assert dp.read_switches((tmp_path / "sw.log").read_text().splitlines(), 7) == [
+        dp.Switch(True, 1.0, 1.5), dp.Switch(False, 3.5, 6.0)]
 
 
 def test_a_cycle_costs_its_attached_share_and_its_switches() -> None:
