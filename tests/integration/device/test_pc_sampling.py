@@ -62,7 +62,8 @@ def sampled(built: tuple[Path, Path]) -> tuple[Result, DeviceActivity]:
 def test_layouts_match_the_header(tmp_path: Path) -> None:
     pairs: dict[str, int] = {}
     for c_name, mirror in (("pcs_record", pcs.PcsRecord), ("pcs_cubin_head", pcs.PcsCubinHead),
-                           ("pcs_status", pcs.PcsStatus), ("pcs_device", pcs.PcsDevice), ("pcs_event", pcs.PcsEvent)):
+                           ("pcs_status", pcs.PcsStatus), ("pcs_device", pcs.PcsDevice), ("pcs_event", pcs.PcsEvent),
+                           ("pcs_config", pcs.PcsConfig)):
         pairs |= struct_layout(c_name, mirror)
     pairs |= {"PCS_CHUNK": pcs.PCS_CHUNK, "PCS_DATA": pcs.PCS_DATA, "PCS_MSG_RECORDS": pcs.PCS_MSG_RECORDS,
               "PCS_MSG_NAME": pcs.PCS_MSG_NAME, "PCS_MSG_CUBIN": pcs.PCS_MSG_CUBIN, "PCS_MSG_STALL": pcs.PCS_MSG_STALL,
