@@ -19,7 +19,8 @@ MAX_DURATION_S = 3600.0
 def add_pc_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pc-sampling", action="store_true",
                    help="sample the PCs of the GPU kernels (CUPTI's PC sampling): each kernel's hot source lines "
-                        "and SASS instructions with their stall reasons (default: off)")
+                        "and SASS instructions with their stall reasons (attach: with --gpu-activity, which loads "
+                        "the agent; default: off)")
     p.add_argument("--kernel", metavar="REGEX",
                    help="with --pc-sampling: keep the samples of kernels whose name matches (Python regex, "
                         "searched; default: every kernel)")
