@@ -259,6 +259,9 @@ class PcSampling:
         totals = d.totals()
         if totals is not None:
             out["pc_sampling_samples_dropped_by_cupti"] = totals.dropped_samples
+        started = next((s for s in d.statuses if s.code == PCS_ON), None)
+        if started is not None:  # the period the agent configured (its options: the request's or the environment's)
+            out["pc_sampling_period_log2"] = started.period
         if d.device.get("sm_count"):  # the document's `device` part is made from these (profiles/document.py)
             out["device_sm_count"] = d.device["sm_count"]
             major, _, minor = (d.device.get("compute_capability") or "0.0").partition(".")

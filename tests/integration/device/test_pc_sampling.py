@@ -169,6 +169,7 @@ def test_run_pc_sampling_puts_stall_reasons_on_the_launching_lines_instructions(
     fns = [n for _, n in walk(doc) if n["kind"] == "gpu_function"]
     assert {(n["name"], n["registers"]) for n in fns} == {("saxpy", 10)}  # from the cubin the agent sent
     assert doc["stats"]["pc_samples_filtered"] == 5 * pt.N_STRIDED  # strided_copy: not chosen by --kernel
+    assert doc["stats"]["pc_sampling_period_log2"] == 9  # the agent read DEEPCTX_PC_PERIOD
     assert doc["device"] == {"name": None, "sm_count": 132, "compute_capability": "9.0"}
     assert not [w for w in doc["warnings"] if "PC" in w or "kernel" in w], doc["warnings"]
 
@@ -282,12 +283,14 @@ def test_attach_pc_sampling_samples_kernels_of_a_context_and_module_made_before_
     assert [(k[0], k[3][:6], m) for k, m in strided.items()] == [
         (strided_line, "0x0250", {"pc_samples": 5 * pt.N_STRIDED, "stall_long_scoreboard": 5 * pt.N_STRIDED})]
     assert doc["stats"]["pc_samples_in_profile"] == 4 * pt.N_SAXPY + 5 * pt.N_STRIDED
+    assert doc["stats"]["pc_sampling_period_log2"] == 0  # CUPTI's default: none asked
     fns = {(n["name"], n["registers"]) for _, n in __import__("profile_paths").walk(doc) if n["kind"] == "gpu_function"}
     assert ("saxpy", 10) in fns  # resources from the cubin the agent found in memory
     assert not [w for w in doc["warnings"] if "PC" in w or "cubin" in w], doc["warnings"]
 
     doc = json.loads((tmp_path / "second.json").read_text())
     assert doc["stats"]["device_agent_injected"] == 0  # the first capture's agent, given this capture's options
+    assert doc["stats"]["pc_sampling_period_log2"] == 9  # read by the agent from what deepctxd wrote into it
     assert {(line, ins): m for (line, _k, _l, ins), m in sampled_instructions(doc).items()} == {
         (saxpy_line, ins): m for (_l, ins), m in SAXPY_SAMPLED.items()}
     assert doc["stats"]["pc_samples_filtered"] == 5 * pt.N_STRIDED  # strided_copy: not chosen by --kernel
