@@ -1,6 +1,7 @@
 """The PC-sampling options of `deepctx run` and `deepctx attach` (--pc-sampling, --kernel, --pc-period,
---pc-duration), checked before anything starts, and what `deepctx run` puts in the command's environment for
-the CUPTI agent (native/pc_sampling.h) and deepctxd (probes/pc_sampling.py) to read."""
+--pc-duration), checked before anything starts: what `deepctx run` puts in the command's environment for
+the CUPTI agent (native/pc_sampling.h) and deepctxd (probes/pc_sampling.py) to read, and what `deepctx attach`
+sends in its request (the daemon hands them to the agent it finds or loads in the process)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 import re
 
 from deepctx.cli.client import CliError
+from deepctx.proto.v1 import deepctx_pb2 as pb
 
 PERIOD_MIN, PERIOD_MAX = 5, 31  # CUPTI's SAMPLING_PERIOD: 2^n cycles between samples
 DEFAULT_DURATION_S = 30.0
@@ -17,7 +19,8 @@ MAX_DURATION_S = 3600.0
 def add_pc_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pc-sampling", action="store_true",
                    help="sample the PCs of the GPU kernels (CUPTI's PC sampling): each kernel's hot source lines "
-                        "and SASS instructions with their stall reasons (default: off)")
+                        "and SASS instructions with their stall reasons (attach: with --gpu-activity, which loads "
+                        "the agent; default: off)")
     p.add_argument("--kernel", metavar="REGEX",
                    help="with --pc-sampling: keep the samples of kernels whose name matches (Python regex, "
                         "searched; default: every kernel)")
@@ -61,3 +64,11 @@ def pc_environment(args: argparse.Namespace) -> dict[str, str]:
     if args.pc_period is not None:
         env["DEEPCTX_PC_PERIOD"] = str(args.pc_period)
     return env
+
+
+def pc_request(args: argparse.Namespace) -> pb.PcSampling | None:
+    """attach's PC-sampling options for its request (None without --pc-sampling: nothing asked)."""
+    if not args.pc_sampling:
+        return None
+    return pb.PcSampling(kernel=args.kernel or "", period=args.pc_period or 0,
+                         duration_ms=max(1, round(1000 * (args.pc_duration or DEFAULT_DURATION_S))))

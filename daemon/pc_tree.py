@@ -69,7 +69,13 @@ def _disassemblies(data: PcsData, crcs: set[int], disassemble: Callable[[bytes],
     result: dict[int, sass.Disassembly] = {}
     for crc in sorted(crcs):
         cubin = data.cubins.get(crc)
-        if cubin is None or not cubin.complete:
+        if cubin is None:  # the agent sends every cubin it has with its first sample
+            out.warnings.append(f"PC samples of cubin {crc:#x}: no cubin came for it, so its lines and "
+                                "instructions are unknown (its module was loaded before the agent, at attach, and "
+                                "the process holds no uncompressed copy of it, as with a compressed fatbin; "
+                                "`deepctx run --pc-sampling` sees every module as it is loaded)")
+            continue
+        if not cubin.complete:
             out.warnings.append(f"PC samples of cubin {crc:#x}: the cubin did not arrive whole (its lines and "
                                 "instructions are unknown)")
             continue
@@ -185,8 +191,8 @@ def add_pc_samples(tree: CallTree, data: PcsData, options: PcsOptions,
                             + (f" ({shown})" if names else ""))
     started = any(s.code == PCS_ON for s in data.statuses)
     if not started and failure is None:
-        out.warnings.append("no PC samples: PC sampling never started (no CUDA context was created while the agent "
-                            "watched: no GPU, or CUDA started before the capture)")
+        out.warnings.append("no PC samples: PC sampling never started (no CUDA context was active or created while "
+                            "the agent watched: no GPU, or only contexts made with cuCtxCreate before the capture)")
     elif data.messages and not total and failure is None:
         out.warnings.append("PC sampling ran but CUPTI took no sample (kernels too short for the period, or none "
                             "ran while it sampled)")

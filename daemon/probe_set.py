@@ -47,11 +47,21 @@ from deepctx.probes.cpu_sampler import (
 from deepctx.probes.device_activity import AgentUnusable, DeviceActivity, agent_mappings
 from deepctx.probes.family import ProbeFamily, Target
 from deepctx.probes.gpu_api import GpuApi, HandoffPoint, builtin_handoffs
+from deepctx.probes.pc_sampling import PcsOptions
 
 if TYPE_CHECKING:
     from deepctx.daemon.capture import CaptureOptions
 
 log = logging.getLogger("deepctx.capture")
+
+
+def pc_options(opts: CaptureOptions) -> PcsOptions | None:
+    """The request's PC-sampling options (`deepctx attach --pc-sampling`): a client's request carries them on
+    RequestOptions (daemon/request_options.py; CaptureOptions is the capture engine's); None: none asked, and
+    the target's environment decides (`deepctx run --pc-sampling`)."""
+    from deepctx.daemon.request_options import RequestOptions  # it extends capture.py's, which imports this
+
+    return opts.pc_sampling if isinstance(opts, RequestOptions) else None
 
 
 @dataclass
@@ -192,7 +202,7 @@ class ProbeSet:
         agent_calls = not opts.trace and opts.agent_calls != "off"
         dev = DeviceActivity(trace=opts.trace, inject=asked, injector=agent_injector,
                              count_entries=opts.count_map_entries, windows=bool(opts.window_s),
-                             flush_timeout_s=opts.flush_timeout_s)
+                             flush_timeout_s=opts.flush_timeout_s, pc_options=pc_options(opts))
         # a duty cycle measures what each attached share recorded (daemon/device_share.py): records widen dev_span
         dev.spans = opts.gpu_duty < 1.0 and not opts.trace
         try:

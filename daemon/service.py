@@ -25,6 +25,7 @@ from deepctx.daemon.metrics import ProcessTotals, observe_capture
 from deepctx.daemon.probe_set import ProbeSet
 from deepctx.daemon.processes import list_processes
 from deepctx.daemon.profile_wire import to_message
+from deepctx.daemon.request_options import RequestOptions
 from deepctx.daemon.self_profile import profiled
 from deepctx.daemon.service_store import StoreRpcs, open_store
 from deepctx.daemon.symbolize.native import SymbolCache
@@ -32,6 +33,7 @@ from deepctx.host import file_cache, procfs
 from deepctx.host.file_cache import STATUS_PREFIX as HOST_CACHE_PREFIX
 from deepctx.host.process_handle import ProcessHandle
 from deepctx.probes import programs
+from deepctx.probes.pc_sampling import PC_DURATION_MAX_MS, PC_PERIOD_MAX, PC_PERIOD_MIN, PcsOptions
 from deepctx.profiles.lost import lost_counters
 from deepctx.proto.v1 import deepctx_pb2 as pb
 from deepctx.proto.v1 import deepctx_pb2_grpc as pb_grpc
@@ -169,6 +171,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         if (req.trace or req.gpu_activity == pb.GPU_ACTIVITY_ON) and req.gpu == pb.GPU_OFF:
             raise InvalidArgument("device activity joins the GPU API probes: it cannot run with --no-gpu")
         duty, period = self._duty(req)
+        pcs = self._pc_sampling(req)
         try:
             info = procfs.process_info(req.pid)
         except procfs.ProcessGone:
@@ -177,12 +180,33 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
             raise InvalidArgument(f"process {req.pid} ({info.comm}) is a kernel thread: nothing to profile in user space")
         if not procfs.is_alive(req.pid):
             raise NotFound(f"process {req.pid} has exited")
-        return CaptureOptions.from_config(
+        return RequestOptions.from_config(
             cfg, duration_s=req.duration_s, sample_hz=hz, kernel_stacks=req.kernel_stacks,
             python=_PYTHON_MODES[req.python], native_python=req.native_python, gpu=_GPU_PROBES[req.gpu],
             gpu_mode=_CALL_PATH_MODES[req.mode], gpu_activity=_GPU_ACTIVITY[req.gpu_activity], trace=req.trace,
-            gpu_duty=duty, gpu_duty_period_s=period,
+            gpu_duty=duty, gpu_duty_period_s=period, pc_sampling=pcs,
         )
+
+    @staticmethod
+    def _pc_sampling(req: pb.AttachRequest) -> PcsOptions | None:
+        """The request's PC-sampling options, checked (None: none asked; the target's environment decides)."""
+        if not req.HasField("pc_sampling"):
+            return None
+        pc = req.pc_sampling
+        if req.gpu_activity != pb.GPU_ACTIVITY_ON and not req.trace:
+            raise InvalidArgument("PC sampling needs device activity (--gpu-activity): the samples come from the "
+                                  "CUPTI agent")
+        try:
+            re.compile(pc.kernel)
+        except re.error as e:
+            raise InvalidArgument(f"kernel filter {pc.kernel!r} is not a regular expression ({e})") from None
+        if pc.period and not PC_PERIOD_MIN <= pc.period <= PC_PERIOD_MAX:
+            raise InvalidArgument(f"PC sampling period {pc.period} is out of range: use {PC_PERIOD_MIN} to "
+                                  f"{PC_PERIOD_MAX} (2^N cycles)")
+        if pc.duration_ms > PC_DURATION_MAX_MS:
+            raise InvalidArgument(f"PC sampling duration {pc.duration_ms} ms is out of range: at most "
+                                  f"{PC_DURATION_MAX_MS} ms")
+        return PcsOptions(pc.kernel or None, pc.period, pc.duration_ms)
 
     def _duty(self, req: pb.AttachRequest) -> tuple[float, float]:
         """The request's GPU duty cycle, checked: (share, period); (1.0, 0.0) for none."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import os
 import pwd
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,6 +179,25 @@ class ProcessMemory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def write_memory(pid: int, addr: int, data: bytes, ensure: Callable[[], None] | None = None) -> None:
+    """Writes data at addr in the process through /proc/<pid>/mem (needs ptrace-attach permission: root
+    here). ensure (a ProcessHandle's) runs once the file is open: the memory written is the bound process's.
+    Raises ProcessGone, or MemoryError where addr is not writable memory of it."""
+    try:
+        fd = os.open(f"/proc/{pid}/mem", os.O_WRONLY)
+    except FileNotFoundError as e:
+        raise ProcessGone(pid) from e
+    try:
+        if ensure is not None:
+            ensure()
+        if os.pwrite(fd, data, addr) != len(data):
+            raise MemoryError(f"short write at {addr:#x} in pid {pid}")
+    except OSError as e:  # EIO: not mapped; ESRCH: the process is gone
+        raise MemoryError(f"cannot write {len(data)} bytes at {addr:#x} in pid {pid}: {e}") from e
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,18 @@
 #include <cupti_pcsampling.h>
 
 #include "agent_common.h"
+#include "cubin_scan.h"
 #include "pc_samples.h"
 
 /* The pcs probe's semaphore: raised while deepctxd reads the probe, its request to sample. */
 __extension__ unsigned short deepctx_pcs_semaphore __attribute__((unused, section(".probes")));
+/* deepctxd's options (`deepctx attach --pc-sampling`: the environment cannot carry them), written into the
+ * process before the semaphore rises; read at each start (pc_samples.h, struct pcs_config). */
+EXPORT struct pcs_config deepctx_pcs_config;
 
 #define MAX_CONTEXTS 16
 #define MAX_CUBINS 1024
+#define MAX_RESIDENT 16384  /* cubins found in the process's memory (modules loaded before the agent) */
 #define NAME_SLOTS 4096     /* function names interned (open addressing, a power of two) */
 #define COLLECT_PCS 1024    /* PCs per GetData call */
 #define RECORDS_PER_MSG (PCS_CHUNK / sizeof(struct pcs_record))
@@ -48,8 +53,14 @@ struct pcs_cubin {
     uint64_t crc;
     uint32_t module;
     size_t size;
-    char *bytes;
+    char *bytes;  /* NULL: a CRC sampled that no cubin has (not looked for again) */
     int sent;
+};
+
+/* A cubin found in memory (cubin_scan.h), its CRC computed once. */
+struct pcs_resident {
+    struct cubin_span span;
+    uint64_t crc;
 };
 
 struct pcs_name_slot {
@@ -70,6 +81,10 @@ static size_t num_stalls;
 static uint32_t *stall_index;
 static uint64_t total_samples, dropped_samples, non_user_samples;
 static int active;
+static uint32_t opt_period;        /* this start's options: deepctxd's (deepctx_pcs_config) or the environment's */
+static uint64_t opt_duration_ms;
+static struct pcs_resident *resident;  /* found at the first sample of an unknown cubin, once per start */
+static int nresident, scanned;
 
 static void send(uint32_t kind, const void *data, uint32_t len) {
     if (WATCHED(pcs))
@@ -112,7 +127,27 @@ void pcs_load(void *h) {
     api.GetResultString = (void *)dlsym(h, "cuptiGetResultString");
 }
 
-int pcs_wanted(void) { return WATCHED(pcs) && agent_env_u64("DEEPCTX_PC_SAMPLING", 0) != 0; }
+static int configured(void) { return __atomic_load_n(&deepctx_pcs_config.on, __ATOMIC_ACQUIRE) != 0; }
+
+int pcs_wanted(void) {
+    return WATCHED(pcs) && (configured() || agent_env_u64("DEEPCTX_PC_SAMPLING", 0) != 0);
+}
+
+/* The options of this start: deepctxd's when it configured the agent, else the environment's. */
+static void read_options(void) {
+    if (configured()) {
+        opt_period = __atomic_load_n(&deepctx_pcs_config.period, __ATOMIC_RELAXED);
+        opt_duration_ms = __atomic_load_n(&deepctx_pcs_config.duration_ms, __ATOMIC_RELAXED);
+    } else {
+        opt_period = (uint32_t)agent_env_u64("DEEPCTX_PC_PERIOD", 0);
+        opt_duration_ms = agent_env_u64("DEEPCTX_PC_DURATION_MS", 0);
+    }
+    if (!opt_duration_ms)
+        opt_duration_ms = 30000;
+}
+
+static void forget_sent(void);
+static void existing_contexts(void);
 
 void pcs_start(CUpti_SubscriberHandle subscriber,
                CUptiResult (*enable)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain, CUpti_CallbackId)) {
@@ -125,10 +160,15 @@ void pcs_start(CUpti_SubscriberHandle subscriber,
         active = 0;
         return;
     }
+    read_options();
     enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
     enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
     enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
     enable(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING);
+    pthread_mutex_lock(&pcs_lock);
+    forget_sent();
+    existing_contexts();  /* after the callbacks: a context made meanwhile comes through one or the other */
+    pthread_mutex_unlock(&pcs_lock);
 }
 
 /* --- names and cubins ------------------------------------------------------------------------------ */
@@ -183,15 +223,88 @@ static void send_cubin(struct pcs_cubin *c) {
     c->sent = 1;
 }
 
+static uint64_t cubin_crc(const void *bytes, size_t size) {
+    CUpti_GetCubinCrcParams p = {CUpti_GetCubinCrcParamsSize, size, bytes, 0};
+    return api.GetCubinCrc(&p) == CUPTI_SUCCESS ? p.cubinCrc : 0;
+}
+
+/* The cubins in the process's memory with their CRCs, looked for once a start (cubin_scan.h). */
+static void scan_resident(void) {
+    scanned = 1;
+    nresident = 0;
+    if (!resident)
+        resident = calloc(MAX_RESIDENT, sizeof(*resident));
+    struct cubin_span *spans = calloc(MAX_RESIDENT, sizeof(*spans));
+    int n = resident && spans ? cubin_scan(spans, MAX_RESIDENT) : 0;
+    char *buf = NULL;
+    size_t cap = 0;
+    for (int i = 0; i < n; i++) {
+        if (spans[i].size > cap) {
+            free(buf);
+            cap = spans[i].size;
+            buf = malloc(cap);
+        }
+        if (!buf) {
+            cap = 0;
+            continue;
+        }
+        if (cubin_copy(buf, spans[i].addr, spans[i].size) == 0)
+            resident[nresident++] = (struct pcs_resident){spans[i], cubin_crc(buf, spans[i].size)};
+    }
+    free(buf);
+    free(spans);
+}
+
+/* A sampled cubin the agent did not see loaded (its module was loaded before the agent): from memory, when
+ * it is there; else noted as missing (deepctxd says its samples have no lines or SASS). */
+static struct pcs_cubin *cubin_from_memory(uint64_t crc) {
+    if (ncubins >= MAX_CUBINS)
+        return NULL;
+    if (!scanned)
+        scan_resident();
+    struct pcs_cubin *c = &cubins[ncubins++];
+    *c = (struct pcs_cubin){crc, 0, 0, NULL, 1};
+    for (int i = 0; i < nresident; i++) {
+        if (resident[i].crc != crc)
+            continue;
+        size_t size = resident[i].span.size;
+        char *copy = malloc(size);
+        if (copy && cubin_copy(copy, resident[i].span.addr, size) == 0 && cubin_crc(copy, size) == crc) {
+            *c = (struct pcs_cubin){crc, 0, size, copy, 0};
+            return c;
+        }
+        free(copy);
+    }
+    return c;
+}
+
 /* The cubin a sample is in, handed over with its first sample (most loaded modules are never sampled). */
 static void need_cubin(uint64_t crc) {
+    struct pcs_cubin *c = NULL;
+    for (int i = 0; i < ncubins && !c; i++)
+        if (cubins[i].crc == crc)
+            c = &cubins[i];
+    if (!c)
+        c = cubin_from_memory(crc);
+    if (c && c->bytes && !c->sent)
+        send_cubin(c);
+}
+
+/* A new start (a new capture): its reader has seen no name, stall reason or cubin yet, and counts afresh. */
+static void forget_sent(void) {
+    memset(names, 0, sizeof(names));
+    next_name_id = 1;
+    memset(stall_sent, 0, sizeof(stall_sent));
+    int kept = 0;
     for (int i = 0; i < ncubins; i++) {
-        if (cubins[i].crc == crc) {
-            if (!cubins[i].sent)
-                send_cubin(&cubins[i]);
-            return;
+        if (cubins[i].bytes) {  /* the missing ones are looked for again: modules may have been loaded since */
+            cubins[kept] = cubins[i];
+            cubins[kept++].sent = 0;
         }
     }
+    ncubins = kept;
+    scanned = 0;
+    total_samples = dropped_samples = non_user_samples = 0;
 }
 
 static void module_loaded(const CUpti_ModuleResourceData *m) {
@@ -307,7 +420,17 @@ static void release_context(struct pcs_context *c) {
     c->ctx = NULL;
 }
 
+static int known_context(CUcontext ctx) {
+    for (int i = 0; i < MAX_CONTEXTS; i++)
+        if (contexts[i].ctx == ctx)
+            return 1;
+    return 0;
+}
+
+/* Sampling on in ctx, once (a context found at the start can also come through CONTEXT_CREATED). */
 static void context_created(CUcontext ctx) {
+    if (!ctx || known_context(ctx))
+        return;
     struct pcs_context *c = NULL;
     for (int i = 0; i < MAX_CONTEXTS && !c; i++)
         if (!contexts[i].ctx)
@@ -341,7 +464,7 @@ static void context_created(CUcontext ctx) {
         release_context(c);
         return;
     }
-    uint32_t period = (uint32_t)agent_env_u64("DEEPCTX_PC_PERIOD", 0);
+    uint32_t period = opt_period;
     CUpti_PCSamplingConfigurationInfo info[6];
     memset(info, 0, sizeof(info));
     size_t k = 0;
@@ -370,6 +493,38 @@ static void context_created(CUcontext ctx) {
     c->on = 1;
     c->started_ns = agent_monotonic_ns();
     send_status(PCS_ON, period, NULL);
+}
+
+/* The contexts there before this start: an earlier capture's are let go (one destroyed while nobody sampled
+ * would be a dangling handle), then every active primary context is sampled (attach: the agent came after
+ * they were made, so no CONTEXT_CREATED callback names them). A context made with cuCtxCreate before the
+ * start cannot be found: its kernels are not sampled. */
+static void existing_contexts(void) {
+    for (int i = 0; i < MAX_CONTEXTS; i++)
+        if (contexts[i].ctx && !contexts[i].on)
+            release_context(&contexts[i]);
+    void *cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!cu)
+        return;
+    CUresult (*count)(int *) = (void *)dlsym(cu, "cuDeviceGetCount");
+    CUresult (*state)(CUdevice, unsigned *, int *) = (void *)dlsym(cu, "cuDevicePrimaryCtxGetState");
+    CUresult (*retain)(CUcontext *, CUdevice) = (void *)dlsym(cu, "cuDevicePrimaryCtxRetain");
+    CUresult (*release)(CUdevice) = (void *)dlsym(cu, "cuDevicePrimaryCtxRelease_v2");
+    if (!release)
+        release = (void *)dlsym(cu, "cuDevicePrimaryCtxRelease");
+    dlclose(cu);  /* the NOLOAD reference only */
+    int n = 0;
+    if (!count || !state || !retain || !release || count(&n) != CUDA_SUCCESS)
+        return;
+    for (CUdevice dev = 0; dev < n; dev++) {
+        unsigned flags = 0;
+        int on = 0;
+        CUcontext ctx = NULL;
+        if (state(dev, &flags, &on) != CUDA_SUCCESS || !on || retain(&ctx, dev) != CUDA_SUCCESS)
+            continue;
+        context_created(ctx);
+        release(dev);  /* the program's own reference keeps it */
+    }
 }
 
 /* --- records ----------------------------------------------------------------------------------------- */
@@ -433,7 +588,7 @@ void pcs_collect(int final) {
     if (!active)
         return;
     pthread_mutex_lock(&pcs_lock);
-    uint64_t limit_ns = agent_env_u64("DEEPCTX_PC_DURATION_MS", 30000) * 1000000ull;
+    uint64_t limit_ns = opt_duration_ms * 1000000ull;
     uint64_t now = agent_monotonic_ns();
     for (int i = 0; i < MAX_CONTEXTS; i++) {
         struct pcs_context *c = &contexts[i];

@@ -1,10 +1,14 @@
 /* PC sampling in the CUPTI agent (pc_sampling.c): CUPTI's PC Sampling API (cupti_pcsampling.h), driven
  * from the agent's CUPTI subscription, reported through the pcs probe (probes/pc_samples.h). Off unless
- * the process's environment asks (DEEPCTX_PC_SAMPLING=1) and deepctxd watches the pcs probe; then:
+ * deepctxd watches the pcs probe and PC sampling is asked for: by deepctxd, which writes its options into
+ * deepctx_pcs_config (struct pcs_config; `deepctx attach --pc-sampling`), or by the process's environment
+ * (DEEPCTX_PC_SAMPLING=1, `deepctx run --pc-sampling`), whose options are then
  *   DEEPCTX_PC_PERIOD       log2 of the cycles between samples, 5..31 (default: CUPTI's, by SM count)
  *   DEEPCTX_PC_DURATION_MS  sampling stops this long after it started in a context (default 30000)
- * Continuous collection: kernels are not serialized, so samples carry no correlation id and deepctxd
- * attributes them by function name. */
+ * Each start samples the contexts created from then on (CONTEXT_CREATED) and the active primary contexts
+ * that exist already (attach); cubins come from MODULE_LOADED, or, for modules loaded before the agent, from
+ * the process's memory (cubin_scan.h). Continuous collection: kernels are not serialized, so samples carry
+ * no correlation id and deepctxd attributes them by function name. */
 #ifndef DEEPCTX_PC_SAMPLING_H
 #define DEEPCTX_PC_SAMPLING_H
 
@@ -12,7 +16,7 @@
 
 /* Binds the optional PC sampling entry points in the libcupti h. */
 void pcs_load(void *h);
-/* Is PC sampling wanted now (environment and the daemon's pcs probe)? Read at each start. */
+/* Is PC sampling wanted now (the daemon's pcs probe, and its options or the environment)? Read at each start. */
 int pcs_wanted(void);
 /* At the agent's start, with its subscriber: resource callbacks for contexts and modules. */
 void pcs_start(CUpti_SubscriberHandle subscriber,

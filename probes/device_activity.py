@@ -27,7 +27,7 @@ from deepctx.probes import usdt
 from deepctx.probes.family import FamilyDefaults, Target, read_source
 from deepctx.probes.gpu_api import GpuCorrKey, GpuKey
 from deepctx.probes.maps import CountsMap, RingSink, items, percpu_sum, ring_sink
-from deepctx.probes.pc_sampling import PcSampling, PcsOptions
+from deepctx.probes.pc_sampling import OldAgent, PcSampling, PcsOptions, config_address, hand_options
 
 log = logging.getLogger("deepctx.device")
 
@@ -270,7 +270,9 @@ class Injector(Protocol):
 class DeviceActivity(FamilyDefaults):
     """Probe family "device". `inject`: load the agent into the target at attach (ptrace-driven dlopen)
     when it is not there yet; otherwise the family works with an agent the target already has
-    (`deepctx run`, or CUDA_INJECTION64_PATH set by the user) and refuses without one when `required`."""
+    (`deepctx run`, or CUDA_INJECTION64_PATH set by the user) and refuses without one when `required`.
+    `pc_options`: the request's PC sampling (`deepctx attach --pc-sampling`), handed to every agent the family
+    attaches to; None: PC sampling as the target's environment says (`deepctx run --pc-sampling`)."""
 
     name = "device"
 
@@ -279,8 +281,9 @@ class DeviceActivity(FamilyDefaults):
                  corr_ids: int = 1 << 21,
                  name_entries: int = 16384, ringbuf_pages: int = 4096,
                  injector: Injector | None = None, sampling: bool = False, windows: bool = False,
-                 flush_timeout_s: float = 1.0) -> None:
+                 flush_timeout_s: float = 1.0, pc_options: PcsOptions | None = None) -> None:
         self.trace = trace
+        self.pc_options = pc_options
         self.flush_timeout_s = flush_timeout_s  # how long the capture's end waits for the agent's last records
         # The agent announces a sample of the calls (each thread's first after every DEEPCTX_SAMPLE_US),
         # and every record carries the announced call that stands for its own: one trap per sample, not
@@ -345,8 +348,9 @@ class DeviceActivity(FamilyDefaults):
         return "rocprof" if os.path.basename(path).startswith("libdeepctx_rocprof") else "cupti"
 
     def prepare(self, target: Target) -> None:
-        # --- PC sampling (probes/pc_sampling.py): asked for through the environment (`deepctx run --pc-sampling`)
-        options = PcsOptions.from_environment(lambda name: environ_value(target.pid, name))
+        # --- PC sampling (probes/pc_sampling.py): asked for by the request (attach), else by the environment
+        # (`deepctx run --pc-sampling`)
+        options = self.pc_options or PcsOptions.from_environment(lambda name: environ_value(target.pid, name))
         self.pcs = PcSampling(options) if options is not None else None
         if self.pcs is not None:
             self.pcs.warnings = target.warnings  # said at the build, where the samples meet the kernels
@@ -354,8 +358,12 @@ class DeviceActivity(FamilyDefaults):
         if mapped:
             self.agent_kind = self.kind_of(mapped[0].path)
             try:  # an agent of another version can have probes this daemon does not read: say so now
-                usdt.read_probes(open_mapped_file(target.pid, mapped[0]), PROVIDER)
-            except (OSError, usdt.UsdtError) as e:
+                path = open_mapped_file(target.pid, mapped[0])
+                usdt.read_probes(path, PROVIDER)
+                if self.pc_options is not None and config_address(path, self._mappings_of(target, mapped[0])) is None:
+                    raise OldAgent("it was built before `attach --pc-sampling` (it takes no options): start the "
+                                   "program with `deepctx run --pc-sampling`")
+            except (OSError, usdt.UsdtError, OldAgent) as e:
                 raise AgentUnusable(f"the deepctx agent in the process ({mapped[0].path}) cannot be used: {e}") from e
             return
         # Not loaded yet, but the environment names it: the process loads it when it starts its GPU
@@ -536,12 +544,31 @@ class DeviceActivity(FamilyDefaults):
             if af is None:
                 continue
             self._mapped.add(ident)
-            self._register_sites(bpf, target.pid, af, [mm for mm in target.space.mappings if mm.inode == m.inode
-                                                       and mm.dev == m.dev])
+            same = self._mappings_of(target, m)
+            self._register_sites(bpf, target.pid, af, same)
             # then the handlers: the agent starts (and says so) as soon as they are, and a probe whose site
-            # is not registered yet is dropped (the start's status probe was, every time)
+            # is not registered yet is dropped (the start's status probe was, every time); it reads the PC
+            # options at its start, so they come first
             if new and not self.paused:
+                self._hand_pc_options(target, af.path, same)
                 self._attach_handlers(af)
+
+    @staticmethod
+    def _mappings_of(target: Target, m: Mapping) -> list[Mapping]:
+        """The target's mappings of m's file (by inode: the name is the target's choice)."""
+        return [mm for mm in target.space.mappings if mm.inode == m.inode and mm.dev == m.dev]
+
+    def _hand_pc_options(self, target: Target, path: str, mappings: list[Mapping]) -> None:
+        """The request's PC options into the agent (hand_options), before its probes rise. One that cannot
+        take them samples nothing, and the profile says why."""
+        if self.pc_options is None or self.pcs is None:
+            return
+        handle = getattr(target, "handle", None)
+        try:
+            hand_options(target.pid, path, mappings, self.pc_options, handle.ensure if handle is not None else None)
+        except (OldAgent, ProcessGone, MemoryError, OSError) as e:
+            log.warning("PC options not handed to the agent", extra={"pid": target.pid, "error": str(e)})
+            target.warnings.append(f"no PC samples: the options could not be handed to the CUPTI agent ({e})")
 
     def _register_sites(self, bpf: Any, pid: int, af: _AgentFile, mappings: list[Mapping]) -> None:
         """Where each probe site is in this process: the handlers decode their arguments by address."""
@@ -572,6 +599,7 @@ class DeviceActivity(FamilyDefaults):
             ms = [m for m in maps if m.file_key == key]  # by inode: the name is the target's choice
             self._register_sites(bpf, target.pid, self._files[key], ms)
             self._mapped.update((m.start, m.dev, m.inode) for m in ms if m.executable)
+            self._hand_pc_options(target, host_path, ms)  # before deepctx_agent_attach() starts it
 
         def before(host_path: str) -> None:
             st = os.stat(host_path)

@@ -3,8 +3,9 @@
  * and what pc_samples.bpf.c copies, unchanged, into the ring buffer dev_pcs (probes/pc_sampling.py reads
  * it). One probe for every kind of message keeps the BPF side a byte copy: records, names, cubins and
  * statuses differ only in how user space decodes `data`. Its semaphore is the daemon's "sample PCs"
- * request: the agent samples only while it is raised and the process's environment asks for it
- * (DEEPCTX_PC_SAMPLING=1, set by `deepctx run --pc-sampling`).
+ * request: the agent samples only while it is raised and PC sampling is asked for, by the process's
+ * environment (DEEPCTX_PC_SAMPLING=1, set by `deepctx run --pc-sampling`) or by deepctxd through the agent's
+ * deepctx_pcs_config (struct pcs_config, written into the process by `deepctx attach --pc-sampling`).
  * Layouts are checked by tests/integration/device/test_pc_sampling.py against gcc's. */
 #ifndef DEEPCTX_PC_SAMPLES_H
 #define DEEPCTX_PC_SAMPLES_H
@@ -70,6 +71,16 @@ struct pcs_device {
     __u32 cc_major;
     __u32 cc_minor;
     char name[256];
+};
+
+/* The agent's exported variable deepctx_pcs_config: PC sampling's options, written into the process by
+ * deepctxd (attach: the environment cannot carry them) before it raises the pcs probe's semaphore; the
+ * agent reads them when it starts. on 0: the environment's options (DEEPCTX_PC_*) hold. */
+struct pcs_config {
+    __u32 on;           /* 1: sample, with these options */
+    __u32 period;       /* log2 of the cycles between samples, 5..31; 0: CUPTI's default */
+    __u32 duration_ms;  /* sampling stops this long after it started in a context; 0: 30000 */
+    __u32 pad;
 };
 
 /* What the ring buffer holds per message. */

@@ -1,7 +1,9 @@
 """PC sampling's part of the device family: the CUPTI agent's pcs probe (pc_samples.h), copied by
 pc_samples.bpf.c into the ring buffer dev_pcs, decoded here into PcsData (records, names, cubins, the
-device, statuses). Asked for through the target's environment (`deepctx run --pc-sampling` sets
-DEEPCTX_PC_SAMPLING=1), so a capture without it composes, attaches and reads nothing of this."""
+device, statuses). Asked for by the capture's request (`deepctx attach --pc-sampling`: its options are
+written into the agent's deepctx_pcs_config, hand_options) or through the target's environment (`deepctx run
+--pc-sampling` sets DEEPCTX_PC_SAMPLING=1), so a capture without either composes, attaches and reads nothing
+of this."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from deepctx.host.elf.image import ElfImage
+from deepctx.host.procfs import Mapping, write_memory
 from deepctx.probes.family import read_source
 from deepctx.probes.maps import RingSink, ring_sink
 
@@ -23,6 +27,9 @@ PCS_ON, PCS_DONE, PCS_E_UNSUPPORTED, PCS_E_CUPTI, PCS_E_NO_API = 1, 2, -1, -2, -
 # The target's environment: what `deepctx run` sets for the agent (and the daemon reads back)
 ENV_ON, ENV_KERNEL, ENV_PERIOD, ENV_DURATION = ("DEEPCTX_PC_SAMPLING", "DEEPCTX_PC_KERNEL", "DEEPCTX_PC_PERIOD",
                                                 "DEEPCTX_PC_DURATION_MS")
+PC_PERIOD_MIN, PC_PERIOD_MAX = 5, 31  # CUPTI's SAMPLING_PERIOD: 2^n cycles between samples
+PC_DURATION_MAX_MS = 3_600_000
+CONFIG_SYMBOL = "deepctx_pcs_config"  # the agent's struct pcs_config: the options deepctxd hands it (attach)
 
 
 class PcsRecord(ct.Structure):
@@ -46,6 +53,10 @@ class PcsDevice(ct.Structure):
                 ("cc_minor", ct.c_uint32), ("name", ct.c_char * 256)]
 
 
+class PcsConfig(ct.Structure):
+    _fields_ = [("on", ct.c_uint32), ("period", ct.c_uint32), ("duration_ms", ct.c_uint32), ("pad", ct.c_uint32)]
+
+
 class PcsEvent(ct.Structure):
     _fields_ = [("pid", ct.c_uint32), ("kind", ct.c_uint32), ("len", ct.c_uint32), ("cut", ct.c_uint32),
                 ("data", ct.c_uint8 * PCS_DATA)]
@@ -60,7 +71,7 @@ MAX_CUBIN_BYTES = 256 << 20  # a cubin announced larger is not assembled (a bad 
 
 @dataclass(frozen=True)
 class PcsOptions:
-    """What the target's environment asks for."""
+    """What the capture's request (attach) or the target's environment (run) asks for."""
 
     kernel: str | None = None  # a regular expression over kernel names (Python's re, searched)
     period: int = 0  # log2 of the cycles between samples; 0: CUPTI's default
@@ -82,6 +93,38 @@ class PcsOptions:
 
     def matches(self, *names: str) -> bool:
         return self.kernel is None or any(re.search(self.kernel, n) for n in names if n)
+
+    def config(self) -> PcsConfig:
+        """What the agent reads (the kernel regex is the daemon's to apply: the agent samples every kernel)."""
+        return PcsConfig(1, self.period, self.duration_ms, 0)
+
+
+class OldAgent(ValueError):
+    """The process's agent has no deepctx_pcs_config: it was built before attach could hand it options."""
+
+
+def config_address(file: str, mappings: list[Mapping]) -> int | None:
+    """Where the agent `file`, mapped as `mappings` in a process, has its deepctx_pcs_config (None: an agent
+    without it). The load bias is that of the file's first segment (p_vaddr 0 maps at offset 0)."""
+    with ElfImage(file) as elf:
+        sym = elf.symbol(CONFIG_SYMBOL)
+        if sym is None or sym[1] != ct.sizeof(PcsConfig) or not elf.segments:
+            return None
+        first = elf.segments[0]
+        return min(m.start - m.offset for m in mappings) + sym[0] - (first.vaddr - first.offset)
+
+
+def hand_options(pid: int, file: str, mappings: list[Mapping], options: PcsOptions,
+                 ensure: Callable[[], None] | None = None) -> None:
+    """Writes the options into the agent's deepctx_pcs_config in the process, before the pcs probe's semaphore
+    rises (the agent reads them at its start). Memory written through /proc, not a call made in a borrowed
+    thread: it reaches an agent however it came (injected now or by an earlier capture, loaded by the driver
+    from the environment) without stopping the process. ensure: a ProcessHandle's (the bound process)."""
+    addr = config_address(file, mappings)
+    if addr is None:
+        raise OldAgent("the deepctx agent in the process was built before `attach --pc-sampling` (it has no "
+                       f"{CONFIG_SYMBOL}): start the program with `deepctx run --pc-sampling`")
+    write_memory(pid, addr, bytes(options.config()), ensure)
 
 
 @dataclass
@@ -216,6 +259,9 @@ class PcSampling:
         totals = d.totals()
         if totals is not None:
             out["pc_sampling_samples_dropped_by_cupti"] = totals.dropped_samples
+        started = next((s for s in d.statuses if s.code == PCS_ON), None)
+        if started is not None:  # the period the agent configured (its options: the request's or the environment's)
+            out["pc_sampling_period_log2"] = started.period
         if d.device.get("sm_count"):  # the document's `device` part is made from these (profiles/document.py)
             out["device_sm_count"] = d.device["sm_count"]
             major, _, minor = (d.device.get("compute_capability") or "0.0").partition(".")

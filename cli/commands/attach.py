@@ -14,7 +14,7 @@ from deepctx.cli.client import CliError, connect, rpc_error
 from deepctx.cli.escape import printable
 from deepctx.cli.formats import json_file, tree
 from deepctx.cli.output import write_output
-from deepctx.cli.pc_args import add_pc_arguments, check_pc_arguments
+from deepctx.cli.pc_args import add_pc_arguments, check_pc_arguments, pc_request
 from deepctx.cli.view_args import add_fold_arguments, fold_of, view_console
 from deepctx.profiles.document import to_doc
 from deepctx.proto.v1 import deepctx_pb2 as pb
@@ -101,14 +101,16 @@ def call_path_mode(args: argparse.Namespace) -> str:
 def attach_request(pid: int, duration_s: float, *, sample_hz: int = 0, kernel_stacks: bool = False,
                    python: str = "auto", native_python: bool = False, gpu: str = "auto", mode: str = "exact",
                    gpu_activity: str = "auto", trace: bool = False, gpu_duty: float = 0.0,
-                   gpu_duty_period_s: float = 0.0) -> pb.AttachRequest:
+                   gpu_duty_period_s: float = 0.0, pc_sampling: pb.PcSampling | None = None) -> pb.AttachRequest:
     """The request every capture through the daemon sends (attach, run, analyze PID, report --pid), from
     the flags' values: python in PYTHON_MODES, gpu in GPU_PROBES, mode in CALL_PATH_MODES, gpu_activity in
-    GPU_ACTIVITY. --trace needs device records, so it turns GPU activity on. gpu_duty 0: no duty cycle."""
+    GPU_ACTIVITY. --trace needs device records, so it turns GPU activity on. gpu_duty 0: no duty cycle.
+    pc_sampling: attach's PC-sampling options (None: none asked; `run` asks through the command's environment)."""
     return pb.AttachRequest(pid=pid, duration_s=duration_s, sample_hz=sample_hz, kernel_stacks=kernel_stacks,
                             python=PYTHON_MODES[python], native_python=native_python, gpu=GPU_PROBES[gpu],
                             mode=CALL_PATH_MODES[mode], gpu_activity=GPU_ACTIVITY["on" if trace else gpu_activity],
-                            trace=trace, gpu_duty=gpu_duty, gpu_duty_period_s=gpu_duty_period_s)
+                            trace=trace, gpu_duty=gpu_duty, gpu_duty_period_s=gpu_duty_period_s,
+                            pc_sampling=pc_sampling)
 
 
 def capture(stub: object, req: pb.AttachRequest, socket: str, show_progress: bool) -> pb.Profile:
@@ -141,17 +143,12 @@ def capture(stub: object, req: pb.AttachRequest, socket: str, show_progress: boo
 def run(args: argparse.Namespace) -> int:
     check_rate(args.sample_hz)
     check_pc_arguments(args, gpu_activity=args.gpu_activity == "on" or args.trace)
-    if args.pc_sampling:
-        # The capture's options reach the device family through the capture engine, which is being
-        # rewritten: until it carries them, PC sampling is asked for through `deepctx run`'s environment.
-        raise CliError("attach --pc-sampling is not available yet: start the program with "
-                       "`deepctx run --pc-sampling -- CMD`", 2)
     gpu_duty, gpu_duty_period_s = check_duty(args.gpu_duty, args.gpu_duty_period)
     stub = connect(args.socket_path)
     req = attach_request(args.pid, args.duration, sample_hz=args.sample_hz, kernel_stacks=args.kernel_stacks,
                          python=args.python, native_python=args.native_python, gpu=args.gpu, mode=call_path_mode(args),
                          gpu_activity=args.gpu_activity, trace=args.trace, gpu_duty=gpu_duty,
-                         gpu_duty_period_s=gpu_duty_period_s)
+                         gpu_duty_period_s=gpu_duty_period_s, pc_sampling=pc_request(args))
     profile = capture(stub, req, args.socket_path, show_progress=not args.quiet and sys.stderr.isatty())
     emit(to_doc(profile), args, Console(stderr=True))
     return 0

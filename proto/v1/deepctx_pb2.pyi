@@ -169,7 +169,7 @@ class StopReply(_message.Message):
     def __init__(self, stopped: _Optional[int] = ...) -> None: ...
 
 class AttachRequest(_message.Message):
-    __slots__ = ("pid", "duration_s", "sample_hz", "kernel_stacks", "python", "native_python", "gpu", "mode", "gpu_activity", "trace", "gpu_duty", "gpu_duty_period_s")
+    __slots__ = ("pid", "duration_s", "sample_hz", "kernel_stacks", "python", "native_python", "gpu", "mode", "gpu_activity", "trace", "gpu_duty", "gpu_duty_period_s", "pc_sampling")
     PID_FIELD_NUMBER: _ClassVar[int]
     DURATION_S_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_HZ_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +182,7 @@ class AttachRequest(_message.Message):
     TRACE_FIELD_NUMBER: _ClassVar[int]
     GPU_DUTY_FIELD_NUMBER: _ClassVar[int]
     GPU_DUTY_PERIOD_S_FIELD_NUMBER: _ClassVar[int]
+    PC_SAMPLING_FIELD_NUMBER: _ClassVar[int]
     pid: int
     duration_s: float
     sample_hz: int
@@ -194,7 +195,18 @@ class AttachRequest(_message.Message):
     trace: bool
     gpu_duty: float
     gpu_duty_period_s: float
-    def __init__(self, pid: _Optional[int] = ..., duration_s: _Optional[float] = ..., sample_hz: _Optional[int] = ..., kernel_stacks: _Optional[bool] = ..., python: _Optional[_Union[PythonMode, str]] = ..., native_python: _Optional[bool] = ..., gpu: _Optional[_Union[GpuProbes, str]] = ..., mode: _Optional[_Union[CallPathMode, str]] = ..., gpu_activity: _Optional[_Union[GpuActivity, str]] = ..., trace: _Optional[bool] = ..., gpu_duty: _Optional[float] = ..., gpu_duty_period_s: _Optional[float] = ...) -> None: ...
+    pc_sampling: PcSampling
+    def __init__(self, pid: _Optional[int] = ..., duration_s: _Optional[float] = ..., sample_hz: _Optional[int] = ..., kernel_stacks: _Optional[bool] = ..., python: _Optional[_Union[PythonMode, str]] = ..., native_python: _Optional[bool] = ..., gpu: _Optional[_Union[GpuProbes, str]] = ..., mode: _Optional[_Union[CallPathMode, str]] = ..., gpu_activity: _Optional[_Union[GpuActivity, str]] = ..., trace: _Optional[bool] = ..., gpu_duty: _Optional[float] = ..., gpu_duty_period_s: _Optional[float] = ..., pc_sampling: _Optional[_Union[PcSampling, _Mapping]] = ...) -> None: ...
+
+class PcSampling(_message.Message):
+    __slots__ = ("kernel", "period", "duration_ms")
+    KERNEL_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    kernel: str
+    period: int
+    duration_ms: int
+    def __init__(self, kernel: _Optional[str] = ..., period: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
 
 class AttachEvent(_message.Message):
     __slots__ = ("progress", "profile")

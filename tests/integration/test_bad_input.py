@@ -76,6 +76,17 @@ def test_gpu_duty_out_of_range(daemon, native_targets: Path, flags: list[str], m
         assert_refused(daemon, ["attach", str(t.pid), "--duration", "1", *flags], message, rc)
 
 
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--pc-sampling"], "--pc-sampling needs --gpu-activity: the samples come from the CUPTI agent"),
+    (["--gpu-activity", "--pc-sampling", "--kernel", "(gemm"], "--kernel '(gemm': not a regular expression"),
+    (["--gpu-activity", "--pc-sampling", "--pc-period", "40"], "--pc-period 40: must be 5 to 31 (2^N cycles)"),
+    (["--gpu-activity", "--kernel", "gemm"], "--kernel needs --pc-sampling"),
+])
+def test_pc_sampling_flags(daemon, native_targets: Path, flags: list[str], message: str) -> None:
+    with Target([str(native_targets / "cpu_burner"), "30"]) as t:
+        assert_refused(daemon, ["attach", str(t.pid), "--duration", "1", *flags], message, 2)
+
+
 def test_kernel_thread(daemon) -> None:
     assert_refused(daemon, ["attach", "2", "--duration", "1"], "is a kernel thread")
 
@@ -153,6 +164,15 @@ def test_raw_api_statuses(daemon) -> None:
         (pb.AttachRequest(pid=1, duration_s=1, gpu_duty=-0.5), grpc.StatusCode.INVALID_ARGUMENT,
          "GPU duty must be a share within (0, 1], not -0.5"),
         (pb.AttachRequest(pid=1, duration_s=1, gpu_duty=math.nan), grpc.StatusCode.INVALID_ARGUMENT, "GPU duty must"),
+        (pb.AttachRequest(pid=1, duration_s=1, pc_sampling=pb.PcSampling()), grpc.StatusCode.INVALID_ARGUMENT,
+         "PC sampling needs device activity (--gpu-activity): the samples come from the CUPTI agent"),
+        (pb.AttachRequest(pid=1, duration_s=1, gpu_activity=pb.GPU_ACTIVITY_ON, pc_sampling=pb.PcSampling(kernel="(")),
+         grpc.StatusCode.INVALID_ARGUMENT, "kernel filter '(' is not a regular expression"),
+        (pb.AttachRequest(pid=1, duration_s=1, gpu_activity=pb.GPU_ACTIVITY_ON, pc_sampling=pb.PcSampling(period=4)),
+         grpc.StatusCode.INVALID_ARGUMENT, "PC sampling period 4 is out of range: use 5 to 31 (2^N cycles)"),
+        (pb.AttachRequest(pid=1, duration_s=1, gpu_activity=pb.GPU_ACTIVITY_ON,
+                          pc_sampling=pb.PcSampling(duration_ms=3_600_001)),
+         grpc.StatusCode.INVALID_ARGUMENT, "PC sampling duration 3600001 ms is out of range: at most 3600000 ms"),
     ]
     for req, code, text in cases:
         with pytest.raises(grpc.RpcError) as e:

@@ -1,6 +1,7 @@
 /* Hooks between the mock CUDA libraries and the mock CUPTI (tests/mocks). */
 #ifndef DEEPCTX_MOCK_H
 #define DEEPCTX_MOCK_H
+#include <stddef.h>
 #include <stdint.h>
 
 uint64_t mockcupti_now(void);
@@ -14,6 +15,7 @@ void mockcupti_memcpy(uint32_t corr, uint64_t bytes, uint8_t copy_kind, uint64_t
 void mockcupti_memset(uint32_t corr, uint64_t bytes, uint64_t start, uint64_t end, uint32_t stream);
 void mockcupti_sync(uint32_t corr, uint32_t type, uint64_t start, uint64_t end);
 void mockcupti_resource(uint32_t cbid, void *data);  /* a CUpti_ResourceData */
+void mockcupti_pcs_module(const void *cubin, size_t size);  /* the loaded module's cubin */
 
 /* libcuda.so.1 (mock); cuInit and cuLaunchKernel as cuda.h declares them */
 uint64_t mock_device_run(uint64_t duration);

@@ -86,6 +86,7 @@ static void load_module(void) {
     static char cubin[1 << 20];
     size_t n = fread(cubin, 1, sizeof(cubin), f);
     fclose(f);
+    mockcupti_pcs_module(cubin, n);  /* the module's CRC, as CUPTI knows it whether or not anyone listened */
     CUpti_ModuleResourceData mod = {1, n, cubin};
     ctx.resourceDescriptor = &mod;
     mockcupti_resource(CUPTI_CBID_RESOURCE_MODULE_LOADED, &ctx);
@@ -127,6 +128,20 @@ EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned *flags, int *a
     *flags = 0;
     *active = 1;
     return CUDA_SUCCESS;
+}
+
+/* The primary context is the one context, made at cuInit: an agent loaded later (attach) finds it here. */
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
+    if (!initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *ctx = (CUcontext)&mock_context;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+    return !initialized ? CUDA_ERROR_NOT_INITIALIZED : dev != 0 ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS;
 }
 
 EXPORT void mockRegisterKernel(const void *handle, const char *name, uint64_t duration_ns) {

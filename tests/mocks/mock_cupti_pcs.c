@@ -6,7 +6,8 @@
  * Stall reasons have indices 10.. (not their positions: CUPTI's are not either). Samples pile up until
  * cuptiPCSamplingGetData takes them; cuptiPCSamplingDisable leaves the rest in the configured buffer, as
  * CUPTI documents. The cubin CRC is FNV-1a over the cubin's bytes (CUPTI's own is undocumented): samples
- * carry the CRC of the last cubin whose CRC was asked for (the mock driver loads one module). */
+ * carry the CRC of the module the mock driver loaded (one), whether or not a subscriber saw it loaded. PC
+ * sampling is enabled per context: any the driver made, also one made before the subscriber (attach). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -52,6 +53,8 @@ static int unsupported(void) {
 EXPORT CUptiResult cuptiPCSamplingEnable(CUpti_PCSamplingEnableParams *p) {
     if (!p || p->size < CUpti_PCSamplingEnableParamsSize)
         return CUPTI_ERROR_INVALID_PARAMETER;
+    if (!p->ctx)
+        return CUPTI_ERROR_INVALID_CONTEXT;
     if (unsupported())
         return CUPTI_ERROR_NOT_SUPPORTED;
     enabled = 1;
@@ -90,13 +93,25 @@ EXPORT CUptiResult cuptiPCSamplingSetConfigurationAttribute(CUpti_PCSamplingConf
     return CUPTI_SUCCESS;
 }
 
-EXPORT CUptiResult cuptiGetCubinCrc(CUpti_GetCubinCrcParams *p) {
+static uint64_t fnv1a(const void *data, size_t size) {
     uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < p->cubinSize; i++)
-        h = (h ^ ((const unsigned char *)p->cubin)[i]) * 0x100000001b3ull;
-    p->cubinCrc = h;
-    crc = h;
+    for (size_t i = 0; i < size; i++)
+        h = (h ^ ((const unsigned char *)data)[i]) * 0x100000001b3ull;
+    return h;
+}
+
+EXPORT CUptiResult cuptiGetCubinCrc(CUpti_GetCubinCrcParams *p) {
+    if (!p || !p->cubin || !p->cubinSize)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    p->cubinCrc = fnv1a(p->cubin, p->cubinSize);
     return CUPTI_SUCCESS;
+}
+
+/* The mock driver loaded a module (mock_cuda.c): its samples carry its CRC. */
+EXPORT void mockcupti_pcs_module(const void *cubin, size_t size) {
+    pthread_mutex_lock(&lock);
+    crc = fnv1a(cubin, size);
+    pthread_mutex_unlock(&lock);
 }
 
 /* Moves the pending samples into d (as many PCs as it holds); the rest stay for the next call. */

@@ -8,7 +8,8 @@ import argparse
 import pytest
 
 from deepctx.cli.client import CliError
-from deepctx.cli.pc_args import add_pc_arguments, check_pc_arguments, pc_environment
+from deepctx.cli.pc_args import add_pc_arguments, check_pc_arguments, pc_environment, pc_request
+from deepctx.proto.v1 import deepctx_pb2 as pb
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -44,3 +45,11 @@ def test_off_by_default_changes_nothing() -> None:
     args = parse()
     check_pc_arguments(args, gpu_activity=False)
     assert pc_environment(args) == {}
+    assert pc_request(args) is None
+
+
+def test_the_options_attach_sends() -> None:
+    args = parse("--pc-sampling", "--kernel", "^gemm", "--pc-period", "9", "--pc-duration", "2.5")
+    assert pc_request(args) == pb.PcSampling(kernel="^gemm", period=9, duration_ms=2500)
+    assert pc_request(parse("--pc-sampling")) == pb.PcSampling(kernel="", period=0, duration_ms=30000)
+    assert pc_request(parse("--pc-sampling", "--pc-duration", "0.0001")).duration_ms == 1  # 0 would be the default

@@ -121,6 +121,19 @@ def test_without_nvdisasm_instructions_are_pc_offsets_and_a_warning_says_why() -
         "PC samples have no source lines or SASS: nvdisasm not found (looked in: /usr/local/cuda/bin/nvdisasm)")
 
 
+def test_a_cubin_that_never_came_is_named_with_why() -> None:
+    """Attach: a module loaded before the agent, whose cubin the process holds only compressed."""
+    t, nodes = tree({10: 100})
+    d = data()
+    del d.cubins[CRC]
+    out = add_pc_samples(t, d, PcsOptions())
+    assert set(below(t, nodes[10])) == {("saxpy", "[no line info]", "0x00d0"), ("saxpy", "[no line info]", "0x0100")}
+    assert out.warnings == [f"PC samples of cubin {CRC:#x}: no cubin came for it, so its lines and instructions are "
+                            "unknown (its module was loaded before the agent, at attach, and the process holds no "
+                            "uncompressed copy of it, as with a compressed fatbin; `deepctx run --pc-sampling` sees "
+                            "every module as it is loaded)"]
+
+
 def test_samples_of_a_kernel_whose_launch_was_not_seen_are_kept_apart() -> None:
     t = CallTree("p")
     out = add_pc_samples(t, data(), PcsOptions(), disassemble=lambda b: sass.Disassembly({}, "x"))
@@ -151,8 +164,8 @@ def test_an_unsupported_gpu_is_a_warning() -> None:
 
 def test_sampling_that_never_started_is_a_warning() -> None:
     out = add_pc_samples(CallTree("p"), PcsData(), PcsOptions())
-    assert out.warnings == ["no PC samples: PC sampling never started (no CUDA context was created while the agent "
-                            "watched: no GPU, or CUDA started before the capture)"]
+    assert out.warnings == ["no PC samples: PC sampling never started (no CUDA context was active or created while "
+                            "the agent watched: no GPU, or only contexts made with cuCtxCreate before the capture)"]
 
 
 def test_stall_metric_names() -> None:

@@ -62,7 +62,8 @@ def sampled(built: tuple[Path, Path]) -> tuple[Result, DeviceActivity]:
 def test_layouts_match_the_header(tmp_path: Path) -> None:
     pairs: dict[str, int] = {}
     for c_name, mirror in (("pcs_record", pcs.PcsRecord), ("pcs_cubin_head", pcs.PcsCubinHead),
-                           ("pcs_status", pcs.PcsStatus), ("pcs_device", pcs.PcsDevice), ("pcs_event", pcs.PcsEvent)):
+                           ("pcs_status", pcs.PcsStatus), ("pcs_device", pcs.PcsDevice), ("pcs_event", pcs.PcsEvent),
+                           ("pcs_config", pcs.PcsConfig)):
         pairs |= struct_layout(c_name, mirror)
     pairs |= {"PCS_CHUNK": pcs.PCS_CHUNK, "PCS_DATA": pcs.PCS_DATA, "PCS_MSG_RECORDS": pcs.PCS_MSG_RECORDS,
               "PCS_MSG_NAME": pcs.PCS_MSG_NAME, "PCS_MSG_CUBIN": pcs.PCS_MSG_CUBIN, "PCS_MSG_STALL": pcs.PCS_MSG_STALL,
@@ -168,6 +169,7 @@ def test_run_pc_sampling_puts_stall_reasons_on_the_launching_lines_instructions(
     fns = [n for _, n in walk(doc) if n["kind"] == "gpu_function"]
     assert {(n["name"], n["registers"]) for n in fns} == {("saxpy", 10)}  # from the cubin the agent sent
     assert doc["stats"]["pc_samples_filtered"] == 5 * pt.N_STRIDED  # strided_copy: not chosen by --kernel
+    assert doc["stats"]["pc_sampling_period_log2"] == 9  # the agent read DEEPCTX_PC_PERIOD
     assert doc["device"] == {"name": None, "sm_count": 132, "compute_capability": "9.0"}
     assert not [w for w in doc["warnings"] if "PC" in w or "kernel" in w], doc["warnings"]
 
@@ -187,3 +189,124 @@ def test_run_pc_sampling_says_when_the_regex_matches_no_kernel(daemon, built: tu
     warning = "--kernel 'gemm' matched none of the 2 kernels that ran (saxpy, strided_copy)"
     assert warning in json.loads(out.read_text())["warnings"]
     assert f"warning: {warning}" in " ".join(r.stderr.split())  # wrapped at the terminal's width
+
+
+# --- deepctx attach --gpu-activity --pc-sampling: a process that started CUDA and ran its kernels before ---------
+
+
+def attach_target(built: tuple[Path, Path], *extra: str) -> StdinTarget:
+    """pcs_target --attach: its context made, its module loaded and N_BEFORE launches of each kernel run before
+    "ready", with no agent (the attach loads it)."""
+    agent, lib = built
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"} | {
+        "MOCK_CUBIN": str(CUBIN), "MOCK_PCS_SAMPLES": SAMPLES}
+    return StdinTarget([sys.executable, str(TARGET), str(lib), str(agent), "--attach", *extra], env=env)
+
+
+def attach_pcs(daemon, t: StdinTarget, out: Path, *args: str) -> subprocess.CompletedProcess:
+    """`deepctx attach --gpu-activity --pc-sampling ARGS` over one round of the target's launches, made once the
+    agent reports (PC sampling is on in the context by then), and stopped while the target lives."""
+    import concurrent.futures as cf
+
+    from harness import DEEPCTX, session_of, wait_for
+
+    from deepctx.probes.device_activity import DEV_AGENT_ACTIVE
+
+    def agent_active() -> bool:
+        s = session_of(daemon, t.pid) or {}
+        return s.get("state") == "capturing" and int((s.get("stats") or {}).get("device_agent_status", 0)) == \
+            DEV_AGENT_ACTIVE
+
+    with cf.ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(subprocess.run, [*DEEPCTX, "attach", str(t.pid), "--duration", "300", "--quiet", "--mode",
+                                           "exact", "--gpu-activity", "--pc-sampling", "-o", str(out), "--format",
+                                           "json", *args], env=daemon.env(), capture_output=True, text=True,
+                          timeout=120)
+        wait_for(lambda: agent_active() or fut.done(), what="the capture running, its agent reporting")
+        if fut.done():
+            return fut.result()
+        t.go()
+        t.expect("done")
+        stop = daemon.cli("stop", str(t.pid))
+        assert stop.returncode == 0, stop.stderr
+        return fut.result()
+
+
+def sampled_instructions(doc: dict) -> dict[tuple[int, str, str, str], dict[str, int]]:
+    """(Python line, kernel, source line, instruction) -> the instruction's non-zero metrics."""
+    from profile_paths import walk
+
+    found = {}
+    for anc, node in walk(doc):
+        if node["kind"] == "gpu_instruction":
+            python = [a for a in anc if a["kind"] == "python" and (a["file"] or "").endswith("pcs_target.py")]
+            kernel = [a["name"] for a in anc if a["kind"] == "kernel"]
+            assert python and kernel and anc[-2]["kind"] == "gpu_function" and anc[-1]["kind"] == "gpu_line"
+            key = (python[-1]["line"], kernel[-1], anc[-1]["name"], node["name"])
+            found[key] = {k: v for k, v in node["metrics"].items() if v}
+    return found
+
+
+SAXPY_SAMPLED = {
+    ("pcs_kernels.cu:12", "0x00d0  LDG.E R2, desc[UR4][R2.64]"):
+        {"pc_samples": 3 * pt.N_SAXPY, "stall_long_scoreboard": 3 * pt.N_SAXPY},
+    ("pcs_kernels.cu:12", "0x0100  FFMA R7, R2, UR6, R7"): {"pc_samples": pt.N_SAXPY, "stall_math_pipe_throttle": pt.N_SAXPY},
+}
+
+
+@pytest.mark.skipif(sass.find_nvdisasm() is None, reason="nvdisasm not found (pip install nvidia-cuda-nvdisasm)")
+def test_attach_pc_sampling_samples_kernels_of_a_context_and_module_made_before_it(daemon, built: tuple[Path, Path],
+                                                                                    tmp_path: Path) -> None:
+    """The agent is injected after cuInit (no CONTEXT_CREATED, no MODULE_LOADED for it to see): PC sampling is
+    enabled on the active primary context and the cubin is found in the process's memory, so every sample of
+    the launches made during the capture (none of the N_BEFORE before it) lands on its SASS instruction under
+    the Python line that launched its kernel. Then a second attach, to the agent the first one left there,
+    with --kernel: its own options, exact counts again (the agent sends names, stall reasons and the cubin
+    afresh to the new capture)."""
+    from harness import line_of
+
+    t = attach_target(built)
+    try:
+        first = attach_pcs(daemon, t, tmp_path / "first.json")
+        assert first.returncode == 0, first.stderr
+        second = attach_pcs(daemon, t, tmp_path / "second.json", "--kernel", "^saxpy$", "--pc-period", "9")
+        assert second.returncode == 0, second.stderr
+    finally:
+        t.stop()
+    saxpy_line, strided_line = line_of(TARGET, "LINE_ATTACH_SAXPY"), line_of(TARGET, "LINE_ATTACH_STRIDED")
+    doc = json.loads((tmp_path / "first.json").read_text())
+    assert doc["stats"]["device_agent_injected"] == 1
+    found = sampled_instructions(doc)
+    strided = {k: v for k, v in found.items() if k[1] == "strided_copy"}
+    assert {(line, ins): m for (line, kernel, ins_line, ins), m in found.items() if kernel == "saxpy"} == {
+        (saxpy_line, ins): m for (_l, ins), m in SAXPY_SAMPLED.items()}
+    assert [(k[0], k[3][:6], m) for k, m in strided.items()] == [
+        (strided_line, "0x0250", {"pc_samples": 5 * pt.N_STRIDED, "stall_long_scoreboard": 5 * pt.N_STRIDED})]
+    assert doc["stats"]["pc_samples_in_profile"] == 4 * pt.N_SAXPY + 5 * pt.N_STRIDED
+    assert doc["stats"]["pc_sampling_period_log2"] == 0  # CUPTI's default: none asked
+    fns = {(n["name"], n["registers"]) for _, n in __import__("profile_paths").walk(doc) if n["kind"] == "gpu_function"}
+    assert ("saxpy", 10) in fns  # resources from the cubin the agent found in memory
+    assert not [w for w in doc["warnings"] if "PC" in w or "cubin" in w], doc["warnings"]
+
+    doc = json.loads((tmp_path / "second.json").read_text())
+    assert doc["stats"]["device_agent_injected"] == 0  # the first capture's agent, given this capture's options
+    assert doc["stats"]["pc_sampling_period_log2"] == 9  # read by the agent from what deepctxd wrote into it
+    assert {(line, ins): m for (line, _k, _l, ins), m in sampled_instructions(doc).items()} == {
+        (saxpy_line, ins): m for (_l, ins), m in SAXPY_SAMPLED.items()}
+    assert doc["stats"]["pc_samples_filtered"] == 5 * pt.N_STRIDED  # strided_copy: not chosen by --kernel
+    assert not [w for w in doc["warnings"] if "PC" in w or "cubin" in w], doc["warnings"]
+
+
+def test_attach_pc_sampling_refuses_a_process_without_a_cuda_context(daemon, built: tuple[Path, Path],
+                                                                     tmp_path: Path) -> None:
+    t = attach_target(built, "--no-init")  # libcuda loaded, cuInit never called
+    try:
+        r = attach_pcs(daemon, t, tmp_path / "none.json")
+        assert r.returncode == 1
+        assert "the process has no CUDA context yet (attach again once it has started using the GPU)" in r.stderr, \
+            r.stderr
+        assert daemon.alive()
+        t.go()  # unharmed: it goes on
+        t.expect("done")
+    finally:
+        t.stop()

@@ -101,5 +101,6 @@ def test_the_agents_probe_sites_are_nop5_built_without_a_red_zone(request: pytes
     assert len(sites) >= 7
     assert [data[p.pc_offset:p.pc_offset + 5] for p in sites] == [NOP5] * len(sites)
     units = producers(agent)
-    # the CUPTI agent: deepctx_cupti.c, pc_sampling.c, agent_common.c; the ROCm agent: its own and the common one
-    assert len(units) == {"built": 3, "built_rocprof": 2}[which] and all(" -mno-red-zone" in u for u in units), units
+    # the CUPTI agent: deepctx_cupti.c, pc_sampling.c, cubin_scan.c, agent_common.c; the ROCm agent: its own and
+    # the common one
+    assert len(units) == {"built": 4, "built_rocprof": 2}[which] and all(" -mno-red-zone" in u for u in units), units
