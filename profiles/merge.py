@@ -13,6 +13,9 @@ MAX_WARNINGS = 50
 # nodes).
 _KEY_FIELDS = ("kind", "name", "file", "line", "module", "tid")
 _EXTRA_FIELDS = ("grid", "block", "shared_mem", "stream", "device")
+# facts of a node, not its identity: a kernel's origin lines, a gpu_function's branches and its resources (what
+# low-occupancy reads)
+_FACTS = ("compiled_from", "branches", "registers", "static_shared")
 
 
 def _key(node: dict[str, Any]) -> tuple:
@@ -27,7 +30,7 @@ def _empty_like(node: dict[str, Any]) -> dict[str, Any]:
     out = {k: node.get(k) for k in ("kind", "name", "file", "line", "module")}
     out["metrics"] = {}
     out["children"] = []
-    for f in ("tid", *_EXTRA_FIELDS, "compiled_from", "branches"):  # facts of the node, not its identity
+    for f in ("tid", *_EXTRA_FIELDS, *_FACTS):
         if node.get(f) is not None:
             out[f] = node[f]
     return out

@@ -105,6 +105,15 @@ def test_branches_survive_the_store_wire_and_a_merge() -> None:
     assert merged is not None
     assert functions(merged)["branchy_lanes(float*, int)"]["branches"] == \
         functions(doc)["branchy_lanes(float*, int)"]["branches"]
+    # the function's resources, which low-occupancy reads, too, where a later window brings the node (a merge
+    # once dropped them)
+    first = json.loads(json.dumps(doc))
+    first["root"]["children"] = []
+    later = merge_documents([first, doc])
+    assert later is not None
+    fn, kept = functions(doc)["branchy_lanes(float*, int)"], functions(later)["branchy_lanes(float*, int)"]
+    assert fn["registers"] > 0 and (kept["registers"], kept.get("static_shared")) == (fn["registers"],
+                                                                                       fn.get("static_shared"))
 
 
 @needs_nvdisasm
