@@ -62,6 +62,7 @@ def fake_bpf(u: nu.NativeUnwinder) -> FakeBpf:
         b"native_procs": FakeTable(nu.native_proc_type(u.config.max_mappings)),
         b"native_stacks": FakeTable(nu.native_stack_type(u.config.max_depth), ct.c_uint64),
         b"native_unwind_stats": FakeTable(nu.NativeUnwindCounters, ct.c_int, ncpu=2),
+        b"native_tables_gen": FakeTable(ct.c_uint64, ct.c_int),
     })
 
 
