@@ -172,6 +172,18 @@ static __always_inline __u64 native_mix(__u64 h)
 		}                                                                \
 	} while (0)
 
+/* A read failed: whether it fails again depends on more than the words read (a page not present then may be
+ * later), so the walk is not to be kept. */
+#define NATIVE_LOG_FAILED(lg)                                                    \
+	do {                                                                     \
+		if (lg)                                                          \
+			(lg)->n = NATIVE_MEMO_WORDS + 1;                         \
+	} while (0)
+
+#ifndef NATIVE_MIN_ADDR
+#define NATIVE_MIN_ADDR 0 /* /proc/sys/vm/mmap_min_addr, set by the loader: no user mapping starts below it */
+#endif
+
 /* Walks from user registers r; see the top of this file. lg: where the words read are logged, or NULL. */
 static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __u32 pid, __u32 *flags,
 						      const int max_depth, const __u32 walk_slot,
@@ -224,9 +236,17 @@ static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __
 				break;
 			}
 			cfa = bp + 16;
+			/* below mmap_min_addr nothing is ever mapped: the read would fail, after a fault that costs
+			 * more than the walk (a register holding data, not a frame pointer); and the failure is
+			 * a function of bp, which a memo may keep */
+			if (bp < NATIVE_MIN_ADDR) {
+				st->flags |= NATIVE_F_READ_ERROR;
+				break;
+			}
 			if (bpf_probe_read_user(&nbp, sizeof(nbp), (void *)bp) ||
 			    bpf_probe_read_user(&ra, sizeof(ra), (void *)(bp + 8))) {
 				st->flags |= NATIVE_F_READ_ERROR;
+				NATIVE_LOG_FAILED(lg);
 				break;
 			}
 			NATIVE_LOG(lg, bp, nbp);
@@ -242,6 +262,7 @@ static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __
 			} else if (rule == NATIVE_CFA_DEREF_FP) {
 				if (bpf_probe_read_user(&cfa, sizeof(cfa), (void *)(bp + info->cfa_off))) {
 					st->flags |= NATIVE_F_READ_ERROR;
+					NATIVE_LOG_FAILED(lg);
 					break;
 				}
 				NATIVE_LOG(lg, bp + info->cfa_off, cfa);
@@ -269,6 +290,7 @@ static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __
 					size = sizeof(win);
 				if (bpf_probe_read_user(win, size, (void *)(cfa + lo))) {
 					st->flags |= NATIVE_F_READ_ERROR;
+					NATIVE_LOG_FAILED(lg);
 					break;
 				}
 				ra = win[((ra_off - lo) >> 3) & 7];
@@ -279,6 +301,7 @@ static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __
 			} else {
 				if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa + ra_off))) {
 					st->flags |= NATIVE_F_READ_ERROR;
+					NATIVE_LOG_FAILED(lg);
 					break;
 				}
 				NATIVE_LOG(lg, cfa + ra_off, ra);
@@ -286,6 +309,7 @@ static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __
 					__u64 at = (fr == NATIVE_FP_CFA ? cfa : bp) + fp_off;
 					if (bpf_probe_read_user(&nbp, sizeof(nbp), (void *)at)) {
 						st->flags |= NATIVE_F_READ_ERROR;
+						NATIVE_LOG_FAILED(lg);
 						break;
 					}
 					NATIVE_LOG(lg, at, nbp);
@@ -403,14 +427,14 @@ static __always_inline __u64 native_memo_find(struct native_memo *m, struct nati
 	return cont;
 }
 
-/* Keeps the walk just logged in m (token: its own) when it can be replayed: stored, no read failed (a page
- * not present then may be later), every word logged, no other walk begun on this CPU meanwhile, and the
+/* Keeps the walk just logged in m (token: its own) when it can be replayed: stored, no read failed but below
+ * mmap_min_addr (NATIVE_LOG_FAILED), every word logged, no other walk begun on this CPU meanwhile, and the
  * words within NATIVE_MEMO_WIN bytes. */
 static __always_inline void native_memo_keep(struct native_memo *m, struct native_memo_win *w, __u32 way,
 					     __u64 token, __u64 cont, __u32 flags)
 {
 	__u32 n = m->n;
-	if (!cont || (flags & NATIVE_F_READ_ERROR) || n > NATIVE_MEMO_WORDS || w->seq != token)
+	if (!cont || n > NATIVE_MEMO_WORDS || w->seq != token)
 		return;
 	__u64 lo = ~0ULL, hi = 0;
 	for (int i = 0; i < NATIVE_MEMO_WORDS; i++) {

@@ -40,6 +40,16 @@ _generations = itertools.count(1)
 _generation_lock = threading.Lock()
 
 
+def mmap_min_addr() -> int:
+    """The lowest address a user mapping may start at (vm.mmap_min_addr): the walker takes a frame pointer below
+    it for none without reading there. 0 (every address read) where it cannot be read."""
+    try:
+        with open("/proc/sys/vm/mmap_min_addr") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0
+
+
 def bump_tables_generation(bpf: Any) -> None:
     """After a change to what a walk reads besides the stack (native_procs, the rows, pages and rules), or to
     native_stacks, which memoized walks name: a value never written before goes to native_tables_gen. After
@@ -280,6 +290,7 @@ class NativeUnwinder(FamilyDefaults):
                 "NATIVE_MAX_ROWS": rows,
                 "NATIVE_MAX_PAGES": pages,
                 "NATIVE_PAGE_SHIFT": c.page_shift,
+                "NATIVE_MIN_ADDR": mmap_min_addr(),
             }
             self._space = TableSpace(rows, pages, c.max_rules, c.page_shift)
             if self.shared:
