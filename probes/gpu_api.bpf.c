@@ -311,8 +311,8 @@ static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret, __u3
         r->sp = s->lost_sp;
         r->bp = s->lost_bp;
         r->from_return = 1;
-        __u32 nflags = 0;
-        __u64 cont = native_stack_capture_regs(r, pid, &nflags, GPU_FP_CONTINUE_DEPTH, WALK_SLOT_TASK);
+        /* memoized: a launch loop reaches the same lost frame with the same stack above it again and again */
+        __u64 cont = native_stack_capture_memo(r, pid, GPU_FP_CONTINUE_DEPTH, WALK_SLOT_TASK);
         s = gpu_fp_scratch.lookup(&zero);
         if (!s)
             return 0;

@@ -353,7 +353,7 @@ class GpuApi(FamilyDefaults):
                 "GPU_COUNT_FLAGS": self.counts.flags(),
                 "GPU_NODE_ENTRIES": self.node_entries, "GPU_ADDR_ENTRIES": 8192, "GPU_NAME_ENTRIES": 65536,
                 "GPU_OBJECT_ENTRIES": 8192, **({"GPU_DWARF_STACKS": 1} if self.dwarf_stacks else {}),
-                **({"GPU_FP_CONTINUE": 1} if self.native_continue else {}),
+                **({"GPU_FP_CONTINUE": 1, "NATIVE_MEMO": 1} if self.native_continue else {}),
                 "GPU_INFLIGHT_ENTRIES": 16384, "GPU_STACK_ENTRIES": self.stack_entries}
 
     def load(self, bpf: Any) -> None:
@@ -473,6 +473,10 @@ class GpuApi(FamilyDefaults):
         out["gpu_probes_attached"] = self._live if self._uprobes is not None else 0
         out["gpu_probe_resumes"] = self.resumes
         out["gpu_stack_map_clears"] = self.stack_clears
+        if self.native_continue:  # the continuation's memo (native_stack_capture_memo): its walks reused, taken
+            memo = self.unwinder.stats(bpf) if self.unwinder is not None else {}
+            out["native_continue_memo_hits"] = memo.get("memo_hits", 0)
+            out["native_continue_memo_misses"] = memo.get("memo_misses", 0)
         return out
 
     # --- attaching ------------------------------------------------------------------------------------

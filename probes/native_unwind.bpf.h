@@ -3,7 +3,8 @@
  *   __u32 flags;
  *   __u64 id = native_stack_capture(regs, pid, &flags, slot);   regs: &ctx->regs of a perf event, or a
  *                                                                uprobe's ctx (user registers)
- *   __u64 id = native_stack_capture_regs(&native_regs, pid, &flags, max_depth, slot);
+ *   __u64 id = native_stack_capture_regs(&native_regs, pid, &flags, max_depth, slot, NULL);
+ *   __u64 id = native_stack_capture_memo(&native_regs, pid, max_depth, slot);   (NATIVE_MEMO: see there)
  *
  * slot: the caller's context, WALK_SLOT_TASK or WALK_SLOT_IRQ (walk_slots.bpf.h), a constant at each call.
  *
@@ -69,6 +70,15 @@ BPF_HASH(native_procs, __u32, struct native_proc, NATIVE_MAX_PROCS);
 BPF_HASH(native_stacks, __u64, struct native_stack, NATIVE_MAX_STACKS);
 BPF_PERCPU_ARRAY(native_scratch, struct native_stack, WALK_SLOTS); /* walk_slots.bpf.h */
 BPF_PERCPU_ARRAY(native_unwind_stats, struct native_unwind_counters, 1);
+/* The tables' state: user space (native_unwind.py) writes a value never written before after each change to
+ * native_procs, the rows, pages or rules, and after emptying native_stacks; a memo is good in its own only. */
+BPF_ARRAY(native_tables_gen, __u64, 1);
+#ifdef NATIVE_MEMO
+/* Per CPU, not per thread: a thread that moves to another CPU, or two threads interleaving on one, only miss
+ * (every memo is checked against the words it read), and the lookups are array indexing, no hash. */
+BPF_PERCPU_ARRAY(native_memos, struct native_memo, NATIVE_MEMO_WAYS);
+BPF_PERCPU_ARRAY(native_memo_wins, struct native_memo_win, 1);
+#endif
 
 #ifndef DEEPCTX_DECLS_ONLY /* code: a cached program compiles its maps only (probes/program_cache.py) */
 static __always_inline void native_stat_add(__u32 idx, __u64 n)
@@ -150,9 +160,34 @@ static __always_inline __u64 native_mix(__u64 h)
 	return h;
 }
 
-/* Walks from user registers r; see the top of this file. */
+/* A word the walk read at addr, into the memo being written (lg: NULL, a constant, where no memo is kept).
+ * Past NATIVE_MEMO_WORDS the log wraps; n then says the walk is not to be kept. */
+#define NATIVE_LOG(lg, a, v)                                                     \
+	do {                                                                     \
+		if (lg) {                                                        \
+			__u32 k_ = (lg)->n;                                      \
+			(lg)->addr[k_ & (NATIVE_MEMO_WORDS - 1)] = (a);          \
+			(lg)->val[k_ & (NATIVE_MEMO_WORDS - 1)] = (v);           \
+			(lg)->n = k_ + 1;                                        \
+		}                                                                \
+	} while (0)
+
+/* A read failed: whether it fails again depends on more than the words read (a page not present then may be
+ * later), so the walk is not to be kept. */
+#define NATIVE_LOG_FAILED(lg)                                                    \
+	do {                                                                     \
+		if (lg)                                                          \
+			(lg)->n = NATIVE_MEMO_WORDS + 1;                         \
+	} while (0)
+
+#ifndef NATIVE_MIN_ADDR
+#define NATIVE_MIN_ADDR 0 /* /proc/sys/vm/mmap_min_addr, set by the loader: no user mapping starts below it */
+#endif
+
+/* Walks from user registers r; see the top of this file. lg: where the words read are logged, or NULL. */
 static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __u32 pid, __u32 *flags,
-						      const int max_depth, const __u32 walk_slot)
+						      const int max_depth, const __u32 walk_slot,
+						      struct native_memo *lg)
 {
 	__u32 zero = 0, scratch_slot = walk_slot;
 	__u32 n = 0;
@@ -201,11 +236,21 @@ static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __
 				break;
 			}
 			cfa = bp + 16;
-			if (bpf_probe_read_user(&nbp, sizeof(nbp), (void *)bp) ||
-			    bpf_probe_read_user(&ra, sizeof(ra), (void *)(bp + 8))) {
+			/* below mmap_min_addr nothing is ever mapped: the read would fail, after a fault that costs
+			 * more than the walk (a register holding data, not a frame pointer); and the failure is
+			 * a function of bp, which a memo may keep */
+			if (bp < NATIVE_MIN_ADDR) {
 				st->flags |= NATIVE_F_READ_ERROR;
 				break;
 			}
+			if (bpf_probe_read_user(&nbp, sizeof(nbp), (void *)bp) ||
+			    bpf_probe_read_user(&ra, sizeof(ra), (void *)(bp + 8))) {
+				st->flags |= NATIVE_F_READ_ERROR;
+				NATIVE_LOG_FAILED(lg);
+				break;
+			}
+			NATIVE_LOG(lg, bp, nbp);
+			NATIVE_LOG(lg, bp + 8, ra);
 		} else {
 			__u8 rule = info->cfa_rule;
 			if (rule == NATIVE_CFA_SP) {
@@ -217,8 +262,10 @@ static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __
 			} else if (rule == NATIVE_CFA_DEREF_FP) {
 				if (bpf_probe_read_user(&cfa, sizeof(cfa), (void *)(bp + info->cfa_off))) {
 					st->flags |= NATIVE_F_READ_ERROR;
+					NATIVE_LOG_FAILED(lg);
 					break;
 				}
+				NATIVE_LOG(lg, bp + info->cfa_off, cfa);
 			} else if (rule == NATIVE_CFA_END) {
 				st->flags |= NATIVE_F_COMPLETE;
 				break;
@@ -243,21 +290,29 @@ static __always_inline __u64 native_stack_capture_regs(struct native_regs *r, __
 					size = sizeof(win);
 				if (bpf_probe_read_user(win, size, (void *)(cfa + lo))) {
 					st->flags |= NATIVE_F_READ_ERROR;
+					NATIVE_LOG_FAILED(lg);
 					break;
 				}
 				ra = win[((ra_off - lo) >> 3) & 7];
 				nbp = win[((fp_off - lo) >> 3) & 7];
+				/* the words are the read's first and last: where both read back, all of it does */
+				NATIVE_LOG(lg, cfa + ra_off, ra);
+				NATIVE_LOG(lg, cfa + fp_off, nbp);
 			} else {
 				if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa + ra_off))) {
 					st->flags |= NATIVE_F_READ_ERROR;
+					NATIVE_LOG_FAILED(lg);
 					break;
 				}
+				NATIVE_LOG(lg, cfa + ra_off, ra);
 				if (fr == NATIVE_FP_CFA || fr == NATIVE_FP_FP) {
 					__u64 at = (fr == NATIVE_FP_CFA ? cfa : bp) + fp_off;
 					if (bpf_probe_read_user(&nbp, sizeof(nbp), (void *)at)) {
 						st->flags |= NATIVE_F_READ_ERROR;
+						NATIVE_LOG_FAILED(lg);
 						break;
 					}
+					NATIVE_LOG(lg, at, nbp);
 				} else if (fr == NATIVE_FP_LOST) {
 					nbp = 0;
 				}
@@ -326,8 +381,121 @@ static __always_inline __u64 native_stack_capture(struct pt_regs *regs, __u32 pi
 			return 0;
 		*flags = NATIVE_F_KERNEL_REGS;
 	}
-	return native_stack_capture_regs(&r, pid, flags, NATIVE_MAX_DEPTH, walk_slot);
+	return native_stack_capture_regs(&r, pid, flags, NATIVE_MAX_DEPTH, walk_slot, NULL);
 }
+
+#ifdef NATIVE_MEMO
+/* Index i of a memo's words, masked where the compiler cannot drop the mask: knowing i < n <= NATIVE_MEMO_WORDS,
+ * it would walk the words with a moving pointer whose bound the verifier cannot see. */
+static __always_inline __u32 native_memo_idx(int i)
+{
+	__u32 j = i;
+	asm volatile("" : "+r"(j));
+	return j & (NATIVE_MEMO_WORDS - 1);
+}
+
+/* The id of memo m's walk if it is the walk from r now: same process, registers and tables, and every word it
+ * read reads back equal (one copy of the span they lie in); 0 otherwise. */
+static __always_inline __u64 native_memo_find(struct native_memo *m, struct native_memo_win *w, __u32 way,
+					      struct native_regs *r, __u32 pid, __u64 gen)
+{
+	__u64 stamp = m->stamp;
+	if (!stamp || m->pid != pid || m->ip != r->ip || m->sp != r->sp || m->bp != r->bp || m->gen != gen)
+		return 0;
+	__u64 base = m->base, len = m->len;
+	__u32 n = m->n;
+	if (len > NATIVE_MEMO_WIN || n > NATIVE_MEMO_WORDS)
+		return 0;
+	if (len && bpf_probe_read_user(w->b, len, (void *)base))
+		return 0;
+	__u64 diff = 0;
+	for (int i = 0; i < NATIVE_MEMO_WORDS; i++) {
+		if (i >= n)
+			break;
+		__u32 j = native_memo_idx(i);
+		__u64 off = (m->addr[j] - base) & (NATIVE_MEMO_WIN - 1);
+		diff |= *(__u64 *)(w->b + off) ^ m->val[j];
+	}
+	m = native_memos.lookup(&way); /* the same value: the loop's moving pointer leaves the verifier no bounds */
+	if (!m)
+		return 0;
+	__u64 cont = m->cont;
+	/* another walk on this CPU (a preempted program) may have rewritten the memo meanwhile: its stamp changed */
+	asm volatile("" ::: "memory");
+	if (diff || m->stamp != stamp)
+		return 0;
+	return cont;
+}
+
+/* Keeps the walk just logged in m (token: its own) when it can be replayed: stored, no read failed but below
+ * mmap_min_addr (NATIVE_LOG_FAILED), every word logged, no other walk begun on this CPU meanwhile, and the
+ * words within NATIVE_MEMO_WIN bytes. */
+static __always_inline void native_memo_keep(struct native_memo *m, struct native_memo_win *w, __u32 way,
+					     __u64 token, __u64 cont, __u32 flags)
+{
+	__u32 n = m->n;
+	if (!cont || n > NATIVE_MEMO_WORDS || w->seq != token)
+		return;
+	__u64 lo = ~0ULL, hi = 0;
+	for (int i = 0; i < NATIVE_MEMO_WORDS; i++) {
+		if (i >= n)
+			break;
+		__u64 a = m->addr[native_memo_idx(i)];
+		if (a < lo)
+			lo = a;
+		if (a > hi)
+			hi = a;
+	}
+	if (!n)
+		lo = hi = 0;
+	else if (hi - lo > NATIVE_MEMO_WIN - 8)
+		return;
+	m = native_memos.lookup(&way); /* as in native_memo_find */
+	if (!m)
+		return;
+	m->base = lo;
+	m->len = n ? hi + 8 - lo : 0;
+	m->cont = cont;
+	asm volatile("" ::: "memory");
+	m->stamp = token;
+}
+
+/* native_stack_capture_regs from r (r->from_return as given), memoized per CPU: a walk from the registers of
+ * a memo kept on this CPU, in the same tables, whose words all read back equal, is that memo's walk, and its
+ * id comes back without walking (see struct native_memo); otherwise the walk is taken and kept. */
+static __always_inline __u64 native_stack_capture_memo(struct native_regs *r, __u32 pid, const int max_depth,
+						       const __u32 walk_slot)
+{
+	__u32 zero = 0;
+	__u64 *genp = native_tables_gen.lookup(&zero);
+	__u64 gen = genp ? *genp : 0;
+	__u32 way = (__u32)((r->ip ^ r->sp ^ (r->sp >> 12)) * 0x9e3779b97f4a7c15ULL >> 32) & (NATIVE_MEMO_WAYS - 1);
+	struct native_memo *m = native_memos.lookup(&way);
+	struct native_memo_win *w = native_memo_wins.lookup(&zero);
+	if (!m || !w)
+		return 0;
+	__u64 cont = native_memo_find(m, w, way, r, pid, gen);
+	if (cont) {
+		native_stat_add(NATIVE_STAT_MEMO_HITS, 1);
+		return cont;
+	}
+	native_stat_add(NATIVE_STAT_MEMO_MISSES, 1);
+	__u64 token = w->seq + 1;
+	w->seq = token;
+	m->stamp = 0;
+	asm volatile("" ::: "memory");
+	m->n = 0;
+	m->pid = pid;
+	m->ip = r->ip;
+	m->sp = r->sp;
+	m->bp = r->bp;
+	m->gen = gen;
+	__u32 flags = 0;
+	cont = native_stack_capture_regs(r, pid, &flags, max_depth, walk_slot, m);
+	native_memo_keep(m, w, way, token, cont, flags);
+	return cont;
+}
+#endif
 #endif
 
 #endif

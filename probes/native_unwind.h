@@ -68,7 +68,9 @@
 #define NATIVE_STAT_UNSUPPORTED 8
 #define NATIVE_STAT_BAD_FRAME 9
 #define NATIVE_STAT_STORE_FAILED 10 /* native_stacks full */
-#define NATIVE_STAT_COUNT 11
+#define NATIVE_STAT_MEMO_HITS 11   /* memoized walks (native_stack_capture_memo) reused, every word read again equal */
+#define NATIVE_STAT_MEMO_MISSES 12 /* memoized walks walked: no memo for the registers, or a word or the tables changed */
+#define NATIVE_STAT_COUNT 13
 
 struct native_unwind_counters {
 	__u64 v[NATIVE_STAT_COUNT];
@@ -111,6 +113,40 @@ struct native_regs {
 	__u64 sp;
 	__u64 bp;
 	__u64 from_return; /* ip is a return address (a walk taken over from another): its call is at ip - 1 */
+};
+
+/* A memoized walk (native_stack_capture_memo; BPF only, user space never reads it). A walk's result is a
+ * function of its start registers, of the tables (native_tables_gen names their state) and of the words it
+ * read: the memo keeps the words' addresses and values, and a later walk from the same registers in the same
+ * generation whose words all read back equal is the same walk, its id reused without walking. */
+#ifndef NATIVE_MEMO_WORDS
+#define NATIVE_MEMO_WORDS 64  /* words a memoized walk may read (a power of two); a walk that reads more is not kept */
+#endif
+#ifndef NATIVE_MEMO_WIN
+#define NATIVE_MEMO_WIN 8192  /* bytes they may span (a power of two): read back in one copy */
+#endif
+#ifndef NATIVE_MEMO_WAYS
+#define NATIVE_MEMO_WAYS 8    /* memos per CPU (a power of two), by a hash of the start registers */
+#endif
+struct native_memo {
+	__u64 stamp; /* 0: unusable (being written, or the walk was not kept); else the token of the walk that wrote it */
+	__u32 pid;
+	__u32 n;     /* words read (the walk logs each: addr, val) */
+	__u64 ip;    /* the start registers */
+	__u64 sp;
+	__u64 bp;
+	__u64 gen;   /* native_tables_gen when the walk began */
+	__u64 cont;  /* the walk's id in native_stacks */
+	__u64 base;  /* the words span [base, base + len) */
+	__u64 len;
+	__u64 addr[NATIVE_MEMO_WORDS];
+	__u64 val[NATIVE_MEMO_WORDS];
+};
+
+/* A CPU's copy of a memo's words read back, and the token of the last memoized walk it began. */
+struct native_memo_win {
+	__u64 seq;
+	__u8 b[NATIVE_MEMO_WIN + 8];
 };
 
 /* A captured stack, stored in native_stacks under its id (a hash of the IPs, length and flags). */

@@ -10,8 +10,10 @@ program is compiled with -I PROBES_DIR so that native_unwind.h resolves.
 from __future__ import annotations
 
 import ctypes as ct
+import itertools
 import logging
 import mmap
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -31,6 +33,30 @@ from deepctx.probes.program_share import share_of
 from deepctx.probes.unwind_maps import SharedUnwindMaps, current_maps, daemon_maps
 
 log = logging.getLogger(__name__)
+
+# native_tables_gen's values: each written once in the daemon's life, so that no memoized walk (struct native_memo)
+# from tables since changed meets its generation again, a program's maps zeroed by the pool's reset included
+_generations = itertools.count(1)
+_generation_lock = threading.Lock()
+
+
+def mmap_min_addr() -> int:
+    """The lowest address a user mapping may start at (vm.mmap_min_addr): the walker takes a frame pointer below
+    it for none without reading there. 0 (every address read) where it cannot be read."""
+    try:
+        with open("/proc/sys/vm/mmap_min_addr") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0
+
+
+def bump_tables_generation(bpf: Any) -> None:
+    """After a change to what a walk reads besides the stack (native_procs, the rows, pages and rules), or to
+    native_stacks, which memoized walks name: a value never written before goes to native_tables_gen. After
+    the change, not before: a walk that read the new value reads the changed tables, and a memo of a walk that
+    began before it has the old value."""
+    with _generation_lock:
+        bpf[b"native_tables_gen"][ct.c_int(0)] = ct.c_uint64(next(_generations))
 
 HEADER = PROBES_DIR / "native_unwind.h"
 
@@ -66,6 +92,8 @@ STAT_NAMES = (
     "unsupported",
     "bad_frame",
     "store_failed",
+    "memo_hits",
+    "memo_misses",
 )
 
 
@@ -262,6 +290,7 @@ class NativeUnwinder(FamilyDefaults):
                 "NATIVE_MAX_ROWS": rows,
                 "NATIVE_MAX_PAGES": pages,
                 "NATIVE_PAGE_SHIFT": c.page_shift,
+                "NATIVE_MIN_ADDR": mmap_min_addr(),
             }
             self._space = TableSpace(rows, pages, c.max_rules, c.page_shift)
             if self.shared:
@@ -364,6 +393,7 @@ class NativeUnwinder(FamilyDefaults):
             self._space = self._kept_space(bpf, target)
             self._unstub(state, self._space)
             self._sync(bpf, target)
+            bump_tables_generation(bpf)  # the rules may have been written again (_kept_space)
             return
         with maps.lock:  # the daemon's arrays: placed once for every program, restarted by no one in use
             maps.users += 1
@@ -377,6 +407,7 @@ class NativeUnwinder(FamilyDefaults):
             self._space = space
             self._unstub(state, space)
             self._sync(bpf, target)
+            bump_tables_generation(bpf)  # the arrays may have been restarted, the rules written again
 
     def _fits(self, space: TableSpace, target: Target) -> bool:
         """Whether the target's files not placed in space yet fit in what is left of it."""
@@ -448,6 +479,7 @@ class NativeUnwinder(FamilyDefaults):
             del bpf[b"native_procs"][ct.c_uint32(target.pid)]
         except KeyError:
             pass
+        bump_tables_generation(bpf)
         if self._maps is not None and self._attached:
             with self._maps.lock:
                 self._maps.users -= 1
@@ -484,6 +516,7 @@ class NativeUnwinder(FamilyDefaults):
         stacks = bpf[b"native_stacks"]
         if stacks_free and entry_count(stacks) > self.config.max_stacks // 2:
             stacks.clear()
+            bump_tables_generation(bpf)  # memoized walks name stacks no longer there
 
     def stats(self, bpf: Any) -> dict[str, int]:
         out = dict.fromkeys(STAT_NAMES, 0)
@@ -505,6 +538,7 @@ class NativeUnwinder(FamilyDefaults):
         space = self._space
         assert space is not None, "defines() fixes the map sizes before attach"
         entries: list[tuple[int, int, int, int, int]] = []
+        uploaded = False
         for m in _code_mappings(target.space):
             key, table = state.tables.get(m.file_key, ("", _NO_TABLE))
             placement = NO_ROWS
@@ -512,6 +546,7 @@ class NativeUnwinder(FamilyDefaults):
                 upload = space.place(key, table)
                 if upload is not None:
                     self._write_rows(bpf, upload)
+                    uploaded = True
                 placement = space.placement(key) or NO_ROWS
                 if isinstance(table, UnwindTable):  # placed (or refused for room): the arrays can go
                     table = _PlacedTable(len(table), table.base, table.pages(self.config.page_shift))
@@ -545,6 +580,8 @@ class NativeUnwinder(FamilyDefaults):
             )
         entries = entries[:cap]
         if entries == state.written:
+            if uploaded:
+                bump_tables_generation(bpf)
             return
         proc = self._proc_t()
         proc.len = len(entries)
@@ -561,6 +598,7 @@ class NativeUnwinder(FamilyDefaults):
         ct.memmove(ct.addressof(leaf), ct.addressof(proc), ct.sizeof(proc))
         tbl[tbl.Key(target.pid)] = leaf
         state.written = entries
+        bump_tables_generation(bpf)
 
     def _bias(self, state: _ProcState, pid: int, m: procfs.Mapping) -> int | None:
         k = (m.start, m.offset, m.inode)

@@ -62,6 +62,7 @@ def fake_bpf(u: nu.NativeUnwinder) -> FakeBpf:
         b"native_procs": FakeTable(nu.native_proc_type(u.config.max_mappings)),
         b"native_stacks": FakeTable(nu.native_stack_type(u.config.max_depth), ct.c_uint64),
         b"native_unwind_stats": FakeTable(nu.NativeUnwindCounters, ct.c_int, ncpu=2),
+        b"native_tables_gen": FakeTable(ct.c_uint64, ct.c_int),
     })
 
 
@@ -74,6 +75,10 @@ def dlopen_target(unwind_targets):
     yield p
     p.kill()
     p.wait()
+
+
+def _generation(bpf) -> int:
+    return bpf[b"native_tables_gen"][ct.c_int(0)].value
 
 
 def _entries(bpf, u: nu.NativeUnwinder, pid: int) -> list[nu.NativeMapping]:
@@ -105,6 +110,8 @@ def test_attach_writes_tables_and_mappings_then_poll_adds_a_dlopened_library(dlo
     assert defines["NATIVE_MAX_ROWS"] > 4096 and defines["NATIVE_PAGE_SHIFT"] == 9
     bpf = fake_bpf(u)
     u.attach(bpf, target)
+    attached = _generation(bpf)
+    assert attached  # the tables' generation is raised after they are written: memoized walks go stale
 
     exe = str(unwind_targets / "unwind_target")
     code = [m for m in target.space.mappings if m.executable and m.file_backed]
@@ -136,8 +143,12 @@ def test_attach_writes_tables_and_mappings_then_poll_adds_a_dlopened_library(dlo
         u.poll(bpf, target)
         time.sleep(0.01)  # polling a condition with a deadline
     assert u.stats(bpf)["table_files"] == 5 and target.warnings == []
+    loaded = _generation(bpf)
+    assert loaded > attached  # a value not written before: no memo of the tables before the library matches
+    u.poll(bpf, target)
+    assert _generation(bpf) == loaded  # nothing written: the memos stay good
     u.detach(bpf, target)
-    assert bpf[b"native_procs"].data == {}
+    assert bpf[b"native_procs"].data == {} and _generation(bpf) > loaded
     u.close()
 
 
