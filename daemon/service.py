@@ -20,7 +20,14 @@ from deepctx.daemon import access, auth, native_heap
 from deepctx.daemon.capture import Capture, CaptureOptions, CaptureResult, Progress
 from deepctx.daemon.capture_guard import CredentialGuard
 from deepctx.daemon.config import MAX_DUTY_PERIOD_S, MIN_DUTY_ON_S, MIN_DUTY_PERIOD_S, Config
-from deepctx.daemon.errors import AlreadyProfiled, InvalidArgument, NotFound, RequestError, ResourceExhausted
+from deepctx.daemon.errors import (
+    AlreadyProfiled,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    RequestError,
+    ResourceExhausted,
+)
 from deepctx.daemon.metrics import ProcessTotals, observe_capture
 from deepctx.daemon.probe_set import ProbeSet
 from deepctx.daemon.processes import list_processes
@@ -77,6 +84,11 @@ class ProgressGate:
             return False
         self._message, self._sent = message, now
         return True
+
+
+ATTACH_PCS_OFF = ("attach --pc-sampling is off in this daemon: it has not yet worked on a real GPU (its test on an H100 "
+                  "never saw the injected agent report). Start the program with `deepctx run --pc-sampling -- CMD`, "
+                  "or set attach_pc_sampling = true in deepctxd's config to try it")
 
 
 # The files of the daemon's own process that nearly every GPU job maps too: the Python interpreter and the C and
@@ -172,6 +184,8 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
             raise InvalidArgument("device activity joins the GPU API probes: it cannot run with --no-gpu")
         duty, period = self._duty(req)
         pcs = self._pc_sampling(req)
+        if pcs is not None and not cfg.attach_pc_sampling:
+            raise FailedPrecondition(ATTACH_PCS_OFF)
         try:
             info = procfs.process_info(req.pid)
         except procfs.ProcessGone:

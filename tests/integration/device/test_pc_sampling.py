@@ -8,13 +8,14 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from c_layout import c_values, struct_layout
 from capture_util import Result, run_capture
 from device_paths import REPO
-from harness import StdinTarget
+from harness import Daemon, StdinTarget, start_daemon, stop_daemon
 
 from deepctx.host import sass
 from deepctx.probes import pc_sampling as pcs
@@ -194,6 +195,16 @@ def test_run_pc_sampling_says_when_the_regex_matches_no_kernel(daemon, built: tu
 # --- deepctx attach --gpu-activity --pc-sampling: a process that started CUDA and ran its kernels before ---------
 
 
+@pytest.fixture(scope="module")
+def pcs_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """A daemon that takes `attach --pc-sampling` (attach_pc_sampling: off by default until a real GPU has run it)."""
+    home = tmp_path_factory.mktemp("pcs-daemon")
+    (home / "deepctxd.toml").write_text("attach_pc_sampling = true\n")
+    d = start_daemon(home, "--config", str(home / "deepctxd.toml"))
+    yield d
+    assert stop_daemon(d) == 0, d.log.read_text()[-4000:]
+
+
 def attach_target(built: tuple[Path, Path], *extra: str) -> StdinTarget:
     """pcs_target --attach: its context made, its module loaded and N_BEFORE launches of each kernel run before
     "ready", with no agent (the attach loads it)."""
@@ -255,7 +266,7 @@ SAXPY_SAMPLED = {
 
 
 @pytest.mark.skipif(sass.find_nvdisasm() is None, reason="nvdisasm not found (pip install nvidia-cuda-nvdisasm)")
-def test_attach_pc_sampling_samples_kernels_of_a_context_and_module_made_before_it(daemon, built: tuple[Path, Path],
+def test_attach_pc_sampling_samples_kernels_of_a_context_and_module_made_before_it(pcs_daemon, built: tuple[Path, Path],
                                                                                     tmp_path: Path) -> None:
     """The agent is injected after cuInit (no CONTEXT_CREATED, no MODULE_LOADED for it to see): PC sampling is
     enabled on the active primary context and the cubin is found in the process's memory, so every sample of
@@ -267,9 +278,9 @@ def test_attach_pc_sampling_samples_kernels_of_a_context_and_module_made_before_
 
     t = attach_target(built)
     try:
-        first = attach_pcs(daemon, t, tmp_path / "first.json")
+        first = attach_pcs(pcs_daemon, t, tmp_path / "first.json")
         assert first.returncode == 0, first.stderr
-        second = attach_pcs(daemon, t, tmp_path / "second.json", "--kernel", "^saxpy$", "--pc-period", "9")
+        second = attach_pcs(pcs_daemon, t, tmp_path / "second.json", "--kernel", "^saxpy$", "--pc-period", "9")
         assert second.returncode == 0, second.stderr
     finally:
         t.stop()
@@ -297,15 +308,15 @@ def test_attach_pc_sampling_samples_kernels_of_a_context_and_module_made_before_
     assert not [w for w in doc["warnings"] if "PC" in w or "cubin" in w], doc["warnings"]
 
 
-def test_attach_pc_sampling_refuses_a_process_without_a_cuda_context(daemon, built: tuple[Path, Path],
+def test_attach_pc_sampling_refuses_a_process_without_a_cuda_context(pcs_daemon, built: tuple[Path, Path],
                                                                      tmp_path: Path) -> None:
     t = attach_target(built, "--no-init")  # libcuda loaded, cuInit never called
     try:
-        r = attach_pcs(daemon, t, tmp_path / "none.json")
+        r = attach_pcs(pcs_daemon, t, tmp_path / "none.json")
         assert r.returncode == 1
         assert "the process has no CUDA context yet (attach again once it has started using the GPU)" in r.stderr, \
             r.stderr
-        assert daemon.alive()
+        assert pcs_daemon.alive()
         t.go()  # unharmed: it goes on
         t.expect("done")
     finally:

@@ -125,14 +125,26 @@ def test_uncoalesced_access_clear_on_the_other_planted_kernels(rule: str, varian
     assert (a.rules[0].status, a.findings) == ("clear", [])
 
 
-@pytest.mark.parametrize(("rule", "variant"), [(r, v) for r in PC_RECORDED for v in ("inefficient", "fixed")])
-def test_warp_divergence_clear_on_recordings_without_branch_facts(rule: str, variant: str) -> None:
+def test_warp_divergence_on_its_recorded_kernels() -> None:
+    """branchy_lanes (odd and even lanes on two 256-step paths), recorded on an H100 (2026-12-05): the daemon's
+    data flow found its branch at planted.cu:139 lane-varying (SR_TID.X & 0x1), and 70% of the kernel's samples
+    lie on its two sides (27% taken, 43% fall-through); estimate G / (G - R) 1.54x against 1.72x measured.
+    branchy_warps ((threadIdx.x / 32) & 1: warp-uniform with 256 threads a block) lists no such branch: clear."""
+    status, found = pc_findings("warp-divergence", "inefficient")
+    ev = at_marker("warp-divergence", found)
+    assert (ev["kernel"], ev["kernel_line"], ev["instruction"], ev["lane_source"]) == (
+        "branchy_lanes", "planted.cu:139", "0x00f0 @P0 BRA `(.L_x_17)", "(SR_TID.X & 0x1) != 0x1")
+    assert (ev["pc_samples"], ev["taken_samples"], ev["fallthrough_samples"], ev["stall_share"], ev["block_x"]) == (
+        184520, 49558, 79388, 0.699, 256)
+    assert pc_findings("warp-divergence", "fixed") == ("clear", [])
+
+
+@pytest.mark.parametrize(("rule", "variant"), [(r, v) for r in PC_RECORDED if r != "warp-divergence"
+                                               for v in ("inefficient", "fixed")])
+def test_warp_divergence_clear_on_the_other_recordings(rule: str, variant: str) -> None:
     """Rule 14 reads the gpu_function nodes' `branches` (the daemon's SASS data flow), not stall reasons: these
-    recordings predate it (the warp-divergence pair was then one kernel, `branchy`, the same SASS for both; its
-    bad variant ran 1.72x longer with branch_resolving at 0.2% of its samples), so it is clear on every one of
-    them, the FFMA-bound SGEMM and its barrier waits included. They need recording again on the GPU host
-    (docs/analyzer.md, rule 14); the pair's new kernels are checked on their NVRTC cubin
-    (tests/unit/test_pc_divergence.py)."""
+    recordings (H200, 2026-12-04) predate it and carry none, so it is clear on every one of them, the FFMA-bound
+    SGEMM and its barrier waits included."""
     a = analyze(load(recording(rule, variant)), PC_LIMITS, rules=["warp-divergence"])
     assert (a.rules[0].status, a.findings) == ("clear", [])
 
