@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deepctx.host.elf.image import ElfImage
-from deepctx.host.procfs import Mapping, write_memory
+from deepctx.host.procfs import Mapping, read_maps, write_memory
 from deepctx.probes.family import read_source
 from deepctx.probes.maps import RingSink, ring_sink
 
@@ -124,7 +124,13 @@ def hand_options(pid: int, file: str, mappings: list[Mapping], options: PcsOptio
     if addr is None:
         raise OldAgent("the deepctx agent in the process was built before `attach --pc-sampling` (it has no "
                        f"{CONFIG_SYMBOL}): start the program with `deepctx run --pc-sampling`")
-    write_memory(pid, addr, bytes(options.config()), ensure)
+    data = bytes(options.config())
+    # /proc/PID/mem writes even read-only pages (as a debugger's breakpoints): the symbol comes from a file the
+    # target's owner may have chosen, so the bytes go only where the process itself could write them
+    if not any(m.start <= addr and addr + len(data) <= m.end and "w" in m.perms for m in read_maps(pid)):
+        raise OldAgent(f"the agent's {CONFIG_SYMBOL} is not in writable memory of process {pid} (not deepctx's "
+                       "agent?): start the program with `deepctx run --pc-sampling`")
+    write_memory(pid, addr, data, ensure)
 
 
 @dataclass
