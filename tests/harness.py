@@ -209,6 +209,21 @@ def profile_phase(daemon: Daemon, target: StdinTarget, *attach_args: str) -> dic
     return doc
 
 
+def profile_in_own_daemon(home: Path, argv: list[str], config: str = "") -> dict:
+    """profile_phase of a StdinTarget (argv) under a daemon of its own in home, with config (TOML) if given."""
+    if config:
+        (home / "deepctxd.toml").write_text(config)
+    d = start_daemon(home, *(["--config", str(home / "deepctxd.toml")] if config else []))
+    try:
+        t = StdinTarget(argv)
+        try:
+            return profile_phase(d, t)
+        finally:
+            t.stop()
+    finally:
+        assert stop_daemon(d) == 0
+
+
 def marked_lines(path: Path, marker: str) -> set[int]:
     """Line numbers of the lines of a source file that end in the comment `# MARKER` (at least one)."""
     found = {i for i, line in enumerate(path.read_text().splitlines(), 1) if line.endswith(f"# {marker}")}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from harness import StdinTarget, cuda_runtime, line_of, profile_phase, start_daemon, stop_daemon
+from harness import cuda_runtime, line_of, profile_in_own_daemon
 from profile_paths import walk
 
 TARGET = Path(__file__).resolve().parents[1] / "targets" / "gpu" / "memo_calls.py"
@@ -16,16 +16,8 @@ RUN_A, RUN_B, ALTERNATE = 40, 30, 20  # memo_calls.py's
 
 
 def test_each_chain_keeps_its_calls_and_a_run_reuses_its_walk(tmp_path: Path, native_targets: Path) -> None:
-    (tmp_path / "deepctxd.toml").write_text("gpu_native_continue = true\n")
-    d = start_daemon(tmp_path, "--config", str(tmp_path / "deepctxd.toml"))
-    try:
-        t = StdinTarget([sys.executable, str(TARGET), str(native_targets / "libmemo.so"), cuda_runtime()])
-        try:
-            doc = profile_phase(d, t)
-        finally:
-            t.stop()
-    finally:
-        assert stop_daemon(d) == 0
+    doc = profile_in_own_daemon(tmp_path, [sys.executable, str(TARGET), str(native_targets / "libmemo.so"),
+                                           cuda_runtime()], "gpu_native_continue = true\n")
     line = line_of(TARGET, "LINE_RUN")
     by_chain: dict[str, int] = {}
     for anc, n in walk(doc):

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from harness import StdinTarget, cuda_runtime, line_of, profile_phase, start_daemon, stop_daemon
+from harness import cuda_runtime, line_of, profile_in_own_daemon
 from profile_paths import walk
 
 from deepctx.profiles.fold import Fold
@@ -27,18 +27,8 @@ def ops_doc(tmp_path_factory: pytest.TempPathFactory, native_targets: Path) -> d
 
 
 def capture_ops(home: Path, native_targets: Path, config: str = "") -> dict:
-    if config:
-        (home / "deepctxd.toml").write_text(config)
-    d = start_daemon(home, *(["--config", str(home / "deepctxd.toml")] if config else []))
-    try:
-        t = StdinTarget([sys.executable, str(TARGET), str(native_targets / "torch" / "libtorch_cpu.so"), cuda_runtime()])
-        try:
-            doc = profile_phase(d, t)
-        finally:
-            t.stop()
-    finally:
-        assert stop_daemon(d) == 0
-    return doc
+    return profile_in_own_daemon(home, [sys.executable, str(TARGET), str(native_targets / "torch" / "libtorch_cpu.so"),
+                                        cuda_runtime()], config)
 
 
 def launches(doc: dict, marker: str, kernel: str) -> list[tuple[list[dict], dict]]:
