@@ -82,6 +82,12 @@ class Config:
     # before them, build the unwind tables of the interpreter and C/C++ runtime libraries the daemon maps
     # itself (service.runtime_files), which nearly every GPU job maps too
     prewarm_programs: bool = True
+    # with prewarm_programs: the unwind tables of this many files most recently used on this host (recorded in
+    # cache_dir/unwind) are read from the disk cache as the daemon starts, in the background, and their rows
+    # placed in the daemon's shared arrays (as many as fit with room left for new files): the first process of
+    # those files then reads no table, as a later one (#30: 0.9 CPU-s for a restarted daemon's first PyTorch
+    # process). 0: off (the first process reads its tables)
+    prewarm_unwind_files: int = 128
     # unwind tables kept by a hash of the CFI they are built from; compiled BPF programs (cache_programs)
     cache_dir: str = "/var/cache/deepctx"
     # keep each compiled program's code in cache_dir/programs (probes/program_cache.py): a daemon that starts
@@ -231,6 +237,8 @@ def _validate_service(cfg: Config) -> None:
         raise ConfigError("max_decompressed_bytes must be at least 1 MiB and max_unwind_rows at least 65536")
     if cfg.host_cache_bytes < 1 << 20 or cfg.symbol_cache_files < 1:
         raise ConfigError("host_cache_bytes must be at least 1 MiB and symbol_cache_files at least 1")
+    if not 0 <= cfg.prewarm_unwind_files <= 4096:
+        raise ConfigError("prewarm_unwind_files must be within [0, 4096] (0: off)")
     if cfg.store_max_mb < 1:
         raise ConfigError("store_max_mb must be at least 1")
     if cfg.store_max_age_s <= 0:

@@ -51,6 +51,7 @@ from deepctx.probes.pc_sampling import PcsOptions
 
 if TYPE_CHECKING:
     from deepctx.daemon.capture import CaptureOptions
+    from deepctx.probes.native_unwind import NativeUnwinder
 
 log = logging.getLogger("deepctx.capture")
 
@@ -169,9 +170,14 @@ class ProbeSet:
 
     @staticmethod
     def _unwinder(unwind_tables: Any) -> ProbeFamily:
+        return ProbeSet.unwinder(unwind_tables)
+
+    @staticmethod
+    def unwinder(unwind_tables: Any) -> NativeUnwinder:
+        """The native unwinder family as every capture's: on the daemon's arrays (probes/unwind_maps.py)."""
         from deepctx.probes.native_unwind import NativeUnwinder
 
-        return NativeUnwinder(cache=unwind_tables, shared=True)  # the daemon's arrays (probes/unwind_maps.py)
+        return NativeUnwinder(cache=unwind_tables, shared=True)
 
     @staticmethod
     def _gpu(opts: CaptureOptions, symbols: SymbolCache) -> GpuApi:

@@ -28,6 +28,7 @@ ROOT_WORKERS = 8  # root's RPCs besides its captures' streams: status, stop, ps,
 # how long a stop waits for the running captures to send their profiles, before the server's own grace:
 # with that grace and the probes' detaching, inside systemd's TimeoutStopSec=30 (systemd/deepctxd.service)
 SHUTDOWN_CAPTURES_S = 15.0
+PLACEMENT_ARRAYS_WAIT_S = 30.0  # the programs' compile waits this long at most for the shared arrays' module
 STREAMS_PER_CONNECTION = 100  # HTTP/2 streams one connection may open at once (more wait in the client)
 
 
@@ -71,6 +72,7 @@ class DaemonServer:
         self.health = health.HealthServicer()
         self._server: grpc.Server | None = None
         self._prewarm_thread: threading.Thread | None = None
+        self._placement_thread: threading.Thread | None = None
 
     def start(self) -> None:
         _prepare_socket(self.config.socket)
@@ -113,14 +115,30 @@ class DaemonServer:
             self.service.prewarm_unwind_tables()
         except Exception:  # a capture builds what is missing
             log.exception("unwind tables not built ahead")
+        # the recently used files' rows, beside the programs' compiles (Python and numpy here, LLVM there); the
+        # programs wait for the shared arrays' module only (else its compile waited for a whole program's)
+        arrays = threading.Event()
+        self._placement_thread = threading.Thread(target=self._prewarm_placements, args=(arrays,),
+                                                  name="prewarm-unwind", daemon=True)
+        self._placement_thread.start()
+        arrays.wait(PLACEMENT_ARRAYS_WAIT_S)
         try:
             self.service.prewarm_programs()
         except Exception:  # a capture compiles what is missing: the daemon serves on
             log.exception("programs not compiled ahead")
 
+    def _prewarm_placements(self, arrays: threading.Event) -> None:
+        try:
+            self.service.prewarm_unwind_placements(arrays)
+        except Exception:  # a capture reads and places what is missing
+            log.exception("unwind rows not placed ahead")
+        finally:
+            arrays.set()
+
     def compiling_ahead(self) -> bool:
-        """The programs compiled at start are still compiling (in C: bcc and LLVM, outside the interpreter)."""
-        return self._prewarm_thread is not None and self._prewarm_thread.is_alive()
+        """The programs (or the unwinder's shared arrays) made at start are still compiling (in C: bcc and
+        LLVM, outside the interpreter), or rows are still written into those arrays."""
+        return any(t is not None and t.is_alive() for t in (self._prewarm_thread, self._placement_thread))
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Ends every capture (each detaches its probes and returns what it has), then stops serving."""
@@ -140,6 +158,7 @@ class DaemonServer:
         if not wait_released(grace_s):  # finished captures detach behind their profiles
             log.warning("probes of finished captures still detaching at exit (the kernel drops them with us)")
         self.service.programs.close()
+        self.service.close()
         self.parts.stop()
         try:
             Path(self.config.socket).unlink()

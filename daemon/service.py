@@ -152,6 +152,10 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
                                        "requests_rejected": 0, "samples": 0, "samples_lost": 0, "events_lost": 0,
                                        "continuous_windows": 0}
         self.store = open_store(config)  # windows of continuous mode; None when store_path is ""
+        # prewarm_unwind_placements' figures (Status totals); done at once where it will not run
+        runs = config.prewarm_programs and config.native_unwind and config.prewarm_unwind_files > 0
+        self.unwind_prewarm = {"unwind_prewarm_done": int(not runs), "unwind_prewarm_files": 0,
+                               "unwind_prewarm_rows": 0, "unwind_prewarm_ms": 0, "unwind_prewarm_cpu_ms": 0}
         self.process_totals = ProcessTotals(full_command=config.metrics_command_lines)  # counters for /metrics
 
     # --- validation -----------------------------------------------------------------------------
@@ -435,6 +439,46 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
             time.monotonic() - t0, 3), "daemon_cpu_s": round(time.process_time() - c0, 3)})
         return ready
 
+    def prewarm_unwind_placements(self, arrays: threading.Event | None = None) -> int:
+        """Places the rows of the files most recently used on this host (prewarm_unwind_files of them, recorded by
+        the unwind cache: host/unwind/recent.py) in the daemon's shared arrays, their tables read from the disk
+        cache, as the daemon starts (in the background): a restarted daemon's first process of those files then
+        takes stand-ins and reads no table (NativeUnwinder.place_ahead). arrays: set once the shared arrays'
+        module is compiled (or none is needed). Returns the files placed; Status totals unwind_prewarm_* say
+        what it did, and unwind_prewarm_done that it ended (a capture that starts meanwhile stays correct,
+        only slower: place_ahead)."""
+        from deepctx.host.unwind.recent import choose
+
+        t0, c0 = time.monotonic(), time.thread_time()  # this thread's CPU: the programs compile beside it
+        try:
+            if self.unwind_prewarm["unwind_prewarm_done"] or self.shutdown.is_set():
+                return 0
+            unwinder = ProbeSet.unwinder(self.unwind_tables)  # as the programs' own: the same arrays
+            d = unwinder.defines()
+            room = int(d["NATIVE_MAX_ROWS"]) - unwinder.config.rows_headroom
+            chosen = choose(self.unwind_tables.recent.records(), self.config.prewarm_unwind_files, room)
+            if not chosen:  # a new host: no arrays made here for nothing
+                return 0
+            unwinder.before_compile()  # the arrays' module, before the programs that declare them extern
+            if arrays is not None:
+                arrays.set()
+            got = unwinder.place_ahead(chosen, self.shutdown.is_set)
+            self.unwind_prewarm.update(unwind_prewarm_files=got["files"], unwind_prewarm_rows=got["rows"])
+            log.info("unwind rows prewarmed", extra={**got, "of": len(chosen), "seconds": round(
+                time.monotonic() - t0, 3), "cpu_s": round(time.thread_time() - c0, 3)})
+            native_heap.release()  # the tables read
+            return got["files"]
+        finally:
+            if arrays is not None:
+                arrays.set()
+            self.unwind_prewarm.update(unwind_prewarm_ms=round(1000 * (time.monotonic() - t0)),
+                                       unwind_prewarm_cpu_ms=round(1000 * (time.thread_time() - c0)),
+                                       unwind_prewarm_done=1)
+
+    def close(self) -> None:
+        """At the daemon's stop: the last uses of unwind tables go to disk (the next daemon's prewarm)."""
+        self.unwind_tables.recent.save(force=True)
+
     def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.StatusReply:
         cfg = self.config
         reply = pb.StatusReply(
@@ -449,6 +493,9 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         reply.totals.update(programs.map_memory())  # kernel memory outside the RSS: the unwind rows first
         # the host cache: what files say (symbol and unwind tables), held under host_cache_bytes, its budget
         reply.totals.update({f"{HOST_CACHE_PREFIX}{k}": v for k, v in file_cache.stats().items()})
+        # tables built, read from disk (disk_hits) and found in memory since the start; the start's prewarm
+        reply.totals.update({f"unwind_tables_{k}": v for k, v in self.unwind_tables.counters.items()})
+        reply.totals.update(self.unwind_prewarm)
         if self.store is not None:
             reply.totals.update(self.store.stats().counters)
         with self._lock:

@@ -14,6 +14,7 @@ import itertools
 import logging
 import mmap
 import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from deepctx.host import procfs
 from deepctx.host.elf.reader import ElfError, ElfFile
 from deepctx.host.unwind.arch import Info
 from deepctx.host.unwind.cache import TableCache
+from deepctx.host.unwind.recent import RecentFile
 from deepctx.host.unwind.space import NO_ROWS, TableSpace, Upload
 from deepctx.host.unwind.table import UnwindTable
 from deepctx.probes.family import PROBES_DIR, FamilyDefaults, Target, read_source
@@ -321,10 +323,10 @@ class NativeUnwinder(FamilyDefaults):
         files = [(path, *fk) for fk, (_, path) in todo.items()]
         # several at once; a large file not built yet is built in the background (poll picks it up), so
         # the first samples do not wait for it: its frames unwind with frame pointers until then
-        got_many = self.cache.get_many(files, wait_for_children=False)
+        got_many = self.cache.get_many(files, wait_for_children=False, names=[m.path for m, _ in todo.values()])
         for (fk, (m, path)), got in zip(todo.items(), got_many, strict=True):
             if got is None:
-                state.pending[fk] = self._background().submit(self.cache.get, path, *fk)
+                state.pending[fk] = self._background().submit(self.cache.get, path, *fk, m.path)
                 continue
             if isinstance(got, OSError):
                 state.files_failed += 1
@@ -344,20 +346,21 @@ class NativeUnwinder(FamilyDefaults):
         if maps is None:
             return []
         done = []
-        for fk, (_, path) in todo.items():
-            found = self._stub_for(path, maps)
+        for fk, (m, path) in todo.items():
+            found = self._stub_for(path, maps, name=m.path)
             if found is not None:
                 state.tables[fk] = found
                 state.stubs[fk] = path
                 done.append(fk)
         return done
 
-    def _stub_for(self, path: str, maps: SharedUnwindMaps | None, space: TableSpace | None = None
-                  ) -> tuple[str, _PlacedTable] | None:
+    def _stub_for(self, path: str, maps: SharedUnwindMaps | None, space: TableSpace | None = None,
+                  name: str | None = None) -> tuple[str, _PlacedTable] | None:
         """(key, stand-in) for the file at path if this cache resolved its table before and the space (maps'
-        own, unless given) holds its rows; None otherwise. The daemon's arrays are looked at under their lock."""
+        own, unless given) holds its rows; None otherwise. The daemon's arrays are looked at under their lock.
+        name: where the target maps it (a recent use, TableCache.known)."""
         try:
-            known = self.cache.known(path)
+            known = self.cache.known(path, name)
         except OSError:
             return None
         if known is None:
@@ -371,6 +374,64 @@ class NativeUnwinder(FamilyDefaults):
         stub = _PlacedTable(placed.rows_len, base, placed.pages_len - 1)
         self._files.setdefault(key, stub)
         return key, stub
+
+    def place_ahead(self, files: Iterable[RecentFile], stop: Callable[[], bool] = lambda: False) -> dict[str, int]:
+        """A restarted daemon's prewarm (ProfilerService.prewarm_unwind_placements): the tables of recently used
+        files, read from the disk cache (TableCache.load_ahead: the file's identity checked, its key computed
+        from its bytes, nothing built), get their rows placed in the daemon's arrays, so that a process of those
+        files found later takes stand-ins (prepare: _placed_already) and reads no table.
+
+        Each file is placed and written under the arrays' lock, as an attach places its files: a capture that
+        attaches meanwhile finds the file placed and uses its rows, or places it itself and this passes it
+        over; never both. The per-file cache's build lock keeps one disk read of a file between this and a
+        capture's prepare. No generation is bumped: rows written past every placement are read by no walk until
+        an attach or poll names them in a mapping, and that bumps it. Files that would eat into the room kept
+        for a capture's new files (rows_headroom, pages_headroom) are passed over. Returns counts: files
+        placed, rows written, files found placed already, files passed over (gone, replaced, not on disk, no
+        room)."""
+        out = {"files": 0, "rows": 0, "placed_already": 0, "passed": 0}
+        if not self.shared:
+            return out
+        self.defines()
+        maps = self._maps
+        if maps is None:
+            return out
+        maps.export()
+        shift = self.config.page_shift
+        for rec in files:
+            if stop():
+                break
+            with maps.lock:  # no table read for a file that cannot fit
+                fits = maps.space.placement(rec.key) is not None or self._room(maps.space, rec.rows, 0)
+            got = self.cache.load_ahead(rec) if fits else None
+            if got is None:
+                out["passed"] += 1
+                continue
+            key, table = got
+            with maps.lock:
+                space = maps.space  # the one in use now: a capture may have restarted it meanwhile
+                if space.placement(key) is not None:
+                    out["placed_already"] += 1
+                    continue
+                if not len(table) or not self._room(space, len(table), table.pages(shift)):
+                    out["passed"] += 1
+                    continue
+                if maps.fresh:
+                    self._write_rules(None, space.initial_rules())
+                    maps.fresh = False
+                upload = space.place(key, table)
+                if upload is not None:
+                    self._write_rows(None, upload)
+                    out["files"] += 1
+                    out["rows"] += len(table)
+            del got, table  # one table held at a time
+        return out
+
+    def _room(self, space: TableSpace, rows: int, pages: int) -> bool:
+        """Whether rows and pages fit in space with the headroom for a capture's new files left over."""
+        c = self.config
+        return (space.rows_used + rows <= space.max_rows - c.rows_headroom
+                and space.pages_used + pages <= space.max_pages - c.pages_headroom)
 
     def _unstub(self, state: _ProcState, space: TableSpace) -> None:
         """Reads the tables of the stand-ins whose rows the space the attach took does not hold (it restarted, or
@@ -448,11 +509,11 @@ class NativeUnwinder(FamilyDefaults):
                 state.tables[m.file_key] = ("", _NO_TABLE)
                 continue
             if self._space is not None:  # a library another process loaded: its rows are there, no table read
-                found = self._stub_for(path, self._maps, self._space)
+                found = self._stub_for(path, self._maps, self._space, m.path)
                 if found is not None:
                     state.tables[m.file_key] = found
                     continue
-            state.pending[m.file_key] = self._background().submit(self.cache.get, path, *m.file_key)
+            state.pending[m.file_key] = self._background().submit(self.cache.get, path, *m.file_key, m.path)
         names = {m.file_key: m.path for m in _code_mappings(target.space)}
         for fk, fut in list(state.pending.items()):
             if fut.done():
@@ -468,6 +529,7 @@ class NativeUnwinder(FamilyDefaults):
                 self._sync(bpf, target)
         else:
             self._sync(bpf, target)
+        self.cache.recent.save()  # the last uses, at most once a minute (a new file's at once)
 
     def _background(self) -> ThreadPoolExecutor:
         if self._builder is None:

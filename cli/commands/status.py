@@ -72,6 +72,21 @@ def host_cache_lines(totals: Mapping[str, int]) -> list[str]:
             f"{c.get('evictions', 0)} evictions"]
 
 
+UNWIND_PREWARM = "unwind_prewarm_"  # daemon/service.py: prewarm_unwind_placements' figures
+
+
+def unwind_prewarm_line(totals: Mapping[str, int]) -> list[str]:
+    """The start's placement of recently used files' unwind rows (prewarm_unwind_files), in one line; none
+    from a daemon that does not report it."""
+    c = {k[len(UNWIND_PREWARM):]: int(v) for k, v in totals.items() if k.startswith(UNWIND_PREWARM)}
+    if not c:
+        return []
+    if not c.get("done"):
+        return ["unwind prewarm: running"]
+    return [f"unwind prewarm: {c.get('files', 0)} tables, {c.get('rows', 0) / 1e6:.1f} M rows placed in "
+            f"{c.get('ms', 0) / 1000:.2f} s ({c.get('cpu_ms', 0) / 1000:.2f} CPU-s)"]
+
+
 SESSION_COLUMNS = ("SESSION", "PID", "STATE", "RATE", "PROBES", "ELAPSED", "SAMPLES", "LOST", "COMMAND")
 
 
@@ -93,9 +108,10 @@ def run(args: argparse.Namespace) -> int:
               f"kernel {st.kernel}  bcc {st.bcc_version}")
     con.print(f"socket {st.socket}  default rate {st.default_sample_hz} Hz (max {st.max_sample_hz})  "
               f"max duration {st.max_duration_s:g} s")
-    totals = ", ".join(f"{k} {v}" for k, v in sorted(st.totals.items()) if not k.startswith(HOST_CACHE))
+    totals = ", ".join(f"{k} {v}" for k, v in sorted(st.totals.items())
+                       if not k.startswith((HOST_CACHE, UNWIND_PREWARM)))
     con.print(f"totals: {totals}")
-    for line in host_cache_lines(st.totals):
+    for line in host_cache_lines(st.totals) + unwind_prewarm_line(st.totals):
         con.print(line)
     if not st.sessions:
         con.print("no captures running")

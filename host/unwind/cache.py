@@ -14,7 +14,8 @@ built at once by get_many, and `ready` tells a caller which files need such a bu
 start them in the background instead of waiting. A table with a copy on disk is held only while a
 capture uses it (the walker's maps hold its rows once placed; the per-file cache keeps its key, not its
 rows): the next capture reads it from disk again. Tables without a copy on disk are held under the
-cache's budget.
+cache's budget. The files captures used are recorded, last use first (host/unwind/recent.py): a restarted
+daemon reads their tables ahead with load_ahead, which reads only what the disk holds, builds nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -40,6 +42,7 @@ from deepctx.host.unwind.arch import X86_64
 from deepctx.host.unwind.build_child import NO_TABLE, OVER_CAP
 from deepctx.host.unwind.cfi import CfiError
 from deepctx.host.unwind.disk import DISK_FORMAT, load_table, save_table
+from deepctx.host.unwind.recent import RecentFile, RecentFiles
 from deepctx.host.unwind.table import UnwindTable, build_table, empty_table
 
 log = logging.getLogger(__name__)
@@ -49,6 +52,10 @@ CHILD_TIMEOUT_S = 600.0
 UNWIND_SECTIONS = (".eh_frame", ".debug_frame")
 SCRATCH_PREFIX = "deepctx-unwind-"  # a child build's folder in the disk cache
 KIND = "unwind"  # entries of the per-file cache
+
+
+class NotCached(LookupError):
+    """A table asked for without a build (load_ahead) is neither in memory nor on disk."""
 
 
 @dataclass(eq=False)
@@ -79,6 +86,7 @@ class TableCache:
         self._tables: weakref.WeakValueDictionary[str, UnwindTable] = weakref.WeakValueDictionary()  # by key
         self.counters = {"builds": 0, "hits": 0, "disk_hits": 0, "failures": 0, "child_builds": 0,
                          "over_cap": 0}
+        self.recent = RecentFiles(self.disk_dir)  # the files captures used, for a restarted daemon's prewarm
         self._remove_stale_scratch()
 
     def _remove_stale_scratch(self) -> None:
@@ -95,26 +103,36 @@ class TableCache:
             except OSError as e:  # another daemon removed it first, or no permission: leave it
                 log.debug("stale unwind build folder left", extra={"path": str(d), "error": str(e)})
 
-    def get(self, path: str, dev: str, inode: int) -> tuple[str, UnwindTable]:
+    def get(self, path: str, dev: str, inode: int, name: str | None = None,
+            build: bool = True) -> tuple[str, UnwindTable]:
         """(table key, table) for the file at path, which has the given device and inode.
 
         A file that is not a readable ELF file or has no CFI gets an empty table: the walker then uses
         frame pointers in it. OSError (file gone) propagates. Safe from several threads: a file being
-        built is waited for, not built twice."""
+        built is waited for, not built twice. name: where the target maps the file, recorded as a recent use
+        (None: no use recorded). build False: NotCached where the table is neither in memory nor on disk."""
         ident = self.files.identify(path)
         built: list[UnwindTable] = []  # holds a table built here until it is returned
 
-        def build() -> _FileTables:
-            entry, table = self._resolve(path, dev, inode)
+        def resolve() -> _FileTables:
+            entry, table = self._resolve(path, dev, inode, build)
             built.append(table)
             return entry
 
-        entry = self.files.get(ident, KIND, build, lambda e: e.nbytes)
+        entry = self.files.get(ident, KIND, resolve, lambda e: e.nbytes)
         if built:
-            return entry.key, built[0]
-        if entry.table is not None:
+            key, table = entry.key, built[0]
+        elif entry.table is not None:
             self._count("hits")
-            return entry.key, entry.table
+            key, table = entry.key, entry.table
+        else:
+            key, table = self._reload(ident, entry, path, dev, inode, build)
+        self.recent.note(ident, key, name, len(table))
+        return key, table
+
+    def _reload(self, ident: str, entry: _FileTables, path: str, dev: str, inode: int,
+                build: bool) -> tuple[str, UnwindTable]:
+        """The table of an entry whose copy is on disk: the one a capture holds, else the disk's."""
         with self._reload_lock:
             table = self._tables.get(entry.key)
             if table is not None:
@@ -123,28 +141,58 @@ class TableCache:
             table = self._load(entry.key, entry.build_id)
             if table is None:  # the copy on disk went (or is unreadable): build again
                 self.files.discard(ident, KIND)
-                entry, table = self._resolve(path, dev, inode)
+                entry, table = self._resolve(path, dev, inode, build)
                 self.files.put(ident, KIND, entry, entry.nbytes)
                 return entry.key, table
             self._count("disk_hits")
             self._tables[entry.key] = table
             return entry.key, table
 
-    def known(self, path: str) -> tuple[str, int] | None:
+    def known(self, path: str, name: str | None = None) -> tuple[str, int] | None:
         """(table key, link-time base) of a file whose table this cache resolved before, from its per-file
         entry: no table is read (the daemon's arrays may hold the file's rows already: NativeUnwinder.prepare).
-        None when there is no entry. OSError (file gone) propagates."""
-        entry = self.files.peek(self.files.identify(path), KIND)
-        return (entry.key, entry.base) if entry is not None else None
+        None when there is no entry. OSError (file gone) propagates. name: as get()'s."""
+        ident = self.files.identify(path)
+        entry = self.files.peek(ident, KIND)
+        if entry is None:
+            return None
+        self.recent.note(ident, entry.key, name, None)
+        return entry.key, entry.base
 
-    def ready(self, path: str, dev: str, inode: int) -> tuple[str, UnwindTable] | None:
+    def load_ahead(self, rec: RecentFile) -> tuple[str, UnwindTable] | None:
+        """(key, table) of a recently used file for a prewarm, or None: the file is gone from its path, is no
+        regular file, is another file now (its identity is not the record's: replaced, or someone else's), or
+        its table is not on disk (nothing is built). The file is opened once and read through that descriptor
+        (a rename meanwhile cannot swap it), and the key comes from its bytes now, as any capture's get()
+        computes it: the record names the file, it decides nothing that is placed. No use is recorded."""
+        try:
+            fd = os.open(rec.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # a FIFO or a device put there would block or never end
+                return None
+            if rec.identity.startswith("b:") and rec.identity.split(":")[2] != str(st.st_size):
+                return None  # another size: another identity, known without reading the file
+            path = f"/proc/self/fd/{fd}"
+            if self.files.identify(path) != rec.identity:
+                return None
+            dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+            return self.get(path, dev, st.st_ino, build=False)
+        except (OSError, NotCached):
+            return None
+        finally:
+            os.close(fd)
+
+    def ready(self, path: str, dev: str, inode: int, name: str | None = None) -> tuple[str, UnwindTable] | None:
         """get(), unless the file's table is neither in memory nor on disk and would be built in a child
         process (a large file): then None at once, and the caller builds it with get() in the background
         (its frames meanwhile unwind with frame pointers). OSError (file gone) propagates."""
         ident = self.files.identify(path)
         if not self.files.holds(ident, KIND) and self._needs_child(path):
             return None
-        return self.get(path, dev, inode)
+        return self.get(path, dev, inode, name)
 
     def _needs_child(self, path: str) -> bool:
         try:
@@ -158,25 +206,30 @@ class TableCache:
         p = self._disk_path(f"c:{digest}") if digest else None
         return p is None or not p.exists()
 
-    def get_many(self, files: list[tuple[str, str, int]],
-                 wait_for_children: bool = True) -> list[tuple[str, UnwindTable] | OSError | None]:
+    def get_many(self, files: list[tuple[str, str, int]], wait_for_children: bool = True,
+                 names: list[str] | None = None) -> list[tuple[str, UnwindTable] | OSError | None]:
         """get() for each (path, dev, inode), up to `workers` builds at a time; an OSError in place of a
         file that could not be read. With wait_for_children False, ready() instead: None for each file that
-        needs a build in a child process."""
+        needs a build in a child process. names: get()'s, one per file (then the recent uses are saved when
+        a file is new to them)."""
         fetch = self.get if wait_for_children else self.ready
+        todo = [(*f, n) for f, n in zip(files, names if names is not None else [None] * len(files), strict=True)]
 
-        def one(f: tuple[str, str, int]) -> tuple[str, UnwindTable] | OSError | None:
+        def one(f: tuple[str, str, int, str | None]) -> tuple[str, UnwindTable] | OSError | None:
             try:
                 return fetch(*f)
             except OSError as e:
                 return e
-        if len(files) <= 1 or self.workers == 1:
-            return [one(f) for f in files]
-        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="unwind-tables") as pool:
-            return list(pool.map(one, files))
+        if len(todo) <= 1 or self.workers == 1:
+            out = [one(f) for f in todo]
+        else:
+            with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="unwind-tables") as pool:
+                out = list(pool.map(one, todo))
+        self.recent.save()
+        return out
 
-    def _resolve(self, path: str, dev: str, inode: int) -> tuple[_FileTables, UnwindTable]:
-        key, table = self._table(path, dev, inode)
+    def _resolve(self, path: str, dev: str, inode: int, build: bool = True) -> tuple[_FileTables, UnwindTable]:
+        key, table = self._table(path, dev, inode, build)
         with self._lock:
             held = self._tables.get(key)  # the same table under another identity (another build id)
             table = held if held is not None else table
@@ -184,7 +237,7 @@ class TableCache:
         p = self._disk_path(key)
         return _FileTables(key, None if p is not None and p.exists() else table, table.build_id, table.base), table
 
-    def _table(self, path: str, dev: str, inode: int) -> tuple[str, UnwindTable]:
+    def _table(self, path: str, dev: str, inode: int, build: bool = True) -> tuple[str, UnwindTable]:
         over: str | None = None
         digest: str | None = None
         try:
@@ -211,6 +264,8 @@ class TableCache:
         table = self._load(key, build_id)
         if table is not None:
             self._count("disk_hits")
+        elif not build:
+            raise NotCached(key)
         elif unwind_bytes >= self.child_min_bytes:
             table = self._build_in_child(path, key, build_id)
         else:

@@ -57,6 +57,9 @@ def test_stop_waits_for_captures_before_the_servers_grace(monkeypatch: pytest.Mo
             order.append(f"wait_idle {timeout_s:g}")
             return True
 
+        def close(self) -> None:  # the last uses of unwind tables to disk
+            order.append("service closed")
+
     class Grpc:
         def stop(self, grace: float) -> Any:
             order.append(f"server stop {grace:g}")
@@ -71,4 +74,4 @@ def test_stop_waits_for_captures_before_the_servers_grace(monkeypatch: pytest.Mo
     monkeypatch.setattr(server_mod, "wait_released", lambda _s: True)
     srv.stop()
     assert order == ["stop accepting", f"wait_idle {server_mod.SHUTDOWN_CAPTURES_S:g}", "server stop 5",
-                     "programs closed"]
+                     "programs closed", "service closed"]
