@@ -210,7 +210,10 @@ def check_daemon_profile(doc: dict) -> None:
                     for a in anc):
                 got[(node["kind"], node["name"])] = got.get((node["kind"], node["name"]), 0) + \
                     node["metrics"]["gpu_time_ns"]
-        assert got == {(kind, name): ns}, marker
+        # CI saw one mock_relu record of five missing here twice under load (not reproduced alone): the
+        # warnings and the device counters say where it went next time
+        assert got == {(kind, name): ns}, (marker, doc["warnings"],
+                                           {k: v for k, v in doc["stats"].items() if k.startswith("device_")})
     stats = doc["stats"]
     assert stats["device_records"] == RECORDS
     assert stats["device_records_unknown_correlation"] == 0
