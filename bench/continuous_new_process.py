@@ -1,15 +1,17 @@
 """Continuous mode: the daemon's CPU for each newly found process (issue #30: at most 0.3 CPU-seconds each).
 
     sudo .venv/bin/python bench/continuous_new_process.py [--processes 5] [--settle 3] [--baseline 6]
-        [--libcudart PATH] [--keep] [--shared-cache] [--prewarm-unwind-files N] [--json OUT] [--daemon-log DIR]
-        [--self-profile FILE]
+        [--libcudart PATH] [--keep] [--shared-cache] [--prewarm-unwind-files N] [--prewarm-symbol-files N]
+        [--json OUT] [--daemon-log DIR] [--self-profile FILE]
 
 Starts `deepctxd --continuous` at its default continuous settings (a private socket, window store and unwind
 cache in a temp dir; --shared-cache: the configured cache_dir, as a restarted daemon has), waits until it
 serves, the programs it compiles ahead are loaded (its Status totals: bpf_programs_idle, as
 bench/attach_latency.py --wait-prewarm) and its prewarm of the recently used files' unwind rows has ended
 (unwind_prewarm_done; with --shared-cache it places the rows of the files earlier daemons' captures used:
-prewarm_unwind_files, which --prewarm-unwind-files sets, 0 turning it off; its time and CPU are printed), then
+prewarm_unwind_files, which --prewarm-unwind-files sets, 0 turning it off; its time and CPU are printed) and
+its build of the symbol tables those captures asked for (symbol_prewarm_done: prewarm_symbol_files,
+--prewarm-symbol-files), then
 starts --processes new GPU processes one at a time:
 bench/targets/steady_calls.py cudart, a Python process that loads the CUDA runtime through ctypes and calls
 cudaLaunchKernel every --period seconds (the real libcudart of pip's nvidia-cuda-runtime: without a GPU each
@@ -154,13 +156,15 @@ class Daemon:
     """deepctxd --continuous --prewarm in a temp dir, JSON log at info level, Status over gRPC."""
 
     def __init__(self, work: Path, shared_cache: bool, env: dict[str, str] | None,
-                 prewarm_unwind_files: int | None = None) -> None:
+                 prewarm_unwind_files: int | None = None, prewarm_symbol_files: int | None = None) -> None:
         self.work = work
         self.socket = str(work / "d.sock")
         self.log = work / "deepctxd.log"
         keys = [f'store_path = "{work / "windows.db"}"'] + ([] if shared_cache else [f'cache_dir = "{work / "cache"}"'])
         if prewarm_unwind_files is not None:
             keys.append(f"prewarm_unwind_files = {prewarm_unwind_files}")
+        if prewarm_symbol_files is not None:
+            keys.append(f"prewarm_symbol_files = {prewarm_symbol_files}")
         (work / "d.toml").write_text("\n".join(keys) + "\n")
         deepctxd = shutil.which("deepctxd", path=str(Path(sys.executable).parent)) or "deepctxd"
         with open(self.log, "w") as out:
@@ -222,10 +226,11 @@ def programs_idle(d: Daemon, n: int) -> bool:
 
 
 def prewarmed(d: Daemon, n: int) -> dict[str, float] | None:
-    """The Status totals once the programs compiled ahead are loaded and the unwind rows' prewarm ended (a
-    daemon without unwind_prewarm_done has none); None before."""
+    """The Status totals once the programs compiled ahead are loaded and the unwind rows' and symbol tables'
+    prewarms ended (a daemon without unwind_prewarm_done or symbol_prewarm_done has none); None before."""
     t = d.totals()
-    return t if int(t.get("bpf_programs_idle", 0)) >= n and int(t.get("unwind_prewarm_done", 1)) else None
+    return t if (int(t.get("bpf_programs_idle", 0)) >= n and int(t.get("unwind_prewarm_done", 1))
+                 and int(t.get("symbol_prewarm_done", 1))) else None
 
 
 def measure(d: Daemon, i: int, args: argparse.Namespace, programs: int, kept: list[Target]) -> dict[str, Any]:
@@ -342,6 +347,8 @@ def main() -> int:
                          "default an empty one in the temp dir: the first process pays a new host's builds")
     ap.add_argument("--prewarm-unwind-files", type=int, metavar="N",
                     help="the daemon's prewarm_unwind_files (default its own: 128; 0: no unwind rows placed at start)")
+    ap.add_argument("--prewarm-symbol-files", type=int, metavar="N",
+                    help="the daemon's prewarm_symbol_files (default its own: 32; 0: no symbol tables built at start)")
     ap.add_argument("--programs", type=int, default=3,
                     help="programs a continuous daemon compiles ahead (windowed GPU, GPU, CPU-only Python)")
     ap.add_argument("--retries", type=int, default=5,
@@ -379,14 +386,16 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     kept: list[Target] = []
     held: dict[str, float] = {}
-    d = Daemon(work, args.shared_cache, env, args.prewarm_unwind_files)
+    d = Daemon(work, args.shared_cache, env, args.prewarm_unwind_files, args.prewarm_symbol_files)
     try:
         t = time.monotonic()
-        warm = wait_for(lambda: prewarmed(d, args.programs), 600, "the programs compiled ahead and the unwind "
-                        "prewarm", poll_s=0.2)
+        warm = wait_for(lambda: prewarmed(d, args.programs), 600, "the programs compiled ahead and the "
+                        "prewarms", poll_s=0.2)
         info["unwind_prewarm"] = {k: warm.get(f"unwind_prewarm_{k}", 0) for k in ("files", "rows", "ms", "cpu_ms")}
-        print(f"# programs compiled ahead and loaded, unwind prewarm ended {time.monotonic() - t:.1f} s after the "
-              f"daemon served; unwind prewarm: {info['unwind_prewarm']}", flush=True)
+        info["symbol_prewarm"] = {k: warm.get(f"symbol_prewarm_{k}", 0) for k in ("files", "passed", "ms", "cpu_ms")}
+        print(f"# programs compiled ahead and loaded, prewarms ended {time.monotonic() - t:.1f} s after the "
+              f"daemon served; unwind prewarm: {info['unwind_prewarm']}; symbol prewarm: {info['symbol_prewarm']}",
+              flush=True)
         while sum(not r["others"] for r in rows) < args.processes and len(rows) < args.processes + args.retries:
             rows.append(measure(d, len(rows), args, args.programs, kept))
             r = rows[-1]

@@ -88,6 +88,11 @@ class Config:
     # those files then reads no table, as a later one (#30: 0.9 CPU-s for a restarted daemon's first PyTorch
     # process). 0: off (the first process reads its tables)
     prewarm_unwind_files: int = 128
+    # with prewarm_programs: the symbol tables (and interpreter layouts) of this many files captures most recently
+    # asked symbols of on this host (recorded in cache_dir/symbols: the GPU runtimes, libtorch for the hand-off
+    # points, the interpreter) are built into the host cache as the daemon starts, in the background, after the
+    # unwind rows: the first process of those files then builds none (#30). 0: off
+    prewarm_symbol_files: int = 32
     # unwind tables kept by a hash of the CFI they are built from; compiled BPF programs (cache_programs)
     cache_dir: str = "/var/cache/deepctx"
     # keep each compiled program's code in cache_dir/programs (probes/program_cache.py): a daemon that starts
@@ -239,6 +244,8 @@ def _validate_service(cfg: Config) -> None:
         raise ConfigError("host_cache_bytes must be at least 1 MiB and symbol_cache_files at least 1")
     if not 0 <= cfg.prewarm_unwind_files <= 4096:
         raise ConfigError("prewarm_unwind_files must be within [0, 4096] (0: off)")
+    if not 0 <= cfg.prewarm_symbol_files <= 512:
+        raise ConfigError("prewarm_symbol_files must be within [0, 512] (0: off)")
     if cfg.store_max_mb < 1:
         raise ConfigError("store_max_mb must be at least 1")
     if cfg.store_max_age_s <= 0:

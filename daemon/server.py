@@ -134,6 +134,10 @@ class DaemonServer:
             log.exception("unwind rows not placed ahead")
         finally:
             arrays.set()
+        try:  # after the rows: the unwind tables read for them may leave the host cache for these
+            self.service.prewarm_symbols()
+        except Exception:  # a capture builds what is missing
+            log.exception("symbol tables not built ahead")
 
     def compiling_ahead(self) -> bool:
         """The programs (or the unwinder's shared arrays) made at start are still compiling (in C: bcc and

@@ -12,6 +12,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -35,10 +36,12 @@ from deepctx.daemon.profile_wire import to_message
 from deepctx.daemon.request_options import RequestOptions
 from deepctx.daemon.self_profile import profiled
 from deepctx.daemon.service_store import StoreRpcs, open_store
+from deepctx.daemon.symbolize import native as symbolize_native
 from deepctx.daemon.symbolize.native import SymbolCache
 from deepctx.host import file_cache, procfs
 from deepctx.host.file_cache import STATUS_PREFIX as HOST_CACHE_PREFIX
 from deepctx.host.process_handle import ProcessHandle
+from deepctx.host.recent_uses import RecentUses
 from deepctx.probes import programs
 from deepctx.probes.pc_sampling import PC_DURATION_MAX_MS, PC_PERIOD_MAX, PC_PERIOD_MIN, PcsOptions
 from deepctx.profiles.lost import lost_counters
@@ -139,6 +142,10 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         # one cache of what files say (symbols, unwind tables, interpreter layouts) for every capture
         file_cache.configure(config.host_cache_bytes, config.symbol_cache_files)
         self.symbols = SymbolCache(files=file_cache.shared())
+        # the files captures ask symbols of, for the next start's prewarm_symbols
+        uses_dir = _cache_dir(config.cache_dir, "symbols")
+        self.symbol_uses = RecentUses(Path(uses_dir) if uses_dir is not None else None)
+        file_cache.shared().uses = self.symbol_uses
         from deepctx.host.unwind.cache import TableCache
 
         self.unwind_tables = TableCache(_cache_dir(config.cache_dir, "unwind"), files=file_cache.shared())
@@ -156,6 +163,10 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         runs = config.prewarm_programs and config.native_unwind and config.prewarm_unwind_files > 0
         self.unwind_prewarm = {"unwind_prewarm_done": int(not runs), "unwind_prewarm_files": 0,
                                "unwind_prewarm_rows": 0, "unwind_prewarm_ms": 0, "unwind_prewarm_cpu_ms": 0}
+        # prewarm_symbols' figures (Status totals), as those
+        runs = config.prewarm_programs and config.prewarm_symbol_files > 0
+        self.symbol_prewarm = {"symbol_prewarm_done": int(not runs), "symbol_prewarm_files": 0,
+                               "symbol_prewarm_passed": 0, "symbol_prewarm_ms": 0, "symbol_prewarm_cpu_ms": 0}
         self.process_totals = ProcessTotals(full_command=config.metrics_command_lines)  # counters for /metrics
 
     # --- validation -----------------------------------------------------------------------------
@@ -475,9 +486,55 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
                                        unwind_prewarm_cpu_ms=round(1000 * (time.thread_time() - c0)),
                                        unwind_prewarm_done=1)
 
+    def prewarm_symbols(self) -> int:
+        """Builds the symbol tables and interpreter layouts of the files captures most recently asked for on this
+        host (prewarm_symbol_files of them, host/recent_uses.py) into the per-file cache, as the daemon starts
+        (in the background, after the unwind rows: those tables are placed by then, and the ones evicted for
+        these are not needed again): a restarted daemon's first process of those files then builds none. Each
+        recorded path is opened and taken only as a regular file of the recorded identity, computed now.
+        Stops once what it built takes half the host cache's budget (room left for what captures build).
+        Returns the files built; Status totals symbol_prewarm_* say what it did."""
+        from deepctx.host.python import discovery
+        from deepctx.host.recent_uses import choose, opened
+
+        t0, c0 = time.monotonic(), time.thread_time()
+        files = self.symbols.files
+        built = passed = 0
+        try:
+            if self.symbol_prewarm["symbol_prewarm_done"]:
+                return 0
+            chosen = choose(self.symbol_uses.records(), self.config.prewarm_symbol_files,
+                            (symbolize_native.KIND, discovery.KIND))
+            room, start = files.budget_bytes // 2, files.bytes
+            for rec in chosen:
+                if self.shutdown.is_set() or files.bytes - start > room:
+                    break
+                try:
+                    with opened(rec, files.identify) as path:
+                        if path is None:
+                            passed += 1
+                        elif rec.kind == symbolize_native.KIND:
+                            built += self.symbols.build_ahead(path, rec.identity)
+                        else:
+                            built += discovery.build_ahead(files, path, rec.identity, rec.path)
+                except OSError:  # gone meanwhile: a capture reads what it needs
+                    passed += 1
+            if chosen:
+                log.info("symbol tables prewarmed", extra={"files": built, "of": len(chosen), "passed": passed,
+                                                           "seconds": round(time.monotonic() - t0, 3),
+                                                           "cpu_s": round(time.thread_time() - c0, 3)})
+            return built
+        finally:
+            self.symbol_prewarm.update(symbol_prewarm_files=built, symbol_prewarm_passed=passed,
+                                       symbol_prewarm_ms=round(1000 * (time.monotonic() - t0)),
+                                       symbol_prewarm_cpu_ms=round(1000 * (time.thread_time() - c0)),
+                                       symbol_prewarm_done=1)
+
     def close(self) -> None:
-        """At the daemon's stop: the last uses of unwind tables go to disk (the next daemon's prewarm)."""
+        """At the daemon's stop: the last uses of unwind and symbol tables go to disk (the next daemon's
+        prewarm)."""
         self.unwind_tables.recent.save(force=True)
+        self.symbol_uses.save(force=True)
 
     def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.StatusReply:
         cfg = self.config
@@ -496,6 +553,7 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         # tables built, read from disk (disk_hits) and found in memory since the start; the start's prewarm
         reply.totals.update({f"unwind_tables_{k}": v for k, v in self.unwind_tables.counters.items()})
         reply.totals.update(self.unwind_prewarm)
+        reply.totals.update(self.symbol_prewarm)
         if self.store is not None:
             reply.totals.update(self.store.stats().counters)
         with self._lock:

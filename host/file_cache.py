@@ -17,10 +17,13 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from deepctx.host import file_cache_status
 from deepctx.host.file_identity import FileIdentities
+
+if TYPE_CHECKING:
+    from deepctx.host.recent_uses import RecentUses
 
 T = TypeVar("T")
 
@@ -52,6 +55,17 @@ class FileCache:
         self.counters = {"hits": 0, "misses": 0, "builds": 0, "revived": 0, "evictions": 0,
                          "evicted_bytes": 0, "not_kept": 0}
         self.builds_by_kind: dict[str, int] = {}
+        # the daemon's record of the files captures asked symbols of (host/recent_uses.py): its next start
+        # builds them ahead; None (tests, tools): nothing recorded
+        self.uses: RecentUses | None = None
+
+    def note_use(self, kind: str, file_id: str, path: str | None) -> None:
+        """A capture asked for `kind` of the file mapped at path (identity file_id): recorded for the next
+        daemon's prewarm, and written when a new file came (else at most once a minute)."""
+        uses = self.uses
+        if uses is not None:
+            uses.note(kind, file_id, path)
+            uses.save()
 
     def identify(self, path: str) -> str:
         """The identity of the file at path (OSError when it cannot be opened)."""

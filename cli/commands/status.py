@@ -87,6 +87,21 @@ def unwind_prewarm_line(totals: Mapping[str, int]) -> list[str]:
             f"{c.get('ms', 0) / 1000:.2f} s ({c.get('cpu_ms', 0) / 1000:.2f} CPU-s)"]
 
 
+SYMBOL_PREWARM = "symbol_prewarm_"  # daemon/service.py: prewarm_symbols' figures
+
+
+def symbol_prewarm_line(totals: Mapping[str, int]) -> list[str]:
+    """The start's build of recently used files' symbol tables (prewarm_symbol_files), in one line; none from
+    a daemon that does not report it."""
+    c = {k[len(SYMBOL_PREWARM):]: int(v) for k, v in totals.items() if k.startswith(SYMBOL_PREWARM)}
+    if not c:
+        return []
+    if not c.get("done"):
+        return ["symbol prewarm: running"]
+    return [f"symbol prewarm: {c.get('files', 0)} tables built in {c.get('ms', 0) / 1000:.2f} s "
+            f"({c.get('cpu_ms', 0) / 1000:.2f} CPU-s), {c.get('passed', 0)} passed over"]
+
+
 SESSION_COLUMNS = ("SESSION", "PID", "STATE", "RATE", "PROBES", "ELAPSED", "SAMPLES", "LOST", "COMMAND")
 
 
@@ -111,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
     totals = ", ".join(f"{k} {v}" for k, v in sorted(st.totals.items())
                        if not k.startswith((HOST_CACHE, UNWIND_PREWARM)))
     con.print(f"totals: {totals}")
-    for line in host_cache_lines(st.totals) + unwind_prewarm_line(st.totals):
+    prewarm = unwind_prewarm_line(st.totals) + symbol_prewarm_line(st.totals)
+    for line in host_cache_lines(st.totals) + prewarm:
         con.print(line)
     if not st.sessions:
         con.print("no captures running")

@@ -35,7 +35,15 @@ class SymbolCache:
         except OSError:
             self._count_failure()
             return None
+        self.files.note_use(KIND, ident, m.path)
         return self.files.get(ident, KIND, lambda: self._load(path), _nbytes)
+
+    def build_ahead(self, path: str, ident: str) -> bool:
+        """Builds the table of the file at path (a descriptor the prewarm opened and checked to be of
+        identity ident) into the per-file cache, as get() would; no use is recorded. Whether it was built."""
+        if self.files.holds(ident, KIND):
+            return False
+        return self.files.get(ident, KIND, lambda: self._load(path), _nbytes) is not None
 
     def _load(self, path: str) -> ElfSymbols | None:
         try:

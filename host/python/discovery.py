@@ -107,10 +107,11 @@ def find_interpreter(pid: int, space: AddressSpace, mem: ProcessMemory, files: F
         named = named or _name_version(_basename(maps[0]))
         try:
             real = open_mapped_file(pid, maps[0])
+            ident = cache.identify(real)
             # what a file says is read under the name the process maps it by (the name tells a free-threaded
             # build, and 3.10's version): the name is in the key, so a file mapped under a name of the
             # process's choosing cannot hand its facts (or refusal) to other processes of that file
-            facts: FileFacts = cache.get(f"{cache.identify(real)}\0{_basename(maps[0])}", KIND,
+            facts: FileFacts = cache.get(f"{ident}\0{_basename(maps[0])}", KIND,
                                          lambda r=real, p=path: _read_file(r, p),  # type: ignore[misc]
                                          _facts_nbytes)
         except OSError:
@@ -119,10 +120,22 @@ def find_interpreter(pid: int, space: AddressSpace, mem: ProcessMemory, files: F
             continue
         if isinstance(facts, str):
             raise ValueError(facts)
+        cache.note_use(KIND, ident, maps[0].path)  # an interpreter's: for the next daemon's prewarm
         return _describe(pid, path, maps, facts, mem)
     if named:  # a Python without _PyRuntime: 2.x or 3.6 and older
         raise _unsupported(named[:2])
     raise ValueError(f"process {pid} is not a Python process (no libpython or python executable defining _PyRuntime is mapped)")
+
+
+def build_ahead(cache: FileCache, real: str, ident: str, path: str) -> bool:
+    """Reads the interpreter facts of the file at real (a descriptor the prewarm opened and checked to be of
+    identity ident), mapped at path, into the per-file cache as find_interpreter would, under its basename.
+    Whether they were read (False: already held)."""
+    key = f"{ident}\0{os.path.basename(path)}"
+    if cache.holds(key, KIND):
+        return False
+    cache.get(key, KIND, lambda: _read_file(real, path), _facts_nbytes)
+    return True
 
 
 def _facts_nbytes(facts: FileFacts) -> int:

@@ -15,6 +15,8 @@ import pytest
 from harness import Daemon, start_daemon, stop_daemon, wait_for
 from profile_paths import self_paths, total
 
+from deepctx.host.file_identity import FileIdentities
+
 pytestmark = pytest.mark.root
 
 TARGETS = Path(__file__).resolve().parents[2] / "targets" / "unwind"
@@ -90,11 +92,12 @@ def assert_exact(doc: dict) -> None:
 
 
 def restarted(tmp: Path, cache: Path, *keys: str) -> Daemon:
-    """A daemon over the cache, its start's prewarm on, once its unwind prewarm has ended."""
+    """A daemon over the cache, its start's prewarm on, once its unwind and symbol prewarms have ended."""
     tmp.mkdir()
     (tmp / "d.toml").write_text("\n".join([f'cache_dir = "{cache}"', *keys]) + "\n")
     d = start_daemon(tmp, "--prewarm", "--config", str(tmp / "d.toml"))
-    wait_for(lambda: totals(d).get("unwind_prewarm_done") == 1, timeout=300, what="the unwind prewarm")
+    wait_for(lambda: totals(d).get("unwind_prewarm_done") == totals(d).get("symbol_prewarm_done") == 1,
+             timeout=300, what="the unwind and symbol prewarms")
     return d
 
 
@@ -117,6 +120,7 @@ def used(unwind_targets: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     finally:
         assert stop_daemon(d) == 0, d.log.read_text()[-3000:]
     assert (cache / "unwind" / "recent.v1.json").exists()
+    assert (cache / "symbols" / "recent_uses.v1.json").exists()
     new = build_target(unwind_targets, tmp / "replacement", "new_marker", calls=2)
     new.replace(replaced)  # a new build at the same path: another identity
     yield cache, kept, replaced
@@ -164,5 +168,51 @@ def test_prewarm_unwind_files_0_turns_it_off(used: tuple[Path, Path, Path], tmp_
         disk, built = reads(d)
         assert built == before[1] and disk >= before[0] + 3  # the executable, libunwlib, libc at least
         assert_exact(doc)
+    finally:
+        assert stop_daemon(d) == 0, d.log.read_text()[-3000:]
+
+
+def test_a_restarted_daemons_first_process_of_recent_files_loads_no_symbol_table(used: tuple[Path, Path, Path],
+                                                                                tmp_path: Path) -> None:
+    """The symbol tables earlier daemons' captures loaded (the executables, libc) are built at the next start (prewarm_symbol_files): its first process of those files loads none; the replaced executable is
+    not taken from its earlier build's record (another file at the path): its process loads that one table,
+    unless a test before this one recorded the new build."""
+    cache, kept, replaced = used
+    recorded = json.loads((cache / "symbols" / "recent_uses.v1.json").read_text())
+    new_known = any(r["identity"] == FileIdentities().of(str(replaced)) for r in recorded)
+    d = restarted(tmp_path / "d", cache)
+    try:
+        done = logged(d, "symbol tables prewarmed")
+        assert done is not None, d.log.read_text()[-3000:]
+        # every recorded file built but the replaced executable's earlier builds (another file at its path now;
+        # the tests before this one used its second)
+        assert done["passed"] >= 1 and done["files"] == done["of"] - done["passed"] >= 2, done
+        t = totals(d)
+        assert t["symbol_prewarm_files"] == done["files"] and t["symbol_prewarm_passed"] == done["passed"]
+        assert t["symbol_files_loaded"] == done["files"]  # the prewarm's, and no other yet
+        assert "symbol prewarm: " in d.cli("status").stdout
+        before = t["symbol_files_loaded"]
+        with Chain(kept) as p:
+            doc = d.attach_json(p.pid, "--duration", "2")
+        assert totals(d)["symbol_files_loaded"] == before, "the first process of prewarmed files loaded a symbol table"
+        assert_exact(doc)  # named as ever: main, a, b, c from the prewarmed tables
+        with Chain(replaced) as p:
+            doc = d.attach_json(p.pid, "--duration", "2")
+        assert totals(d)["symbol_files_loaded"] == before + (not new_known)  # the new executable's own
+        assert_exact(doc)
+    finally:
+        assert stop_daemon(d) == 0, d.log.read_text()[-3000:]
+
+
+def test_prewarm_symbol_files_0_turns_it_off(used: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    cache, kept, _ = used
+    d = restarted(tmp_path / "d", cache, "prewarm_symbol_files = 0")
+    try:
+        assert logged(d, "symbol tables prewarmed") is None
+        t = totals(d)
+        assert t["symbol_prewarm_files"] == 0 and t.get("symbol_files_loaded", 0) == 0
+        with Chain(kept) as p:
+            d.attach_json(p.pid, "--duration", "2")
+        assert totals(d)["symbol_files_loaded"] >= 2  # the executable, libc
     finally:
         assert stop_daemon(d) == 0, d.log.read_text()[-3000:]
