@@ -19,14 +19,13 @@ import json
 import logging
 import os
 import stat
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from deepctx.host.private_files import open_private, replace_private
+from deepctx.host.record_file import RecordFile
 
 log = logging.getLogger(__name__)
 
@@ -94,82 +93,24 @@ def opened(rec: RecentUse, identify: Callable[[str], str]) -> Iterator[str | Non
         os.close(fd)
 
 
-class RecentUses:
-    """The records, by (kind, identity, name), and their file. Safe from several threads."""
+class RecentUses(RecordFile[tuple[str, str, str], RecentUse]):
+    """The records, by (kind, identity, name), and their file."""
 
     def __init__(self, folder: Path | None, max_records: int = MAX_RECORDS,
                  save_interval_s: float = SAVE_INTERVAL_S) -> None:
-        self.path = folder / FILE_NAME if folder is not None else None
-        self.max_records = max_records
-        self.save_interval_s = save_interval_s
-        self._lock = threading.Lock()
-        self._save_lock = threading.Lock()
-        self._records: dict[tuple[str, str, str], RecentUse] | None = None  # read at the first use
-        self._new = False
-        self._dirty = False
-        self._saved = time.monotonic()
-
-    def records(self) -> list[RecentUse]:
-        with self._lock:
-            return list(self._held().values())
+        super().__init__(folder / FILE_NAME if folder is not None else None, "recently used symbol tables", _parse,
+                         lambda r: r.key, lambda r: r.used, max_records, MAX_FILE_BYTES, save_interval_s)
 
     def note(self, kind: str, identity: str, path: str | None, now: float | None = None) -> None:
         """A capture asked for the file's `kind`: its record is made or its last use moved to now."""
         if path is None or not keepable(kind, identity, path):
             return
         name = path.rsplit("/", 1)[-1]
-        key = (kind, identity, name)
         with self._lock:
             held = self._held()
-            old = held.pop(key, None)  # re-inserted last: the dict's order is the use order
-            held[key] = RecentUse(kind, identity, name, path, time.time() if now is None else now)
-            self._new = self._new or old is None or old.path != path
-            self._dirty = True
-            while len(held) > self.max_records:
-                del held[next(iter(held))]
-
-    def save(self, force: bool = False) -> bool:
-        """Writes the records when a new file came, when the last write is save_interval_s old, or (force) when
-        anything changed. Returns whether it wrote; a failed write is logged and tried again later."""
-        if self.path is None:
-            return False
-        with self._lock:
-            due = self._new or (self._dirty and (force or time.monotonic() - self._saved >= self.save_interval_s))
-            if not due:
-                return False
-            data = json.dumps([asdict(r) for r in self._held().values()], separators=(",", ":")).encode()
-            self._new = self._dirty = False
-            self._saved = time.monotonic()
-        with self._save_lock:
-            try:
-                replace_private(self.path, lambda f: f.write(data))
-            except OSError as e:
-                log.warning("cannot keep the recently used symbol tables in %s: %s", self.path, e)
-                with self._lock:
-                    self._dirty = True
-                return False
-        return True
-
-    # --- under the lock --------------------------------------------------------------------------
-
-    def _held(self) -> dict[tuple[str, str, str], RecentUse]:
-        if self._records is None:
-            self._records = self._read()
-        return self._records
-
-    def _read(self) -> dict[tuple[str, str, str], RecentUse]:
-        if self.path is None:
-            return {}
-        try:
-            with open_private(self.path) as f:
-                raw = f.read(MAX_FILE_BYTES + 1)
-            got = _parse(raw)
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as e:
-            log.warning("ignoring the recently used symbol tables in %s: %s", self.path, e)
-            return {}
-        return {r.key: r for r in sorted(got, key=lambda r: r.used)[-self.max_records:]}
+            old = held.get((kind, identity, name))
+            self._put(held, RecentUse(kind, identity, name, path, time.time() if now is None else now),
+                      old is None or old.path != path)
 
 
 def _parse(raw: bytes) -> list[RecentUse]:

@@ -15,16 +15,16 @@ came (then at the end of the capture's batch that resolved it) and at the daemon
 
 from __future__ import annotations
 
+import io
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from deepctx.host.private_files import open_private, replace_private
+from deepctx.host.record_file import RecordFile
 
 log = logging.getLogger(__name__)
 
@@ -69,24 +69,14 @@ def choose(records: Iterable[RecentFile], limit: int, max_rows: int) -> list[Rec
     return out
 
 
-class RecentFiles:
-    """The records, by identity, and their file. Safe from several threads."""
+class RecentFiles(RecordFile[str, RecentFile]):
+    """The records, by identity, and their file."""
 
     def __init__(self, folder: Path | None, max_records: int = MAX_RECORDS,
                  save_interval_s: float = SAVE_INTERVAL_S) -> None:
-        self.path = folder / FILE_NAME if folder is not None else None
-        self.max_records = max_records
-        self.save_interval_s = save_interval_s
-        self._lock = threading.Lock()
-        self._save_lock = threading.Lock()  # one write at a time (a capture's and the stop's)
-        self._records: dict[str, RecentFile] | None = None  # read from the file at the first use
-        self._new = False  # a file not recorded before: written at the next save()
-        self._dirty = False
-        self._saved = time.monotonic()
-
-    def records(self) -> list[RecentFile]:
-        with self._lock:
-            return list(self._held().values())
+        super().__init__(folder / FILE_NAME if folder is not None else None, "recently used unwind tables",
+                         lambda raw: _parse(io.BytesIO(raw)), lambda r: r.identity, lambda r: r.used, max_records,
+                         MAX_FILE_BYTES, save_interval_s)
 
     def note(self, identity: str, key: str, path: str | None, rows: int | None, now: float | None = None) -> None:
         """A capture used the file: its record is made or its last use moved to now. rows None: unknown here
@@ -99,55 +89,8 @@ class RecentFiles:
             n = rows if rows is not None else old.rows if old is not None and old.key == key else None
             if n is None or not keepable(identity, key, path, n):
                 return
-            held.pop(identity, None)  # re-inserted last: the dict's order is the use order
-            held[identity] = RecentFile(identity, key, path, n, time.time() if now is None else now)
-            self._new = self._new or old is None or old.key != key or old.path != path
-            self._dirty = True
-            while len(held) > self.max_records:
-                del held[next(iter(held))]
-
-    def save(self, force: bool = False) -> bool:
-        """Writes the records when a new file came, when the last write is save_interval_s old, or (force) when
-        anything changed. Returns whether it wrote; a write that fails is logged and tried again later."""
-        if self.path is None:
-            return False
-        with self._lock:
-            due = self._new or (self._dirty and (force or time.monotonic() - self._saved >= self.save_interval_s))
-            if not due:
-                return False
-            data = json.dumps([asdict(r) for r in self._held().values()], separators=(",", ":")).encode()
-            self._new = self._dirty = False
-            self._saved = time.monotonic()
-        with self._save_lock:
-            try:
-                replace_private(self.path, lambda f: f.write(data))
-            except OSError as e:
-                log.warning("cannot keep the recently used unwind tables in %s: %s", self.path, e)
-                with self._lock:
-                    self._dirty = True
-                return False
-        return True
-
-    # --- under the lock --------------------------------------------------------------------------
-
-    def _held(self) -> dict[str, RecentFile]:
-        if self._records is None:
-            self._records = self._read()
-        return self._records
-
-    def _read(self) -> dict[str, RecentFile]:
-        """The file's records in the order of their use (an unreadable file: none, with a warning)."""
-        if self.path is None:
-            return {}
-        try:
-            with open_private(self.path) as f:
-                got = _parse(f)
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as e:
-            log.warning("ignoring the recently used unwind tables in %s: %s", self.path, e)
-            return {}
-        return {r.identity: r for r in sorted(got, key=lambda r: r.used)[-self.max_records:]}
+            self._put(held, RecentFile(identity, key, path, n, time.time() if now is None else now),
+                      old is None or old.key != key or old.path != path)
 
 
 def _parse(f: BinaryIO) -> list[RecentFile]:
