@@ -48,10 +48,22 @@ struct cupti_api {
     CUptiResult (*GetResultString)(CUptiResult, const char **);  /* optional */
     CUptiResult (*GetTimestamp)(uint64_t *);                       /* optional */
     CUptiResult (*GetGraphNodeId)(CUgraphNode, uint64_t *);        /* optional: graph nodes' call paths */
+    CUptiResult (*Finalize)(void);                                 /* optional: CUPTI's dynamic detach */
 };
 
 static struct cupti_api cupti;
 static int subscribed;
+/* CUPTI's dynamic detach. Unsubscribing leaves CUPTI initialized, and an initialized CUPTI keeps costing the
+ * process: on the H100 host a launch-bound loop ran 20 to 23% slower in every stretch after the agent had
+ * stopped than before its first start (torch.profiler leaves the same, pytorch/pytorch#146604). So the agent
+ * releases CUPTI with cuptiFinalize, called where CUPTI documents it safe: in the exit callback of a CUDA call,
+ * the next one any thread makes after the release (a process that makes none pays nothing meanwhile).
+ * FIN_WANTED -> FIN_RUNNING (that callback) -> FIN_DONE; a start meanwhile takes a wanted one back, or waits
+ * for a running one and subscribes afresh. DEEPCTX_CUPTI_FINALIZE=0 unsubscribes only (bench/ compares). */
+enum { FIN_NONE, FIN_WANTED, FIN_RUNNING, FIN_DONE };
+static int finalize_state;
+static int finalize_calls;  /* exported count below: tests and bench/ read it */
+static int cupti_used;      /* this subscription started activity: only then is there anything to finalize */
 static CUpti_SubscriberHandle subscriber;
 /* CUPTI's clock - CLOCK_MONOTONIC when CUPTI's timestamp callback is not used (DEEPCTX_TIMESTAMP_CB=0,
  * or a CUPTI without it): measured at each start and flush (cuptiGetTimestamp between two clock_gettime
@@ -63,6 +75,10 @@ static __thread uint32_t runtime_correlation;  /* the runtime call in progress o
 static __thread uint32_t api_correlation;      /* the outermost reported call in progress on this thread */
 static __thread uint32_t api_current;          /* ... its domain << 16 | callback id */
 static __thread const char *api_current_fn;    /* ... and its name */
+/* Bumped at each finalize: a call in progress then never gets its exit callback, so a thread whose calls
+ * straddled one forgets the ones above (its correlations are of the CUPTI that went). */
+static uint32_t cupti_generation;
+static __thread uint32_t thread_generation;
 
 static const CUpti_ActivityKind KINDS[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2,
@@ -152,6 +168,7 @@ static int load_cupti(void) {
         AGENT_SYM(cupti, GetResultString, "cuptiGetResultString", 0),
         AGENT_SYM(cupti, GetTimestamp, "cuptiGetTimestamp", 0),
         AGENT_SYM(cupti, GetGraphNodeId, "cuptiGetGraphNodeId", 0),
+        AGENT_SYM(cupti, Finalize, "cuptiFinalize", 0),
     };
     pcs_load(h);  /* optional: only `--pc-sampling` needs it, and says so when it is missing */
     return agent_bind(h, syms, sizeof(syms) / sizeof(syms[0]), "libcupti lacks %s");
@@ -187,6 +204,20 @@ static void on_graph_node(CUpti_CallbackId cbid, const void *data) {
     AGENT_GRAPH_NODE(node, original, corr);
 }
 
+/* In a CUDA call's exit callback, the release's finalize: CUPTI's subscriber, callbacks, activity and
+ * buffers are gone after it (a start subscribes afresh). */
+static void finalize_in_callback(void) {
+    int wanted = FIN_WANTED;
+    if (!__atomic_compare_exchange_n(&finalize_state, &wanted, FIN_RUNNING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return;  /* another thread's exit took it, or a start took it back */
+    uint64_t t = agent_monotonic_ns();
+    CUptiResult r = cupti.Finalize();
+    agent_timed(r == CUPTI_SUCCESS ? "release: cuptiFinalize" : "release: cuptiFinalize failed", &t);
+    __atomic_add_fetch(&finalize_calls, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cupti_generation, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&finalize_state, FIN_DONE, __ATOMIC_RELEASE);
+}
+
 static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data) {
     (void)userdata;
     if (domain == CUPTI_CB_DOMAIN_RESOURCE) {  /* graph nodes, and what PC sampling enabled (pcs_start) */
@@ -200,6 +231,11 @@ static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_C
         return;
     const CUpti_CallbackData *cb = data;
     uint32_t corr = cb->correlationId;
+    uint32_t gen = __atomic_load_n(&cupti_generation, __ATOMIC_RELAXED);
+    if (__builtin_expect(thread_generation != gen, 0)) {
+        thread_generation = gen;
+        runtime_correlation = api_correlation = 0;
+    }
     /* The runtime's own driver call under the same id was announced with the runtime call. A
      * different id is announced too: the device records may carry either. */
     int inner = domain == CUPTI_CB_DOMAIN_DRIVER_API && runtime_correlation == corr;
@@ -220,6 +256,10 @@ static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_C
                 agent_api_enter(nested);
         }
     } else {
+        if (__atomic_load_n(&finalize_state, __ATOMIC_RELAXED) == FIN_WANTED) {
+            finalize_in_callback();
+            return;  /* CUPTI is gone: nothing of this call is recorded (the agent has stopped) */
+        }
         if (!inner) {
             AGENT_API_EXIT(corr);
             if (AGENT_TIMED())
@@ -384,7 +424,30 @@ static int flush_cupti(int forced) {
     return cupti.ActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0) == CUPTI_SUCCESS ? 0 : -1;
 }
 
+/* A start after a release: a finalize still wanted is taken back (the subscription is kept), one running is
+ * waited for (it runs in a CUDA call's exit callback: moments), one done leaves nothing subscribed. */
+static void settle_finalize(void) {
+    int wanted = FIN_WANTED;
+    if (__atomic_compare_exchange_n(&finalize_state, &wanted, FIN_NONE, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return;
+    for (int i = 0; i < 10000 && __atomic_load_n(&finalize_state, __ATOMIC_ACQUIRE) == FIN_RUNNING; i++) {
+        struct timespec tick = {0, 1000000L};
+        nanosleep(&tick, NULL);
+    }
+    if (__atomic_load_n(&finalize_state, __ATOMIC_ACQUIRE) == FIN_DONE) {
+        subscribed = 0;
+        cupti_used = 0;
+        __atomic_store_n(&finalize_state, FIN_NONE, __ATOMIC_RELEASE);
+        /* the timestamp callback went with CUPTI: registered again for this start's records */
+        if (use_timestamp_callback && cupti.ActivityRegisterTimestampCallback(cupti_timestamp) != CUPTI_SUCCESS) {
+            use_timestamp_callback = 0;
+            measure_clock_offset();
+        }
+    }
+}
+
 static int subscribe(void) {
+    settle_finalize();
     if (subscribed)
         return DEV_AGENT_OK;
     CUptiResult r = cupti.Subscribe(&subscriber, on_api, NULL);
@@ -405,6 +468,7 @@ static int start_cupti(void) {
     int rc = subscribe();
     if (rc != DEV_AGENT_OK)
         return rc;
+    cupti_used = 1;
     agent_timed("start: subscribed", &t);
     measure_clock_offset();
     CUptiResult r = cupti.ActivityRegisterCallbacks(buffer_requested, buffer_completed);
@@ -447,11 +511,26 @@ static void stop_cupti(void) {
 /* Nobody watches (or the last records are handed over): no subscription, so no callback runs and other
  * tools can have CUPTI. */
 static void release_cupti(void) {
-    if (subscribed) {
-        cupti.Unsubscribe(subscriber);
-        subscribed = 0;
+    if (!subscribed || __atomic_load_n(&finalize_state, __ATOMIC_ACQUIRE) != FIN_NONE)
+        return;  /* released already, or its finalize is on its way */
+    /* a subscription that never started (the agent loaded at cuInit, nobody watching) enabled nothing: it
+     * goes as it came, and no callback ever runs in the application's calls */
+    if (cupti_used && cupti.Finalize && agent_env_u64("DEEPCTX_CUPTI_FINALIZE", 1)) {
+        /* the next CUDA call's exit finalizes: its callback must be on (DEEPCTX_CALLBACKS=0 left them off) */
+        if (!agent_env_u64("DEEPCTX_CALLBACKS", 1)) {
+            enable_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE);
+            enable_callbacks(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE);
+        }
+        __atomic_store_n(&finalize_state, FIN_WANTED, __ATOMIC_RELEASE);
+        return;
     }
+    cupti.Unsubscribe(subscriber);
+    subscribed = 0;
+    cupti_used = 0;
 }
+
+/* How many times the agent finalized CUPTI (tests, bench/: the release took effect). */
+EXPORT int deepctx_cupti_finalized(void) { return __atomic_load_n(&finalize_calls, __ATOMIC_RELAXED); }
 
 static const struct agent_ops CUPTI_OPS = {
     .thread_name = "deepctx-cupti",

@@ -21,11 +21,12 @@ import shutil
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import StdinTarget, line_of, session_of, wait_for
+from harness import Daemon, StdinTarget, line_of, session_of, start_daemon, stop_daemon, wait_for
 from profile_paths import walk
 
 from deepctx.profiles.analyzer import Limits, annotate
@@ -48,11 +49,36 @@ def built() -> None:
     assert (REPO / "native" / "build" / "libdeepctx_cupti.so").exists(), "the CUPTI agent was not built"
 
 
-def attached(daemon, out: Path) -> tuple[subprocess.CompletedProcess, float]:
+def kept(tmp: Path) -> Path:
+    """Where the daemon's log and the target's stderr go: $DEEPCTX_ARTIFACTS when set (they come back from the
+    GPU host, a failure's cause with them), else the test's own folder."""
+    art = os.environ.get("DEEPCTX_ARTIFACTS")
+    folder = Path(art) / "attach_pc_sampling" if art else tmp
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def pcs_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """A daemon that takes `attach --pc-sampling` (attach_pc_sampling: off by default until this test passes)."""
+    home = tmp_path_factory.mktemp("pcs-daemon")  # short: the socket's path is limited
+    (home / "deepctxd.toml").write_text("attach_pc_sampling = true\n")
+    d = start_daemon(home, "--config", str(home / "deepctxd.toml"), "--log-level", "debug")
+    try:
+        yield d
+    finally:
+        rc = stop_daemon(d)
+        shutil.copy(d.log, kept(home) / "deepctxd.log")
+    assert rc == 0, d.log.read_text()[-4000:]
+
+
+def attached(daemon: Daemon, out: Path) -> tuple[subprocess.CompletedProcess, float]:
     """The example started without the agent, attached once its warm-up ran, one timed run captured (started
     once the agent reports), the capture stopped while the example lives: the CLI's result and the run's time."""
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"}
-    t = StdinTarget([sys.executable, str(SCRIPT), "--steps", "400"], env=env)  # "ready": warm-up synchronized
+    # the agent's steps, timed, on the target's stderr (kept): where a start that never reports stops
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"} | {"DEEPCTX_AGENT_TIMING": "1"}
+    with open(kept(out.parent) / "target.stderr", "w") as err:  # "ready": warm-up synchronized
+        t = StdinTarget([sys.executable, str(SCRIPT), "--steps", "400"], env=env, stderr=err)
 
     def agent_reports() -> bool:
         s = session_of(daemon, t.pid) or {}
@@ -64,8 +90,11 @@ def attached(daemon, out: Path) -> tuple[subprocess.CompletedProcess, float]:
             fut = pool.submit(daemon.cli, "attach", str(t.pid), "--duration", "300", "--quiet", "--mode", "exact",
                               "--gpu-activity", "--pc-sampling", "--pc-duration", "120", "-o", str(out), "--format",
                               "json", timeout=600)
-            wait_for(lambda: agent_reports() or fut.done(), what="the capture running, its agent reporting",
-                     timeout=120)
+            try:
+                wait_for(lambda: agent_reports() or fut.done(), what="the capture running, its agent reporting",
+                         timeout=90)
+            except AssertionError as e:
+                raise AssertionError(f"{e}: {session_of(daemon, t.pid)}") from None
             if fut.done():
                 return fut.result(), 0.0
             t.go()
@@ -92,9 +121,9 @@ def kernel_samples(doc: dict[str, Any], line: int) -> dict[tuple[str, str], dict
     return out
 
 
-def test_attach_samples_a_running_kernel_under_the_line_that_launched_it(daemon, built: None,
+def test_attach_samples_a_running_kernel_under_the_line_that_launched_it(pcs_daemon: Daemon, built: None,
                                                                            tmp_path: Path) -> None:
-    r, seconds = attached(daemon, tmp_path / "attach.json")
+    r, seconds = attached(pcs_daemon, tmp_path / "attach.json")
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "attach.json").read_text())
     if os.environ.get("DEEPCTX_ARTIFACTS"):

@@ -55,6 +55,23 @@ EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle sub) {
     return CUPTI_SUCCESS;
 }
 
+/* CUPTI's dynamic detach: everything the subscriber set up goes (subscription, callbacks, activity kinds,
+ * buffer callbacks); CUPTI comes up again on the next call into it. The timestamp callback stays: it is
+ * also this mock's device clock (mock_device_run), which a real device keeps through a finalize. */
+static int finalized;
+EXPORT CUptiResult cuptiFinalize(void) {
+    pthread_mutex_lock(&lock);
+    subscribed = 0;
+    subscriber_fn = NULL;
+    memset(enabled, 0, sizeof(enabled));
+    memset(kinds, 0, sizeof(kinds));
+    buffer_requested = NULL;
+    buffer_completed = NULL;
+    finalized++;
+    pthread_mutex_unlock(&lock);
+    return CUPTI_SUCCESS;
+}
+
 EXPORT CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle sub, CUpti_CallbackDomain domain,
                                        CUpti_CallbackId cbid) {
     (void)sub;
@@ -472,4 +489,5 @@ EXPORT void mockcupti_sync(uint32_t corr, uint32_t type, uint64_t start, uint64_
 /* Is a subscriber there, and how many callbacks did it get (tests: an agent nobody watches costs
  * nothing and lets CUPTI go)? */
 EXPORT int mockcupti_subscribed(void) { return subscribed; }
+EXPORT int mockcupti_finalized(void) { return finalized; }
 EXPORT uint64_t mockcupti_callbacks(void) { return __atomic_load_n(&callbacks, __ATOMIC_RELAXED); }

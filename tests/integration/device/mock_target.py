@@ -217,7 +217,8 @@ def main() -> None:
         sets(rt)
         graphs(rt, graph)
         rt.cudaDeviceSynchronize()  # LINE_SYNC
-        print(f"cupti {cupti.mockcupti_subscribed()} {cupti.mockcupti_callbacks()}", flush=True)
+        print(f"cupti {cupti.mockcupti_subscribed()} {cupti.mockcupti_callbacks()} {cupti.mockcupti_finalized()}",
+              flush=True)
         if not auto:
             print("done", flush=True)
     if not auto:

@@ -57,9 +57,18 @@ def agent_state(pid: int) -> int:
         return int.from_bytes(mem.read(addr, 4), "little", signed=True)
 
 
+def kernel_times(r) -> dict[str, int]:  # noqa: ANN001
+    kernels: dict[str, int] = {}
+    for p, v in r.tree.paths_with("gpu_time_ns"):
+        kernels[p[-1].name] = kernels.get(p[-1].name, 0) + v
+    return kernels
+
+
 def test_injected_agent_gives_exact_device_times(built: tuple[Path, Path]) -> None:
     agent, lib = built
-    t = start(lib, "--phases", "2")
+    t = start(lib, "--phases", "3")
+    expected = {"mock_matmul(float*, int)": mt.N_MATMUL * mt.MATMUL_NS + mt.N_GRAPH * 2 * mt.MATMUL_NS,
+                "mock_relu(float*)": mt.N_RELU * mt.RELU_NS + mt.N_GRAPH * mt.RELU_NS}
     try:
         assert not agent_mappings(procfs.read_maps(t.pid))
         dev = DeviceActivity(inject=True, agent_path=str(agent), injector=agent_injector)
@@ -72,16 +81,21 @@ def test_injected_agent_gives_exact_device_times(built: tuple[Path, Path]) -> No
         r = run_capture(t.pid, work, dev, python=False)
         assert dev.injected and agent_mappings(procfs.read_maps(t.pid))
         assert r.stats["device_records_unknown_correlation"] == 0
-        kernels: dict[str, int] = {}
-        for p, v in r.tree.paths_with("gpu_time_ns"):
-            kernels[p[-1].name] = kernels.get(p[-1].name, 0) + v
-        assert kernels["mock_matmul(float*, int)"] == mt.N_MATMUL * mt.MATMUL_NS + mt.N_GRAPH * 2 * mt.MATMUL_NS
-        assert kernels["mock_relu(float*)"] == mt.N_RELU * mt.RELU_NS + mt.N_GRAPH * mt.RELU_NS
-        # detached: the agent goes idle and lets CUPTI go; the job runs on and ends normally
+        kernels = kernel_times(r)
+        assert {k: kernels[k] for k in expected} == expected
+        # detached: the agent goes idle and lets CUPTI go, finalized (CUPTI's dynamic detach) in the exit
+        # callback of the phase's first call; the job runs on
         wait_for(lambda: agent_state(t.pid) == DEV_AGENT_IDLE, what="the agent going idle")
         t.go()
-        assert t.expect("cupti").split()[1] == "0"
+        subscribed, _callbacks, finalized = t.expect("cupti").split()[1:]
+        assert (subscribed, finalized) == ("0", "1")
         t.expect("done")
+        # attached again after the finalize: CUPTI subscribed afresh, its clock again the agent's (exact times)
+        again = DeviceActivity(inject=True, agent_path=str(agent), injector=agent_injector)
+        r = run_capture(t.pid, work, again, python=False)
+        assert not again.injected  # loaded already: the probes found it
+        kernels = kernel_times(r)
+        assert {k: kernels[k] for k in expected} == expected
         assert t.proc.stdin is not None
         t.proc.stdin.close()
         assert t.proc.wait(timeout=30) == 0
