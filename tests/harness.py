@@ -138,7 +138,8 @@ class StdinTarget:
     def __init__(self, argv: list[str], **kw: object) -> None:
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                      **kw)  # type: ignore[call-overload]
-        self.pid = int(self.expect("ready").split()[1])
+        self.first = self.expect("ready")  # "ready <pid> ...": some targets say more
+        self.pid = int(self.first.split()[1])
 
     def expect(self, word: str) -> str:
         assert self.proc.stdout is not None

@@ -68,6 +68,8 @@ class Context:
     operator: str | None = None  # innermost operator node, as named (aten::mul.Tensor)
     api: str | None = None  # the API node above a kernel/memcpy/memset/sync node
     in_api: bool = False  # inside a probed GPU API function (CPU samples there are API time)
+    api_entry: str | None = None  # the outermost probed GPU API function the sample is in
+    in_probe: bool = False  # in deepctx's own probe (DEEPCTX_PROBE): watching's cost, not the call's
     compile: bool = False  # under compilation or autotuning frames
     in_graph: bool = False  # inside a call of a torch.compile'd graph (its runtime wrappers: names.is_graph_call_frame)
     in_wrapper: bool = False  # inside Inductor's generated code (launching the graph's kernels)
@@ -149,6 +151,9 @@ class SampleGroup:
 
     samples: int = 0
     api_samples: int = 0
+    # of api_samples: inside launch calls' own code (deepctx's probes left out): what a launch costs the host
+    # inside the call, from samples (rules/common.launch_call_ns)
+    launch_call_samples: int = 0
     loader_samples: int = 0
     compile_samples: int = 0  # compiling, tracing, autotuning: one-time work
     # running a torch.compile'd graph (not API or compile time): work outside the line's own code; of it, the
@@ -241,6 +246,10 @@ def _child_context(ctx: Context, node: dict[str, Any]) -> Context:
         # trampoline): neither is host work a fix removes
         if kind == "native" and (apis.is_api_entry(name) or name == DEEPCTX_PROBE.name):
             changes["in_api"] = True
+            if name == DEEPCTX_PROBE.name:
+                changes["in_probe"] = True
+            elif ctx.api_entry is None:
+                changes["api_entry"] = name
         elif not ctx.in_api:
             # an operator node (aten::mul.Tensor -> mul), or the operator a native frame implements
             node_op = name if is_operator(kind, name) else None
@@ -317,6 +326,8 @@ def _add_samples(idx: ProfileIndex, ctx: Context, samples: int) -> None:
         group.samples += samples
         if ctx.in_api:
             group.api_samples += samples
+            if not ctx.in_probe and ctx.api_entry and apis.api_class(ctx.api_entry) in (apis.LAUNCH, apis.GRAPH):
+                group.launch_call_samples += samples
         elif ctx.compile:
             group.compile_samples += samples
         elif ctx.in_graph or ctx.in_wrapper:

@@ -71,6 +71,35 @@ def test_launch_bound_with_gpu_time_compares_kernel_and_launch() -> None:
     assert f["estimated_speedup"] == 5.0 and f["confidence"] == 0.8  # R = 10000 x 12 µs of T = 150 ms
 
 
+def test_launch_bound_takes_the_time_inside_launches_from_their_samples() -> None:
+    """Exact mode's measured launch time holds deepctx's traps: with enough CPU samples in the launches' own
+    code (not in `[deepctx probe]`), the lesser of the two gives the time inside the calls, and the evidence
+    says how much of the measured time was left out as deepctx's; with fewer than 20, the measured time
+    stands, and so it does where it is the lesser (the agent's timing, which leaves CUPTI's callbacks out)."""
+    b = DocBuilder()
+    loop = MAIN + [py("step", 20)]
+    b.cpu(loop, 100)
+    b.cpu(loop, 20, inside="cudaLaunchKernel")  # 20 ms in the launches' own code
+    b.add(b.main + loop + [nat("cudaLaunchKernel", "libcudart.so.13"), nat("[deepctx probe]", None)], cpu_samples=70)
+    b.launch(loop, MUL, 10_000, 50 * MS)
+    [f] = findings(b.doc, "launch-bound-loop")
+    ev = f["evidence"]
+    assert ev["host_time_ns"] == 120 * MS and ev["host_per_launch_ns"] == 12_000  # 100 ms + 20 ms sampled
+    assert ev["probe_time_removed_ns"] == 30 * MS  # of the 50 ms measured
+    b = DocBuilder()
+    b.cpu(loop, 100)
+    b.cpu(loop, 19, inside="cudaLaunchKernel")
+    b.launch(loop, MUL, 10_000, 50 * MS)
+    [f] = findings(b.doc, "launch-bound-loop")
+    assert f["evidence"]["host_time_ns"] == 150 * MS and "probe_time_removed_ns" not in f["evidence"]
+    b = DocBuilder()
+    b.cpu(loop, 100)
+    b.cpu(loop, 60, inside="cudaLaunchKernel")
+    b.launch(loop, MUL, 10_000, 50 * MS)
+    [f] = findings(b.doc, "launch-bound-loop")
+    assert f["evidence"]["host_time_ns"] == 150 * MS and "probe_time_removed_ns" not in f["evidence"]
+
+
 def test_launch_bound_not_on_few_launches_or_long_kernels() -> None:
     assert findings(launch_loop(10, (16384, 1, 1)), "launch-bound-loop") == []  # the batched version
     assert findings(launch_loop(10_000, (16384, 1, 1)), "launch-bound-loop") == []  # big grids: not tiny
