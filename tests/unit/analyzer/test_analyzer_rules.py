@@ -71,33 +71,32 @@ def test_launch_bound_with_gpu_time_compares_kernel_and_launch() -> None:
     assert f["estimated_speedup"] == 5.0 and f["confidence"] == 0.8  # R = 10000 x 12 µs of T = 150 ms
 
 
+def launch_evidence_with(in_call: int, in_probes: int = 0) -> dict[str, Any]:
+    """launch-bound-loop's evidence at a line of 100 ms of Python and 10,000 launches timed at 50 ms in all,
+    with in_call samples (ms) in the launches' own code and in_probes in deepctx's probes at them."""
+    b = DocBuilder()
+    loop = MAIN + [py("step", 20)]
+    b.cpu(loop, 100)
+    b.cpu(loop, in_call, inside="cudaLaunchKernel")
+    if in_probes:
+        b.add(b.main + loop + [nat("cudaLaunchKernel", "libcudart.so.13"), nat("[deepctx probe]", None)],
+              cpu_samples=in_probes)
+    b.launch(loop, MUL, 10_000, 50 * MS)
+    [f] = findings(b.doc, "launch-bound-loop")
+    return f["evidence"]
+
+
 def test_launch_bound_takes_the_time_inside_launches_from_their_samples() -> None:
     """Exact mode's measured launch time holds deepctx's traps: with enough CPU samples in the launches' own
     code (not in `[deepctx probe]`), the lesser of the two gives the time inside the calls, and the evidence
     says how much of the measured time was left out as deepctx's; with fewer than 20, the measured time
     stands, and so it does where it is the lesser (the agent's timing, which leaves CUPTI's callbacks out)."""
-    b = DocBuilder()
-    loop = MAIN + [py("step", 20)]
-    b.cpu(loop, 100)
-    b.cpu(loop, 20, inside="cudaLaunchKernel")  # 20 ms in the launches' own code
-    b.add(b.main + loop + [nat("cudaLaunchKernel", "libcudart.so.13"), nat("[deepctx probe]", None)], cpu_samples=70)
-    b.launch(loop, MUL, 10_000, 50 * MS)
-    [f] = findings(b.doc, "launch-bound-loop")
-    ev = f["evidence"]
+    ev = launch_evidence_with(20, in_probes=70)
     assert ev["host_time_ns"] == 120 * MS and ev["host_per_launch_ns"] == 12_000  # 100 ms + 20 ms sampled
     assert ev["probe_time_removed_ns"] == 30 * MS  # of the 50 ms measured
-    b = DocBuilder()
-    b.cpu(loop, 100)
-    b.cpu(loop, 19, inside="cudaLaunchKernel")
-    b.launch(loop, MUL, 10_000, 50 * MS)
-    [f] = findings(b.doc, "launch-bound-loop")
-    assert f["evidence"]["host_time_ns"] == 150 * MS and "probe_time_removed_ns" not in f["evidence"]
-    b = DocBuilder()
-    b.cpu(loop, 100)
-    b.cpu(loop, 60, inside="cudaLaunchKernel")
-    b.launch(loop, MUL, 10_000, 50 * MS)
-    [f] = findings(b.doc, "launch-bound-loop")
-    assert f["evidence"]["host_time_ns"] == 150 * MS and "probe_time_removed_ns" not in f["evidence"]
+    for in_call in (19, 60):
+        ev = launch_evidence_with(in_call)
+        assert ev["host_time_ns"] == 150 * MS and "probe_time_removed_ns" not in ev, in_call
 
 
 def test_launch_bound_not_on_few_launches_or_long_kernels() -> None:
