@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from device_paths import TARGET
 from harness import StdinTarget
 from profile_paths import walk
@@ -45,8 +46,11 @@ def duty_capture(daemon, agent: Path, lib: Path, *target_args: str, env: dict[st
     return json.loads(r.stdout), launched
 
 
-def test_scaled_device_time_matches_the_launch_rate(daemon, built: tuple[Path, Path]) -> None:
-    doc, launched = duty_capture(daemon, *built, str(RATE))
+@pytest.mark.parametrize("finalize", ["0", "1"], ids=["unsubscribe (default)", "cuptiFinalize"])
+def test_scaled_device_time_matches_the_launch_rate(daemon, built: tuple[Path, Path], finalize: str) -> None:
+    """Each share's stop lets CUPTI go (finalized with DEEPCTX_CUPTI_FINALIZE=1) and the next start takes it
+    again: every share's records come, timed on the agent's clock."""
+    doc, launched = duty_capture(daemon, *built, str(RATE), env={"DEEPCTX_CUPTI_FINALIZE": finalize})
     stats = doc["stats"]
     gpu_ns = sum(n["metrics"]["gpu_time_ns"] for _, n in walk(doc) if n["kind"] == "kernel" and n["name"] == MATMUL)
     expected = RATE * doc["duration_s"] * mt.MATMUL_NS

@@ -25,8 +25,8 @@ sys.path.insert(0, str(TARGET.parent))
 import mock_target as mt  # noqa: E402
 
 
-def start(lib: Path, *args: str) -> StdinTarget:
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"}
+def start(lib: Path, *args: str, env: dict[str, str] | None = None) -> StdinTarget:
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"} | (env or {})
     return StdinTarget([sys.executable, str(TARGET), str(lib), *args], env=env)
 
 
@@ -64,9 +64,10 @@ def kernel_times(r) -> dict[str, int]:  # noqa: ANN001
     return kernels
 
 
-def test_injected_agent_gives_exact_device_times(built: tuple[Path, Path]) -> None:
+@pytest.mark.parametrize("finalize", ["1", "0"], ids=["cuptiFinalize", "unsubscribe only (default)"])
+def test_injected_agent_gives_exact_device_times(built: tuple[Path, Path], finalize: str) -> None:
     agent, lib = built
-    t = start(lib, "--phases", "3")
+    t = start(lib, "--phases", "3", env={"DEEPCTX_CUPTI_FINALIZE": finalize})
     expected = {"mock_matmul(float*, int)": mt.N_MATMUL * mt.MATMUL_NS + mt.N_GRAPH * 2 * mt.MATMUL_NS,
                 "mock_relu(float*)": mt.N_RELU * mt.RELU_NS + mt.N_GRAPH * mt.RELU_NS}
     try:
@@ -83,12 +84,12 @@ def test_injected_agent_gives_exact_device_times(built: tuple[Path, Path]) -> No
         assert r.stats["device_records_unknown_correlation"] == 0
         kernels = kernel_times(r)
         assert {k: kernels[k] for k in expected} == expected
-        # detached: the agent goes idle and lets CUPTI go, finalized (CUPTI's dynamic detach) in the exit
-        # callback of the phase's first call; the job runs on
+        # detached: the agent goes idle and lets CUPTI go; with DEEPCTX_CUPTI_FINALIZE=1 finalized (CUPTI's
+        # dynamic detach) in the exit callback of the phase's first call; the job runs on
         wait_for(lambda: agent_state(t.pid) == DEV_AGENT_IDLE, what="the agent going idle")
         t.go()
         subscribed, _callbacks, finalized = t.expect("cupti").split()[1:]
-        assert (subscribed, finalized) == ("0", "1")
+        assert (subscribed, finalized) == ("0", finalize)
         t.expect("done")
         # attached again after the finalize: CUPTI subscribed afresh, its clock again the agent's (exact times)
         again = DeviceActivity(inject=True, agent_path=str(agent), injector=agent_injector)
