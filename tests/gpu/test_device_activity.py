@@ -371,3 +371,66 @@ if __name__ == "__main__":  # cd tests && python -m gpu.test_device_activity hta
     with tempfile.TemporaryDirectory() as tmp:
         check_hta(json.loads(gzip.open(Path(sys.argv[2]) / "device_trace_profile.json.gz", "rt").read()), Path(tmp))
     print("HTA agrees with deepctx within 1%")
+
+
+ROUNDS = '''
+import os, sys, torch
+x = torch.randn(4096, 4096, device="cuda")
+y = torch.randn(4096, 4096, device="cuda")
+for _ in range(3):
+    z = x @ y  # warm: cuBLAS handle, workspace, kernels loaded
+torch.cuda.synchronize()
+print("ready", os.getpid(), flush=True)
+while sys.stdin.readline():
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(40):
+        z = x @ y  # LINE_ROUND
+    end.record()
+    torch.cuda.synchronize()
+    print("done", int(start.elapsed_time(end) * 1e6), flush=True)
+'''
+
+
+def test_device_times_after_cupti_was_finalized(daemon, agent: Path, tmp_path: Path) -> None:
+    """DEEPCTX_CUPTI_FINALIZE=1 (#31): the agent finalizes CUPTI in the first CUDA call after a capture stops (a
+    round nobody captures), and the next capture's agent initializes CUPTI afresh; that capture's GPU time at
+    the line still matches CUDA events (the timestamp callback registered again: CUPTI's own clock would put the
+    records outside the capture). The agent's timed steps (stderr) show the finalize came between."""
+    script = tmp_path / "rounds.py"
+    script.write_text(ROUNDS.lstrip())
+    err = tmp_path / "target.stderr"
+    env = with_agent(agent) | {"DEEPCTX_CUPTI_FINALIZE": "1", "DEEPCTX_AGENT_TIMING": "1"}
+    with open(err, "w") as e:
+        t = StdinTarget([sys.executable, str(script)], env=env, stderr=e)
+    line = line_of(script, "LINE_ROUND")
+
+    def captured_round() -> tuple[int, int]:
+        import concurrent.futures as cf
+
+        with cf.ThreadPoolExecutor(1) as pool:
+            fut = pool.submit(daemon.attach_json, t.pid, "--duration", "300", "--mode", "exact")
+            wait_for(lambda: int(((session_of(daemon, t.pid) or {}).get("stats") or {}).get("device_agent_status", 0))
+                     == 1, what="the capture running, its agent reporting", timeout=120)
+            t.go()
+            events_ns = int(t.expect("done").split()[1])
+            r = daemon.cli("stop", str(t.pid))
+            assert r.returncode == 0, r.stderr
+            doc = fut.result()
+        return at_line(doc, script, "LINE_ROUND"), events_ns
+
+    try:
+        first, first_events = captured_round()
+        t.go()  # nobody watching: its first call's exit callback finalizes CUPTI
+        t.expect("done")
+        second, second_events = captured_round()
+    finally:
+        t.stop()
+    steps = err.read_text()
+    save("device_after_finalize.stderr.gz", steps)
+    assert steps.count("release: cuptiFinalize") >= 1, steps[-2000:]
+    assert steps.rindex("release: cuptiFinalize") < steps.rindex("start: subscribed"), steps[-2000:]
+    print(f"\nline {line}: before the finalize {first / 1e6:.3f} ms (events {first_events / 1e6:.3f}), "
+          f"after {second / 1e6:.3f} ms (events {second_events / 1e6:.3f})")
+    assert abs(first - first_events) <= 0.05 * first_events, (first, first_events)
+    assert abs(second - second_events) <= 0.05 * second_events, (second, second_events)
