@@ -428,13 +428,17 @@ static int flush_cupti(int forced) {
 
 /* A start after a release: a finalize still wanted is taken back (the subscription is kept), one running is
  * waited for (it runs in a CUDA call's exit callback: moments), one done leaves nothing subscribed. */
-static void settle_finalize(void) {
+static int settle_finalize(void) {
     int wanted = FIN_WANTED;
     if (__atomic_compare_exchange_n(&finalize_state, &wanted, FIN_NONE, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-        return;
+        return DEV_AGENT_OK;
     for (int i = 0; i < 10000 && __atomic_load_n(&finalize_state, __ATOMIC_ACQUIRE) == FIN_RUNNING; i++) {
         struct timespec tick = {0, 1000000L};
         nanosleep(&tick, NULL);
+    }
+    if (__atomic_load_n(&finalize_state, __ATOMIC_ACQUIRE) == FIN_RUNNING) {
+        agent_set_error(DEV_AGENT_E_CUPTI, "cuptiFinalize still running after 10 s%s", NULL);
+        return DEV_AGENT_E_CUPTI;  /* no start on a CUPTI going away; the next watcher tries again */
     }
     if (__atomic_load_n(&finalize_state, __ATOMIC_ACQUIRE) == FIN_DONE) {
         subscribed = 0;
@@ -446,10 +450,13 @@ static void settle_finalize(void) {
             measure_clock_offset();
         }
     }
+    return DEV_AGENT_OK;
 }
 
 static int subscribe(void) {
-    settle_finalize();
+    int rc = settle_finalize();
+    if (rc != DEV_AGENT_OK)
+        return rc;
     if (subscribed)
         return DEV_AGENT_OK;
     CUptiResult r = cupti.Subscribe(&subscriber, on_api, NULL);

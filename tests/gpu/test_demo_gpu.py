@@ -64,7 +64,7 @@ def test_demo_on_the_real_gpu(tmp_path: Path, short_tmp: Path) -> None:
     assert calls == REPEATS * (STEPS + WARMUP)
     assert gpu_ns > 0
 
-    finding = re.search(r"^\s*\d+\. launch-bound-loop  ~(\d+\.\d+)x", r.stdout, re.M)
+    finding = re.search(r"^\s*\d+\. launch-bound-loop  ~(\d+(?:\.\d+)?)x", r.stdout, re.M)
     assert finding and float(finding.group(1)) > 1.0, r.stdout[-3000:]
     assert f"at launch_bound_loop.py:{line} in main.<locals>.step" in r.stdout
     trace = json.loads((out / "trace.json").read_text())

@@ -77,7 +77,7 @@ def test_demo_on_a_simulated_gpu(built: tuple[Path, Path], tmp_path: Path, short
     rows = r.stdout.splitlines()
     at = next(i for i, ln in enumerate(rows) if re.search(rf"─add_bias  \S*simulated_train\.py:{bias_line}\b", ln))
     assert any(f"─{ADD_BIAS}  [kernel]" in ln for ln in rows[at + 1:at + 6])
-    finding = re.search(r"^ 1\. launch-bound-loop  ~(\d+\.\d+)x  confidence", r.stdout, re.M)
+    finding = re.search(r"^ 1\. launch-bound-loop  ~(\d+(?:\.\d+)?)x  confidence", r.stdout, re.M)  # ~3x, ~2.7x
     assert finding and float(finding.group(1)) > 1.0, r.stdout[r.stdout.find("findings"):][:3000]
     assert f"at simulated_train.py:{bias_line} in add_bias" in r.stdout
 
