@@ -373,15 +373,8 @@ if __name__ == "__main__":  # cd tests && python -m gpu.test_device_activity hta
     print("HTA agrees with deepctx within 1%")
 
 
-ROUNDS = '''
-import os, sys, torch
-x = torch.randn(4096, 4096, device="cuda")
-y = torch.randn(4096, 4096, device="cuda")
-for _ in range(3):
-    z = x @ y  # warm: cuBLAS handle, workspace, kernels loaded
-torch.cuda.synchronize()
-print("ready", os.getpid(), flush=True)
-while sys.stdin.readline():
+# MATMUL's start (its warm-up, then "ready"), then a timed round of 40 matmuls for each line on stdin
+ROUNDS = MATMUL[:MATMUL.index("sys.stdin.readline()")] + '''while sys.stdin.readline():
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(40):
