@@ -15,7 +15,6 @@ SAVE_INTERVAL_S otherwise) and at the daemon's stop.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import stat
@@ -113,21 +112,10 @@ class RecentUses(RecordFile[tuple[str, str, str], RecentUse]):
                       old is None or old.path != path)
 
 
-def _parse(raw: bytes) -> list[RecentUse]:
-    if len(raw) > MAX_FILE_BYTES:
-        raise ValueError(f"over {MAX_FILE_BYTES} bytes")
-    doc = json.loads(raw)
-    if not isinstance(doc, list):
-        raise ValueError("not a list")
-    out = []
-    for d in doc:
-        if not isinstance(d, dict):
-            raise ValueError("a record is not an object")
-        r = RecentUse(kind=d.get("kind"), identity=d.get("identity"), name=d.get("name"), path=d.get("path"),
-                      used=d.get("used"))
-        if not (all(isinstance(v, str) for v in (r.kind, r.identity, r.name, r.path))
-                and isinstance(r.used, int | float)):
-            raise ValueError(f"a record of the wrong shape: {d!r:.200}")
-        if keepable(r.kind, r.identity, r.path) and r.name == r.path.rsplit("/", 1)[-1]:
-            out.append(r)
-    return out
+def _parse(d: dict) -> RecentUse | None:
+    r = RecentUse(kind=d.get("kind"), identity=d.get("identity"), name=d.get("name"), path=d.get("path"),
+                  used=d.get("used"))
+    if not (all(isinstance(v, str) for v in (r.kind, r.identity, r.name, r.path))
+            and isinstance(r.used, int | float)):
+        raise ValueError(f"a record of the wrong shape: {d!r:.200}")
+    return r if keepable(r.kind, r.identity, r.path) and r.name == r.path.rsplit("/", 1)[-1] else None

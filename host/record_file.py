@@ -21,10 +21,11 @@ R = TypeVar("R")
 
 
 class RecordFile(Generic[K, R]):
-    """what: the records' name in warnings; parse: the file's bytes to records (ValueError when malformed);
-    key: a record's key; used: its last use (the read keeps the max_records most recent)."""
+    """what: the records' name in warnings; parse: one record of the file's JSON list to a record, None when it
+    is not to be kept (ValueError when malformed); key: a record's key; used: its last use (the read keeps the
+    max_records most recent)."""
 
-    def __init__(self, path: Path | None, what: str, parse: Callable[[bytes], list[R]], key: Callable[[R], K],
+    def __init__(self, path: Path | None, what: str, parse: Callable[[dict], R | None], key: Callable[[R], K],
                  used: Callable[[R], float], max_records: int, max_bytes: int, save_interval_s: float) -> None:
         self.path = path
         self.max_records = max_records
@@ -80,6 +81,19 @@ class RecordFile(Generic[K, R]):
             self._records = self._read()
         return self._records
 
+    def _records_of(self, raw: bytes) -> list[R]:
+        doc = json.loads(raw)
+        if not isinstance(doc, list):
+            raise ValueError("not a list")
+        out = []
+        for d in doc:
+            if not isinstance(d, dict):
+                raise ValueError("a record is not an object")
+            r = self._parse(d)
+            if r is not None:
+                out.append(r)
+        return out
+
     def _read(self) -> dict[K, R]:
         """The file's records in the order of their use (an unreadable file: none, with a warning)."""
         if self.path is None:
@@ -89,7 +103,7 @@ class RecordFile(Generic[K, R]):
                 raw = f.read(self._max_bytes + 1)
             if len(raw) > self._max_bytes:
                 raise ValueError(f"over {self._max_bytes} bytes")
-            got = self._parse(raw)
+            got = self._records_of(raw)
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as e:

@@ -15,14 +15,11 @@ came (then at the end of the capture's batch that resolved it) and at the daemon
 
 from __future__ import annotations
 
-import io
-import json
 import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from deepctx.host.record_file import RecordFile
 
@@ -75,7 +72,7 @@ class RecentFiles(RecordFile[str, RecentFile]):
     def __init__(self, folder: Path | None, max_records: int = MAX_RECORDS,
                  save_interval_s: float = SAVE_INTERVAL_S) -> None:
         super().__init__(folder / FILE_NAME if folder is not None else None, "recently used unwind tables",
-                         lambda raw: _parse(io.BytesIO(raw)), lambda r: r.identity, lambda r: r.used, max_records,
+                         _parse, lambda r: r.identity, lambda r: r.used, max_records,
                          MAX_FILE_BYTES, save_interval_s)
 
     def note(self, identity: str, key: str, path: str | None, rows: int | None, now: float | None = None) -> None:
@@ -93,22 +90,10 @@ class RecentFiles(RecordFile[str, RecentFile]):
                       old is None or old.key != key or old.path != path)
 
 
-def _parse(f: BinaryIO) -> list[RecentFile]:
-    raw = f.read(MAX_FILE_BYTES + 1)
-    if len(raw) > MAX_FILE_BYTES:
-        raise ValueError(f"over {MAX_FILE_BYTES} bytes")
-    doc = json.loads(raw)
-    if not isinstance(doc, list):
-        raise ValueError("not a list")
-    out = []
-    for d in doc:
-        if not isinstance(d, dict):
-            raise ValueError("a record is not an object")
-        r = RecentFile(identity=d.get("identity"), key=d.get("key"), path=d.get("path"), rows=d.get("rows"),
-                       used=d.get("used"))
-        if not (all(isinstance(v, str) for v in (r.identity, r.key, r.path)) and isinstance(r.rows, int)
-                and isinstance(r.used, int | float)):
-            raise ValueError(f"a record of the wrong shape: {d!r:.200}")
-        if keepable(r.identity, r.key, r.path, r.rows):
-            out.append(r)
-    return out
+def _parse(d: dict) -> RecentFile | None:
+    r = RecentFile(identity=d.get("identity"), key=d.get("key"), path=d.get("path"), rows=d.get("rows"),
+                   used=d.get("used"))
+    if not (all(isinstance(v, str) for v in (r.identity, r.key, r.path)) and isinstance(r.rows, int)
+            and isinstance(r.used, int | float)):
+        raise ValueError(f"a record of the wrong shape: {d!r:.200}")
+    return r if keepable(r.identity, r.key, r.path, r.rows) else None
