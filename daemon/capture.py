@@ -331,6 +331,7 @@ class Capture:
             if joined:  # the program's counters so far are the other captures': this one's stats count from here
                 self._stats_base = probes.program_totals(bpf)
             native_heap.release()  # an attach's transient peak (tables read, numpy's work arrays) goes back
+            self._refresh(target, thread_names, refresh_maps=False)  # the threads there when it went live
             self.state = "capturing"
             duty = DutyCycle.of(self, opts)  # opens NVML, before the clock starts
             t0 = time.monotonic()

@@ -357,13 +357,18 @@ class ProbeSet:
         gpu: GpuApi | None = self._first(GpuApi)
         dev: DeviceActivity | None = self._first(DeviceActivity)
         sampler: CpuSampler | None = self._first(CpuSampler)
-        thread_names = inputs.thread_names
-        if gpu is not None:  # names of threads gone before /proc was read (see gpu_comm)
-            thread_names = {**gpu.thread_names(bpf), **thread_names}
-        native = inputs.symbolizer
+        thread_names = dict(inputs.thread_names)  # /proc's, read when the capture first listed each thread
         python_names = python.thread_names(target.pid) if python is not None else None
         if python is not None:  # OS names of threads the Python walker met, gone before /proc was read
-            thread_names = {**python.os_thread_names(target.pid), **thread_names}
+            for tid, name in python.os_thread_names(target.pid).items():
+                thread_names.setdefault(tid, name)
+        if gpu is not None:
+            # A GPU thread's name now, if it lives; else its name at its first GPU call (gpu_comm), not the one
+            # /proc gave when the thread was first listed: that may have been between its clone and its
+            # pthread_setname_np, with its parent's name still
+            for tid, name in gpu.thread_names(bpf).items():
+                thread_names[tid] = procfs.thread_name(target.pid, tid) or name
+        native = inputs.symbolizer
 
         def resolver(read_stack: StackReader,
                      read_kernel: Callable[[int], list[int]] | None = None, dwarf: bool = True,

@@ -109,3 +109,24 @@ def test_backward_node_launches_under_the_forward_line(nodes_daemon, native_targ
     assert stats["gpu_calls_charged_to_node_creator"] == 3 * NODE_ROUNDS
     assert stats["gpu_calls_handed_off"] == 0  # charged to the node's creator, not to the hand-off call
     assert not [w for w in doc["warnings"] if "hand-off point" in w], doc["warnings"]
+
+
+LATE_TARGET = TARGET.parent / "late_named_thread.py"
+
+
+def test_a_thread_named_after_the_capture_listed_it_has_the_name_it_launched_under(handoff_daemon) -> None:
+    """The capture lists the target's threads as it goes live, with the worker not yet named (the
+    name of its process); the worker names itself, launches and exits before the capture ends: its
+    launches sit under the name it had when it made them."""
+    from test_gpu_api_cpu import cuda_runtime
+
+    t = StdinTarget([sys.executable, str(LATE_TARGET), cuda_runtime()])
+    worker = int(t.first.split()[2])
+    try:
+        doc = profile_phase(handoff_daemon, t)
+    finally:
+        t.stop()
+    kernels = [(anc, n) for anc, n in walk(doc) if n["kind"] == "kernel"]
+    threads = {(a["tid"], a["name"]) for anc, _ in kernels for a in anc if a["kind"] == "thread"}
+    assert threads == {(worker, "late-named (Thread-1 (work))")}, threads  # OS name (Python name)
+    assert sum(n["metrics"]["calls"] for _, n in kernels) == 3
