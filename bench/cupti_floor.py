@@ -9,7 +9,10 @@ configuration once, in a shuffled order, and times a block of steps (about --blo
 settling step; a configuration's ratio in a round is the mean step rate of that round's "off" blocks over
 its own. Reported per configuration: the median and spread of those ratios over the rounds, and the
 callbacks and activity records per step. Set FLOOR_TSCB=0 to leave CUPTI on its own clock (the deepctx
-agent gives CUPTI its clock through the timestamp callback by default).
+agent gives CUPTI its clock through the timestamp callback by default). Set FLOOR_FINALIZE=1 to release
+CUPTI (cuptiFinalize) after every block that turned part of it on, as the agent does at a stop with
+DEEPCTX_CUPTI_FINALIZE=1: without it the "off" blocks run with CUPTI initialized, which slows every CUDA call
+(the H100 host's launch-bound loop: 17 to 23%), so every ratio is understated.
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ def run(name: str, configs: list[str], rounds: int, seconds: float, dll: ctypes.
     n = steps_for(step, seconds)
     rng = random.Random(seed)
     rows: list[dict] = []
-    counts = (ctypes.c_uint64 * 2)()
+    counts = (ctypes.c_uint64 * 3)()
     for r in range(rounds):
         order = configs[:]
         rng.shuffle(order)
@@ -110,7 +113,7 @@ def run(name: str, configs: list[str], rounds: int, seconds: float, dll: ctypes.
             dll.floor_counts(counts)
             rows.append({"workload": name, "config": cfg, "round": r, "steps": n, "seconds": dt,
                          "steps_per_s": n / dt, "callbacks_per_step": (counts[0] - base[0]) / n,
-                         "records_per_step": (counts[1] - base[1]) / n})
+                         "records_per_step": (counts[1] - base[1]) / n, "finalizes": counts[2]})
             print(json.dumps(rows[-1]), flush=True)
     dll.floor_set(0)
     return rows

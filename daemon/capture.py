@@ -283,8 +283,9 @@ class Capture:
             return self._run(target, self.handle.pidfd, progress, cancelled)
         except (OSError, procfs.ProcessGone) as e:
             # Gone while its files and memory were being read (before its probes were attached): say so,
-            # rather than report the failed read.
-            if procfs.is_alive(self.pid):
+            # rather than report the failed read. After that, a target's exit ends the capture as
+            # target_exited; a read that still fails is a fault of the daemon's, not the target's exit
+            if procfs.is_alive(self.pid) or self.state in ("capturing", "building"):
                 raise
             raise NotFound(f"process {self.pid} exited while deepctx was attaching to it") from e
 

@@ -266,6 +266,7 @@ class ProgramPool:
         with self._cond:
             out = self.counters.as_totals()
             out["bpf_programs_idle"] = len(self._idle)
+            out["bpf_programs_building"] = sum(self._pending.values())  # compiled ahead or emptied, now
         # the disk cache's counters stay 0 without one (cache_programs off)
         return out | (self.cache.counters if self.cache is not None else CacheCounters()).as_totals()
 

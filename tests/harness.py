@@ -40,8 +40,15 @@ class Daemon:
 
     def attach_json(self, pid: int, *args: str) -> dict:
         r = self.cli("attach", str(pid), "--format", "json", "--quiet", *args)
-        assert r.returncode == 0, f"attach failed ({r.returncode}): {r.stderr}"
+        assert r.returncode == 0, f"attach failed ({r.returncode}): {r.stderr}\n{self.log_tail()}"
         return json.loads(r.stdout)
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The daemon log's last lines (a failed capture's traceback is there), for a failing assertion."""
+        try:
+            return "deepctxd's log, last lines:\n" + "\n".join(self.log.read_text().splitlines()[-lines:])
+        except OSError as e:
+            return f"deepctxd's log unreadable: {e}"
 
     def alive(self) -> bool:
         """The daemon still answers requests."""

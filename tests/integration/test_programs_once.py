@@ -164,11 +164,14 @@ def test_a_daemon_stopped_while_it_compiles_ahead_exits_cleanly(tmp_path: Path) 
     """Stopped a second after it started, deepctxd once died of SIGSEGV: its exit ran LLVM's static destructors
     under the compile in flight. It now ends without them, status 0, and says so."""
     d = start_daemon(tmp_path, "--prewarm")
-    compiled = totals(d)["bpf_programs_built"]
+    # stopped once a compile is in flight (a stop before it began, on a loaded machine, compiled nothing)
+    wait_for(lambda: totals(d)["bpf_programs_building"] > 0 or totals(d)["bpf_programs_built"] == 2,
+             what="a program compiling ahead", timeout=60)
+    compiled = totals(d)["bpf_programs_built"] == 2
     rc = stop_daemon(d)
     log = d.log.read_text()
     assert rc == 0, log[-4000:]
-    if compiled:  # the compiles were over before the stop (a fast machine): nothing in flight to test
+    if compiled:  # both compiles were over before the stop (a fast machine): nothing in flight to test
         pytest.skip("the programs were compiled before the daemon could be stopped")
     assert "exiting while programs compile ahead" in log and '"msg": "stopped"' in log
     assert not Path(d.socket).exists()

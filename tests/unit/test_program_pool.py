@@ -74,7 +74,7 @@ def test_a_second_capture_compiles_and_loads_nothing() -> None:
     assert p.totals() == {"bpf_programs_built": 1, "bpf_programs_compiled": 1, "bpf_programs_from_disk": 0,
                           "bpf_programs_loaded": 1, "bpf_programs_reused": 1, "bpf_programs_discarded": 0,
                           "bpf_programs_shared": 0, "captures_served": 2, "bpf_programs_idle": 0,
-                          "bpf_programs_cached": 0, "bpf_programs_cache_refused": 0}
+                          "bpf_programs_building": 0, "bpf_programs_cached": 0, "bpf_programs_cache_refused": 0}
 
 
 class Refusing(Fam):
