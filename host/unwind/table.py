@@ -15,7 +15,7 @@ import numpy as np
 
 from deepctx.host.elf.reader import ElfFile
 from deepctx.host.file_limits import LIMITS, OverCap
-from deepctx.host.unwind import interp
+from deepctx.host.unwind import interp, native_rows
 from deepctx.host.unwind.arch import (
     INFO_NONE,
     INFO_UNSUPPORTED,
@@ -74,8 +74,9 @@ def empty_table(arch: str, build_id: str | None = None, warning: str | None = No
 class _Builder:
     """Interprets FDEs into flat row lists, sharing work between FDEs with identical instructions."""
 
-    def __init__(self, arch: Arch, max_rows: int | None = None, path: str = "") -> None:
+    def __init__(self, arch: Arch, max_rows: int | None = None, path: str = "", native: bool = True) -> None:
         self.arch = arch
+        self.native = native_rows.library() if native else None  # None: interpreted here, in Python
         # rows before merging: they bound the builder's arrays too
         self.max_rows = LIMITS.max_unwind_rows if max_rows is None else max_rows
         self.path = path
@@ -104,6 +105,9 @@ class _Builder:
     def add_section(
         self, src: int, data: bytes, addr: int, is_eh: bool, skip: tuple[np.ndarray, np.ndarray] | None
     ) -> None:
+        if self.native is not None:
+            self._add_native(self.native, data, addr, is_eh, skip)
+            return
         a = self.arch
         memo = self.fde_memo
         for fde in iter_fdes(data, addr, is_eh, self.errors):
@@ -147,6 +151,28 @@ class _Builder:
             if len(self.idx) > self.max_rows:
                 raise OverCap(f"{self.path}: its unwind table has more than {self.max_rows} rows "
                               f"(max_unwind_rows): refused")
+
+    def _add_native(self, lib: object, data: bytes, addr: int, is_eh: bool,
+                    skip: tuple[np.ndarray, np.ndarray] | None) -> None:
+        """add_section's rows from cfi_rows.c: the same rows, the states compiled into rules in the order
+        their rows first come (as the FDE loop above numbers them), the rules of skipped FDEs' states left out."""
+        a = self.arch
+        r = native_rows.section_rows(lib, data, addr, is_eh, a.fp_reg, a.ra_reg, skip,  # type: ignore[arg-type]
+                                     self.max_rows - len(self.idx))
+        self.errors.extend(["malformed CFI record"] * r.errors)
+        lut = np.zeros(len(r.state_tuples), np.uint32)
+        used = np.flatnonzero(r.first != np.iinfo(np.uint64).max)
+        for sid in used[np.argsort(r.first[used])]:
+            lut[sid] = self._rule(r.state_tuples[int(sid)])
+        self.fdes += len(r.begins)
+        self.begins.frombytes(r.begins.tobytes())
+        self.ends.frombytes(r.ends.tobytes())
+        self.counts.frombytes(r.counts.tobytes())
+        self.rel.frombytes(r.rel.tobytes())
+        self.idx.frombytes(lut[r.states].tobytes())
+        if r.over_cap or len(self.idx) > self.max_rows:
+            raise OverCap(f"{self.path}: its unwind table has more than {self.max_rows} rows "
+                          f"(max_unwind_rows): refused")
 
     def ranges(self) -> tuple[np.ndarray, np.ndarray]:
         begins = np.frombuffer(self.begins, np.uint64)
@@ -205,8 +231,9 @@ def _overlaps(ranges: tuple[np.ndarray, np.ndarray], begin: int, end: int) -> bo
     return i >= 0 and int(ends[i]) > begin
 
 
-def build_table(path: str, max_rows: int | None = None) -> UnwindTable:
-    """Builds the table of an ELF file (raises ElfError / CfiError / OSError, OverCap over a cap)."""
+def build_table(path: str, max_rows: int | None = None, native: bool = True) -> UnwindTable:
+    """Builds the table of an ELF file (raises ElfError / CfiError / OSError, OverCap over a cap). native: its
+    rows from cfi_rows.c where that is built (native_rows.py), else interpreted in Python."""
     t0 = time.perf_counter()
     with ElfFile(path) as f:
         arch = arch_for_machine(f.machine)
@@ -214,7 +241,7 @@ def build_table(path: str, max_rows: int | None = None) -> UnwindTable:
         eh = f.section_data(".eh_frame")
         eh_addr = f.sections[".eh_frame"].addr if eh is not None else 0
         debug = f.section_data(".debug_frame")
-    b = _Builder(arch, max_rows, path)
+    b = _Builder(arch, max_rows, path, native)
     if eh:
         b.add_section(0, eh, eh_addr, True, None)
     if debug:
