@@ -8,10 +8,12 @@ that copies another's build id is not). That name is the table's key in the walk
 root-only folder), so a daemon restart does not parse libtorch again. Files without those sections get
 an empty table keyed by (device, inode). Sections over max_decompressed_bytes and tables over
 max_unwind_rows are refused (host/file_limits.py): the file gets an empty table with a warning for the
-profile. Files with large unwind sections (decompressed) are built in a child process
-(host/unwind/build_child.py): the allocator would otherwise keep the build's garbage; several files are
-built at once by get_many, and `ready` tells a caller which files need such a build, so that it can
-start them in the background instead of waiting. A table with a copy on disk is held only while a
+profile. Files with large unwind sections (decompressed, BACKGROUND_MIN_BYTES) are built in the background:
+`ready` tells a caller which files need such a build, so that it can start them instead of waiting; several
+files are built at once by get_many. The largest (child_min_bytes: libtorch_cpu.so's 17 MiB) are built in a
+child process (host/unwind/build_child.py), whose transient arrays then never count in the daemon's memory;
+without the C row builder (host/unwind/native_rows.py) every large file is, since interpreting its CFI in
+Python makes millions of objects whose memory the allocator keeps. A table with a copy on disk is held only while a
 capture uses it (the walker's maps hold its rows once placed; the per-file cache keeps its key, not its
 rows): the next capture reads it from disk again. Tables without a copy on disk are held under the
 cache's budget. The files captures used are recorded, last use first (host/unwind/recent.py): a restarted
@@ -38,6 +40,7 @@ from deepctx.host.elf.reader import ElfError, ElfFile
 from deepctx.host.file_cache import FileCache
 from deepctx.host.file_limits import LIMITS, OverCap, check_size
 from deepctx.host.private_files import private_dir
+from deepctx.host.unwind import native_rows
 from deepctx.host.unwind.arch import X86_64
 from deepctx.host.unwind.build_child import NO_TABLE, OVER_CAP
 from deepctx.host.unwind.cfi import CfiError
@@ -47,7 +50,11 @@ from deepctx.host.unwind.table import UnwindTable, build_table, empty_table
 
 log = logging.getLogger(__name__)
 
-CHILD_MIN_BYTES = 1 << 20  # .eh_frame + .debug_frame from which a table is built in a child process
+BACKGROUND_MIN_BYTES = 1 << 20  # .eh_frame + .debug_frame from which a missing table is built in the background
+# ... and in a child process: with the C rows only the largest files (a child's start costs about 0.2 CPU-s:
+# ten of a PyTorch process's files have over 1 MiB, one over 8 MiB); interpreted in Python, every large one
+CHILD_MIN_BYTES = 8 << 20
+CHILD_MIN_BYTES_PYTHON = 1 << 20
 CHILD_TIMEOUT_S = 600.0
 UNWIND_SECTIONS = (".eh_frame", ".debug_frame")
 SCRATCH_PREFIX = "deepctx-unwind-"  # a child build's folder in the disk cache
@@ -74,9 +81,11 @@ class _FileTables:
 
 
 class TableCache:
-    def __init__(self, disk_dir: str | Path | None = None, child_min_bytes: int = CHILD_MIN_BYTES,
+    def __init__(self, disk_dir: str | Path | None = None, child_min_bytes: int | None = None,
                  workers: int = 4, files: FileCache | None = None) -> None:
         self.disk_dir = private_dir(Path(disk_dir), "unwind tables") if disk_dir is not None else None
+        if child_min_bytes is None:
+            child_min_bytes = CHILD_MIN_BYTES if native_rows.library() is not None else CHILD_MIN_BYTES_PYTHON
         self.child_min_bytes = child_min_bytes
         self.workers = max(1, workers)
         # the daemon passes its shared cache; a cache of its own otherwise (tests, benchmarks)
@@ -186,19 +195,20 @@ class TableCache:
             os.close(fd)
 
     def ready(self, path: str, dev: str, inode: int, name: str | None = None) -> tuple[str, UnwindTable] | None:
-        """get(), unless the file's table is neither in memory nor on disk and would be built in a child
-        process (a large file): then None at once, and the caller builds it with get() in the background
-        (its frames meanwhile unwind with frame pointers). OSError (file gone) propagates."""
+        """get(), unless the file's table is neither in memory nor on disk and is large (BACKGROUND_MIN_BYTES
+        of unwind sections): then None at once, and the caller builds it with get() in the background (its
+        frames meanwhile unwind with frame pointers). OSError (file gone) propagates."""
         ident = self.files.identify(path)
-        if not self.files.holds(ident, KIND) and self._needs_child(path):
+        if not self.files.holds(ident, KIND) and self._is_large(path):
             return None
         return self.get(path, dev, inode, name)
 
-    def _needs_child(self, path: str) -> bool:
+    def _is_large(self, path: str) -> bool:
+        """Whether its table, not in memory or on disk, is built in the background (or a child process)."""
         try:
             with ElfFile(path) as f:
                 size = sum(f.data_size(name) for name in UNWIND_SECTIONS)
-                if size < self.child_min_bytes:
+                if size < min(self.child_min_bytes, BACKGROUND_MIN_BYTES):
                     return False
                 digest = f.digest(UNWIND_SECTIONS)
         except (ElfError, OverCap):
