@@ -62,6 +62,8 @@ def read_encoded(data: bytes, pos: int, enc: int, field_addr: int, ptr_size: int
     """A DW_EH_PE-encoded pointer at pos; field_addr is the runtime address of data[pos] (for pcrel)."""
     fmt = enc & 0x0F
     if fmt == PE_ABSPTR:
+        if pos + ptr_size > len(data):
+            raise CfiError("pointer runs past the section")
         value = int.from_bytes(data[pos : pos + ptr_size], "little")
         end = pos + ptr_size
     elif fmt == 0x01:
@@ -164,6 +166,10 @@ def iter_fdes(data: bytes, section_addr: int, is_eh: bool, errors: list[str] | N
             continue
         wide = length == 0xFFFFFFFF
         if wide:
+            if pos + 8 > size:
+                if errors is not None:
+                    errors.append(f"record at {start:#x} runs past the section")
+                break
             length = struct.unpack_from("<Q", data, pos)[0]
             pos += 8
         end = pos + length
@@ -206,6 +212,8 @@ def iter_fdes(data: bytes, section_addr: int, is_eh: bool, errors: list[str] | N
                     if aug_len & 0x80:
                         aug_len, pos = read_uleb(data, pos - 1)
                     pos += aug_len
+                if pc_begin + pc_range > 0xFFFFFFFFFFFFFFFF:
+                    raise CfiError("address range past 2**64")
                 if pc_range:
                     yield Fde(pc_begin, pc_begin + pc_range, cie, data[pos:end])
         except (CfiError, IndexError, struct.error, ValueError) as e:
@@ -216,6 +224,8 @@ def iter_fdes(data: bytes, section_addr: int, is_eh: bool, errors: list[str] | N
 
 def _cie_at(data: bytes, offset: int, is_eh: bool) -> Cie | None:
     """Parses the CIE at offset (FDEs may point forward, or into a region not yet walked)."""
+    if offset < 0:  # an .eh_frame FDE's id larger than its own offset: struct would read from the end
+        return None
     try:
         length = struct.unpack_from("<I", data, offset)[0]
         pos = offset + 4

@@ -42,45 +42,74 @@ struct buf {
     uint64_t n;
 };
 
+/* Values are saturated, not wrapped: Python's reference keeps them exact (unbounded ints), and any value past
+ * int64 is past what a rule can hold (arch.compile_state: 32-bit CFA offsets, 16-bit register offsets), so a
+ * saturated one compiles to the same unsupported rule where a wrapped one could pass for a small offset. */
+static int64_t sat128(__int128 v) { return v > INT64_MAX ? INT64_MAX : v < INT64_MIN ? INT64_MIN : (int64_t)v; }
+static int64_t mul_sat(int64_t a, int64_t b) { return sat128((__int128)a * b); }
+static int64_t neg_sat(int64_t a) { return sat128(-(__int128)a); }
+
+/* An unsigned LEB128: INT64_MAX for any value past it (a register number, an offset or a length that large is
+ * refused or unsupported either way). */
 static int rd_uleb(struct buf b, uint64_t *pos, uint64_t *out) {
-    uint64_t r = 0;
+    if (*pos < b.n && b.p[*pos] < 0x80) { /* most: one byte */
+        *out = b.p[(*pos)++];
+        return 0;
+    }
+    unsigned __int128 r = 0;
     unsigned shift = 0;
+    int big = 0;
     for (;;) {
         if (*pos >= b.n)
             return -1;
         uint8_t c = b.p[(*pos)++];
-        if (shift < 64)
-            r |= (uint64_t)(c & 0x7f) << shift;
+        if (shift < 126)
+            r |= (unsigned __int128)(c & 0x7f) << shift;
+        else if (c & 0x7f)
+            big = 1;
         shift += 7;
         if (c < 0x80)
             break;
     }
-    *out = r;
+    *out = big || r > INT64_MAX ? (uint64_t)INT64_MAX : (uint64_t)r;
     return 0;
 }
 
+/* A signed LEB128, saturated to int64. */
 static int rd_sleb(struct buf b, uint64_t *pos, int64_t *out) {
-    uint64_t r = 0;
+    if (*pos < b.n && b.p[*pos] < 0x80) { /* most: one byte */
+        uint8_t c = b.p[(*pos)++];
+        *out = (c & 0x40) ? (int64_t)c - 0x80 : (int64_t)c;
+        return 0;
+    }
+    unsigned __int128 r = 0;
     unsigned shift = 0;
+    int big = 0;
     uint8_t c;
     for (;;) {
         if (*pos >= b.n)
             return -1;
         c = b.p[(*pos)++];
-        if (shift < 64)
-            r |= (uint64_t)(c & 0x7f) << shift;
+        if (shift < 126)
+            r |= (unsigned __int128)(c & 0x7f) << shift;
+        else if ((c & 0x7f) != ((c & 0x40) ? 0x7f : 0))
+            big = 1;
         shift += 7;
         if (c < 0x80)
             break;
     }
-    if ((c & 0x40) && shift < 64)
-        r |= ~0ull << shift;
-    *out = (int64_t)r;
+    if (big) {
+        *out = (c & 0x40) ? INT64_MIN : INT64_MAX;
+        return 0;
+    }
+    if (c & 0x40) /* past 126 bits the payload was all sign (else big above) */
+        r |= ~(unsigned __int128)0 << (shift < 126 ? shift : 126);
+    *out = sat128((__int128)r);
     return 0;
 }
 
 static int rd_fixed(struct buf b, uint64_t pos, unsigned size, uint64_t *out) {
-    if (pos + size > b.n)
+    if (pos > b.n || size > b.n - pos) /* not pos + size: a CIE pointer of a crafted FDE can be near 2^64 */
         return -1;
     uint64_t v = 0;
     for (unsigned i = 0; i < size; i++)
@@ -135,8 +164,10 @@ struct cie {
 
 /* cfi._parse_cie: pos after the id, end the record's end. */
 static int parse_cie(struct buf b, uint64_t pos, uint64_t end, int is_eh, struct cie *c) {
-    if (pos >= b.n || end > b.n)
+    if (pos >= b.n)
         return -1;
+    if (end > b.n) /* a CIE an FDE points at may run past the section: its instructions end with it */
+        end = b.n;
     unsigned version = b.p[pos++];
     const uint8_t *nul = memchr(b.p + pos, 0, b.n - pos);
     if (!nul)
@@ -320,7 +351,7 @@ static int run(struct buf b, uint64_t off, uint64_t len, const struct cfi_state 
         if (hi == 0x80) {
             if (rd_uleb(c, &pos, &u))
                 return -1;
-            set_reg(&s, op & 0x3f, fp_reg, ra_reg, (struct cfi_rule){OFFSET, (int64_t)u * data_align, 0, 0});
+            set_reg(&s, op & 0x3f, fp_reg, ra_reg, (struct cfi_rule){OFFSET, mul_sat((int64_t)u, data_align), 0, 0});
             continue;
         }
         if (hi == 0xc0) {
@@ -377,13 +408,13 @@ static int run(struct buf b, uint64_t off, uint64_t len, const struct cfi_state 
         case 0x12:
             if (rd_uleb(c, &pos, &reg) || rd_sleb(c, &pos, &sv))
                 return -1;
-            s.cfa_reg = (int64_t)reg, s.cfa_off = sv * data_align;
+            s.cfa_reg = (int64_t)reg, s.cfa_off = mul_sat(sv, data_align);
             s.expr_off = 0, s.expr_len = -1;
             break;
         case 0x13:
             if (rd_sleb(c, &pos, &sv))
                 return -1;
-            s.cfa_off = sv * data_align;
+            s.cfa_off = mul_sat(sv, data_align);
             s.expr_off = 0, s.expr_len = -1;
             break;
         case 0x0f:
@@ -409,9 +440,9 @@ static int run(struct buf b, uint64_t off, uint64_t len, const struct cfi_state 
                     return -1;
                 off = (int64_t)u;
             }
-            off *= data_align;
+            off = mul_sat(off, data_align);
             if (op == 0x2f)
-                off = -off;
+                off = neg_sat(off);
             set_reg(&s, reg, fp_reg, ra_reg,
                     (struct cfi_rule){(op == 0x14 || op == 0x15) ? VAL_OFFSET : OFFSET, off, 0, 0});
             break;
@@ -543,7 +574,7 @@ static struct cie *cie_at(struct buf b, struct cie_cache *cc, uint64_t offset, i
         pos += 8;
         id_size = 8;
     }
-    if (parse_cie(b, pos + id_size, pos + len, is_eh, c))
+    if (parse_cie(b, pos + id_size, len > b.n ? b.n : pos + len, is_eh, c)) /* parse_cie clamps to b.n */
         c->ok = 0;
     return c;
 }
@@ -583,7 +614,7 @@ EXPORT int cfi_rows(const uint8_t *data, uint64_t size, uint64_t section_addr, i
     memset(out, 0, sizeof(*out));
     uint64_t pos = 0;
     while (pos + 4 <= size) {
-        uint64_t start = pos, length, id;
+        uint64_t start = pos, length = 0, id = 0;
         rd_fixed(b, pos, 4, &length);
         pos += 4;
         if (length == 0) {
@@ -674,11 +705,16 @@ EXPORT int cfi_rows(const uint8_t *data, uint64_t size, uint64_t section_addr, i
             }
             pos = pos > end || alen > end - pos ? end + 1 : pos + alen; /* past the record: no instructions */
         }
+        uint64_t pc_end = pc_begin + pc_range;
+        if (pc_end < pc_begin) { /* past 2^64 */
+            out->errors++;
+            pos = end;
+            continue;
+        }
         if (!pc_range) {
             pos = end;
             continue;
         }
-        uint64_t pc_end = pc_begin + pc_range;
         if (n_skip && overlaps(skip_begins, skip_ends, n_skip, pc_begin, pc_end)) {
             pos = end;
             continue;
