@@ -278,14 +278,16 @@ def measure(d: Daemon, i: int, args: argparse.Namespace, programs: int, kept: li
 
 
 def held_by(d: Daemon) -> dict[str, float]:
-    """What the daemon holds once the processes are captured: its programs, their maps' kernel memory and its
-    resident memory."""
+    """What the daemon holds once the processes are captured: its programs, their maps' kernel memory, its
+    resident memory, and the most it held since it started (VmHWM: the first process's table builds)."""
     t = d.totals()
     status = Path(f"/proc/{d.proc.pid}/status").read_text()
-    rss_kb = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+    kb = {line.split(":")[0]: int(line.split()[1]) for line in status.splitlines()
+          if line.startswith(("VmRSS:", "VmHWM:"))}
     return {"programs_compiled": int(t.get("bpf_programs_compiled", 0)),
             "programs_shared": int(t.get("bpf_programs_shared", 0)),
-            "map_mb": round(int(t.get("bpf_map_bytes", 0)) / 1e6, 1), "rss_mb": round(rss_kb / 1024, 1)}
+            "map_mb": round(int(t.get("bpf_map_bytes", 0)) / 1e6, 1), "rss_mb": round(kb["VmRSS"] / 1024, 1),
+            "peak_rss_mb": round(kb["VmHWM"] / 1024, 1)}
 
 
 def command_of(pid: int) -> str:

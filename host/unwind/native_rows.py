@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ctypes as ct
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,10 +78,11 @@ def library() -> ct.CDLL | None:
     return _lib
 
 
-def _copy(ptr: object, n: int, dtype: type) -> np.ndarray:
+def _view(ptr: object, n: int, dtype: type) -> np.ndarray:
+    """The C array as numpy sees it, no copy: valid until cfi_free."""
     if not n:
         return np.zeros(0, dtype)
-    return np.ctypeslib.as_array(ptr, shape=(n,)).astype(dtype, copy=True)
+    return np.ctypeslib.as_array(ptr, shape=(n,))
 
 
 def _rule(r: _Rule, data: bytes) -> tuple[int, object]:
@@ -88,10 +91,12 @@ def _rule(r: _Rule, data: bytes) -> tuple[int, object]:
     return (int(r.kind), int(r.value))
 
 
+@contextmanager
 def section_rows(lib: ct.CDLL, data: bytes, addr: int, is_eh: bool, fp_reg: int, ra_reg: int,
-                 skip: tuple[np.ndarray, np.ndarray] | None, max_rows: int) -> SectionRows:
+                 skip: tuple[np.ndarray, np.ndarray] | None, max_rows: int) -> Iterator[SectionRows]:
     """Every FDE of the section (skipping those overlapping skip's ranges, sorted by begin), stopping past
-    max_rows rows (over_cap)."""
+    max_rows rows (over_cap). Its arrays are the C's, not copies (a large table's rows would be held twice):
+    valid inside the with block only."""
     buf = np.frombuffer(data, np.uint8)
     sb = se = None
     n_skip = 0
@@ -112,9 +117,9 @@ def section_rows(lib: ct.CDLL, data: bytes, addr: int, is_eh: bool, fp_reg: int,
             s = out.states[i]
             expr = bytes(data[s.expr_off:s.expr_off + s.expr_len]) if s.expr_len >= 0 else None
             states.append((int(s.cfa_reg), int(s.cfa_off), expr, _rule(s.fp, data), _rule(s.ra, data)))
-        return SectionRows(_copy(out.begins, n, np.uint64), _copy(out.ends, n, np.uint64),
-                           _copy(out.counts, n, np.uint64), _copy(out.rel, rows, np.uint32),
-                           _copy(out.state, rows, np.uint32), states, _copy(out.first, len(states), np.uint64),
-                           int(out.errors), bool(out.over_cap))
+        yield SectionRows(_view(out.begins, n, np.uint64), _view(out.ends, n, np.uint64),
+                          _view(out.counts, n, np.uint64), _view(out.rel, rows, np.uint32),
+                          _view(out.state, rows, np.uint32), states, _view(out.first, len(states), np.uint64),
+                          int(out.errors), bool(out.over_cap))
     finally:
         lib.cfi_free(ct.byref(out))

@@ -157,20 +157,22 @@ class _Builder:
         """add_section's rows from cfi_rows.c: the same rows, the states compiled into rules in the order
         their rows first come (as the FDE loop above numbers them), the rules of skipped FDEs' states left out."""
         a = self.arch
-        r = native_rows.section_rows(lib, data, addr, is_eh, a.fp_reg, a.ra_reg, skip,  # type: ignore[arg-type]
-                                     self.max_rows - len(self.idx))
-        self.errors.extend(["malformed CFI record"] * r.errors)
-        lut = np.zeros(len(r.state_tuples), np.uint32)
-        used = np.flatnonzero(r.first != np.iinfo(np.uint64).max)
-        for sid in used[np.argsort(r.first[used])]:
-            lut[sid] = self._rule(r.state_tuples[int(sid)])
-        self.fdes += len(r.begins)
-        self.begins.frombytes(r.begins.tobytes())
-        self.ends.frombytes(r.ends.tobytes())
-        self.counts.frombytes(r.counts.tobytes())
-        self.rel.frombytes(r.rel.tobytes())
-        self.idx.frombytes(lut[r.states].tobytes())
-        if r.over_cap or len(self.idx) > self.max_rows:
+        with native_rows.section_rows(lib, data, addr, is_eh, a.fp_reg, a.ra_reg, skip,  # type: ignore[arg-type]
+                                      self.max_rows - len(self.idx)) as r:
+            self.errors.extend(["malformed CFI record"] * r.errors)
+            lut = np.zeros(len(r.state_tuples), np.uint32)
+            used = np.flatnonzero(r.first != np.iinfo(np.uint64).max)
+            for sid in used[np.argsort(r.first[used])]:
+                lut[sid] = self._rule(r.state_tuples[int(sid)])
+            self.fdes += len(r.begins)
+            # straight from the C's arrays (the buffer protocol: one copy each)
+            self.begins.frombytes(_raw(r.begins))
+            self.ends.frombytes(_raw(r.ends))
+            self.counts.frombytes(_raw(r.counts))
+            self.rel.frombytes(_raw(r.rel))
+            self.idx.frombytes(_raw(lut[r.states]))
+            over = r.over_cap
+        if over or len(self.idx) > self.max_rows:
             raise OverCap(f"{self.path}: its unwind table has more than {self.max_rows} rows "
                           f"(max_unwind_rows): refused")
 
@@ -223,6 +225,11 @@ class _Builder:
         if len(rules) <= 1 << 16:
             infos = infos.astype(np.uint16)  # 6 bytes a row in memory
         return UnwindTable(self.arch.name, base, pcs, infos, rules, build_id, stats)
+
+
+def _raw(a: np.ndarray) -> memoryview:
+    """A contiguous array's bytes, without a copy."""
+    return memoryview(np.ascontiguousarray(a)).cast("B")
 
 
 def _overlaps(ranges: tuple[np.ndarray, np.ndarray], begin: int, end: int) -> bool:
