@@ -74,8 +74,26 @@ def library() -> ct.CDLL | None:
                                  ct.c_void_p, ct.c_void_p, ct.c_uint64, ct.c_uint64, ct.POINTER(_Out)]
         lib.cfi_free.restype = None
         lib.cfi_free.argtypes = [ct.POINTER(_Out)]
+        lib.cfi_layout.restype = None
+        lib.cfi_layout.argtypes = [ct.POINTER(ct.c_uint64)]
+        if layout(lib) != expected_layout():  # built from another version of cfi_rows.c: its structs differ
+            log.warning("unwind tables built in Python, several times slower: %s was built from another "
+                        "version of cfi_rows.c (make -C native builds it again)", LIBRARY)
+            return None
         _lib = lib
     return _lib
+
+
+def layout(lib: ct.CDLL) -> list[int]:
+    """The library's struct sizes and offsets (cfi_layout), to check against this module's copies of them."""
+    got = (ct.c_uint64 * 7)()
+    lib.cfi_layout(got)
+    return list(got)
+
+
+def expected_layout() -> list[int]:
+    return [ct.sizeof(_Out), ct.sizeof(_State), ct.sizeof(_Rule), _Out.first.offset, _Out.fdes.offset,
+            _Out.cap_states.offset, _State.ra.offset]
 
 
 def _view(ptr: object, n: int, dtype: type) -> np.ndarray:

@@ -26,14 +26,21 @@ def test_the_library_is_built() -> None:
 def test_the_structs_python_reads_are_the_libraries() -> None:
     import ctypes as ct
 
-    from deepctx.host.unwind.native_rows import _Out, _Rule, _State
+    lib = ct.CDLL(str(native_rows.LIBRARY))
+    lib.cfi_layout.argtypes = [ct.POINTER(ct.c_uint64)]
+    assert native_rows.layout(lib) == native_rows.expected_layout()
 
-    lib = native_rows.library()
-    assert lib is not None
-    got = (ct.c_uint64 * 7)()
-    lib.cfi_layout(got)
-    assert list(got) == [ct.sizeof(_Out), ct.sizeof(_State), ct.sizeof(_Rule), _Out.first.offset, _Out.fdes.offset,
-                         _Out.cap_states.offset, _State.ra.offset]
+
+def test_a_library_of_another_layout_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library left from an older cfi_rows.c (the checkout updated, native/ not built again) would read and
+    write its structs at other offsets: it is refused, and the tables are built in Python."""
+    monkeypatch.setattr(native_rows, "_lib", None)
+    monkeypatch.setattr(native_rows, "_tried", False)
+    monkeypatch.setattr(native_rows, "expected_layout", lambda: [0] * 7)
+    assert native_rows.library() is None
+    monkeypatch.setattr(native_rows, "_tried", False)
+    monkeypatch.undo()
+    assert native_rows.library() is not None
 
 
 def _same(a: UnwindTable, b: UnwindTable) -> None:
