@@ -23,6 +23,23 @@ from deepctx.host.unwind.table import _Builder
 SOURCES = ("/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6")
 
 
+def damaged(rng: random.Random, data: bytes) -> bytes:
+    """A piece of data (512 B to 32 KiB) damaged in up to 12 places: bytes, 4-byte words, and LEB128 numbers
+    past 64 bits."""
+    start = rng.randrange(0, max(1, len(data) - 4096)) if rng.random() < 1 / 3 else 0
+    m = bytearray(data[start:start + rng.choice((512, 4096, 32768))])
+    for _ in range(rng.randint(1, 12)):
+        at = rng.randrange(len(m))
+        r = rng.random()
+        if r < 0.3:
+            m[at:at + 9] = bytes([0xFF] * 8 + [0x01])
+        elif r < 0.5:
+            m[at:at + 4] = rng.randrange(1 << 32).to_bytes(4, "little")
+        else:
+            m[at] = rng.randrange(256)
+    return bytes(m)
+
+
 def main(library: str, n: int, seed: int) -> int:
     native_rows.LIBRARY = library  # type: ignore[assignment]
     assert native_rows.library() is not None, library
@@ -32,19 +49,9 @@ def main(library: str, n: int, seed: int) -> int:
             srcs.append((bytes(f.section_data(".eh_frame") or b""), f.sections[".eh_frame"].addr))
     rng = random.Random(seed)
     same = differ = refused = 0
-    for i in range(n):
+    for _ in range(n):
         data, addr = rng.choice(srcs)
-        start = rng.randrange(0, max(1, len(data) - 4096)) if i % 3 == 0 else 0
-        m = bytearray(data[start:start + rng.choice((512, 4096, 32768))])
-        for _ in range(rng.randint(1, 12)):
-            at = rng.randrange(len(m))
-            r = rng.random()
-            if r < 0.3:
-                m[at:at + 9] = bytes([0xFF] * 8 + [0x01])
-            elif r < 0.5:
-                m[at:at + 4] = rng.randrange(1 << 32).to_bytes(4, "little")
-            else:
-                m[at] = rng.randrange(256)
+        m = damaged(rng, data)
         is_eh = rng.random() < 0.8
         out: list[object] = []
         for native in (False, True):
