@@ -25,6 +25,8 @@ export { zoom, zoomIdentity } from "d3-zoom";
 JS
 npx esbuild entry.js --bundle --minify --format=iife --global-name=d3 --legal-comments=none --outfile="$HERE/d3.min.js"
 cp node_modules/d3-flame-graph/dist/d3-flamegraph.umd.min.js "$HERE/d3-flamegraph.min.js"
+# kept xz-compressed in the tree (cli/formats/html.py decompresses them into the report)
+xz -9e -f "$HERE/d3.min.js" "$HERE/d3-flamegraph.min.js"
 cp node_modules/d3-flame-graph/LICENSE "$HERE/LICENSE.d3-flame-graph.txt"
 : > "$HERE/LICENSE.d3.txt"
 for m in d3-selection d3-format d3-array d3-hierarchy d3-scale d3-ease d3-transition d3-dispatch d3-zoom \
