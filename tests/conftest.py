@@ -13,6 +13,12 @@ from typing import Any
 
 import pytest
 
+# gRPC's fork support runs its atfork handlers in every child the tests fork (subprocess with user=/group= forks
+# rather than vforks): CI once saw such a child, forked while the worker's gRPC threads were busy ("skipping
+# fork() handlers"), die of SIGSEGV before its exec. The tests never use gRPC across a fork. Read by grpc when
+# it is first imported, which comes after this module.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 TESTS = Path(__file__).resolve().parent
 TARGETS = TESTS / "targets"
 REPO = TESTS.parent
