@@ -75,7 +75,7 @@ def test_replayed_kernels_go_under_the_replay_then_where_their_node_was_made(gra
     assert got == {
         (replay_path, (*outer, capture, line_of(TARGET, "LINE_MATMUL")), MATMUL): gt.N_REPLAY * gt.MATMUL_NS,
         (replay_path, (*outer, capture, line_of(TARGET, "LINE_RELU")), RELU): gt.N_REPLAY * gt.RELU_NS,
-    }, got
+    }, (got, {k: v for k, v in graphs.stats.items() if k.startswith("device_")})  # CI once: 1 replay of 6, sampled
     s = graphs.stats
     # two nodes made in the captured launches, two clones made by the instantiation
     assert (s["device_graph_nodes"], s["device_graph_nodes_made_in_unknown_calls"]) == (4, 0), s
