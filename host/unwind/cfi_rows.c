@@ -31,7 +31,7 @@ struct cfi_out { /* what one section gave; arrays malloc'd here, freed by cfi_fr
     uint64_t *first;                  /* per state: its first row, ~0 for a state only a skipped FDE had */
     uint64_t fdes, rows, nstates, errors;
     int64_t over_cap; /* rows before merging went past max_rows */
-    uint64_t cap_fdes, cap_rows, cap_states;
+    uint64_t cap_fdes; /* the FDE arrays' room */
 };
 
 #define MAX_SPAN (1ull << 32)
@@ -595,7 +595,7 @@ EXPORT void cfi_layout(uint64_t *out);
 EXPORT void cfi_layout(uint64_t *out) {
     out[0] = sizeof(struct cfi_out), out[1] = sizeof(struct cfi_state), out[2] = sizeof(struct cfi_rule);
     out[3] = offsetof(struct cfi_out, first), out[4] = offsetof(struct cfi_out, fdes);
-    out[5] = offsetof(struct cfi_out, cap_states), out[6] = offsetof(struct cfi_state, ra);
+    out[5] = offsetof(struct cfi_out, cap_fdes), out[6] = offsetof(struct cfi_state, ra);
 }
 
 EXPORT void cfi_free(struct cfi_out *o) {

@@ -1,7 +1,7 @@
 """The rows of a CFI section from host/unwind/cfi_rows.c (native/build/libdeepctx_cfi.so), with their states as
-interp.State tuples: what cfi.iter_fdes and interp.run give FDE by FDE, about forty times faster (a new host's
-first PyTorch process built 89 tables in 5.2 to 5.5 CPU-seconds in Python). Where the library is not built, the
-table is built in Python, and says so once in the log."""
+interp.State tuples: what cfi.iter_fdes and interp.run give FDE by FDE, without a Python object per FDE or row
+(a whole table builds 5 to 7 times faster: BENCHMARKS.md, "Unwind tables' rows in C"). Where the library is not
+built, or was built from another version of cfi_rows.c, the table is built in Python, and the log says so once."""
 
 from __future__ import annotations
 
@@ -35,8 +35,7 @@ class _Out(ct.Structure):
                 ("counts", ct.POINTER(ct.c_uint64)), ("rel", ct.POINTER(ct.c_uint32)),
                 ("state", ct.POINTER(ct.c_uint32)), ("states", ct.POINTER(_State)), ("first", ct.POINTER(ct.c_uint64)),
                 ("fdes", ct.c_uint64), ("rows", ct.c_uint64), ("nstates", ct.c_uint64), ("errors", ct.c_uint64),
-                ("over_cap", ct.c_int64), ("cap_fdes", ct.c_uint64), ("cap_rows", ct.c_uint64),
-                ("cap_states", ct.c_uint64)]
+                ("over_cap", ct.c_int64), ("cap_fdes", ct.c_uint64)]
 
 
 @dataclass
@@ -93,7 +92,7 @@ def layout(lib: ct.CDLL) -> list[int]:
 
 def expected_layout() -> list[int]:
     return [ct.sizeof(_Out), ct.sizeof(_State), ct.sizeof(_Rule), _Out.first.offset, _Out.fdes.offset,
-            _Out.cap_states.offset, _State.ra.offset]
+            _Out.cap_fdes.offset, _State.ra.offset]
 
 
 def _view(ptr: object, n: int, dtype: type) -> np.ndarray:
