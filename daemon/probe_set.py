@@ -366,7 +366,7 @@ class ProbeSet:
             # A GPU thread's name now, if it lives; else its name at its first GPU call (gpu_comm), not the one
             # /proc gave when the thread was first listed: that may have been between its clone and its
             # pthread_setname_np, with its parent's name still
-            for tid, name in gpu.thread_names(bpf).items():
+            for tid, name in gpu.thread_names(bpf, target.pid).items():
                 thread_names[tid] = procfs.thread_name(target.pid, tid) or name
         native = inputs.symbolizer
 

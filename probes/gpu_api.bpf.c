@@ -25,7 +25,10 @@ BPF_HASH(gpu_node_pending, __u32, __u64, GPU_INFLIGHT_ENTRIES);  /* tid -> entry
 BPF_HASH(gpu_node_runs, __u32, struct gpu_node_run, GPU_INFLIGHT_ENTRIES);
 BPF_HASH(gpu_node_types, struct gpu_fn_key, struct gpu_type_name, 4096);
 BPF_PERCPU_ARRAY(gpu_type_scratch, struct gpu_type_name, 1);
-BPF_HASH(gpu_comms, __u32, struct gpu_comm, GPU_INFLIGHT_ENTRIES);  /* tid -> name at its first capture */
+/* pid << 32 | tid -> the thread's name at its first GPU call with a path. Keyed by the process too: a program
+ * shared by captures at once outlives their threads, and a tid another process reuses is a new thread. User space
+ * drops a process's entries as its capture detaches, and its gone threads' after each window. */
+BPF_HASH(gpu_comms, __u64, struct gpu_comm, GPU_INFLIGHT_ENTRIES);
 /* 1 once any process of this program has had a hand-off call or run a work item: until then no call looks
  * for an origin (two hash look-ups a call saved where there are none: inference, plain CUDA) */
 BPF_ARRAY(gpu_origins_used, __u32, 1);
@@ -643,10 +646,11 @@ static __always_inline int gpu_entry(struct pt_regs *ctx, struct gpu_api_spec *s
      * first call, which is timed (untimed launches returned above) */
     if (f->cls == GPU_CLASS_LAUNCH)
         gpu_remember_object(ak.pid, f->key.object);
-    if ((f->key.flags & GPU_KEY_F_SAMPLED) && !gpu_comms.lookup(&tid)) {
+    __u64 comm_key = (__u64)ak.pid << 32 | tid;
+    if ((f->key.flags & GPU_KEY_F_SAMPLED) && !gpu_comms.lookup(&comm_key)) {
         struct gpu_comm comm = {};
         bpf_get_current_comm(comm.comm, sizeof(comm.comm));
-        gpu_comms.update(&tid, &comm);
+        gpu_comms.update(&comm_key, &comm);
     }
     if (entry_only) {
         gpu_add(&f->key, 0, f->bytes, 0);

@@ -13,6 +13,7 @@ from deepctx.host import gpu_apis
 from deepctx.host.elf.symbols import ElfSymbols
 from deepctx.host.procfs import Mapping, ProcessGone, ProcessMemory, open_mapped_file
 from deepctx.probes.family import FamilyDefaults, Target, read_source
+from deepctx.probes.gpu_thread_names import GpuThreadNames
 from deepctx.probes.maps import CountsMap, clear_stacks, entry_count, items, percpu_sum
 from deepctx.probes.native_unwind import NATIVE_F_TRUNCATED
 from deepctx.probes.program_share import share_of
@@ -334,6 +335,7 @@ class GpuApi(FamilyDefaults):
         self._uprobes: UprobeAttacher | None = None
         self._full_strings: dict[tuple[int, int], list[str]] = {}
         self._objects_read: dict[int, int] = {}  # pid -> GPU_STAT_OBJECTS when gpu_objects was last read for it
+        self.comms = GpuThreadNames()
         self.resumes = 0  # duty cycle: times the probes were attached again
         self.stack_clears = 0  # continuous mode: times the stack map was emptied at a window's end
         self.counts = CountsMap("gpu_counts", windows)  # windows: continuous mode cuts them
@@ -406,6 +408,7 @@ class GpuApi(FamilyDefaults):
         if self._uprobes is not None:
             self._uprobes.close()
         self.counts.forget(bpf, target.pid)
+        self.comms.forget(bpf, target.pid)
         self._objects_read.pop(target.pid, None)
         state = self._pids.pop(target.pid, None)
         if state is None:
@@ -447,6 +450,7 @@ class GpuApi(FamilyDefaults):
         """Continuous mode, at a window's cut: its calls leave the map (the next window's count from zero
         there); names and handles stay known."""
         self.counts.take(bpf, target.pid, cut)
+        self.comms.at_cut(bpf, target.pid)
 
     def clear_window(self, bpf: Any, target: Target, stacks_free: bool) -> None:
         """Continuous mode, after a window was built. The stack map stays until it is half full: calls made
@@ -455,6 +459,7 @@ class GpuApi(FamilyDefaults):
         their work falls back to the worker's own path rather than to none. (stacks_free: no capture on the
         program has counts left to build, probes/program_share.py.)"""
         self.counts.release()
+        self.comms.after_window(bpf, target.pid)
         stacks = bpf[b"gpu_stacks"]
         if stacks_free and entry_count(stacks) > self.stack_entries // 2:
             clear_stacks(stacks, bpf[b"gpu_stacks_gen"])
@@ -636,9 +641,10 @@ class GpuApi(FamilyDefaults):
                                  k.origin_user_stack, k.origin_py_stack, k.origin_label, k.origin_node))
         return out
 
-    def thread_names(self, bpf: Any) -> dict[int, str]:
-        """tid -> name, for the threads that made GPU calls (short-lived ones included)."""
-        return {getattr(k, "value", k): bytes(v.comm).split(b"\0", 1)[0].decode(errors="replace") for k, v in items(bpf[b"gpu_comms"])}
+    def thread_names(self, bpf: Any, pid: int) -> dict[int, str]:
+        """tid -> name at its first GPU call, for process pid's threads that made GPU calls (short-lived ones
+        included)."""
+        return self.comms.names(bpf, pid)
 
     def node_types(self, bpf: Any, pid: int) -> dict[int, str]:
         """vtable address -> class name of the work items (autograd nodes) run in process pid."""

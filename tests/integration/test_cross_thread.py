@@ -3,11 +3,12 @@ a hand-off from Python, and the launches are charged to the Python line that han
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
-from harness import StdinTarget, line_of, profile_phase, start_daemon, stop_daemon
+from harness import StdinTarget, capture_started, line_of, profile_phase, start_daemon, stop_daemon
 from profile_paths import walk
 
 TARGET = Path(__file__).resolve().parents[1] / "targets" / "gpu" / "handoff_calls.py"
@@ -130,3 +131,47 @@ def test_a_thread_named_after_the_capture_listed_it_has_the_name_it_launched_und
     threads = {(a["tid"], a["name"]) for anc, _ in kernels for a in anc if a["kind"] == "thread"}
     assert threads == {(worker, "late-named (Thread-1 (work))")}, threads  # OS name (Python name)
     assert sum(n["metrics"]["calls"] for _, n in kernels) == 3
+
+
+def test_a_tid_reused_by_another_process_launches_under_its_own_name(handoff_daemon) -> None:
+    """Captures at once share one loaded program and its maps (a third capture holds it throughout, as
+    continuous mode's do). A thread of a first target names itself, launches and exits; a thread of a second
+    target gets the same tid, names itself otherwise, launches and exits. Each thread's launches sit under its
+    own name, not under the one the program recorded for the tid's first holder."""
+    import concurrent.futures as cf
+
+    from test_gpu_api_cpu import cuda_runtime
+
+    if not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK):
+        pytest.skip("needs root in the initial pid namespace to choose a thread's tid")
+    keeper = StdinTarget([sys.executable, str(LATE_TARGET), cuda_runtime(), "keeper"])
+    names = []
+    tid = 0
+    try:
+        with cf.ThreadPoolExecutor(1) as pool:
+            kept = capture_started(pool, handoff_daemon, keeper)
+            for name in ("first-holder", "second-holder"):
+                argv = [sys.executable, str(LATE_TARGET), cuda_runtime(), name, *([str(tid)] if tid else [])]
+                t = StdinTarget(argv)
+                worker = int(t.first.split()[2])
+                assert not tid or worker == tid, (worker, tid)
+                tid = worker
+                try:
+                    doc = profile_phase(handoff_daemon, t)
+                finally:
+                    t.stop()
+                assert doc["stats"]["program_captures"] == 2, doc["stats"]  # its own and the keeper's
+                kernels = [anc for anc, n in walk(doc) if n["kind"] == "kernel"]
+                # the OS name, before the Python one in brackets (the second target may have made several threads)
+                names.append({(a["tid"], a["name"].split(" (")[0]) for anc in kernels for a in anc
+                              if a["kind"] == "thread"})
+            keeper.go()
+            keeper.expect("done")
+            assert handoff_daemon.cli("stop", str(keeper.pid)).returncode == 0
+            kept_doc = kept.result()
+    finally:
+        keeper.stop()
+    assert names == [{(tid, "first-holder")}, {(tid, "second-holder")}], names
+    keeper_threads = {a["name"].split(" (")[0] for anc, n in walk(kept_doc) if n["kind"] == "kernel" for a in anc
+                      if a["kind"] == "thread"}
+    assert keeper_threads == {"keeper"}, keeper_threads  # the others' threads are not the keeper's
