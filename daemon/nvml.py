@@ -15,6 +15,8 @@ SUCCESS = 0
 ERROR_NOT_SUPPORTED = 3
 ERROR_INSUFFICIENT_SIZE = 7
 _UTILIZATION_SAMPLES = 1  # nvmlSamplingType_t NVML_GPU_UTILIZATION_SAMPLES
+_CLOCK_MEM = 2  # nvmlClockType_t NVML_CLOCK_MEM
+_NAME_LEN = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE
 
 
 class NvmlError(Exception):
@@ -107,6 +109,23 @@ class Device:
         if rc != SUCCESS:
             return []
         return sorted((s.ts_us, s.value & 0xFFFFFFFF) for s in buf[:n.value] if s.ts_us > since_us)
+
+    def name(self) -> str | None:
+        buf = ct.create_string_buffer(_NAME_LEN)
+        if self.nvml.lib.nvmlDeviceGetName(self.handle, buf, ct.c_uint(_NAME_LEN)) != SUCCESS:
+            return None
+        return buf.value.decode(errors="replace") or None
+
+    def memory_bandwidth(self) -> int | None:
+        """The memory's peak bandwidth in bytes a second: its bus width times its highest clock, two transfers a
+        clock (HBM and GDDR alike: an H100 SXM's 5,120 bits at 2,619 MHz make its 3.35 TB/s). None where NVML
+        cannot say."""
+        width, clock = ct.c_uint(0), ct.c_uint(0)
+        lib = self.nvml.lib
+        if (lib.nvmlDeviceGetMemoryBusWidth(self.handle, ct.byref(width)) != SUCCESS
+                or lib.nvmlDeviceGetMaxClockInfo(self.handle, _CLOCK_MEM, ct.byref(clock)) != SUCCESS):
+            return None
+        return width.value // 8 * clock.value * 1_000_000 * 2 or None
 
     def mig_enabled(self) -> bool:
         cur, pending = ct.c_uint(0), ct.c_uint(0)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from deepctx.daemon.busy_meter import BusyFits
 from deepctx.daemon.callpaths import CallPathResolver, StackReader
 from deepctx.daemon.compiled_tree import annotate_compiled, compiled_warnings
+from deepctx.daemon.device_memory import memory_bandwidth
 from deepctx.daemon.device_share import DeviceShares
 from deepctx.daemon.device_tree import DeviceView
 from deepctx.daemon.duty_cycle import duty_scales
@@ -432,6 +433,9 @@ class ProbeSet:
             stats.update(add_gpu_buckets(tree, buckets, gpu_paths, namer, lambda api: libs.get(api.library), origins))
             if view is not None:
                 stats.update(view.add_to(tree, gpu_paths, namer, lambda api: libs.get(api.library), origins))
+                bandwidth = memory_bandwidth(target.pid) if view.buckets else None
+                if bandwidth:  # the device part's memory_bandwidth_gb_s (profiles/document.py)
+                    stats["device_memory_bandwidth_mb_s"] = bandwidth // 1_000_000
             if dev is not None and dev.trace:
                 trace = build_trace(dev.events, view.names if view else {}, inputs.clock_offset_ns, target.pid)
             stats["gpu_stacks_truncated"] = gpu_paths.truncated_stacks

@@ -78,7 +78,8 @@ def _line(s: SourceLine) -> pb.SourceLine:
 
 def compiled_from_message(o: LaunchOrigin) -> pb.CompiledFrom:
     return pb.CompiledFrom(lines=[_line(s) for s in o.lines], nodes=o.site.nodes, aten=o.site.aten,
-                           compile_id=o.compile_id or "", output_code=o.wrapper, framework=o.framework)
+                           compile_id=o.compile_id or "", output_code=o.wrapper, framework=o.framework,
+                           bytes_per_launch=o.bytes_per_launch or 0)
 
 
 def compile_message(c: Compile) -> pb.Compile:

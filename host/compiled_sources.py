@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 
 from deepctx.host.frames import is_library_file
+from deepctx.host.inductor_traffic import launch_traffic
 from deepctx.host.procfs import environ_value, namespace_pid
 from deepctx.host.target_files import TargetRoot, read_target_file
 from deepctx.host.torch_compile import (
@@ -51,12 +52,14 @@ class LaunchOrigin:
     lines: tuple[SourceLine, ...]
     compile_id: str | None  # Inductor's compile id, or the XLA module's name
     framework: str = "inductor"  # or "xla"
+    bytes_per_launch: int | None = None  # the least memory traffic of one launch (host/inductor_traffic.py)
 
 
 class CompiledSources:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.wrappers: dict[str, dict[int, LaunchSite]] = {}
+        self.traffic: dict[str, dict[int, int]] = {}  # wrapper -> launch line -> its least bytes
         self.backward: set[str] = set()  # the wrappers of backward graphs
         self.trace_dir = environ_value(pid, "TORCH_TRACE")
         self.ns_pid = namespace_pid(pid)  # the pid the process's own trace records carry
@@ -75,6 +78,7 @@ class CompiledSources:
         data = read_target_file(self.pid, filename, MAX_WRAPPER_BYTES)
         text = data.decode("utf-8", errors="replace") if data else ""
         self.wrappers[filename] = parse_wrapper(text)
+        self.traffic[filename] = launch_traffic(text)
         if is_backward_wrapper(text):
             self.backward.add(filename)
         self.refresh(force=True)
@@ -149,13 +153,14 @@ class CompiledSources:
         site = self.wrappers.get(filename, {}).get(line)
         if site is None:
             return None
+        traffic = self.traffic.get(filename, {}).get(line)
         traces = self._traces_newest_first()
         for trace in sorted(traces, key=lambda t: t.pid != self.ns_pid):  # this process's own trace first
             cid = trace.output_code.get(filename)
             if cid is not None:
                 lines = trace.lines(filename, site, filename in self.backward)
-                return LaunchOrigin(filename, site, tuple(lines), cid)
-        return LaunchOrigin(filename, site, (), None)
+                return LaunchOrigin(filename, site, tuple(lines), cid, bytes_per_launch=traffic)
+        return LaunchOrigin(filename, site, (), None, bytes_per_launch=traffic)
 
     def compiles(self) -> list[Compile]:
         """Every compile this process's trace records. A directory may hold the traces of other processes (the

@@ -78,7 +78,8 @@ def _line(s: pb.SourceLine) -> dict[str, Any]:
 def compiled_from_doc(c: pb.CompiledFrom) -> dict[str, Any]:
     """A kernel node's `compiled_from` (docs/formats.md, "Compiled code")."""
     return {"lines": [_line(s) for s in c.lines], "nodes": list(c.nodes), "aten": list(c.aten),
-            "compile_id": c.compile_id or None, "output_code": c.output_code, "framework": c.framework or "inductor"}
+            "compile_id": c.compile_id or None, "output_code": c.output_code, "framework": c.framework or "inductor",
+            "bytes_per_launch": c.bytes_per_launch or None}
 
 
 def compile_doc(c: pb.Compile) -> dict[str, Any]:
@@ -92,10 +93,17 @@ def compile_doc(c: pb.Compile) -> dict[str, Any]:
 
 
 def device_part(stats: dict[str, int]) -> dict[str, Any] | None:
-    """The optional `device` part, from what the CUPTI agent read from the driver (PC-sampling captures):
-    the multiprocessor count and the compute capability (major x 10 + minor in the stats)."""
+    """The optional `device` part: what the CUPTI agent read from the driver (PC-sampling captures), the
+    multiprocessor count and the compute capability (major x 10 + minor in the stats); and the memory's peak
+    bandwidth the daemon read from NVML (captures with device activity)."""
     sms = stats.get("device_sm_count", 0)
-    if not sms:
+    bandwidth = stats.get("device_memory_bandwidth_mb_s", 0)
+    if not sms and not bandwidth:
         return None
-    cc = stats.get("device_compute_capability", 0)
-    return {"name": None, "sm_count": sms, "compute_capability": f"{cc // 10}.{cc % 10}" if cc else None}
+    out: dict[str, Any] = {"name": None}
+    if sms:
+        cc = stats.get("device_compute_capability", 0)
+        out.update(sm_count=sms, compute_capability=f"{cc // 10}.{cc % 10}" if cc else None)
+    if bandwidth:
+        out["memory_bandwidth_gb_s"] = round(bandwidth / 1000, 1)
+    return out

@@ -55,7 +55,8 @@ def compiled_from_message(c: dict[str, Any]) -> pb.CompiledFrom:
     """A kernel node's `compiled_from` (profiles/document.compiled_from_doc's inverse)."""
     return pb.CompiledFrom(lines=[_line(s) for s in c.get("lines") or []], nodes=list(c.get("nodes") or []),
                            aten=list(c.get("aten") or []), compile_id=str(c.get("compile_id") or ""),
-                           output_code=str(c.get("output_code") or ""), framework=str(c.get("framework") or ""))
+                           output_code=str(c.get("output_code") or ""), framework=str(c.get("framework") or ""),
+                           bytes_per_launch=int(c.get("bytes_per_launch") or 0))
 
 
 def compile_message(c: dict[str, Any]) -> pb.Compile:

@@ -19,6 +19,12 @@ def options(doc: str, steps: int) -> argparse.Namespace:
     return p.parse_args()
 
 
+def compile_mode() -> str:
+    """torch.compile's mode for the examples that compile: DEEPCTX_EXAMPLE_COMPILE_MODE (e.g. max-autotune), else
+    the default."""
+    return os.environ.get("DEEPCTX_EXAMPLE_COMPILE_MODE") or "default"
+
+
 def serve(run: Callable[[int], None], finish: Callable[[], None], args: argparse.Namespace, warmup: int = 3) -> None:
     """run(n) does n steps; finish() waits until the GPU is done (so the time is the work's)."""
     run(warmup)

@@ -1,5 +1,6 @@
 """The GPU a profile ran on: its multiprocessor count, from the document's optional `device` part, else from
-its name, else the H200's (the GPU deepctx is developed on), said so and trusted less."""
+its name, else the H200's (the GPU deepctx is developed on), said so and trusted less; its memory's peak
+bandwidth from the `device` part only (NVML's, read by the daemon), else unknown."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ class DeviceInfo:
     name: str | None
     sm_count: int
     source: str  # "profile", "name" or "default"
+    memory_bandwidth: float | None = None  # bytes a second at the memory's peak; None: not in the profile
 
     @property
     def assumed(self) -> bool:
@@ -28,10 +30,12 @@ def device_info(doc: dict[str, Any]) -> DeviceInfo:
     dev = doc.get("device") or {}
     name = dev.get("name") if isinstance(dev, dict) else None
     sm = dev.get("sm_count") if isinstance(dev, dict) else None
+    gbs = dev.get("memory_bandwidth_gb_s") if isinstance(dev, dict) else None
+    bandwidth = float(gbs) * 1e9 if isinstance(gbs, int | float) and gbs > 0 else None
     if isinstance(sm, int) and sm > 0:
-        return DeviceInfo(name, sm, "profile")
+        return DeviceInfo(name, sm, "profile", bandwidth)
     if name:
         for model, count in SM_COUNTS:
             if model in name:
-                return DeviceInfo(name, count, "name")
-    return DeviceInfo(name, DEFAULT_SM_COUNT, "default")
+                return DeviceInfo(name, count, "name", bandwidth)
+    return DeviceInfo(name, DEFAULT_SM_COUNT, "default", bandwidth)

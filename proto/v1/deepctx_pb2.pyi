@@ -282,20 +282,22 @@ class SourceLine(_message.Message):
     def __init__(self, file: _Optional[str] = ..., line: _Optional[int] = ..., function: _Optional[str] = ..., code: _Optional[str] = ...) -> None: ...
 
 class CompiledFrom(_message.Message):
-    __slots__ = ("lines", "nodes", "aten", "compile_id", "output_code", "framework")
+    __slots__ = ("lines", "nodes", "aten", "compile_id", "output_code", "framework", "bytes_per_launch")
     LINES_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     ATEN_FIELD_NUMBER: _ClassVar[int]
     COMPILE_ID_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_CODE_FIELD_NUMBER: _ClassVar[int]
     FRAMEWORK_FIELD_NUMBER: _ClassVar[int]
+    BYTES_PER_LAUNCH_FIELD_NUMBER: _ClassVar[int]
     lines: _containers.RepeatedCompositeFieldContainer[SourceLine]
     nodes: _containers.RepeatedScalarFieldContainer[str]
     aten: _containers.RepeatedScalarFieldContainer[str]
     compile_id: str
     output_code: str
     framework: str
-    def __init__(self, lines: _Optional[_Iterable[_Union[SourceLine, _Mapping]]] = ..., nodes: _Optional[_Iterable[str]] = ..., aten: _Optional[_Iterable[str]] = ..., compile_id: _Optional[str] = ..., output_code: _Optional[str] = ..., framework: _Optional[str] = ...) -> None: ...
+    bytes_per_launch: int
+    def __init__(self, lines: _Optional[_Iterable[_Union[SourceLine, _Mapping]]] = ..., nodes: _Optional[_Iterable[str]] = ..., aten: _Optional[_Iterable[str]] = ..., compile_id: _Optional[str] = ..., output_code: _Optional[str] = ..., framework: _Optional[str] = ..., bytes_per_launch: _Optional[int] = ...) -> None: ...
 
 class GpuBranch(_message.Message):
     __slots__ = ("offset", "instruction", "file", "line", "kind", "lanes", "predicate", "source", "reconverge", "taken", "fallthrough", "block_x")

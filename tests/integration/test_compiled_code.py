@@ -31,17 +31,27 @@ N = 300
 
 WRAPPER = '''# AOT ID: ['0_forward']
 
+triton_poi_fused_0 = async_compile.triton('triton_poi_fused_0', """
+@triton_heuristics.pointwise(
+    triton_meta={'signature': {'in_ptr0': '*fp32', 'out_ptr0': '*fp16', 'xnumel': 'i32', 'XBLOCK': 'constexpr'}},
+)
+""", device_str='cuda')
+
 
 def call(args):
+    arg0_1 = None
+    assert_size_stride(arg0_1, (64, 256), (256, 1))
     # Topologically Sorted Source Nodes: [x], Original ATen: [aten.t, aten.addmm]
     extern_kernels.mm(None, None, out=None)  # LINE_GEMM
+    buf0 = empty_strided_cuda((64, 256), (256, 1), torch.float16)
     # Topologically Sorted Source Nodes: [x, relu, x_1, x_2, le], Original ATen: [aten.addmm, aten.relu, aten.mul, aten.add, aten.threshold_backward]
     stream0 = 0
-    triton_poi_fused_0.run(None, None, 16384, stream=stream0)  # LINE_FUSED
+    triton_poi_fused_0.run(arg0_1, buf0, 16384, stream=stream0)  # LINE_FUSED
     del stream0
     # Topologically Sorted Source Nodes: [y], Original ATen: [aten.t, aten.addmm]
     extern_kernels.addmm(None, None, out=None)  # LINE_GEMM2
 '''
+FUSED_BYTES = 64 * 256 * 4 + 64 * 256 * 2  # arg0_1 (f32) read, buf0 (f16) written: host/inductor_traffic.py
 
 
 def wrapper_file(tmp: Path) -> Path:
@@ -101,6 +111,8 @@ def test_kernels_of_compiled_code_carry_the_models_lines(daemon, tmp_path: Path)
     assert cf["nodes"] == ["x", "relu", "x_1", "x_2", "le"]
     assert cf["aten"] == ["aten.addmm", "aten.relu", "aten.mul", "aten.add", "aten.threshold_backward"]
     assert cf["compile_id"] == "0/1" and cf["output_code"] == str(wrapper)
+    assert cf["bytes_per_launch"] == FUSED_BYTES
+    assert by_line[gemm][0]["compiled_from"]["bytes_per_launch"] is None  # a library GEMM: not Inductor's kernel
     assert cf["lines"][0]["code"] == "x = self.fc1(x)  # LINE_FC1"
     assert doc["stats"]["compiled_kernel_paths"] == 3 and doc["stats"]["compiled_kernel_paths_without_lines"] == 0
 

@@ -2,7 +2,8 @@
  * processes that share their state in MOCK_GPU_DIR (mock.h). Like the driver, it samples the GPU's
  * utilization on its own every MOCK_NVML_PERIOD_MS (default 100): the percent of the period in which the
  * devices ran work (summed over the processes, at most 100), stamped on the wall clock in microseconds.
- * Its compute processes are those with a state file that are still alive. MOCK_NVML_MIG=1: in MIG mode. */
+ * Its compute processes are those with a state file that are still alive. MOCK_NVML_MIG=1: in MIG mode.
+ * Its name and memory are an H200's. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
@@ -160,6 +161,32 @@ EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **h) {
     if (i != 0)
         return INVALID_ARGUMENT;
     *h = &device_handle;
+    return OK;
+}
+
+/* An H200's: 6,144 bits at 3,201 MHz (4.92 TB/s); MOCK_NVML_NO_MEMORY=1: neither is known */
+EXPORT int nvmlDeviceGetName(void *h, char *name, unsigned len) {
+    (void)h;
+    if (len < 10)
+        return INSUFFICIENT_SIZE;
+    snprintf(name, len, "Mock H200");
+    return OK;
+}
+
+EXPORT int nvmlDeviceGetMemoryBusWidth(void *h, unsigned *bits) {
+    (void)h;
+    const char *m = getenv("MOCK_NVML_NO_MEMORY");
+    if (m && *m == '1')
+        return NOT_SUPPORTED;
+    *bits = 6144;
+    return OK;
+}
+
+EXPORT int nvmlDeviceGetMaxClockInfo(void *h, int type, unsigned *mhz) {
+    (void)h;
+    if (type != 2)  /* NVML_CLOCK_MEM only */
+        return NOT_SUPPORTED;
+    *mhz = 3201;
     return OK;
 }
 

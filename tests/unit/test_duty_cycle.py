@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes as ct
 import threading
+import types
 from types import SimpleNamespace
 
 import pytest
@@ -144,6 +145,10 @@ class FakeGeneration(dict):
         super().__setitem__(key.value, value.value)
 
 
+# a capture's target whose window cut noted no gone thread (gpu_thread_names: nothing to drop)
+NO_NAMES_TAKEN = types.SimpleNamespace(pid=1)
+
+
 def test_window_end_keeps_stack_ids_until_the_map_is_half_full() -> None:
     from deepctx.probes.gpu_api import GpuApi
 
@@ -153,13 +158,13 @@ def test_window_end_keeps_stack_ids_until_the_map_is_half_full() -> None:
     bpf[b"gpu_stacks_gen"] = FakeGeneration()
     bpf[b"gpu_stacks"].update({i: i for i in range(4)})
     bpf[b"gpu_origins"][1] = "origin holding stack 3"
-    gpu.clear_window(bpf, None, stacks_free=True)  # type: ignore[arg-type]
+    gpu.clear_window(bpf, NO_NAMES_TAKEN, stacks_free=True)  # type: ignore[arg-type]
     assert bpf[b"gpu_counts"].cleared == 0 and len(bpf[b"gpu_stacks"]) == 4 and bpf[b"gpu_origins"]  # ids stay valid
     bpf[b"gpu_stacks"][4] = 4  # more than half of 8
-    gpu.clear_window(bpf, None, stacks_free=False)  # type: ignore[arg-type]  # another capture on it has counts to build
+    gpu.clear_window(bpf, NO_NAMES_TAKEN, stacks_free=False)  # type: ignore[arg-type]  # another capture on it has counts to build
     assert len(bpf[b"gpu_stacks"]) == 5 and gpu.stack_clears == 0
     assert bpf[b"gpu_stacks_gen"][ct.c_int(0)].value == 0
-    gpu.clear_window(bpf, None, stacks_free=True)  # type: ignore[arg-type]
+    gpu.clear_window(bpf, NO_NAMES_TAKEN, stacks_free=True)  # type: ignore[arg-type]
     assert not bpf[b"gpu_stacks"] and not bpf[b"gpu_origins"] and gpu.stack_clears == 1
     # raised with the clear: no CPU takes the last stack it interned for one still kept
     assert bpf[b"gpu_stacks_gen"][ct.c_int(0)].value == 1

@@ -1,5 +1,12 @@
-"""Rule: one kernel of torch.compile'd code takes a large share of the GPU's time (issue 33.4): a lead to its
-model lines, not a claim (what would make it faster is not in the profile without PC samples)."""
+"""Rule: one kernel of torch.compile'd code takes a large share of the GPU's time (issue 33.4), named with the
+model lines fused into it.
+
+Its estimate is the kernel's distance from its memory floor. Inductor's wrapper gives each launch's least bytes
+(`compiled_from.bytes_per_launch`: every tensor it takes read once, every one it writes written once) and NVML
+the memory's peak bandwidth (the profile's `device.memory_bandwidth_gb_s`). No launch runs faster than its bytes
+at the bandwidth a streaming copy reaches (STREAM_SHARE of the peak), so the time above that floor is what a
+better kernel could remove, at most: R = kernel time - least bytes / (STREAM_SHARE x peak). Where either figure
+is missing the finding stays a lead without an estimate."""
 
 from __future__ import annotations
 
@@ -12,6 +19,10 @@ from deepctx.profiles.analyzer.rules.common import launches
 from deepctx.profiles.tree import origin_lines
 
 HOT_SHARE = 0.25  # of the GPU's kernel time
+# What a device-to-device copy of 1 GiB reaches of NVML's peak bandwidth (bench/stream_bandwidth.py, BENCHMARKS.md
+# "A kernel's memory floor"): the fastest a kernel moves bytes in practice.
+STREAM_SHARE = 0.9
+AT_FLOOR = 0.9  # a kernel within this of its floor's speed runs at it: only fewer bytes help
 
 
 @register
@@ -39,18 +50,60 @@ class CompiledHotKernel(Rule):
             cf = max(rs, key=lambda r: r.gpu_time_ns).compiled_from or {}
             first = cf["lines"][0]
             where = origin_lines(cf)
+            calls = sum(r.calls for r in rs)
+            evidence: dict[str, object] = {
+                "kernel": name, "gpu_time_ns": gpu, "gpu_share": round(gpu / total, 4), "launches": calls,
+                "lines": where, "aten": cf.get("aten", []), "compile_id": cf.get("compile_id")}
+            ops = ", ".join(cf.get("aten") or cf.get("nodes") or []) or "the operations"
+            floor = _memory_floor(rs, ctx.device.memory_bandwidth)
+            title = f"{name} ({100 * gpu / total:.0f}% of kernel time) came from {where}"
+            if floor is None:
+                removable, speedup, confidence = 0.0, None, 0.3
+                model = ("a lead: the kernel's share of GPU time is measured; its least bytes (Inductor's wrapper) or "
+                         "the memory's bandwidth (NVML) are not in the profile")
+                advice = ("Profile it inside (deepctx run --pc-sampling --kernel '{name}') for its stalls, or "
+                          + _tuning(cf))
+            else:
+                floor_ns, moved, peak = floor
+                removable = max(0.0, gpu - floor_ns)
+                speedup, confidence = ctx.basis.speedup(removable), 0.4
+                share = moved / (gpu / 1e9) / peak
+                evidence.update(bytes_per_launch=moved // max(calls, 1), achieved_gb_s=round(moved / gpu, 1),
+                                peak_gb_s=round(peak / 1e9, 1), share_of_peak=round(share, 3),
+                                floor_ns=int(floor_ns), removable_ns=int(removable))
+                model = (f"memory floor: R = kernel time - least bytes / ({STREAM_SHARE:g} x the memory's peak "
+                         "bandwidth); speedup = T/(T-R)")
+                title += f", at {100 * share:.0f}% of the memory's peak bandwidth"
+                if share >= AT_FLOOR * STREAM_SHARE:
+                    advice = ("It moves its bytes near the memory's limit: only fewer bytes make it faster (a narrower "
+                              "dtype such as bf16, or fusing the producer or consumer of its tensors into it).")
+                else:
+                    advice = (f"It moves its bytes at {100 * share:.0f}% of the memory's peak: profile it inside "
+                              f"(deepctx run --pc-sampling --kernel '{name}') for what holds it back, or "
+                              + _tuning(cf))
             out.append(Finding(
-                rule=self.id, title=f"{name} ({100 * gpu / total:.0f}% of kernel time) came from {where}",
-                site=Site(first["file"], first["line"], first["function"]),
-                evidence={"kernel": name, "gpu_time_ns": gpu, "gpu_share": round(gpu / total, 4),
-                          "launches": sum(r.calls for r in rs), "lines": where, "aten": cf.get("aten", []),
-                          "compile_id": cf.get("compile_id")},
-                suggestion=(f"This fused kernel runs {', '.join(cf.get('aten') or cf.get('nodes') or []) or 'the operations'}"
-                            f" of {where}. Profile it inside (deepctx run --pc-sampling --kernel '{name}') for its "
-                            "stalls" + (", or let Inductor search its configurations "
-                                        "(torch.compile(mode='max-autotune'))." if cf.get("framework") != "xla" else
-                                        ", and check that XLA autotuned it (XLA_FLAGS --xla_gpu_autotune_level).")),
-                estimated_speedup=None, confidence=0.3,
-                model="a lead: the kernel's share of GPU time is measured; what a change would gain is not",
-                removable_ns=0))
+                rule=self.id, title=title, site=Site(first["file"], first["line"], first["function"]),
+                evidence=evidence,
+                suggestion=f"This fused kernel runs {ops} of {where}. " + advice.replace("{name}", name),
+                estimated_speedup=speedup, confidence=confidence, model=model, removable_ns=int(removable)))
         return out
+
+
+def _tuning(cf: dict) -> str:
+    if cf.get("framework") == "xla":
+        return "check that XLA autotuned it (XLA_FLAGS --xla_gpu_autotune_level)."
+    return "let Inductor search its configurations (torch.compile(mode='max-autotune'))."
+
+
+def _memory_floor(rs: list[GpuRecord], peak: float | None) -> tuple[float, int, float] | None:
+    """(the launches' least time in ns at STREAM_SHARE of the peak, their least bytes, the peak in bytes/s), or
+    None where the bandwidth or a launch's bytes is not known."""
+    if not peak:
+        return None
+    moved = 0
+    for r in rs:
+        per = (r.compiled_from or {}).get("bytes_per_launch")
+        if not isinstance(per, int) or per <= 0:
+            return None
+        moved += per * r.calls
+    return moved / (STREAM_SHARE * peak) * 1e9, moved, peak

@@ -103,6 +103,9 @@ def test_a_job_slowed_while_recorded_is_scaled_by_the_gpus_busy_time(nvml_daemon
         t.stop()
     stats = doc["stats"]
     shown = {k: v for k, v in stats.items() if k.startswith(("gpu_busy", "device_", "gpu_call", "gpu_probe"))}
+    # the memory's peak from NVML: the mock's H200, 6,144 bits at 3,201 MHz, two transfers a clock
+    assert stats["device_memory_bandwidth_mb_s"] == 6144 // 8 * 3201 * 2 == 4_916_736
+    assert doc["device"] == {"name": None, "memory_bandwidth_gb_s": 4916.7}
     truth_ms = busy.between(doc["started_unix"], doc["started_unix"] + doc["duration_s"])
     assert stats["gpu_busy_scaled_permille"] == stats["device_busy_scaled_permille"] == 1000, (shown, doc["warnings"])
     assert not any("busy time" in w for w in doc["warnings"]), doc["warnings"]

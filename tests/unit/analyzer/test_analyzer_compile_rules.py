@@ -79,17 +79,21 @@ def test_graph_break_points_at_its_line_and_counts_what_runs_eagerly() -> None:
     assert quiet_f and quiet_f[0]["evidence"]["eager_launches"] == 0
 
 
-def hot(share: float, framework: str = "inductor") -> dict[str, Any]:
+def hot(share: float, framework: str = "inductor", bytes_per_launch: int | None = None,
+        bandwidth_gb_s: float | None = None, scale: int = 1) -> dict[str, Any]:
+    """100 launches of a compiled kernel with `share` of 100 x `scale` ms of kernel time, in a 10 s capture."""
     b = DocBuilder()
     cf = {"lines": [{"file": MODEL, "line": 41, "function": "forward", "code": "x = self.fc1(x)"},
                     {"file": MODEL, "line": 42, "function": "forward", "code": None}],
           "nodes": ["x", "relu"], "aten": ["aten.addmm", "aten.relu"] if framework == "inductor" else [],
-          "compile_id": "0/0", "output_code": WRAPPER, "framework": framework}
+          "compile_id": "0/0", "output_code": WRAPPER, "framework": framework, "bytes_per_launch": bytes_per_launch}
+    if bandwidth_gb_s is not None:
+        b.doc["device"] = {"name": None, "memory_bandwidth_gb_s": bandwidth_gb_s}
     at_wrapper = MAIN + [py("train", 25), frame("python", "Runner.call", WRAPPER, 233)]
     b.add(b.main + at_wrapper + [frame("api", "cuLaunchKernelEx", module="libcuda.so.1"),
                                  frame("kernel", "triton_poi_fused_addmm_relu_0", compiled_from=cf)],
-          calls=100, api_time_ns=MS, gpu_time_ns=int(share * 100 * MS))
-    b.launch(MAIN + [py("train", 30)], MUL, 100, MS, gpu_time_ns=int((1 - share) * 100 * MS))
+          calls=100, api_time_ns=MS, gpu_time_ns=int(share * 100 * MS * scale))
+    b.launch(MAIN + [py("train", 30)], MUL, 100, MS, gpu_time_ns=int((1 - share) * 100 * MS * scale))
     return b.doc
 
 
@@ -103,3 +107,33 @@ def test_a_compiled_kernel_that_dominates_gpu_time_leads_to_its_lines() -> None:
     assert "max-autotune" in f["suggestion"]
     [x] = findings(hot(0.6, "xla"), "compiled-hot-kernel")  # a JAX fusion: its operations, XLA's autotuning
     assert "runs x, relu of model.py:41, 42" in x["suggestion"] and "xla_gpu_autotune_level" in x["suggestion"]
+
+
+def test_a_hot_kernel_far_from_its_memory_floor_is_estimated_by_the_time_above_it() -> None:
+    """100 launches of 60 ms (6 s of the 10 s capture's GPU time), each moving at least 108 GB, on a memory of
+    4,000 GB/s: the floor is 108 GB at 0.9 x 4,000 GB/s = 30 ms a launch, so 3 s of the 6 could go (10 s / 7 s);
+    the kernel moves its bytes at 45% of the peak."""
+    [f] = findings(hot(0.6, bytes_per_launch=108_000_000_000, bandwidth_gb_s=4000.0, scale=100), "compiled-hot-kernel")
+    ev = f["evidence"]
+    assert (ev["floor_ns"], ev["removable_ns"]) == (3_000_000_000, 3_000_000_000)
+    assert (ev["share_of_peak"], ev["achieved_gb_s"], ev["peak_gb_s"], ev["bytes_per_launch"]) == (
+        0.45, 1800.0, 4000.0, 108_000_000_000)
+    assert f["estimated_speedup"] == 1.43  # 10 s / (10 s - 3 s)
+    assert f["title"].endswith("model.py:41, 42, at 45% of the memory's peak bandwidth")
+    assert "max-autotune" in f["suggestion"] and "--pc-sampling --kernel 'triton_poi_fused_addmm_relu_0'" in f["suggestion"]
+    assert f["confidence"] == 0.4 and f["speedup_model"].startswith("memory floor")
+
+
+def test_a_hot_kernel_at_its_memory_floor_gains_nothing_from_tuning() -> None:
+    """60 ms a launch moving 200 GB on 4,000 GB/s: 83% of the peak, past 0.9 x 0.9 of it; its floor (55.6 ms) leaves
+    0.44 s of the 6 s to remove (10 s / 9.56 s), and the advice is fewer bytes."""
+    [f] = findings(hot(0.6, bytes_per_launch=200_000_000_000, bandwidth_gb_s=4000.0, scale=100), "compiled-hot-kernel")
+    assert f["evidence"]["share_of_peak"] == 0.833 and f["evidence"]["removable_ns"] == 444_444_444
+    assert f["estimated_speedup"] == 1.05
+    assert "only fewer bytes" in f["suggestion"] and "max-autotune" not in f["suggestion"]
+
+
+def test_a_hot_kernel_without_its_bytes_or_the_bandwidth_stays_a_lead() -> None:
+    for doc in (hot(0.6, bytes_per_launch=108_000_000_000, scale=100), hot(0.6, bandwidth_gb_s=4000.0, scale=100)):
+        [f] = findings(doc, "compiled-hot-kernel")
+        assert f["estimated_speedup"] is None and "floor_ns" not in f["evidence"] and f["confidence"] == 0.3
