@@ -56,12 +56,13 @@ static int subscribed;
 /* CUPTI's dynamic detach. Unsubscribing leaves CUPTI initialized, and an initialized CUPTI keeps costing the
  * process: on the H100 host a launch-bound loop ran 20 to 23% slower in every stretch after the agent had
  * stopped than before its first start (torch.profiler leaves the same, pytorch/pytorch#146604). With
- * DEEPCTX_CUPTI_FINALIZE=1 the agent releases CUPTI with cuptiFinalize, called where CUPTI documents it safe:
+ * DEEPCTX_CUPTI_FINALIZE=1 (the default) the agent releases CUPTI with cuptiFinalize, called where CUPTI documents it safe:
  * in the exit callback of a CUDA call, the next one any thread makes after the release (a process that makes
  * none pays nothing meanwhile). FIN_WANTED -> FIN_RUNNING (that callback) -> FIN_DONE; a start meanwhile
  * takes a wanted one back, or waits for a running one and subscribes afresh. On the H100 host it removed the
- * residue (finalize about 2 ms, the next subscribe about 10 ms). Off by default (it only unsubscribes) until a
- * GPU test has checked the device times recorded after a finalize (the mock CUPTI's tests check them). */
+ * residue (finalize about 2 ms, the next subscribe about 10 ms). On by default since 2026-12-06, when the GPU
+ * test of the device times recorded after a finalize passed on the H100 host; DEEPCTX_CUPTI_FINALIZE=0 only
+ * unsubscribes. */
 enum { FIN_NONE, FIN_WANTED, FIN_RUNNING, FIN_DONE };
 static int finalize_state;
 static int finalize_calls;  /* exported count below: tests and bench/ read it */
@@ -524,7 +525,7 @@ static void release_cupti(void) {
         return;  /* released already, or its finalize is on its way */
     /* a subscription that never started (the agent loaded at cuInit, nobody watching) enabled nothing: it
      * goes as it came, and no callback ever runs in the application's calls */
-    if (cupti_used && cupti.Finalize && agent_env_u64("DEEPCTX_CUPTI_FINALIZE", 0)) {
+    if (cupti_used && cupti.Finalize && agent_env_u64("DEEPCTX_CUPTI_FINALIZE", 1)) {
         /* the next CUDA call's exit finalizes: its callback must be on (DEEPCTX_CALLBACKS=0 left them off) */
         if (!agent_env_u64("DEEPCTX_CALLBACKS", 1)) {
             enable_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE);

@@ -19,8 +19,8 @@ from deepctx.profiles.analyzer.rules.common import launches
 from deepctx.profiles.tree import origin_lines
 
 HOT_SHARE = 0.25  # of the GPU's kernel time
-# What a device-to-device copy of 1 GiB reaches of NVML's peak bandwidth (bench/stream_bandwidth.py, BENCHMARKS.md
-# "A kernel's memory floor"): the fastest a kernel moves bytes in practice.
+# The share of NVML's peak bandwidth a streaming copy reaches, the fastest a kernel moves bytes in practice: assumed,
+# not yet measured (bench/stream_bandwidth.py measures it; BENCHMARKS.md, "A kernel's memory floor")
 STREAM_SHARE = 0.9
 AT_FLOOR = 0.9  # a kernel within this of its floor's speed runs at it: only fewer bytes help
 
@@ -92,7 +92,9 @@ class CompiledHotKernel(Rule):
 def _tuning(cf: dict) -> str:
     if cf.get("framework") == "xla":
         return "check that XLA autotuned it (XLA_FLAGS --xla_gpu_autotune_level)."
-    return "let Inductor search its configurations (torch.compile(mode='max-autotune'))."
+    # not mode="max-autotune": it also records CUDA graphs, whose input copies doubled the example kernel's traffic
+    # on the H100 (0.52x: BENCHMARKS.md, "A kernel's memory floor")
+    return "let Inductor search its configurations (torch.compile(mode='max-autotune-no-cudagraphs'))."
 
 
 def _memory_floor(rs: list[GpuRecord], peak: float | None) -> tuple[float, int, float] | None:

@@ -46,7 +46,7 @@ def duty_capture(daemon, agent: Path, lib: Path, *target_args: str, env: dict[st
     return json.loads(r.stdout), launched
 
 
-@pytest.mark.parametrize("finalize", ["0", "1"], ids=["unsubscribe (default)", "cuptiFinalize"])
+@pytest.mark.parametrize("finalize", ["0", "1"], ids=["unsubscribe", "cuptiFinalize (default)"])
 def test_scaled_device_time_matches_the_launch_rate(daemon, built: tuple[Path, Path], finalize: str) -> None:
     """Each share's stop lets CUPTI go (finalized with DEEPCTX_CUPTI_FINALIZE=1) and the next start takes it
     again: every share's records come, timed on the agent's clock."""

@@ -64,7 +64,7 @@ def kernel_times(r) -> dict[str, int]:  # noqa: ANN001
     return kernels
 
 
-@pytest.mark.parametrize("finalize", ["1", "0"], ids=["cuptiFinalize", "unsubscribe only (default)"])
+@pytest.mark.parametrize("finalize", ["1", "0"], ids=["cuptiFinalize (default)", "unsubscribe only"])
 def test_injected_agent_gives_exact_device_times(built: tuple[Path, Path], finalize: str) -> None:
     agent, lib = built
     t = start(lib, "--phases", "3", env={"DEEPCTX_CUPTI_FINALIZE": finalize})

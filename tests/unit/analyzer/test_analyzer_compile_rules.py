@@ -104,7 +104,7 @@ def test_a_compiled_kernel_that_dominates_gpu_time_leads_to_its_lines() -> None:
     assert f["estimated_speedup"] is None and f["confidence"] == 0.3
     assert f["evidence"]["aten"] == ["aten.addmm", "aten.relu"]
     assert findings(hot(0.2), "compiled-hot-kernel") == []
-    assert "max-autotune" in f["suggestion"]
+    assert "max-autotune-no-cudagraphs" in f["suggestion"]
     [x] = findings(hot(0.6, "xla"), "compiled-hot-kernel")  # a JAX fusion: its operations, XLA's autotuning
     assert "runs x, relu of model.py:41, 42" in x["suggestion"] and "xla_gpu_autotune_level" in x["suggestion"]
 
@@ -120,7 +120,7 @@ def test_a_hot_kernel_far_from_its_memory_floor_is_estimated_by_the_time_above_i
         0.45, 1800.0, 4000.0, 108_000_000_000)
     assert f["estimated_speedup"] == 1.43  # 10 s / (10 s - 3 s)
     assert f["title"].endswith("model.py:41, 42, at 45% of the memory's peak bandwidth")
-    assert "max-autotune" in f["suggestion"] and "--pc-sampling --kernel 'triton_poi_fused_addmm_relu_0'" in f["suggestion"]
+    assert "max-autotune-no-cudagraphs" in f["suggestion"] and "--pc-sampling --kernel 'triton_poi_fused_addmm_relu_0'" in f["suggestion"]
     assert f["confidence"] == 0.4 and f["speedup_model"].startswith("memory floor")
 
 

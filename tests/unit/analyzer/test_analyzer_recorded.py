@@ -60,7 +60,8 @@ def test_rule_on_its_recorded_example(rule: str) -> None:
 @pytest.mark.parametrize("model", ["resnet50", "gpt2"])
 def test_no_confident_finding_on_a_recorded_well_tuned_loop(model: str) -> None:
     """examples/inefficiencies/well_tuned.py (ResNet-50 at batch 256, GPT-2 small at 32x512, bf16 autocast) as
-    recorded on the H200: whatever fires stays below confidence 0.5 (a lead)."""
+    recorded on the H200 (ResNet-50's again on the H100 on 2026-12-06, with the memory bandwidth and the kernels'
+    least bytes the profile now carries): whatever fires stays below confidence 0.5 (a lead)."""
     a = analyze(load(RECORDED / f"analyzer_well_tuned_{model}.json.xz"))
     assert a.findings, "the recording has leads: the test would pass vacuously without them"
     assert [(f.rule, f.confidence) for f in a.findings if f.confidence >= 0.5] == []
@@ -182,7 +183,8 @@ def test_low_occupancy_on_its_recorded_kernels() -> None:
 
 
 def test_compiled_codes_rules_on_their_h200_recordings() -> None:
-    """Rules 18 to 20 on the examples recorded on the H200 (2026-12-05): exact facts of each finding. Before these
+    """Rules 18 to 20 on the examples recorded on the H200 (2026-12-05; compiled-hot-kernel's again on the H100 on
+    2026-12-06, with its estimate's inputs): exact facts of each finding. Before these
     recordings, Dynamo's wrapper of every compiled call (`compile_wrapper`, eval_frame.py) made all compiled
     code's kernels count as compile-time work, and the compiled-hot-kernel rule found no kernel."""
     def only(rule: str) -> Finding:
@@ -212,3 +214,10 @@ def test_compiled_codes_rules_on_their_h200_recordings() -> None:
     assert (hot.evidence["gpu_share"], hot.evidence["launches"]) == (1.0, 200)
     assert hot.evidence["lines"] == "compiled_hot_kernel.py:12, 13, 14"
     assert (Path(hot.site.file).name, hot.site.line) == marked_line("compiled-hot-kernel")  # type: ignore[union-attr, arg-type]
+    # re-recorded on the H100 host (2026-12-06) with each launch's least bytes and NVML's memory bandwidth: 64 M
+    # floats read and 64 M written a launch, at 73% of the H100's 3,352 GB/s; the time above its floor, 8.5 ms of
+    # the 44.1 ms, makes the estimate
+    assert (hot.evidence["bytes_per_launch"], hot.evidence["peak_gb_s"], hot.evidence["share_of_peak"]) == (
+        64 * 2**20 * 4 * 2, 3352.3, 0.726)
+    assert (hot.evidence["gpu_time_ns"], hot.evidence["removable_ns"]) == (44108725, 8519831)
+    assert hot.estimated_speedup == 1.2 and hot.confidence == 0.4
