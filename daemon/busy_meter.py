@@ -29,7 +29,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from deepctx.daemon.nvml import Device, Nvml, NvmlError
+from deepctx.daemon.nvml import Device, Nvml, NvmlError, devices_of
 
 log = logging.getLogger("deepctx.capture")
 
@@ -188,7 +188,7 @@ class BusyMeter:
             return
         self.looked_at = time.monotonic()
         try:
-            self.devices = [_DeviceSamples(d) for d in self.nvml.devices() if self.pid in d.compute_pids()]
+            self.devices = [_DeviceSamples(d) for d in devices_of(self.nvml, self.pid)]
         except NvmlError as e:  # a failed look is not the capture's failure: check() says there is no GPU
             log.debug("NVML: no GPUs listed", extra={"pid": self.pid, "error": str(e)})
 

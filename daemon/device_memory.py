@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from deepctx.daemon.nvml import Nvml, NvmlError
+from deepctx.daemon.nvml import Nvml, NvmlError, devices_of
 
 log = logging.getLogger("deepctx.device_memory")
 
@@ -27,8 +27,10 @@ def memory_bandwidth(pid: int) -> int | None:
         try:
             if _nvml is None:
                 _nvml = Nvml()
-            devices = _nvml.devices()
-            mine = [d for d in devices if pid in d.compute_pids()] or (devices if len(devices) == 1 else [])
+            mine = devices_of(_nvml, pid)
+            if not mine:  # gone by now: the host's only GPU, if it has one
+                devices = _nvml.devices()
+                mine = devices if len(devices) == 1 else []
             if not mine:
                 return None
             dev = mine[0]

@@ -134,3 +134,8 @@ class Device:
             return False
         self.nvml._check(rc, "nvmlDeviceGetMigMode")
         return bool(cur.value)
+
+
+def devices_of(nvml: Nvml, pid: int) -> list[Device]:
+    """The GPUs process pid (a host pid) has a compute context on."""
+    return [d for d in nvml.devices() if pid in d.compute_pids()]

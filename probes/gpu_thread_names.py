@@ -51,6 +51,8 @@ class GpuThreadNames:
 
     @staticmethod
     def _delete(bpf: Any, pid: int, tids: set[int] | None) -> None:
+        """Deletes pid's entries of tids (every one of pid's when None); a key already gone is passed over."""
+        if tids is None:
+            tids = {tid for p, tid, _ in _entries(bpf) if p == pid}
         table = bpf[MAP]
-        delete_keys(table, [table.Key(p << 32 | tid) for p, tid, _ in _entries(bpf)
-                            if p == pid and (tids is None or tid in tids)])
+        delete_keys(table, [table.Key(pid << 32 | tid) for tid in tids])

@@ -11,6 +11,7 @@ is missing the finding stays a lead without an estimate."""
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 from deepctx.profiles.analyzer.finding import Finding
 from deepctx.profiles.analyzer.index import GpuRecord, Site
@@ -20,7 +21,7 @@ from deepctx.profiles.tree import origin_lines
 
 HOT_SHARE = 0.25  # of the GPU's kernel time
 # The share of NVML's peak bandwidth a streaming copy reaches, the fastest a kernel moves bytes in practice: assumed,
-# not yet measured (bench/stream_bandwidth.py measures it; BENCHMARKS.md, "A kernel's memory floor")
+# not yet measured (bench/stream_bandwidth.py measures it; BENCHMARKS.md, "compiled-hot-kernel's memory floor")
 STREAM_SHARE = 0.9
 AT_FLOOR = 0.9  # a kernel within this of its floor's speed runs at it: only fewer bytes help
 
@@ -61,8 +62,8 @@ class CompiledHotKernel(Rule):
                 removable, speedup, confidence = 0.0, None, 0.3
                 model = ("a lead: the kernel's share of GPU time is measured; its least bytes (Inductor's wrapper) or "
                          "the memory's bandwidth (NVML) are not in the profile")
-                advice = ("Profile it inside (deepctx run --pc-sampling --kernel '{name}') for its stalls, or "
-                          + _tuning(cf))
+                advice = f"Profile it inside (deepctx run --pc-sampling --kernel '{name}') for its stalls, or " + \
+                    _tuning(cf)
             else:
                 floor_ns, moved, peak = floor
                 removable = max(0.0, gpu - floor_ns)
@@ -84,16 +85,16 @@ class CompiledHotKernel(Rule):
             out.append(Finding(
                 rule=self.id, title=title, site=Site(first["file"], first["line"], first["function"]),
                 evidence=evidence,
-                suggestion=f"This fused kernel runs {ops} of {where}. " + advice.replace("{name}", name),
+                suggestion=f"This fused kernel runs {ops} of {where}. " + advice,
                 estimated_speedup=speedup, confidence=confidence, model=model, removable_ns=int(removable)))
         return out
 
 
-def _tuning(cf: dict) -> str:
+def _tuning(cf: dict[str, Any]) -> str:
     if cf.get("framework") == "xla":
         return "check that XLA autotuned it (XLA_FLAGS --xla_gpu_autotune_level)."
     # not mode="max-autotune": it also records CUDA graphs, whose input copies doubled the example kernel's traffic
-    # on the H100 (0.52x: BENCHMARKS.md, "A kernel's memory floor")
+    # on the H100 (0.52x: BENCHMARKS.md, "compiled-hot-kernel's memory floor")
     return "let Inductor search its configurations (torch.compile(mode='max-autotune-no-cudagraphs'))."
 
 
