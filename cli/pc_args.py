@@ -20,7 +20,7 @@ def add_pc_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pc-sampling", action="store_true",
                    help="sample the PCs of the GPU kernels (CUPTI's PC sampling): each kernel's hot source lines "
                         "and SASS instructions with their stall reasons (attach: with --gpu-activity, which loads "
-                        "the agent, where deepctxd's attach_pc_sampling allows it: off until verified on a GPU; "
+                        "the agent, where deepctxd's attach_pc_sampling allows it, as it does by default; "
                         "default: off)")
     p.add_argument("--kernel", metavar="REGEX",
                    help="with --pc-sampling: keep the samples of kernels whose name matches (Python regex, "

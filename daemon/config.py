@@ -73,10 +73,10 @@ class Config:
     # launch loses its walk, about 21% more: BENCHMARKS.md). Off by default (needs native_unwind)
     gpu_native_continue: bool = False
     # `deepctx attach --gpu-activity --pc-sampling`: PC sampling turned on in a running process's contexts by the
-    # injected agent. Off until it has worked on a real GPU: tested on the mock CUDA stack only; on an H100
-    # (2026-12-05) its test's capture never reported its agent within 120 s (docs/device-activity.md). Off, such a
-    # request is refused with a pointer to `deepctx run --pc-sampling`, which is verified on the H200 and H100
-    attach_pc_sampling: bool = False
+    # injected agent. On since it passed on an H100 (2026-12-06, tests/gpu/test_attach_pc_sampling.py, once the
+    # agent enabled PC sampling after the activity kinds); off, such a request is refused with a pointer to
+    # `deepctx run --pc-sampling`
+    attach_pc_sampling: bool = True
     # compile and load the programs most captures take as the daemon starts (in the background): the first
     # capture of a Python process, with or without a GPU runtime, then only attaches (probes/programs.py);
     # before them, build the unwind tables of the interpreter and C/C++ runtime libraries the daemon maps

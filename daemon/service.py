@@ -89,9 +89,8 @@ class ProgressGate:
         return True
 
 
-ATTACH_PCS_OFF = ("attach --pc-sampling is off in this daemon: it has not yet worked on a real GPU (its test on an H100 "
-                  "never saw the injected agent report). Start the program with `deepctx run --pc-sampling -- CMD`, "
-                  "or set attach_pc_sampling = true in deepctxd's config to try it")
+ATTACH_PCS_OFF = ("attach --pc-sampling is off in this daemon (attach_pc_sampling = false in its config). Start the "
+                  "program with `deepctx run --pc-sampling -- CMD`, or set attach_pc_sampling = true")
 
 
 # The files of the daemon's own process that nearly every GPU job maps too: the Python interpreter and the C and

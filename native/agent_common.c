@@ -97,9 +97,13 @@ uint64_t agent_env_u64(const char *name, uint64_t fallback) {
     return (end && *end == 0) ? (uint64_t)v : fallback;
 }
 
+int agent_timing;
+
 void agent_set_error(int code, const char *fmt, const char *detail) {
     snprintf(deepctx_agent_error, sizeof(deepctx_agent_error), fmt, detail ? detail : "");
     deepctx_agent_state = code;
+    if (agent_timing)  /* with the steps' times: where a start that never reports ended, and why */
+        fprintf(stderr, "deepctx agent [%d]: error %d: %s\n", (int)getpid(), code, deepctx_agent_error);
 }
 
 int agent_bind(void *h, const struct agent_sym *syms, size_t n, const char *missing_fmt) {
@@ -200,8 +204,6 @@ void agent_fire_batch(struct dev_record *records, uint32_t n) {
     }
     STAP_PROBE2(deepctx, batch, records, n);
 }
-
-int agent_timing;
 
 void agent_timed(const char *what, uint64_t *t) {
     if (!agent_timing)

@@ -497,7 +497,6 @@ static int start_cupti(void) {
         cupti.EnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED);
         cupti.EnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED);
     }
-    pcs_start(subscriber, cupti.EnableCallback);
     agent_timed("start: callbacks on", &t);
     int sync_activity = (int)agent_env_u64("DEEPCTX_SYNC_ACTIVITY", 1);
     for (size_t i = 0; i < sizeof(KINDS) / sizeof(KINDS[0]); i++) {
@@ -510,6 +509,11 @@ static int start_cupti(void) {
         }
     }
     agent_timed("start: activity on", &t);
+    /* PC sampling last: on an attach it is enabled here on the contexts already made, and the start then
+     * ended before the activity kinds were on (the H100, 2026-12-06: "callbacks on" and no "activity on");
+     * `run` enables it at each context's creation, after the kinds, the order that works on the GPU */
+    pcs_start(subscriber, cupti.EnableCallback);
+    agent_timed("start: pc sampling", &t);
     return DEV_AGENT_OK;
 }
 

@@ -60,10 +60,9 @@ def kept(tmp: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def pcs_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    """A daemon that takes `attach --pc-sampling` (attach_pc_sampling: off by default until this test passes)."""
+    """A daemon of the default config, which takes `attach --pc-sampling` (attach_pc_sampling)."""
     home = tmp_path_factory.mktemp("pcs-daemon")  # short: the socket's path is limited
-    (home / "deepctxd.toml").write_text("attach_pc_sampling = true\n")
-    d = start_daemon(home, "--config", str(home / "deepctxd.toml"), "--log-level", "debug")
+    d = start_daemon(home, "--log-level", "debug")
     try:
         yield d
     finally:
@@ -94,7 +93,9 @@ def attached(daemon: Daemon, out: Path) -> tuple[subprocess.CompletedProcess, fl
                 wait_for(lambda: agent_reports() or fut.done(), what="the capture running, its agent reporting",
                          timeout=90)
             except AssertionError as e:
-                raise AssertionError(f"{e}: {session_of(daemon, t.pid)}") from None
+                session = session_of(daemon, t.pid)
+                daemon.cli("stop", str(t.pid))  # the capture ends now: the pool's exit does not wait out 300 s
+                raise AssertionError(f"{e}: {session}") from None
             if fut.done():
                 return fut.result(), 0.0
             t.go()

@@ -173,10 +173,6 @@ def test_raw_api_statuses(daemon) -> None:
         (pb.AttachRequest(pid=1, duration_s=1, gpu_activity=pb.GPU_ACTIVITY_ON,
                           pc_sampling=pb.PcSampling(duration_ms=3_600_001)),
          grpc.StatusCode.INVALID_ARGUMENT, "PC sampling duration 3600001 ms is out of range: at most 3600000 ms"),
-        # well formed, but off in a daemon of the default config (attach_pc_sampling)
-        (pb.AttachRequest(pid=1, duration_s=1, gpu_activity=pb.GPU_ACTIVITY_ON, pc_sampling=pb.PcSampling(period=9)),
-         grpc.StatusCode.FAILED_PRECONDITION, "attach --pc-sampling is off in this daemon: it has not yet worked on a "
-                                              "real GPU"),
     ]
     for req, code, text in cases:
         with pytest.raises(grpc.RpcError) as e:

@@ -8,18 +8,22 @@ costs 1.6 to 2.4 microseconds, the call itself 0.5)."""
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from harness import StdinTarget, cuda_runtime, line_of, start_daemon, stop_daemon
 from profile_paths import walk
 
+from deepctx.host.gpu_apis import all_apis
 from deepctx.profiles.analyzer import apis
 from deepctx.profiles.analyzer.index import build_index
 from deepctx.profiles.analyzer.rules.common import launch_api_ns, launch_cost
 
 TARGET = Path(__file__).resolve().parents[1] / "targets" / "gpu" / "launch_loop.py"
 PROBE = "[deepctx probe]"
+LOST = "[unwinding lost the callers]"
+PROBED = {a.symbol for a in all_apis()}
 
 
 @pytest.fixture(scope="module")
@@ -49,14 +53,21 @@ def test_samples_in_the_probes_are_marked_below_the_call(captures: dict[str, dic
     total = sum(n["metrics"]["cpu_samples"] for _, n in marked)
     loop = sum(n["metrics"]["cpu_samples"] for anc, n in walk(doc)
                if any(a["kind"] == "python" and a["line"] == line for a in [*anc, n]))
-    print(f"{mode}: {total} of the loop's {loop} samples in deepctx's probes")
+    lost = sum(n["metrics"]["cpu_samples"] for anc, n in marked if any(a["name"] == LOST for a in anc))
+    by_parent = Counter(anc[-1]["name"] for anc, _ in marked)
+    print(f"{mode}: {total} of the loop's {loop} samples in deepctx's probes, {lost} of them with their native "
+          f"callers lost; nodes by the probed frame: {dict(by_parent)}")
     assert doc["stats"]["cpu_samples_in_probes"] == total
+    # a sample in the trap before the kernel sets the ip back loses its native callers (daemon/probe_samples.py):
+    # 3 to 6% of them on the development VM, 25 to 27% on an H100 (2026-12-06), the line kept by the Python walk
+    assert lost < 0.5 * total, (lost, total)
     # the probes cost the loop more than its own call does (0.5 against 1.6 microseconds or more a call)
     assert loop > 200 and total > 0.3 * loop, (total, loop)
     for anc, n in marked:
         assert not n["children"], n  # the innermost frame (no kernel stacks asked for)
         parent = anc[-1]["name"]
-        assert parent == "cudaLaunchKernel" or parent.startswith("[uprobes]+"), [a["name"] for a in anc]
+        # the runtime's entry, or on a GPU the driver's (cuLaunchKernel: exact and sampled mode probe both)
+        assert parent in PROBED or parent.startswith("[uprobes]+"), [a["name"] for a in anc]
         assert any(a["kind"] == "python" for a in anc) or parent.startswith("[uprobes]+")
     assert any(w.startswith(f"{PROBE} on ") for w in doc["warnings"]), doc["warnings"]
 
@@ -100,8 +111,11 @@ def test_launch_cost_takes_the_probes_out_of_the_launches_time(captures: dict[st
           f"{measured:.0f} ns with their measured time ({cost.probe_ns / cost.launches:.0f} ns of it deepctx's)")
     g = idx.site_samples[site]
     assert g.launch_call_samples >= 20 and cost.probe_ns > 0, g
-    # the measured time a launch is mostly the probes' (0.09 of 1.08 microseconds on the development VM)
-    assert cost.probe_ns > 0.5 * launch_api_ns(records), (cost.probe_ns, launch_api_ns(records))
+    # the probes are a large share of a launch's measured time: most of it where the call fails at once (the
+    # development VM), about half where it reaches a GPU (0.50 on an H100, 2026-12-06)
+    share = cost.probe_ns / launch_api_ns(records)
+    print(f"the probes' share of the launches' measured time: {share:.2f}")
+    assert share > 0.3, (cost.probe_ns, launch_api_ns(records))
     # nearer the loop alone than the measured time puts it, and within twice it
     assert abs(cost.per_launch_ns - alone) < 0.6 * abs(measured - alone), (cost.per_launch_ns, measured, alone)
     assert cost.per_launch_ns < 2 * alone, (cost.per_launch_ns, alone)

@@ -108,9 +108,15 @@ EXPORT CUptiResult cuptiGetCallbackName(CUpti_CallbackDomain domain, uint32_t cb
     return CUPTI_ERROR_INVALID_PARAMETER;
 }
 
+int mockcupti_pcs_enabled(void);  /* mock_cupti_pcs.c */
+
 EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
     if ((unsigned)kind >= sizeof(kinds))
         return CUPTI_ERROR_INVALID_KIND;
+    /* As the H100 did (2026-12-06): with PC sampling on in a context, the agent's start ended at the activity
+     * kinds (its code was not captured; this one stands in). The agent enables them first. */
+    if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && mockcupti_pcs_enabled())
+        return CUPTI_ERROR_NOT_COMPATIBLE;
     kinds[kind] = 1;
     return CUPTI_SUCCESS;
 }

@@ -45,6 +45,8 @@ static uint64_t crc;
 static CUpti_PCSamplingData *config_buffer;
 static uint64_t taken;  /* samples handed over (GetData and Disable) */
 
+int mockcupti_pcs_enabled(void) { return enabled; }
+
 static int unsupported(void) {
     const char *s = getenv("MOCK_PCS_UNSUPPORTED");
     return s && *s == '1';

@@ -197,10 +197,8 @@ def test_run_pc_sampling_says_when_the_regex_matches_no_kernel(daemon, built: tu
 
 @pytest.fixture(scope="module")
 def pcs_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    """A daemon that takes `attach --pc-sampling` (attach_pc_sampling: off by default until a real GPU has run it)."""
-    home = tmp_path_factory.mktemp("pcs-daemon")
-    (home / "deepctxd.toml").write_text("attach_pc_sampling = true\n")
-    d = start_daemon(home, "--config", str(home / "deepctxd.toml"))
+    """A daemon of the default config, which takes `attach --pc-sampling` (attach_pc_sampling)."""
+    d = start_daemon(tmp_path_factory.mktemp("pcs-daemon"))
     yield d
     assert stop_daemon(d) == 0, d.log.read_text()[-4000:]
 
@@ -321,3 +319,16 @@ def test_attach_pc_sampling_refuses_a_process_without_a_cuda_context(pcs_daemon,
         t.expect("done")
     finally:
         t.stop()
+
+
+def test_attach_pc_sampling_is_refused_where_the_config_turns_it_off(tmp_path: Path) -> None:
+    (tmp_path / "deepctxd.toml").write_text("attach_pc_sampling = false\n")
+    d = start_daemon(tmp_path, "--config", str(tmp_path / "deepctxd.toml"))
+    try:
+        r = d.cli("attach", str(os.getpid()), "--gpu-activity", "--pc-sampling", "--duration", "1")
+        assert r.returncode == 1
+        assert "attach --pc-sampling is off in this daemon (attach_pc_sampling = false in its config)" in \
+            " ".join(r.stderr.split()), r.stderr
+        assert d.alive()
+    finally:
+        assert stop_daemon(d) == 0
