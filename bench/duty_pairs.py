@@ -295,8 +295,8 @@ def main() -> int:
     ap.add_argument("--deepctx", default="deepctx")
     ap.add_argument("--deepctxd", default="deepctxd")
     ap.add_argument("--daemon-config", metavar="TOML",
-                    help="settings added to the daemon's config (e.g. gpu_native_continue = true); a --config in "
-                         "--deepctxd would be overridden by the bench's own")
+                    help="a TOML file whose settings are added to the daemon's config (e.g. a file holding "
+                         "`gpu_native_continue = false`); a --config in --deepctxd would be overridden by the bench's own")
     ap.add_argument("--torch-profiler", action="store_true",
                     help="pair torch.profiler (CPU + CUDA) instead of deepctx: no daemon, no agent; the loop "
                          "switches the profiler every half --period")

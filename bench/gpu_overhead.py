@@ -77,19 +77,20 @@ VARIANTS = ["alone", "deepctx_sampled", "deepctx_exact", "deepctx_exact_nonodes"
             "deepctx_exact_device_offset", "deepctx_exact_device_uprobes", "deepctx_sampled_device",
             "deepctx_sampled_device_offset", "deepctx_exact_device_nopython", "deepctx_sampled_device_duty10",
             "deepctx_sampled_device_duty25", "deepctx_exact_device_duty10", "torch_cuda", "torch_stacks",
-            "bare_uprobe", "bare_uprobe_driver", "deepctx_exact_continue"]
+            "bare_uprobe", "bare_uprobe_driver", "deepctx_exact_nocontinue"]
 # bare_uprobe (--alternate only): no deepctx; an entry and a return uprobe whose programs return at once on
 # the workload's launch function (cudaLaunchKernel in its libcudart): the floor any probe of the call pays
 # bare_uprobe_driver: the same, and an entry uprobe on each launch entry point of the libcuda it maps, which
 # the runtime's launch calls: the floor of deepctx's design on a GPU host, whose probes must keep the driver's
 # launches (Triton's, JAX's) and so trap on the runtime's own call into the driver too (issue #31)
 # *_nopython: the capture walks no Python frames (`--python off`): what the Python walker costs per call
-# *_continue: the daemon's gpu_native_continue on: a lost frame-pointer walk is taken over by .eh_frame
+# *_nocontinue: the daemon's gpu_native_continue off: no lost frame-pointer walk is taken over by .eh_frame
+# (on by default, for the calls the GEMM and convolution libraries make)
 # *_duty10: the GPU probes and device activity on for 10% of each 2 s period (`--gpu-duty 0.1`), the
 # counts and GPU times scaled up (time --alternate blocks in whole periods: 2, 4, 6 s); *_duty25: a quarter
 ATTACH_ARGS = {"nopython": ["--python", "off"], "duty10": ["--gpu-duty", "0.1"], "duty25": ["--gpu-duty", "0.25"]}
 DAEMON_CONFIGS = {"nonodes": "autograd_nodes = false\n", "uprobes": 'agent_calls = "off"\n',
-                  "continue": "gpu_native_continue = true\n"}
+                  "nocontinue": "gpu_native_continue = false\n"}
 AGENT = HERE.parent / "native" / "build" / "libdeepctx_cupti.so"
 
 

@@ -67,11 +67,12 @@ class Config:
     # `--gpu-duty` of one capture: the GPU probes and device activity are on for that share of each period
     gpu_duty_period_s: float = 2.0
     native_unwind: bool = True  # walk native stacks with .eh_frame tables (false: frame pointers only)
-    # exact GPU call paths: where the frame-pointer walk is lost in code without frame pointers, the .eh_frame
-    # walk takes over (PyTorch's GEMM and cuDNN launches reach their operator); each such call pays for up to 24
-    # frames of it (1.1 us a call on the development VM; on the H200's launch-bound PyTorch loop, whose every
-    # launch loses its walk, about 21% more: BENCHMARKS.md). Off by default (needs native_unwind)
-    gpu_native_continue: bool = False
+    # GPU call paths of the calls the GEMM and convolution libraries make (cuBLAS, cuDNN, ...:
+    # host/gpu_runtimes.CONTINUED_LIBRARY): where their frame-pointer walk is lost in code without frame
+    # pointers, the .eh_frame walk takes over, up to 24 frames, so PyTorch's GEMMs reach their operator. Only
+    # those calls: continuing every launch cost the H200's launch-bound PyTorch loop, whose every launch loses
+    # its walk, about 21% more (BENCHMARKS.md). Needs native_unwind
+    gpu_native_continue: bool = True
     # `deepctx attach --gpu-activity --pc-sampling`: PC sampling turned on in a running process's contexts by the
     # injected agent. On since it passed on an H100 (2026-12-06, tests/gpu/test_attach_pc_sampling.py, once the
     # agent enabled PC sampling after the activity kinds); off, such a request is refused with a pointer to

@@ -16,6 +16,11 @@ LIBRARIES = {
 # A process with any of these loaded uses a GPU: the probed libraries, and ROCm's HSA runtime (HIP sits on it).
 GPU_LIBRARY = re.compile("|".join([p.pattern for p in LIBRARIES.values()] + [r"^libhsa-runtime64\.so"]))
 
+# The GEMM and convolution libraries: they launch their kernels themselves, called from framework code that
+# often has no frame pointers (PyTorch's libtorch_cuda), so a launch they make whose frame-pointer walk is lost
+# goes on with .eh_frame to reach its operator (probes/gpu_api.bpf.c, GPU_FP_CONTINUE).
+CONTINUED_LIBRARY = re.compile(r"^lib(cublas|cublasLt|cudnn[a-z_]*|hipblas|hipblaslt|rocblas|MIOpen)\.so")
+
 # Read by the CUDA driver at cuInit, and by rocprofiler-sdk at HIP's start (a colon-separated list).
 CUDA_INJECTION_VAR = "CUDA_INJECTION64_PATH"
 ROCM_INJECTION_VAR = "ROCP_TOOL_LIBRARIES"

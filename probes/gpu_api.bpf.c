@@ -241,7 +241,23 @@ static __always_inline void gpu_remember_object(__u32 pid, __u64 handle) {
  * the running hash live in the scratch value, not in registers, so that every way out of the loop
  * reaches the code after it in the same verifier state (what follows, the Python walk, is verified
  * once, not once per exit). `off > GPU_FP_WIN - 16` also catches a frame below the window (off wraps). */
-static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret, __u32 pid) {
+/* Was this call made from a GEMM or convolution library (gpu_ranges.cont_*)? slot: the process's, or
+ * GPU_NO_PROC_SLOT where the caller is not known (a capture at a return). */
+static __always_inline int gpu_continued_caller(__u64 ret, __u32 slot) {
+    if (!ret || slot == GPU_NO_PROC_SLOT)
+        return 0;
+    struct gpu_ranges *r = gpu_ranges.lookup(&slot);
+    if (!r)
+        return 0;
+#pragma unroll
+    for (int i = 0; i < GPU_CONT_RANGES; i++) {
+        if (ret >= r->cont_start[i] && ret < r->cont_end[i])
+            return 1;
+    }
+    return 0;
+}
+
+static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret, __u32 pid, __u32 slot) {
     __u32 zero = 0;
     struct gpu_fp_scratch *s = gpu_fp_scratch.lookup(&zero);
     if (!s)
@@ -307,8 +323,10 @@ static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret, __u3
 #define GPU_FP_CONTINUE_DEPTH 24  /* frames the .eh_frame walk adds: the GPU program then verifies in ~590K instructions */
 #endif
     /* Lost in code without frame pointers (PyTorch's libraries between a GEMM's launch and its operator): the
-     * .eh_frame walk takes over from the lost frame (gpu_api.py: native_continue) */
-    if (s->lost_sp) {
+     * .eh_frame walk takes over from the lost frame (gpu_api.py: native_continue), for the calls that cuBLAS,
+     * cuDNN and their like make; PyTorch's own launches find their operator from the frames the walk kept
+     * (the launch-bound loop loses every walk in libtorch_cuda: continued, it cost 21% more) */
+    if (s->lost_sp && gpu_continued_caller(ret, slot)) {
         struct native_regs *r = &s->cont_regs;  /* in the map value: the program's 512-byte stack is full */
         r->ip = s->st.ip[(s->st.depth - 1) & (GPU_FP_DEPTH - 1)];
         r->sp = s->lost_sp;
@@ -343,13 +361,13 @@ static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret, __u3
 
 /* The calling thread's call path: native stack id (0 = none) and Python stack id. entry_ret: at a function's
  * entry, its return address (gpu_return_address); elsewhere 0. */
-static __always_inline void gpu_capture_path(struct pt_regs *ctx, __u64 entry_ret, __u32 pid, __u32 tid,
-                                             __u64 *user_stack, __u64 *py_stack) {
+static __always_inline void gpu_capture_path(struct pt_regs *ctx, __u64 entry_ret, __u32 slot, __u32 pid,
+                                             __u32 tid, __u64 *user_stack, __u64 *py_stack) {
 #if defined(DEEPCTX_NATIVE_UNWIND) && defined(GPU_DWARF_STACKS)
     __u32 nflags = 0;
     *user_stack = native_stack_capture(ctx, pid, &nflags, WALK_SLOT_TASK);
 #else
-    *user_stack = gpu_fp_capture(ctx, entry_ret, pid);
+    *user_stack = gpu_fp_capture(ctx, entry_ret, pid, slot);
 #endif
 #ifdef DEEPCTX_PYTHON
     __u32 pyflags = 0;
@@ -582,7 +600,7 @@ static __always_inline int gpu_entry(struct pt_regs *ctx, struct gpu_api_spec *s
 #endif
     if (handoff || gpu_take_path(spec->proc_slot)) {
         f->key.flags |= GPU_KEY_F_SAMPLED;
-        gpu_capture_path(ctx, ret, ak.pid, tid, &f->key.user_stack, &f->key.py_stack);
+        gpu_capture_path(ctx, ret, spec->proc_slot, ak.pid, tid, &f->key.user_stack, &f->key.py_stack);
     }
     f = gpu_scratch.lookup(&zero);  /* what follows reads the scratch again: nothing held across the walk */
     if (!f)
@@ -719,7 +737,7 @@ static __always_inline int gpu_node_created_return(struct pt_regs *ctx, __u32 pi
     nk.seq = PT_REGS_RC(ctx);
     struct gpu_node_origin o = {};
     o.tid = tid;
-    gpu_capture_path(ctx, 0, pid, tid, &o.user_stack, &o.py_stack);  /* at return */
+    gpu_capture_path(ctx, 0, GPU_NO_PROC_SLOT, pid, tid, &o.user_stack, &o.py_stack);  /* at return */
     gpu_node_origins.update(&nk, &o);
     gpu_stat_inc(GPU_STAT_NODES_CREATED);
     return 1;

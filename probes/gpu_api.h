@@ -69,12 +69,19 @@ struct gpu_api_spec {
  * slot its specs name (gpu_api_spec.proc_slot), one of GPU_PROCS_MAX per program. */
 #define GPU_PROCS_MAX 1024
 #define GPU_MAX_RANGES 8
+#define GPU_CONT_RANGES 8
+#define GPU_NO_PROC_SLOT 0xffffffffu /* a path captured where no process slot is at hand (a return) */
 struct gpu_ranges {
     __u64 start[GPU_MAX_RANGES];
     __u64 end[GPU_MAX_RANGES];
     /* Sampled mode: when the process's next call gets its call path (BPF's clock). The process's own, not
      * the CPU's: processes on one program (probes/program_share.py) do not take each other's samples. */
     __u64 next_sample_ns;
+    /* The executable ranges of the process's GEMM and convolution libraries (cuBLAS, cuDNN, ...: host/gpu_apis
+     * .continues_walk): a call made from one of them whose frame-pointer walk is lost goes on with .eh_frame
+     * (GPU_FP_CONTINUE); the other calls (PyTorch's elementwise launches) keep the frame-pointer walk alone. */
+    __u64 cont_start[GPU_CONT_RANGES];
+    __u64 cont_end[GPU_CONT_RANGES];
 };
 
 enum gpu_copy_kind {

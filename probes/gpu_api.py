@@ -65,12 +65,14 @@ class GpuApiSpec(ct.Structure):
 GPU_SPEC_F_ENTRY_ONLY = 1 << 0
 GPU_SPEC_F_DRIVER = 1 << 1
 GPU_MAX_RANGES = 8
+GPU_CONT_RANGES = 8
 GPU_PROCS_MAX = 1024
 
 
 class GpuRanges(ct.Structure):
     _fields_ = [("start", ct.c_uint64 * GPU_MAX_RANGES), ("end", ct.c_uint64 * GPU_MAX_RANGES),
-                ("next_sample_ns", ct.c_uint64)]
+                ("next_sample_ns", ct.c_uint64), ("cont_start", ct.c_uint64 * GPU_CONT_RANGES),
+                ("cont_end", ct.c_uint64 * GPU_CONT_RANGES)]
 
 
 class GpuAddrKey(ct.Structure):
@@ -250,6 +252,7 @@ class _PidState:
     addrs: set[int] = field(default_factory=set)  # runtime addresses written to gpu_addrs
     mappings: set[tuple[int, str, int]] = field(default_factory=set)  # (start, dev, inode) handled
     ranges: list[tuple[int, int]] = field(default_factory=list)  # executable ranges of GPU libraries
+    continued: list[tuple[int, int]] = field(default_factory=list)  # of GEMM and convolution libraries
 
 
 def entry_only(api: gpu_apis.Api, mode: str) -> bool:
@@ -562,6 +565,8 @@ class GpuApi(FamilyDefaults):
             state = self._pids[target.pid] = _PidState(share_of(bpf).claim_slot("gpu_ranges", target.pid, GPU_PROCS_MAX))
             bpf[b"gpu_ranges"][ct.c_uint32(state.slot)] = GpuRanges()
         self._attach_handoffs(bpf, target, state)
+        if self.native_continue:
+            self._add_continued(bpf, target, state)
         table = bpf[b"gpu_addrs"]
         for kind, m in self._library_mappings(target):
             ident = (m.start, m.dev, m.inode)
@@ -586,6 +591,27 @@ class GpuApi(FamilyDefaults):
                 addr = m.start + off - m.offset
                 table[GpuAddrKey(target.pid, 0, addr)] = _spec(api_id, api, self.mode, state.slot)
                 state.addrs.add(addr)
+
+    def _add_continued(self, bpf: Any, target: Target, state: _PidState) -> None:
+        """The executable ranges of the GEMM and convolution libraries the process has mapped (cuBLAS loads at
+        the first matmul: each poll looks again), in gpu_ranges.cont_*: the calls made from them get the
+        .eh_frame continuation."""
+        new = [(m.start, m.end) for m in target.space.mappings
+               if m.executable and m.file_backed and (m.start, m.end) not in state.continued
+               and gpu_apis.continues_walk(os.path.basename(m.path.removesuffix(" (deleted)")))]
+        if not new:
+            return
+        room = GPU_CONT_RANGES - len(state.continued)
+        if len(new) > room:
+            log.warning("too many GEMM and convolution library mappings: the calls from the rest are not continued",
+                        extra={"pid": target.pid, "mappings": len(new) - room})
+            new = new[:room]
+        state.continued.extend(new)
+        table = bpf[b"gpu_ranges"]
+        r = table[ct.c_uint32(state.slot)]  # keeps the other fields
+        for i, (lo, hi) in enumerate(state.continued):
+            r.cont_start[i], r.cont_end[i] = lo, hi
+        table[ct.c_uint32(state.slot)] = r
 
     def _add_range(self, bpf: Any, pid: int, state: _PidState, m: Mapping) -> None:
         if len(state.ranges) >= GPU_MAX_RANGES:

@@ -16,7 +16,7 @@ RUN_A, RUN_B, ALTERNATE = 40, 30, 20  # memo_calls.py's
 
 
 def test_each_chain_keeps_its_calls_and_a_run_reuses_its_walk(tmp_path: Path, native_targets: Path) -> None:
-    doc = profile_in_own_daemon(tmp_path, [sys.executable, str(TARGET), str(native_targets / "libmemo.so"),
+    doc = profile_in_own_daemon(tmp_path, [sys.executable, str(TARGET), str(native_targets / "memo" / "libcublas.so"),
                                            cuda_runtime()], "gpu_native_continue = true\n")
     line = line_of(TARGET, "LINE_RUN")
     by_chain: dict[str, int] = {}

@@ -93,20 +93,28 @@ def test_the_views_fold_the_native_frames_around_operators(ops_doc: dict) -> Non
 
 def test_where_the_frame_pointer_walk_is_lost_the_eh_frame_walk_takes_over(
         ops_doc: dict, tmp_path: Path, native_targets: Path) -> None:
-    """bmm's CUDA side uses rbp for data: the frame-pointer walk is lost there, and the path has neither the
-    operator's entry nor its node; with gpu_native_continue the .eh_frame walk goes on from the lost frame and
-    the entry and `aten::bmm` are on the path, the frames below the walk's loss kept as they were."""
+    """bmm's CUDA side uses rbp for data and has cuBLASLt launch: the frame-pointer walk is lost there. By default
+    (gpu_native_continue) the .eh_frame walk goes on from the lost frame for the calls a GEMM library makes, and
+    the entry and `aten::bmm` are on the path, the frames below the walk's loss kept as they were; no other
+    launch is continued (their operators come from the frames the walk kept). Turned off, the path has neither
+    the operator's entry nor its node."""
     def bmm_paths(doc: dict) -> list[list[tuple[str, str]]]:
         found = launches(doc, "LINE_BMM", "gemm_kernel")
         assert sum(n["metrics"]["calls"] for _, n in found) == ROUNDS * BMMS
         return [[(a["kind"], a["name"]) for a in anc] for anc, _ in found]
 
-    for kinds in bmm_paths(ops_doc):  # the default: frame pointers only, the walk ends at bmm_cuda
-        native = [k for k in kinds if k[0] == "native"]
-        assert native == [("native", "at::native::bmm_cuda(long)")] and not [k for k in kinds if k[0] == "op"], kinds
-    cont = capture_ops(tmp_path, native_targets, "gpu_native_continue = true\n")
-    for kinds in bmm_paths(cont):
+    for kinds in bmm_paths(ops_doc):  # the default
         entry = kinds.index(("native", "at::_ops::bmm::call(long)"))
         assert kinds[entry - 1] == ("op", "aten::bmm"), kinds
-        assert kinds[entry + 1] == ("native", "at::native::bmm_cuda(long)") and kinds[-1] == ("api", "cudaLaunchKernel"), kinds
+        assert kinds[entry + 1:] == [("native", "at::native::bmm_cuda(long)"), ("native", "cublasLtMatmul"),
+                                     ("api", "cudaLaunchKernel")], kinds
         assert ("native", "ops_bmm") in kinds[:entry], kinds  # the binding above the entry: the walk went on
+    # every continued walk is one memo hit or miss: the bmm launches', and no other launch's (GEMMS, MULS...)
+    stats = ops_doc["stats"]
+    assert stats["native_continue_memo_hits"] + stats["native_continue_memo_misses"] == ROUNDS * BMMS, stats
+    off = capture_ops(tmp_path, native_targets, "gpu_native_continue = false\n")
+    for kinds in bmm_paths(off):  # frame pointers only: the walk ends at bmm_cuda
+        native = [k for k in kinds if k[0] == "native"]
+        assert native == [("native", "at::native::bmm_cuda(long)"), ("native", "cublasLtMatmul")], kinds
+        assert not [k for k in kinds if k[0] == "op"], kinds
+    assert "native_continue_memo_hits" not in off["stats"]
