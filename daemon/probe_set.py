@@ -47,7 +47,7 @@ from deepctx.probes.cpu_sampler import (
 )
 from deepctx.probes.device_activity import AgentUnusable, DeviceActivity, agent_mappings
 from deepctx.probes.family import ProbeFamily, Target
-from deepctx.probes.gpu_api import GpuApi, HandoffPoint, builtin_handoffs
+from deepctx.probes.gpu_api import GpuApi, HandoffPoint, builtin_handoffs, maps_continued_library
 from deepctx.probes.pc_sampling import PcsOptions
 
 if TYPE_CHECKING:
@@ -135,7 +135,9 @@ class ProbeSet:
                 gpu = None  # no GPU library loaded, and none asked for
             if gpu is not None and gpu.native_continue:  # its stacks' continuations are the unwinder's
                 gpu.unwinder = next((f for f in families if f.name == "native_unwind"), None)
-                gpu.native_continue = gpu.unwinder is not None
+                # only where a GEMM library is mapped (cuBLAS loads at the first matmul): elsewhere the program
+                # without it, which the verifier walks in a third of the time (the capture's attach waits for it)
+                gpu.native_continue = gpu.unwinder is not None and maps_continued_library(target)
         dev = cls._device(opts, target, gpu)
         if dev is not None:
             families.append(dev)
@@ -155,7 +157,13 @@ class ProbeSet:
             head.append(cls._unwinder(unwind_tables))
         out = [[*head, cls.sampler_of(opts)]]
         if opts.gpu != "off":
-            out.insert(0, [*head, cls._gpu(opts, symbols), cls.sampler_of(opts)])
+            # a GPU process without a GEMM library first, then one with (PyTorch's and JAX's map cuBLAS at their
+            # import): the second's .eh_frame continuation takes the verifier three times as long
+            plain = cls._gpu(opts, symbols)
+            plain.native_continue = False
+            out.insert(0, [*head, plain, cls.sampler_of(opts)])
+            if opts.gpu_native_continue and opts.native_unwind:
+                out.insert(1, [*head, cls._gpu(opts, symbols), cls.sampler_of(opts)])
         return out
 
     @staticmethod

@@ -424,7 +424,9 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         if cfg.continuous:  # continuous captures cut windows: their count maps differ
             wopts = CaptureOptions.from_config(cfg, duration_s=1.0, sample_hz=cfg.continuous_sample_hz,
                                                window_s=cfg.continuous_window_s)
-            sets = ProbeSet.common_programs(wopts, self.symbols, self.unwind_tables)[:1] + sets
+            gpu_sets = [f for f in ProbeSet.common_programs(wopts, self.symbols, self.unwind_tables)
+                        if any(x.name == "gpu" for x in f)]  # with a GEMM library's continuation and without
+            sets = gpu_sets + sets
         for families in sets:
             if self.shutdown.is_set():
                 return

@@ -159,7 +159,10 @@ static __always_inline void dev_unprobed_path(struct pt_regs *ctx, __u32 pid, __
     struct dev_corr *c = dev_corr_scratch.lookup(&zero);
     if (!c)
         return;
-    gpu_capture_path(ctx, 0, pid, tid, &c->call.user_stack, &c->call.py_stack);  /* as the API probes do */
+    /* as the API probes do, but no walk continued: inlined here, the .eh_frame continuation would take the
+     * program past its 512-byte stack (tried 2026-12-06); the GEMMs of a capture whose calls the agent reports
+     * have their operator only where the frame-pointer walk kept its frames */
+    gpu_capture_path(ctx, 0, GPU_NO_CONTINUE, pid, tid, &c->call.user_stack, &c->call.py_stack);
     c = dev_corr_scratch.lookup(&zero);
     struct dev_config *cfg = dev_config.lookup(&zero);
     if (!c || !cfg)

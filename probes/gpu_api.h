@@ -70,7 +70,7 @@ struct gpu_api_spec {
 #define GPU_PROCS_MAX 1024
 #define GPU_MAX_RANGES 8
 #define GPU_CONT_RANGES 8
-#define GPU_NO_PROC_SLOT 0xffffffffu /* a path captured where no process slot is at hand (a return) */
+#define GPU_NO_CONTINUE 0xffffffffu  /* gpu_capture_path's slot where no walk is continued */
 struct gpu_ranges {
     __u64 start[GPU_MAX_RANGES];
     __u64 end[GPU_MAX_RANGES];
@@ -78,8 +78,8 @@ struct gpu_ranges {
      * the CPU's: processes on one program (probes/program_share.py) do not take each other's samples. */
     __u64 next_sample_ns;
     /* The executable ranges of the process's GEMM and convolution libraries (cuBLAS, cuDNN, ...: host/gpu_apis
-     * .continues_walk): a call made from one of them whose frame-pointer walk is lost goes on with .eh_frame
-     * (GPU_FP_CONTINUE); the other calls (PyTorch's elementwise launches) keep the frame-pointer walk alone. */
+     * .continues_walk): a probed call whose frame-pointer walk is lost in or just below one of them goes on with
+     * .eh_frame (GPU_FP_CONTINUE); the other calls (PyTorch's elementwise launches) keep the frame-pointer walk. */
     __u64 cont_start[GPU_CONT_RANGES];
     __u64 cont_end[GPU_CONT_RANGES];
 };

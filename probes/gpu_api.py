@@ -255,6 +255,12 @@ class _PidState:
     continued: list[tuple[int, int]] = field(default_factory=list)  # of GEMM and convolution libraries
 
 
+def maps_continued_library(target: Target) -> bool:
+    """Does the process map a GEMM or convolution library, whose calls get the .eh_frame continuation?"""
+    return any(m.executable and m.file_backed and gpu_apis.continues_walk(os.path.basename(m.path.removesuffix(" (deleted)")))
+               for m in target.space.mappings)
+
+
 def entry_only(api: gpu_apis.Api, mode: str) -> bool:
     """Sampled mode counts calls that return at once (launches, async copies and sets, collectives) at
     entry: no return probe, so no API time, at half the cost per call."""
