@@ -241,25 +241,21 @@ static __always_inline void gpu_remember_object(__u32 pid, __u64 handle) {
  * the running hash live in the scratch value, not in registers, so that every way out of the loop
  * reaches the code after it in the same verifier state (what follows, the Python walk, is verified
  * once, not once per exit). `off > GPU_FP_WIN - 16` also catches a frame below the window (off wraps). */
-/* Is one of the walk's last two frames (where it was lost: libtorch_cuda's GEMM path just below cuBLAS's frames,
- * or cuBLAS's own frame, the probed call's return address, where the walk was lost at once) in a GEMM or
- * convolution library (gpu_ranges.cont_*)? slot: the process's, or GPU_NO_CONTINUE where no walk is continued
- * (a node's creation, device activity's paths). The ranges are tested without a branch each: the verifier
- * walks what follows once (the exact-mode program: 676K instructions with the continuation, 2026-12-06). */
-static __always_inline int gpu_continued(struct gpu_fp_stack *st, __u32 slot) {
-    if (slot == GPU_NO_CONTINUE)
+/* Was this call made from a GEMM or convolution library (ret, its return address, in gpu_ranges.cont_*)? slot:
+ * the process's, or GPU_NO_CONTINUE where no walk is continued (a node's creation, device activity's paths, which
+ * have no return address). The ranges are tested without a branch each: the verifier walks what follows once
+ * (the exact-mode program: 663K to 690K instructions with the continuation, 2026-12-06). */
+static __always_inline int gpu_continued(__u64 ret, __u32 slot) {
+    if (slot == GPU_NO_CONTINUE || !ret)
         return 0;
     struct gpu_ranges *r = gpu_ranges.lookup(&slot);
     if (!r)
         return 0;
-    __u32 d = st->depth;
-    __u64 a = st->ip[(d - 1) & (GPU_FP_DEPTH - 1)];
-    __u64 b = st->ip[(d - 2) & (GPU_FP_DEPTH - 1)];  /* d >= 2 where a walk is lost after the entry's ret */
     __u64 hit = 0;
 #pragma unroll
     for (int i = 0; i < GPU_CONT_RANGES; i++) {
         __u64 lo = r->cont_start[i], n = r->cont_end[i] - lo;  /* an empty slot: n 0, nothing below it */
-        hit |= (__u64)(a - lo < n) | (__u64)(b - lo < n);
+        hit |= (__u64)(ret - lo < n);
     }
     return hit != 0;
 }
@@ -333,7 +329,7 @@ static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret, __u3
      * .eh_frame walk takes over from the lost frame (gpu_api.py: native_continue), for the calls that cuBLAS,
      * cuDNN and their like make; PyTorch's own launches find their operator from the frames the walk kept
      * (the launch-bound loop loses every walk in libtorch_cuda: continued, it cost 21% more) */
-    if (s->lost_sp && gpu_continued(&s->st, slot)) {
+    if (s->lost_sp && gpu_continued(ret, slot)) {
         struct native_regs *r = &s->cont_regs;  /* in the map value: the program's 512-byte stack is full */
         r->ip = s->st.ip[(s->st.depth - 1) & (GPU_FP_DEPTH - 1)];
         r->sp = s->lost_sp;
