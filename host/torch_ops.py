@@ -36,7 +36,12 @@ WRAPPER_FRAME = re.compile(r"^(?:[\w:]*::|\(anonymous namespace\)::)*wrapper_[A-
 # path goes from the binding to the kernel's launch). It names the operator, not its overload (the binding picks
 # that from the Python arguments at run time), and only a name the schemas hold (THPVariable_numpy names none).
 BINDING_FRAME = re.compile(r"^torch::autograd::THPVariable_(\w+)\(")
-ENTRY, WRAPPER, BINDING = "entry", "wrapper", "binding"  # what an operator frame is
+# a kernel a DispatchStub registered (REGISTER_DISPATCH(clamp_min_scalar_stub, &clamp_min_scalar_kernel_impl)): the
+# frame a lost walk keeps of PyTorch's elementwise ops when neither entry nor wrapper has a frame of its own (relu
+# on an H100, 2026-12-06). Its name's head names the operator (clamp_min_scalar -> clamp_min), where the schemas
+# hold one; a template's (gpu_kernel<...>) or a launcher's (launch_clamp_scalar) name is no stub's.
+STUB_FRAME = re.compile(r"^at::native::(?:\(anonymous namespace\)::)*(\w+?)_kernel(?:_impl|_cuda)?\(")
+ENTRY, WRAPPER, BINDING, STUB = "entry", "wrapper", "binding", "stub"  # what an operator frame is
 TORCH_LIBRARY = "libtorch_cpu"  # the library whose .rodata has the schemas (a wrapper's own library has not)
 _SCHEMA_END = b") -> "  # every schema string has it once, after its arguments
 _NAME = re.compile(rb"([A-Za-z_][A-Za-z0-9_]*)(?:\.([A-Za-z0-9_]+))?\(")
@@ -91,12 +96,17 @@ class OperatorNames:
         """'aten::mul.Tensor' for struct 'mul_Tensor' (or a wrapper's 'mul_Tensor', 'out_mm_out') read in the
         library at path; 'aten::<struct>' where the library has no schema for it (the name as is: its split
         is not known). A binding's name: 'aten::<name>' where the schemas have an operator of that name, else
-        None (not an operator)."""
+        None (not an operator). A stub kernel's: 'aten::<the longest head of its name the schemas have>'
+        (clamp_min_scalar: aten::clamp_min), else None."""
         table = self.table(path) if path else {}
-        if source == BINDING:
+        if source in (BINDING, STUB):
             bases = self._bases.get(path or "")
             if bases is None:
                 bases = self._bases[path or ""] = frozenset(v.split(".", 1)[0] for v in table.values())
+            if source == STUB:
+                parts = struct.split("_")
+                heads = ("_".join(parts[:i]) for i in range(len(parts), 0, -1))
+                return next((f"{NAMESPACE}::{h}" for h in heads if h in bases), None)
             return f"{NAMESPACE}::{struct}" if struct in bases else None
         for key in wrapper_keys(struct) if source == WRAPPER else (struct,):
             if key in table:
@@ -116,9 +126,10 @@ def wrapper_keys(rest: str) -> list[str]:
 
 
 def operator_frame(frame_name: str) -> tuple[str, str] | None:
-    """(struct, wrapper or binding name, what the frame is: ENTRY, WRAPPER or BINDING) of an operator frame's
-    demangled name; None for other frames."""
-    for pattern, source in ((OPERATOR_FRAME, ENTRY), (WRAPPER_FRAME, WRAPPER), (BINDING_FRAME, BINDING)):
+    """(struct, wrapper, binding or stub name, what the frame is: ENTRY, WRAPPER, BINDING or STUB) of an operator
+    frame's demangled name; None for other frames."""
+    for pattern, source in ((OPERATOR_FRAME, ENTRY), (WRAPPER_FRAME, WRAPPER), (BINDING_FRAME, BINDING),
+                            (STUB_FRAME, STUB)):
         m = pattern.match(frame_name)
         if m:
             return m.group(1), source

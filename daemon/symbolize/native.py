@@ -12,7 +12,7 @@ from deepctx.host.elf.symbols import ElfSymbols
 from deepctx.host.file_cache import FileCache
 from deepctx.host.frames import UNMAPPED, UNWIND_LOST, Frame
 from deepctx.host.procfs import AddressSpace, Mapping, open_mapped_file
-from deepctx.host.torch_ops import BINDING, ENTRY, TORCH_LIBRARY, OperatorNames, operator_frame
+from deepctx.host.torch_ops import BINDING, ENTRY, STUB, TORCH_LIBRARY, OperatorNames, operator_frame
 
 
 class SymbolCache:
@@ -140,7 +140,7 @@ class NativeSymbolizer:
         if name is None:
             return
         op = self._op_of[frame] = Frame("op", name, module=frame.module)
-        if source == BINDING:
+        if source in (BINDING, STUB):  # named less exactly: a nearer (or, for a stub, outer) entry says more
             self._provisional.add(op)
 
     def function_offset(self, pid: int, space: AddressSpace, addr: int) -> tuple[str, int] | None:
@@ -191,14 +191,18 @@ def with_operators(frames: list[Frame], op_of: dict[Frame, Frame],
     """Frames outermost first, with an operator frame above each operator's first entry frame: `aten::mm`
     above `at::_ops::mm::call`, and not again above the `redispatch` frames that pass the same call from one
     dispatch key to the next (autograd to CUDA), nor above the kernel its key registered
-    (`wrapper_CUDA_mm`). A different operator called inside it gets its own. An operator named by its Python
+    (`wrapper_CUDA_mm`), nor above a stub kernel named for it (`aten::mul` of mul_kernel_cuda inside
+    `aten::mul.Tensor`). A different operator called inside it gets its own. An operator named by its Python
     binding (provisional: `aten::mul`) stays above the binding; an entry or a registered kernel of the same
-    operator inside it names it instead (`aten::mul.Tensor`), in its place."""
+    operator inside it names it instead (`aten::mul.Tensor`), in its place. A stub kernel's operator (provisional
+    too) stands where no entry, wrapper or binding of the same operator is outside it."""
     out: list[Frame] = []
     current: Frame | None = None  # the operator whose entry frames run now, until a frame that is not native
     at = -1  # its index in out
     for f in frames:
         op = op_of.get(f)
+        if op in provisional and current is not None and op.name == current.name.split(".", 1)[0]:
+            op = None  # a less exact name of the operator that runs: a stub kernel's inside its entry
         if op is not None and (current is None or op.name != current.name):
             if current in provisional and op.name.split(".", 1)[0] == current.name:
                 out[at] = op

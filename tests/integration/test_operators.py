@@ -18,7 +18,7 @@ from deepctx.profiles.fold import Fold
 from deepctx.profiles.tree import ViewNode, from_doc
 
 TARGET = Path(__file__).resolve().parents[1] / "targets" / "gpu" / "ops_calls.py"
-ROUNDS, GEMMS, REDUCES, MULS, CONVS, BMMS = 5, 3, 2, 4, 2, 3  # ops_calls.py's
+ROUNDS, GEMMS, REDUCES, MULS, CONVS, BMMS, RELUS = 5, 3, 2, 4, 2, 3, 2  # ops_calls.py's
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +45,9 @@ def launches(doc: dict, marker: str, kernel: str) -> list[tuple[list[dict], dict
     ("LINE_MUL", "mul_kernel", MULS, ["aten::mul.Tensor"], "at::wrapper_CUDA_mul_Tensor(long)"),
     # entry and wrapper lost (cuDNN's frames): the operator from its Python binding, without its overload
     ("LINE_CONV", "conv_kernel", CONVS, ["aten::conv2d"], "torch::autograd::THPVariable_conv2d(long)"),
+    # entry, wrapper and binding lost above the stub kernel clamp_min registered: the operator from its name
+    ("LINE_RELU", "relu_kernel", RELUS, ["aten::clamp_min"],
+     "at::native::(anonymous namespace)::clamp_min_scalar_kernel_impl(long)"),
 ])
 def test_each_launch_carries_its_operators(ops_doc: dict, marker: str, kernel: str, per_round: int,
                                            ops: list[str], entry: str) -> None:
@@ -59,8 +62,9 @@ def test_each_launch_carries_its_operators(ops_doc: dict, marker: str, kernel: s
         inner = next(i for i, a in enumerate(anc) if a["kind"] == "op" and a["name"] == ops[-1])
         # the operator stands right above its entry frame, below the line, with the native frames kept
         assert py < inner and anc[inner + 1]["name"] == entry, kinds
-        assert anc[inner]["module"] == ("libtorch_cuda.so" if marker == "LINE_MUL" else "libtorch_cpu.so"), anc[inner]
-        if marker in ("LINE_MUL", "LINE_CONV"):  # the frame-pointer walk skipped the frameless entry points
+        assert anc[inner]["module"] == ("libtorch_cuda.so" if marker in ("LINE_MUL", "LINE_RELU") else "libtorch_cpu.so"), \
+            anc[inner]
+        if marker in ("LINE_MUL", "LINE_CONV", "LINE_RELU"):  # the frame-pointer walk skipped the frameless entries
             assert not [a for a in anc if a["name"].startswith("at::_ops::")], kinds
         assert anc[-1]["kind"] == "api" and anc[-1]["name"] == "cudaLaunchKernel", kinds
 

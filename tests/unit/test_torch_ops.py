@@ -11,6 +11,7 @@ from deepctx.host.frames import Frame
 from deepctx.host.torch_ops import (
     BINDING,
     ENTRY,
+    STUB,
     WRAPPER,
     OperatorNames,
     library_names,
@@ -162,3 +163,51 @@ def test_an_operator_named_by_its_binding_gives_way_to_a_nearer_frame_of_the_sam
     got = with_operators([mm, nat("x"), nat("at::_ops::mm_out::call()")],
                          {mm: Frame("op", "aten::mm"), nat("at::_ops::mm_out::call()"): Frame("op", "aten::mm.out")})
     assert [f.name for f in got] == ["aten::mm", "at::_ops::mm::call()", "x", "aten::mm.out", "at::_ops::mm_out::call()"]
+
+
+def test_a_stub_kernel_names_the_operator_its_name_begins_with() -> None:
+    """DispatchStub kernels (clamp_min_scalar_kernel_impl, mul_kernel_cuda): the longest head of the name that the
+    schemas hold; templates, launchers and names no schema holds name none."""
+    assert operator_frame("at::native::(anonymous namespace)::clamp_min_scalar_kernel_impl(at::TensorIteratorBase&, "
+                          "c10::Scalar const&)") == ("clamp_min_scalar", STUB)
+    assert operator_frame("at::native::mul_kernel_cuda(at::TensorIteratorBase&)") == ("mul", STUB)
+    assert operator_frame("at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&)") is None
+    assert operator_frame("void at::native::gpu_kernel_impl_nocast<float>(at::TensorIteratorBase&)") is None
+    assert operator_frame("at::native::reduce_kernel<512, 1>(at::TensorIterator&)") is None
+
+    class Files:
+        def identify(self, path: str) -> str:
+            return path
+
+        def get(self, ident: str, kind: str, load: object, nbytes: object) -> dict[str, str]:
+            return {"clamp_min": "clamp_min", "clamp": "clamp", "mul_Tensor": "mul.Tensor", "bitwise_and_Tensor":
+                    "bitwise_and.Tensor"}
+
+    names = OperatorNames(Files())  # type: ignore[arg-type]
+    assert names.name("clamp_min_scalar", "libtorch_cpu.so", STUB) == "aten::clamp_min"  # not aten::clamp
+    assert names.name("mul", "libtorch_cpu.so", STUB) == "aten::mul"
+    assert names.name("bitwise_and", "libtorch_cpu.so", STUB) == "aten::bitwise_and"
+    assert names.name("gpu", "libtorch_cpu.so", STUB) is None
+    assert names.name("mul", None, STUB) is None
+
+
+def test_a_stub_kernels_operator_stands_only_where_no_frame_of_it_is_outside() -> None:
+    def nat(name: str) -> Frame:
+        return Frame("native", name, module="libtorch_cuda.so")
+
+    line, launch = Frame("python", "step", "/srv/a.py", 3), Frame("api", "cudaLaunchKernel")
+    entry, stub = nat("at::_ops::mul_Tensor::call()"), nat("at::native::mul_kernel_cuda()")
+    relu_entry, clamp_stub = nat("at::_ops::relu::call()"), nat("at::native::clamp_min_scalar_kernel_impl()")
+    stub_ops = {stub: Frame("op", "aten::mul"), clamp_stub: Frame("op", "aten::clamp_min")}
+    op = {**stub_ops, entry: Frame("op", "aten::mul.Tensor"), relu_entry: Frame("op", "aten::relu")}
+    # inside its operator's entry: the same call, no second node
+    got = with_operators([line, entry, stub, launch], op, set(stub_ops.values()))
+    assert [f.name for f in got if f.kind == "op"] == ["aten::mul.Tensor"]
+    # the walk lost above it: the stub's operator
+    got = with_operators([line, clamp_stub, launch], op, set(stub_ops.values()))
+    assert [f.name for f in got] == ["step", "aten::clamp_min", "at::native::clamp_min_scalar_kernel_impl()",
+                                     "cudaLaunchKernel"]
+    # inside another operator's entry (relu runs clamp_min): its own node below
+    got = with_operators([line, relu_entry, clamp_stub, launch], op, set(stub_ops.values()))
+    assert [f.name for f in got if f.kind == "op"] == ["aten::relu", "aten::clamp_min"]
+

@@ -6,7 +6,8 @@ Prints "ready <pid>", waits for a line, runs ROUNDS steps (matmul, whose mm laun
 sum.dim_IntList launching REDUCES; addmm launching GEMMS; mul.Tensor launching MULS from its CUDA kernel's
 wrapper, its entry points without frame pointers; conv2d launching CONVS from a cuDNN-like function, its
 binding the one operator frame the walk finds; bmm launching BMMS from code that uses rbp for data, where the
-frame-pointer walk is lost), prints "done".
+frame-pointer walk is lost; relu launching RELUS from clamp_min's stub kernel, the walk lost above it), prints
+"done".
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import ctypes
 import os
 import sys
 
-ROUNDS, GEMMS, REDUCES, MULS, CONVS, BMMS = 5, 3, 2, 4, 2, 3
+ROUNDS, GEMMS, REDUCES, MULS, CONVS, BMMS, RELUS = 5, 3, 2, 4, 2, 3, 2
 
 
 def step(lib: ctypes.CDLL) -> None:
@@ -25,11 +26,12 @@ def step(lib: ctypes.CDLL) -> None:
     lib.ops_mul(MULS)  # LINE_MUL
     lib.ops_conv2d(CONVS)  # LINE_CONV
     lib.ops_bmm(BMMS)  # LINE_BMM
+    lib.ops_relu(RELUS)  # LINE_RELU
 
 
 def main() -> None:
     lib = ctypes.CDLL(sys.argv[1])
-    for fn in (lib.ops_matmul, lib.ops_sum, lib.ops_addmm, lib.ops_mul, lib.ops_conv2d, lib.ops_bmm):
+    for fn in (lib.ops_matmul, lib.ops_sum, lib.ops_addmm, lib.ops_mul, lib.ops_conv2d, lib.ops_bmm, lib.ops_relu):
         fn.argtypes, fn.restype = [ctypes.c_long], ctypes.c_long
     assert lib.ops_init(sys.argv[2].encode()) == 0
     print(f"ready {os.getpid()}", flush=True)

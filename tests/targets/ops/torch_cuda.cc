@@ -24,3 +24,28 @@ __attribute__((noinline, optimize("omit-frame-pointer"), visibility("default")))
     return n;
 }
 }  // namespace at
+
+// relu as PyTorch's CUDA side runs it: the DispatchStub kernel clamp_min registered (clamp_min_scalar_kernel_impl,
+// with a frame) launches, called from code without frame pointers that uses rbp for data: the walk from the
+// launch keeps the stub's frame and is lost above it, so no entry, wrapper or binding names the operator (relu's
+// kernel on an H100, 2026-12-06); the stub's name does (aten::clamp_min)
+extern "C" __attribute__((noinline)) void relu_kernel(void) { __asm__ volatile(""); }
+
+namespace at {
+namespace native {
+namespace {
+__attribute__((noinline)) long clamp_min_scalar_kernel_impl(long n) {
+    static launch_fn launch;
+    if (!launch) launch = (launch_fn)dlsym(RTLD_DEFAULT, "cudaLaunchKernel");
+    uint64_t one = 1 | (1ull << 32);
+    for (long i = 0; i < n; i++) launch((const void *)relu_kernel, one, 1, one, 1, nullptr, 0, nullptr);
+    __asm__ volatile("" ::: "memory");
+    return n;
+}
+}  // namespace
+__attribute__((noinline, optimize("omit-frame-pointer"), visibility("default"))) long relu_cuda(long n) {
+    __asm__ volatile("mov $0x7, %%rbp" ::: "rbp");  // not a frame pointer: odd, below the stack
+    return clamp_min_scalar_kernel_impl(n) + 1;
+}
+}  // namespace native
+}  // namespace at
