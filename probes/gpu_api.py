@@ -255,10 +255,15 @@ class _PidState:
     continued: list[tuple[int, int]] = field(default_factory=list)  # of GEMM and convolution libraries
 
 
+def continued_mappings(target: Target) -> list[Mapping]:
+    """The process's executable mappings of GEMM and convolution libraries, whose calls get the .eh_frame
+    continuation."""
+    return [m for m in target.space.mappings if m.executable and m.file_backed
+            and gpu_apis.continues_walk(os.path.basename(m.path.removesuffix(" (deleted)")))]
+
+
 def maps_continued_library(target: Target) -> bool:
-    """Does the process map a GEMM or convolution library, whose calls get the .eh_frame continuation?"""
-    return any(m.executable and m.file_backed and gpu_apis.continues_walk(os.path.basename(m.path.removesuffix(" (deleted)")))
-               for m in target.space.mappings)
+    return bool(continued_mappings(target))
 
 
 def entry_only(api: gpu_apis.Api, mode: str) -> bool:
@@ -602,9 +607,7 @@ class GpuApi(FamilyDefaults):
         """The executable ranges of the GEMM and convolution libraries the process has mapped (cuBLAS loads at
         the first matmul: each poll looks again), in gpu_ranges.cont_*: the calls made from them get the
         .eh_frame continuation."""
-        new = [(m.start, m.end) for m in target.space.mappings
-               if m.executable and m.file_backed and (m.start, m.end) not in state.continued
-               and gpu_apis.continues_walk(os.path.basename(m.path.removesuffix(" (deleted)")))]
+        new = [(m.start, m.end) for m in continued_mappings(target) if (m.start, m.end) not in state.continued]
         if not new:
             return
         room = GPU_CONT_RANGES - len(state.continued)
