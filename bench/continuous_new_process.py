@@ -351,8 +351,9 @@ def main() -> int:
                     help="the daemon's prewarm_unwind_files (default its own: 128; 0: no unwind rows placed at start)")
     ap.add_argument("--prewarm-symbol-files", type=int, metavar="N",
                     help="the daemon's prewarm_symbol_files (default its own: 32; 0: no symbol tables built at start)")
-    ap.add_argument("--programs", type=int, default=3,
-                    help="programs a continuous daemon compiles ahead (windowed GPU, GPU, CPU-only Python)")
+    ap.add_argument("--programs", type=int, default=4,
+                    help="programs a continuous daemon compiles ahead (windowed GPU with and without a GEMM "
+                         "library's .eh_frame continuation, GPU, CPU-only Python)")
     ap.add_argument("--retries", type=int, default=5,
                     help="more processes, at most this many, in place of those whose baseline or span saw the "
                          "daemon capture another process of the host (left out of the medians)")

@@ -147,9 +147,11 @@ class ProbeSet:
         return cls(opts, families)
 
     @classmethod
-    def common_programs(cls, opts: CaptureOptions, symbols: SymbolCache, unwind_tables: Any) -> list[list[ProbeFamily]]:
+    def common_programs(cls, opts: CaptureOptions, symbols: SymbolCache, unwind_tables: Any,
+                        continued: bool = False) -> list[list[ProbeFamily]]:
         """The family lists of the programs most captures with these options take (a Python process with and
-        without a GPU runtime), for the daemon to compile and load when it starts (probes/programs.py)."""
+        without a GPU runtime; continued: and one with a GEMM library, whose program has the .eh_frame
+        continuation), for the daemon to compile and load when it starts (probes/programs.py)."""
         head: list[ProbeFamily] = []
         if opts.python != "off":
             head.append(cls._python(opts))
@@ -157,12 +159,12 @@ class ProbeSet:
             head.append(cls._unwinder(unwind_tables))
         out = [[*head, cls.sampler_of(opts)]]
         if opts.gpu != "off":
-            # a GPU process without a GEMM library first, then one with (PyTorch's and JAX's map cuBLAS at their
-            # import): the second's .eh_frame continuation takes the verifier three times as long
+            # a GPU process without a GEMM library; with one (PyTorch's and JAX's map cuBLAS at their import) only
+            # where asked: its program's maps hold about 120 MB of kernel memory more while idle
             plain = cls._gpu(opts, symbols)
             plain.native_continue = False
             out.insert(0, [*head, plain, cls.sampler_of(opts)])
-            if opts.gpu_native_continue and opts.native_unwind:
+            if continued and opts.gpu_native_continue and opts.native_unwind:
                 out.insert(1, [*head, cls._gpu(opts, symbols), cls.sampler_of(opts)])
         return out
 

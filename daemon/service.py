@@ -424,8 +424,10 @@ class ProfilerService(StoreRpcs, pb_grpc.ProfilerServicer):
         if cfg.continuous:  # continuous captures cut windows: their count maps differ
             wopts = CaptureOptions.from_config(cfg, duration_s=1.0, sample_hz=cfg.continuous_sample_hz,
                                                window_s=cfg.continuous_window_s)
-            gpu_sets = [f for f in ProbeSet.common_programs(wopts, self.symbols, self.unwind_tables)
-                        if any(x.name == "gpu" for x in f)]  # with a GEMM library's continuation and without
+            # its GPU processes' (most of them PyTorch's or JAX's, which map cuBLAS), with a GEMM library's
+            # continuation and without: each newly found process then only attaches
+            gpu_sets = [f for f in ProbeSet.common_programs(wopts, self.symbols, self.unwind_tables, continued=True)
+                        if any(x.name == "gpu" for x in f)]
             sets = gpu_sets + sets
         for families in sets:
             if self.shutdown.is_set():
