@@ -253,6 +253,7 @@ class _PidState:
     mappings: set[tuple[int, str, int]] = field(default_factory=set)  # (start, dev, inode) handled
     ranges: list[tuple[int, int]] = field(default_factory=list)  # executable ranges of GPU libraries
     continued: list[tuple[int, int]] = field(default_factory=list)  # of GEMM and convolution libraries
+    continued_full: bool = False  # more of them than GPU_CONT_RANGES: said once
 
 
 def continued_mappings(target: Target) -> list[Mapping]:
@@ -612,9 +613,13 @@ class GpuApi(FamilyDefaults):
             return
         room = GPU_CONT_RANGES - len(state.continued)
         if len(new) > room:
-            log.warning("too many GEMM and convolution library mappings: the calls from the rest are not continued",
-                        extra={"pid": target.pid, "mappings": len(new) - room})
+            if not state.continued_full:  # each poll finds them again
+                log.warning("too many GEMM and convolution library mappings: the calls from the rest are not "
+                            "continued", extra={"pid": target.pid, "mappings": len(new) - room})
+            state.continued_full = True
             new = new[:room]
+            if not new:
+                return
         state.continued.extend(new)
         table = bpf[b"gpu_ranges"]
         r = table[ct.c_uint32(state.slot)]  # keeps the other fields
