@@ -47,7 +47,7 @@ from deepctx.probes.cpu_sampler import (
 )
 from deepctx.probes.device_activity import AgentUnusable, DeviceActivity, agent_mappings
 from deepctx.probes.family import ProbeFamily, Target
-from deepctx.probes.gpu_api import GpuApi, HandoffPoint, builtin_handoffs, maps_continued_library
+from deepctx.probes.gpu_api import GpuApi, HandoffPoint, builtin_handoffs, continued_mappings
 from deepctx.probes.pc_sampling import PcsOptions
 
 if TYPE_CHECKING:
@@ -135,9 +135,9 @@ class ProbeSet:
                 gpu = None  # no GPU library loaded, and none asked for
             if gpu is not None and gpu.native_continue:  # its stacks' continuations are the unwinder's
                 gpu.unwinder = next((f for f in families if f.name == "native_unwind"), None)
-                # only where a GEMM library is mapped (cuBLAS loads at the first matmul): elsewhere the program
-                # without it, which the verifier walks in a third of the time (the capture's attach waits for it)
-                gpu.native_continue = gpu.unwinder is not None and maps_continued_library(target)
+                # only where a GEMM library is mapped (PyTorch maps cuBLAS at its import): elsewhere the program
+                # without it, which loads faster (the CI target's cold attach 1.54 s against 1.94 s: BENCHMARKS.md)
+                gpu.native_continue = gpu.unwinder is not None and bool(continued_mappings(target))
         dev = cls._device(opts, target, gpu)
         if dev is not None:
             families.append(dev)

@@ -263,10 +263,6 @@ def continued_mappings(target: Target) -> list[Mapping]:
             and gpu_apis.continues_walk(os.path.basename(m.path.removesuffix(" (deleted)")))]
 
 
-def maps_continued_library(target: Target) -> bool:
-    return bool(continued_mappings(target))
-
-
 def entry_only(api: gpu_apis.Api, mode: str) -> bool:
     """Sampled mode counts calls that return at once (launches, async copies and sets, collectives) at
     entry: no return probe, so no API time, at half the cost per call."""
