@@ -77,7 +77,8 @@ VARIANTS = ["alone", "deepctx_sampled", "deepctx_exact", "deepctx_exact_nonodes"
             "deepctx_exact_device_offset", "deepctx_exact_device_uprobes", "deepctx_sampled_device",
             "deepctx_sampled_device_offset", "deepctx_exact_device_nopython", "deepctx_sampled_device_duty10",
             "deepctx_sampled_device_duty25", "deepctx_exact_device_duty10", "torch_cuda", "torch_stacks",
-            "bare_uprobe", "bare_uprobe_driver", "deepctx_exact_nocontinue"]
+            "bare_uprobe", "bare_uprobe_driver", "deepctx_exact_nocontinue", "deepctx_exact_device_nocontinue",
+            "deepctx_sampled_device_nocontinue"]
 # bare_uprobe (--alternate only): no deepctx; an entry and a return uprobe whose programs return at once on
 # the workload's launch function (cudaLaunchKernel in its libcudart): the floor any probe of the call pays
 # bare_uprobe_driver: the same, and an entry uprobe on each launch entry point of the libcuda it maps, which

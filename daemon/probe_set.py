@@ -235,6 +235,7 @@ class ProbeSet:
         if dev.expected_agent:
             log.info("device activity once the agent loads", extra={"pid": target.pid, "agent": dev.expected_agent})
         dev.sampling = dev.agent_calls and gpu.mode == "sampled"  # the agent samples what it alone reports
+        dev.continued = gpu.native_continue  # the paths it takes go on as the GPU API probes' do
         return dev
 
     def _first(self, kind: type) -> Any:
@@ -272,7 +273,10 @@ class ProbeSet:
         # device activity last: its agent records from its attach, and the capture's duration counts from after
         # the last attach (on the H200 host the agent started 0.35 to 0.5 s before the duration did, GPU work
         # recorded outside it); a `deepctx run` target waits for it until then
+        gpu = self._first(GpuApi)
         for fam in sorted(self.families, key=lambda f: isinstance(f, DeviceActivity)):
+            if isinstance(fam, DeviceActivity) and gpu is not None:  # the GPU family's slot for the process
+                fam.cont_slot = gpu.continued_slot(target.pid)
             t0 = time.monotonic()
             fam.attach(bpf, target)
             self.attach_s[fam.name] = round(time.monotonic() - t0, 3)

@@ -36,6 +36,11 @@ BPF_PERCPU_ARRAY(dev_span, struct dev_span, 1);
 BPF_PERCPU_ARRAY(dev_corr_scratch, struct dev_corr, 1);
 BPF_PERCPU_ARRAY(dev_key_scratch, struct dev_key, 1);
 BPF_PERCPU_ARRAY(dev_name_scratch, struct dev_name, 1);
+/* A correlation's call path with the .eh_frame continuation (GEMM libraries' calls) is taken in a program of its
+ * own, on_dev_correlation_walk, by tail call: inlined, it took on_dev_correlation past its 512-byte stack. The
+ * call's id goes over in dev_walk_corr (the rest in dev_corr_scratch). */
+BPF_PROG_ARRAY(dev_walk, 1);
+BPF_PERCPU_ARRAY(dev_walk_corr, __u32, 1);
 /* trace mode's events: always there, written only while dev_config.trace says so (one program serves
  * traced and untraced captures) */
 BPF_RINGBUF_OUTPUT(dev_events, DEV_RINGBUF_PAGES);
@@ -150,19 +155,22 @@ static __always_inline int dev_corr_live(struct dev_corr_slot *s, __u64 now) {
     return s->key.pid && !s->corr.joined && now - s->corr.api_start_ns < DEV_CORR_YOUNG_NS;
 }
 
+#if defined(GPU_FP_CONTINUE) && defined(DEEPCTX_NATIVE_UNWIND)
+#define DEV_WALK_CONTINUED 1  /* on_dev_correlation_walk is compiled in (device_activity.py: continued) */
+#endif
+
 /* A correlation's call the GPU API probes do not track (or sampled mode's entry-only calls): its call path, taken
  * as the API probes take theirs, into the scratch's call. Nothing the caller decided with is used after the walks:
  * the settings are looked up again, so that every way here reaches the walks in one verifier state (the caller's
- * branches each made one, and the walks were verified once for each: 669K of the verifier's 1M instructions). */
-static __always_inline void dev_unprobed_path(struct pt_regs *ctx, __u32 pid, __u32 tid, __u32 corr) {
+ * branches each made one, and the walks were verified once for each: 669K of the verifier's 1M instructions).
+ * slot: the process's in gpu_ranges where a walk lost above a GEMM library's frames goes on by .eh_frame (only in
+ * on_dev_correlation_walk, whose stack is its own), else GPU_NO_CONTINUE. */
+static __always_inline void dev_unprobed_path(struct pt_regs *ctx, __u32 pid, __u32 tid, __u32 corr, __u32 slot) {
     int zero = 0;
     struct dev_corr *c = dev_corr_scratch.lookup(&zero);
     if (!c)
         return;
-    /* as the API probes do, but no walk continued: inlined here, the .eh_frame continuation would take the
-     * program past its 512-byte stack (tried 2026-12-06); the GEMMs of a capture whose calls the agent reports
-     * have their operator only where the frame-pointer walk kept its frames */
-    gpu_capture_path(ctx, 0, GPU_NO_CONTINUE, pid, tid, &c->call.user_stack, &c->call.py_stack);
+    gpu_capture_path(ctx, 0, slot, 1, pid, tid, &c->call.user_stack, &c->call.py_stack);
     c = dev_corr_scratch.lookup(&zero);
     struct dev_config *cfg = dev_config.lookup(&zero);
     if (!c || !cfg)
@@ -181,6 +189,47 @@ static __always_inline void dev_unprobed_path(struct pt_regs *ctx, __u32 pid, __
         gpu_orphans.update(&tid, &orphan);
     }
 }
+
+/* The scratch's call (dev_corr_scratch) into the join table under its id corr. */
+static __always_inline void dev_corr_keep(__u32 pid, __u32 corr) {
+    int zero = 0;
+    struct dev_corr *c = dev_corr_scratch.lookup(&zero);
+    __u64 *next = dev_corr_next.lookup(&zero);
+    if (!c || !next)
+        return;
+    __u32 j = (__u32)__sync_fetch_and_add(next, 1) & (DEV_CORR_ENTRIES - 1);
+    struct dev_corr_slot *slot = dev_corr.lookup(&j);
+    __u32 i = corr & (DEV_CORR_IDS - 1);
+    __u64 *ids = dev_corr_ids.lookup(&i);
+    if (!slot || !ids)
+        return;
+    __u64 now = c->api_start_ns;
+    struct dev_corr_slot *old = dev_corr_slot_of(pid, (__u32)(*ids >> 32)); /* the call whose id entry this is */
+    if (dev_corr_live(slot, now) || (old && old != slot && dev_corr_live(old, now)))
+        dev_stat_add(DEV_STAT_CORR_FULL, 1);
+    slot->key.pid = 0; /* names no id while it is rewritten */
+    slot->corr = *c;
+    slot->key.correlation = corr;
+    slot->key.pid = pid;
+    *ids = ((__u64)corr << 32) | j;
+}
+
+#ifdef DEV_WALK_CONTINUED
+/* on_dev_correlation's unprobed call, continued (dev_walk): its path with the continuation, then kept. */
+int on_dev_correlation_walk(struct pt_regs *ctx) {
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 pid = id >> 32, tid = (__u32)id;
+    int zero = 0;
+    __u32 *corr = dev_walk_corr.lookup(&zero);
+    struct dev_config *cfg = dev_config.lookup(&zero);
+    if (!corr || !cfg)
+        return 0;
+    __u32 cid = *corr;
+    dev_unprobed_path(ctx, pid, tid, cid, cfg->cont_slot);
+    dev_corr_keep(pid, cid);
+    return 0;
+}
+#endif
 
 int on_dev_correlation(struct pt_regs *ctx) {
     __u64 id = bpf_get_current_pid_tgid();
@@ -224,30 +273,18 @@ int on_dev_correlation(struct pt_regs *ctx) {
         c->call.api_id = DEV_API_UNPROBED;
         c->call.flags = GPU_KEY_F_SAMPLED;
         dev_learn_name(pid, fn);  /* CUPTI's function name: names the call in the tree */
-        dev_unprobed_path(ctx, pid, tid, corr);
-        c = dev_corr_scratch.lookup(&zero);
-        if (!c)
-            return 0;
+#ifdef DEV_WALK_CONTINUED
+        if (cfg && cfg->cont_slot != GPU_NO_CONTINUE) {
+            __u32 *pass = dev_walk_corr.lookup(&zero);
+            if (pass) {
+                *pass = corr;
+                dev_walk.call(ctx, 0);  /* does not return, unless the program is not in dev_walk */
+            }
+        }
+#endif
+        dev_unprobed_path(ctx, pid, tid, corr, GPU_NO_CONTINUE);
     }
-    __u32 zero32 = 0;
-    __u64 *next = dev_corr_next.lookup(&zero32);
-    if (!next)
-        return 0;
-    __u32 j = (__u32)__sync_fetch_and_add(next, 1) & (DEV_CORR_ENTRIES - 1);
-    struct dev_corr_slot *slot = dev_corr.lookup(&j);
-    __u32 i = corr & (DEV_CORR_IDS - 1);
-    __u64 *ids = dev_corr_ids.lookup(&i);
-    if (!slot || !ids)
-        return 0;
-    __u64 now = c->api_start_ns;
-    struct dev_corr_slot *old = dev_corr_slot_of(pid, (__u32)(*ids >> 32)); /* the call whose id entry this is */
-    if (dev_corr_live(slot, now) || (old && old != slot && dev_corr_live(old, now)))
-        dev_stat_add(DEV_STAT_CORR_FULL, 1);
-    slot->key.pid = 0; /* names no id while it is rewritten */
-    slot->corr = *c;
-    slot->key.correlation = corr;
-    slot->key.pid = pid;
-    *ids = ((__u64)corr << 32) | j;
+    dev_corr_keep(pid, corr);
     return 0;
 }
 

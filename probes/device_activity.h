@@ -214,7 +214,8 @@ struct dev_config {
     __u32 agent_calls;   /* launches and async copies/sets are the agent's alone (no uprobe parks them):
                             a correlation never joins another call of the thread */
     __u32 spans;         /* a duty cycle runs: records widen dev_span (what each attached share recorded) */
-    __u32 pad;
+    __u32 cont_slot;     /* the process's gpu_ranges slot: unprobed calls' walks lost above a GEMM library's frames
+                            go on by .eh_frame (on_dev_correlation_walk); GPU_NO_CONTINUE: none */
     __u64 share_from_ns; /* when the current share's probes were attached (0: the capture's first share) */
 };
 

@@ -25,7 +25,7 @@ from deepctx.host.procfs import (
 )
 from deepctx.probes import usdt
 from deepctx.probes.family import FamilyDefaults, Target, read_source
-from deepctx.probes.gpu_api import GpuCorrKey, GpuKey
+from deepctx.probes.gpu_api import GPU_NO_CONTINUE, GpuCorrKey, GpuKey
 from deepctx.probes.maps import CountsMap, RingSink, items, percpu_sum, ring_sink
 from deepctx.probes.pc_sampling import OldAgent, PcSampling, PcsOptions, config_address, hand_options
 
@@ -157,7 +157,7 @@ class DevSpan(ct.Structure):
 
 class DevConfig(ct.Structure):
     _fields_ = [("start_ns", ct.c_uint64), ("trace", ct.c_uint32), ("agent_calls", ct.c_uint32),
-                ("spans", ct.c_uint32), ("pad", ct.c_uint32), ("share_from_ns", ct.c_uint64)]
+                ("spans", ct.c_uint32), ("cont_slot", ct.c_uint32), ("share_from_ns", ct.c_uint64)]
 
 
 @dataclass(slots=True)  # one per map entry: not frozen (a frozen init sets every field via object.__setattr__)
@@ -227,6 +227,7 @@ class _AgentFile:
 
 # In attach order: the agent starts reporting when the batch probe is attached (agent_watched()), so it is
 # last, and the start finds every other probe there (the start's status, every launch's correlation).
+WALK_FN = "on_dev_correlation_walk"  # the correlation handler's continued paths (dev_walk: a tail call)
 HANDLERS = {"status": "on_dev_status", "flushed": "on_dev_flushed", "api_exit": "on_dev_api_exit",
             "correlation": "on_dev_correlation", "graph_node": "on_dev_graph_node", "batch": "on_dev_batch"}
 
@@ -322,6 +323,10 @@ class DeviceActivity(FamilyDefaults):
         self.expected_agent: str | None = None
         self._sealed: Any = None  # the injected agent's sealed memfd (inject.memfd.SealedAgent) while attached
         self.pcs: PcSampling | None = None  # PC sampling, when the target's environment asks (prepare)
+        # The program has on_dev_correlation_walk (the GPU API family's .eh_frame continuation is compiled in), and
+        # the process's slot in gpu_ranges that its walks are continued with (ProbeSet sets both; None: none)
+        self.continued = False
+        self.cont_slot: int | None = None
 
     # --- ProbeFamily ------------------------------------------------------------------------------
 
@@ -341,7 +346,7 @@ class DeviceActivity(FamilyDefaults):
     def load(self, bpf: Any) -> None:
         from deepctx.probes.uprobes import load_for_uprobes
 
-        load_for_uprobes(bpf, sorted({*HANDLERS.values(), "on_dev_request"}))
+        load_for_uprobes(bpf, sorted({*HANDLERS.values(), "on_dev_request", *([WALK_FN] if self.continued else [])}))
 
     @staticmethod
     def kind_of(path: str) -> str:
@@ -402,8 +407,23 @@ class DeviceActivity(FamilyDefaults):
             self._wait_active(bpf)
 
     def write_config(self, bpf: Any) -> None:
+        slot = self.cont_slot if self.continued and self.cont_slot is not None else GPU_NO_CONTINUE
         bpf[b"dev_config"][ct.c_int(0)] = DevConfig(self.start_ns, int(self.trace), int(self.agent_calls),
-                                                   int(self.spans), 0, self.share_from_ns)
+                                                   int(self.spans), slot, self.share_from_ns)
+
+    def _link_walk(self) -> None:
+        """on_dev_correlation goes on in on_dev_correlation_walk (a tail call) for the paths it continues: loaded
+        as the correlation handler was (a tail call's target must be of its caller's kind)."""
+        if not self.continued or self._attacher is None:
+            return
+        from bcc import BPF
+
+        from deepctx.probes.uprobes import BPF_TRACE_UPROBE_MULTI
+
+        bpf: Any = self._attacher.bpf
+        fn = bpf.load_func(WALK_FN.encode(), BPF.KPROBE,
+                           attach_type=BPF_TRACE_UPROBE_MULTI if self._attacher.multi else -1)
+        bpf[b"dev_walk"][ct.c_int(0)] = ct.c_int(fn.fd)
 
     def _wait_active(self, bpf: Any, timeout_s: float = 1.0) -> None:
         """An agent that was idle starts within its watcher's tick (100 ms) of the semaphores rising:
@@ -502,6 +522,7 @@ class DeviceActivity(FamilyDefaults):
                 continue  # its semaphore stays down: the agent does not even fire it
             sites = [p for p in af.probes if p.name == probe_name]
             self._attacher.attach(fn, af.path, self._pid, sites)
+        self._link_walk()
         log.info("CUPTI agent probes attached", extra={"path": af.path, "sites": len(af.probes), "pid": self._pid})
 
     # --- duty cycle (continuous mode) -----------------------------------------------------------------

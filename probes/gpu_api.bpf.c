@@ -241,26 +241,54 @@ static __always_inline void gpu_remember_object(__u32 pid, __u64 handle) {
  * the running hash live in the scratch value, not in registers, so that every way out of the loop
  * reaches the code after it in the same verifier state (what follows, the Python walk, is verified
  * once, not once per exit). `off > GPU_FP_WIN - 16` also catches a frame below the window (off wraps). */
-/* Was this call made from a GEMM or convolution library (ret, its return address, in gpu_ranges.cont_*)? slot:
- * the process's, or GPU_NO_CONTINUE where no walk is continued (a node's creation, device activity's paths, which
- * have no return address). The ranges are tested without a branch each: the verifier walks what follows once
- * (the exact-mode program: 663K to 690K instructions with the continuation, 2026-12-06). */
-static __always_inline int gpu_continued(__u64 ret, __u32 slot) {
-    if (slot == GPU_NO_CONTINUE || !ret)
+#ifndef GPU_CONT_NEAR
+#define GPU_CONT_NEAR 2  /* a callback's walk: lost within this many kept frames of a GEMM library's */
+#endif
+/* Was this call made from a GEMM or convolution library (gpu_ranges.cont_*)? slot: the process's, or
+ * GPU_NO_CONTINUE where no walk is continued (a node's creation). At a probed call's entry (scan 0), its return
+ * address ret tells. In the CUPTI agent's callback (scan 1: device activity's paths) the call's return address is
+ * not at hand, and the last GPU_CONT_NEAR frames the walk kept tell: the frame-pointer walk passes through the
+ * agent, CUPTI, the runtime and cuBLAS, and is lost just above them (PyTorch's GEMMs: the last frame kept is
+ * libtorch_cuda's gemm_internal_cublas, the one before it cuBLAS's, H100 2026-12-05). Three frames took the
+ * program past its 512-byte stack; a scan of the innermost twelve as a loop, past the verifier's bound. scan is a
+ * constant at each call site, so each program holds one of the two tests. No range test branches: the verifier
+ * walks what follows once (the exact-mode program: 663K to 690K instructions with the continuation). */
+/* 1 where x < n (unsigned), 0 elsewhere, by arithmetic: the borrow of x - n. A comparison would be a branch, and
+ * the verifier walks on from each side of each one (three frames' tests so took it past its bound). */
+static __always_inline __u64 gpu_below(__u64 x, __u64 n) {
+    return ((~x & n) | (~(x ^ n) & (x - n))) >> 63;
+}
+
+static __always_inline int gpu_continued(struct gpu_fp_scratch *s, __u64 ret, __u32 slot, int scan) {
+    if (slot == GPU_NO_CONTINUE || (!scan && !ret))
         return 0;
     struct gpu_ranges *r = gpu_ranges.lookup(&slot);
     if (!r)
         return 0;
     __u64 hit = 0;
+    if (!scan) {
 #pragma unroll
-    for (int i = 0; i < GPU_CONT_RANGES; i++) {
-        __u64 lo = r->cont_start[i], n = r->cont_end[i] - lo;  /* an empty slot: n 0, nothing below it */
-        hit |= (__u64)(ret - lo < n);
+        for (int i = 0; i < GPU_CONT_RANGES; i++) {
+            __u64 lo = r->cont_start[i], n = r->cont_end[i] - lo;  /* an empty slot: n 0, nothing below it */
+            hit |= (__u64)(ret - lo < n);
+        }
+        return hit != 0;
+    }
+    __u64 depth = s->st.depth;
+#pragma unroll
+    for (int k = 1; k <= GPU_CONT_NEAR; k++) {
+        __u64 ip = s->st.ip[(depth - k) & (GPU_FP_DEPTH - 1)];
+        __u64 kept = (__u64)((__s64)k - 1 - (__s64)depth) >> 63;  /* 1 where k <= depth: no branch */
+#pragma unroll
+        for (int i = 0; i < GPU_CONT_RANGES; i++) {
+            __u64 lo = r->cont_start[i], n = r->cont_end[i] - lo;
+            hit |= gpu_below(ip - lo, n) & kept;
+        }
     }
     return hit != 0;
 }
 
-static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret, __u32 pid, __u32 slot) {
+static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret, __u32 pid, __u32 slot, int scan) {
     __u32 zero = 0;
     struct gpu_fp_scratch *s = gpu_fp_scratch.lookup(&zero);
     if (!s)
@@ -275,6 +303,8 @@ static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret, __u3
         s->hash = (s->hash ^ ret) * GPU_FNV_PRIME;
         s->st.depth = 2;
     }
+    if (!ret)  /* not at a probed entry (a callback's, a return's path): the window is an earlier walk's, stale */
+        s->len = 0;
     s->st.flags = GPU_FP_F_TRUNCATED; /* until a frame ends the walk before its bound */
     s->st.cont = 0;
 #ifdef GPU_FP_CONTINUE
@@ -329,7 +359,7 @@ static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret, __u3
      * .eh_frame walk takes over from the lost frame (gpu_api.py: native_continue), for the calls that cuBLAS,
      * cuDNN and their like make; PyTorch's own launches find their operator from the frames the walk kept
      * (the launch-bound loop loses every walk in libtorch_cuda: continued, it cost 21% more) */
-    if (s->lost_sp && gpu_continued(ret, slot)) {
+    if (s->lost_sp && gpu_continued(s, ret, slot, scan)) {
         struct native_regs *r = &s->cont_regs;  /* in the map value: the program's 512-byte stack is full */
         r->ip = s->st.ip[(s->st.depth - 1) & (GPU_FP_DEPTH - 1)];
         r->sp = s->lost_sp;
@@ -363,14 +393,15 @@ static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret, __u3
 }
 
 /* The calling thread's call path: native stack id (0 = none) and Python stack id. entry_ret: at a function's
- * entry, its return address (gpu_return_address); elsewhere 0. */
-static __always_inline void gpu_capture_path(struct pt_regs *ctx, __u64 entry_ret, __u32 slot, __u32 pid,
+ * entry, its return address (gpu_return_address); elsewhere 0. scan: taken in the CUPTI agent's callback (a
+ * constant; gpu_continued). */
+static __always_inline void gpu_capture_path(struct pt_regs *ctx, __u64 entry_ret, __u32 slot, int scan, __u32 pid,
                                              __u32 tid, __u64 *user_stack, __u64 *py_stack) {
 #if defined(DEEPCTX_NATIVE_UNWIND) && defined(GPU_DWARF_STACKS)
     __u32 nflags = 0;
     *user_stack = native_stack_capture(ctx, pid, &nflags, WALK_SLOT_TASK);
 #else
-    *user_stack = gpu_fp_capture(ctx, entry_ret, pid, slot);
+    *user_stack = gpu_fp_capture(ctx, entry_ret, pid, slot, scan);
 #endif
 #ifdef DEEPCTX_PYTHON
     __u32 pyflags = 0;
@@ -603,7 +634,7 @@ static __always_inline int gpu_entry(struct pt_regs *ctx, struct gpu_api_spec *s
 #endif
     if (handoff || gpu_take_path(spec->proc_slot)) {
         f->key.flags |= GPU_KEY_F_SAMPLED;
-        gpu_capture_path(ctx, ret, spec->proc_slot, ak.pid, tid, &f->key.user_stack, &f->key.py_stack);
+        gpu_capture_path(ctx, ret, spec->proc_slot, 0, ak.pid, tid, &f->key.user_stack, &f->key.py_stack);
     }
     f = gpu_scratch.lookup(&zero);  /* what follows reads the scratch again: nothing held across the walk */
     if (!f)
@@ -740,7 +771,7 @@ static __always_inline int gpu_node_created_return(struct pt_regs *ctx, __u32 pi
     nk.seq = PT_REGS_RC(ctx);
     struct gpu_node_origin o = {};
     o.tid = tid;
-    gpu_capture_path(ctx, 0, GPU_NO_CONTINUE, pid, tid, &o.user_stack, &o.py_stack);  /* at return */
+    gpu_capture_path(ctx, 0, GPU_NO_CONTINUE, 0, pid, tid, &o.user_stack, &o.py_stack);  /* at return */
     gpu_node_origins.update(&nk, &o);
     gpu_stat_inc(GPU_STAT_NODES_CREATED);
     return 1;

@@ -66,6 +66,7 @@ GPU_SPEC_F_ENTRY_ONLY = 1 << 0
 GPU_SPEC_F_DRIVER = 1 << 1
 GPU_MAX_RANGES = 8
 GPU_CONT_RANGES = 8
+GPU_NO_CONTINUE = 0xFFFFFFFF  # a path taken without the .eh_frame continuation (gpu_api.h)
 GPU_PROCS_MAX = 1024
 
 
@@ -406,6 +407,12 @@ class GpuApi(FamilyDefaults):
         # launches left untimed only where their return is left alone too: under separate entry and return
         # probes the return's trap is paid either way, and every call might as well be timed
         bpf[b"gpu_config"][ct.c_int(0)] = GpuConfig(self.sample_interval_ns, self.time_every())
+
+    def continued_slot(self, pid: int) -> int | None:
+        """The process's slot in gpu_ranges, where its GEMM libraries' ranges are, when its walks are continued
+        (device activity's paths are taken with it: probes/device_activity.bpf.c); None otherwise."""
+        state = self._pids.get(pid)
+        return state.slot if state is not None and self.native_continue else None
 
     def time_every(self) -> int:
         """1 launch in how many of each call path is timed (1: all; sessions decide on first attach)."""

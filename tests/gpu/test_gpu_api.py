@@ -106,25 +106,28 @@ def test_gemms_lose_their_operators_without_the_eh_frame_continuation(tmp_path: 
     assert "native_continue_memo_hits" not in doc["stats"]
 
 
-@pytest.mark.parametrize("mode", ["exact", "sampled"])
-def test_an_mlps_gemms_carry_addmm_under_their_line(daemon, mode: str) -> None:
+@pytest.mark.parametrize(("mode", "device"), [("exact", False), ("sampled", False), ("exact", True), ("sampled", True)])
+def test_an_mlps_gemms_carry_addmm_under_their_line(daemon, mode: str, device: bool) -> None:
     """#33's GPU test: an MLP's forward GEMMs (nn.Linear with a bias: aten::linear > aten::addmm, which cuBLAS
     launches) sit under `aten::addmm` below their line, in exact and in sampled mode (where a share of the calls
-    has a path), by the default daemon (the .eh_frame continuation of cuBLAS's calls). (cuBLAS's Hopper kernels
-    are named by the agent only: they are not told by name here.)"""
+    has a path), by the default daemon (the .eh_frame continuation of cuBLAS's calls); with device activity too,
+    where the CUPTI agent reports the launches and their paths are taken in its callback (sampled: the agent's
+    sample of them, as `deepctx run` takes them). (cuBLAS's Hopper kernels are named by the agent only: they are
+    not told by name here.)"""
     t = StdinTarget([sys.executable, str(TARGETS / "torch_mlp.py")])
     try:
-        doc = profile_phase(daemon, t, "--mode", mode)
+        doc = profile_phase(daemon, t, "--mode", mode, *(["--gpu-activity"] if device else []))
     finally:
         t.stop()
-    save_artifact(f"profile_torch_mlp_{mode}.json.gz", doc)
+    save_artifact(f"profile_torch_mlp_{mode}{'_device' if device else ''}.json.gz", doc)
     line = line_of(TARGETS / "torch_mlp.py", "LINE_FC1")
     by_ops: dict[str, int] = {}
     for anc, n in under_line(doc, "torch_mlp.py", line):
         ops = [a["name"] for a in anc if a["kind"] == "op"]
         if n["kind"] == "kernel" and not any(o.startswith("[") for o in ops):  # not backward's, charged here
             by_ops[" > ".join(ops)] = by_ops.get(" > ".join(ops), 0) + n["metrics"]["calls"]
-    print(f"{mode}: fc1's forward kernels by operator path:", by_ops)
+    print(f"{mode}{' + device' if device else ''}: fc1's forward kernels by operator path:", by_ops,
+          {k: v for k, v in doc["stats"].items() if k.startswith("native_continue")})
     with_addmm = sum(c for ops, c in by_ops.items() if "aten::addmm" in ops.split(" > "))
     assert with_addmm >= (20 if mode == "exact" else 1), by_ops  # exact: each of the 20 timed steps' GEMM
     # not asserted: relu's kernel (clamp_min's, launched from libtorch_cuda) has no operator where its walk is

@@ -83,5 +83,9 @@ def test_the_device_programs_walk_a_call_path_well_inside_the_bound(windows: boo
         n = processed(bpf, "on_dev_correlation", BPF.KPROBE)
         print(f"on_dev_correlation (windows {windows}): {n:,} instructions")
         assert n <= HEADROOM * BOUND, f"verifier walked {n:,} instructions for on_dev_correlation (bound {BOUND:,})"
+        # its paths continued by .eh_frame (a GEMM library's calls), in the program it calls by tail call
+        w = processed(bpf, "on_dev_correlation_walk", BPF.KPROBE)
+        print(f"on_dev_correlation_walk (windows {windows}): {w:,} instructions")
+        assert w <= CONTINUED_HEADROOM * BOUND, f"verifier walked {w:,} instructions for on_dev_correlation_walk"
     finally:
         compose.cleanup_program(bpf)
