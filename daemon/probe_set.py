@@ -27,7 +27,7 @@ from deepctx.daemon.duty_cycle import duty_scales
 from deepctx.daemon.errors import FailedPrecondition
 from deepctx.daemon.gpu_tree import KernelNamer, add_gpu_buckets, library_basenames, scale_buckets
 from deepctx.daemon.inject import agent as agent_injector
-from deepctx.daemon.inject.agent import agent_state
+from deepctx.daemon.inject.agent import agent_error, agent_state
 from deepctx.daemon.origins import Origins
 from deepctx.daemon.probe_samples import ProbeSamples
 from deepctx.daemon.store.deltas import is_running_total
@@ -297,6 +297,16 @@ class ProbeSet:
             dev.agent_calls = False
             dev.write_config(bpf)
             target.warnings.append("the CUPTI agent did not start: launches are probed by uprobes instead")
+            self._agent_said(target, maps, mapped)
+
+    @staticmethod
+    def _agent_said(target: Target, maps: list[procfs.Mapping], mapped: list[procfs.Mapping]) -> None:
+        """The failed agent's own words (its deepctx_agent_error: which CUPTI call, which error) in the warnings,
+        once: the status alone says only what kind of failure it was."""
+        detail = agent_error(target.pid, maps, mapped[0].path) if mapped else ""
+        said = f"the CUPTI agent's error: {detail}"
+        if detail and said not in target.warnings:
+            target.warnings.append(said)
 
     def busy(self) -> bool:
         return any(f.busy() for f in self.families)
@@ -313,6 +323,13 @@ class ProbeSet:
         """Sampling ends: the sampler's events first, then the families that take their last records."""
         for fam in sorted(self.families, key=lambda f: not isinstance(f, CpuSampler)):
             fam.finish(bpf, target, exited)
+        dev = self._first(DeviceActivity)
+        if dev is not None and not exited and dev.flush_state(bpf).status < 0:  # a failure after its start
+            try:
+                maps = procfs.read_maps(target.pid)
+            except procfs.ProcessGone:
+                return
+            self._agent_said(target, maps, agent_mappings(maps))
 
     def take_window(self, bpf: Any, target: Target, cut: int) -> None:
         for fam in self.families:

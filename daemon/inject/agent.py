@@ -278,6 +278,20 @@ def agent_state(pid: int, maps: list[procfs.Mapping], path: str) -> int | None:
         return None
 
 
+def agent_error(pid: int, maps: list[procfs.Mapping], path: str) -> str:
+    """The agent's deepctx_agent_error in the live process: why it failed, in its words ("" when unreadable or
+    empty). The process wrote it: only printable characters are kept, at most 255 of them."""
+    addr = _data_address(pid, maps, path, "deepctx_agent_error")
+    if addr is None:
+        return ""
+    try:
+        with procfs.ProcessMemory(pid) as mem:
+            raw = mem.read_cstring(addr, 256).decode(errors="replace")
+    except (procfs.ProcessGone, MemoryError, OSError):
+        return ""
+    return "".join(c for c in raw if c.isprintable())[:255]
+
+
 def _wait_state(handle: ProcessHandle, ms: list[procfs.Mapping], file: str, wait_s: float) -> int:
     addr = _data_address_in(ms, file, "deepctx_agent_state")
     if addr is None:

@@ -247,5 +247,9 @@ def test_sampled_attach_probes_launches_when_the_agent_cannot_report(daemon, bui
     assert doc["stats"]["gpu_calls_kernel_named_by_agent_only"] == mt.N_RELU
     assert any(w.startswith("[kernel named by the agent only] on ") for w in doc["warnings"]), doc["warnings"]
     assert any("launches are probed by uprobes instead" in w for w in doc["warnings"]), doc["warnings"]
+    # and the agent's own words, read from the process (not only the kind of failure its status tells)
+    said = [w for w in doc["warnings"] if w.startswith("the CUPTI agent's error: ")]
+    assert said == ["the CUPTI agent's error: CUPTI is held by another profiler (one subscriber at a time)"], \
+        doc["warnings"]
     assert doc["stats"].get("device_calls_reported_by_agent", 0) == 0
     assert daemon.alive()
