@@ -297,12 +297,13 @@ class ProbeSet:
             dev.agent_calls = False
             dev.write_config(bpf)
             target.warnings.append("the CUPTI agent did not start: launches are probed by uprobes instead")
-            self._agent_said(target, maps, mapped)
+            self._agent_said(target, maps)
 
     @staticmethod
-    def _agent_said(target: Target, maps: list[procfs.Mapping], mapped: list[procfs.Mapping]) -> None:
+    def _agent_said(target: Target, maps: list[procfs.Mapping]) -> None:
         """The failed agent's own words (its deepctx_agent_error: which CUPTI call, which error) in the warnings,
         once: the status alone says only what kind of failure it was."""
+        mapped = agent_mappings(maps)
         detail = agent_error(target.pid, maps, mapped[0].path) if mapped else ""
         said = f"the CUPTI agent's error: {detail}"
         if detail and said not in target.warnings:
@@ -329,7 +330,7 @@ class ProbeSet:
                 maps = procfs.read_maps(target.pid)
             except procfs.ProcessGone:
                 return
-            self._agent_said(target, maps, agent_mappings(maps))
+            self._agent_said(target, maps)
 
     def take_window(self, bpf: Any, target: Target, cut: int) -> None:
         for fam in self.families:

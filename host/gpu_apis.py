@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deepctx.host.gpu_runtimes import CONTINUED_LIBRARY, LIBRARIES
+from deepctx.host.gpu_runtimes import LIBRARIES
 
 # enum gpu_api_class
 LAUNCH, GRAPH, MEMCPY, MEMSET, ALLOC, FREE, SYNC, COLLECTIVE, GETFUNC, OTHER, FUNC_ALIAS, HANDOFF, NODE_CREATED, \
@@ -204,11 +204,6 @@ APIS = all_apis()
 BY_LIBRARY: dict[str, list[tuple[int, Api]]] = {}
 for _i, _a in enumerate(APIS):
     BY_LIBRARY.setdefault(_a.library, []).append((_i, _a))
-
-
-def continues_walk(basename: str) -> bool:
-    """Is this a GEMM or convolution library, whose launches get the .eh_frame continuation?"""
-    return CONTINUED_LIBRARY.match(basename) is not None
 
 
 def library_kind(basename: str) -> str | None:

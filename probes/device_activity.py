@@ -407,7 +407,7 @@ class DeviceActivity(FamilyDefaults):
             self._wait_active(bpf)
 
     def write_config(self, bpf: Any) -> None:
-        slot = self.cont_slot if self.continued and self.cont_slot is not None else GPU_NO_CONTINUE
+        slot = GPU_NO_CONTINUE if self.cont_slot is None else self.cont_slot
         bpf[b"dev_config"][ct.c_int(0)] = DevConfig(self.start_ns, int(self.trace), int(self.agent_calls),
                                                    int(self.spans), slot, self.share_from_ns)
 

@@ -77,9 +77,10 @@ struct gpu_ranges {
     /* Sampled mode: when the process's next call gets its call path (BPF's clock). The process's own, not
      * the CPU's: processes on one program (probes/program_share.py) do not take each other's samples. */
     __u64 next_sample_ns;
-    /* The executable ranges of the process's GEMM and convolution libraries (cuBLAS, cuDNN, ...: host/gpu_apis
-     * .continues_walk): a probed call made from one of them whose frame-pointer walk is lost goes on with
-     * .eh_frame (GPU_FP_CONTINUE); the other calls (PyTorch's elementwise launches) keep the frame-pointer walk. */
+    /* The executable ranges of the process's GEMM and convolution libraries (cuBLAS, cuDNN, ...:
+     * host/gpu_runtimes.CONTINUED_LIBRARY): a probed call made from one of them whose frame-pointer walk is lost
+     * goes on with .eh_frame (GPU_FP_CONTINUE); the other calls (PyTorch's elementwise launches) keep the
+     * frame-pointer walk. */
     __u64 cont_start[GPU_CONT_RANGES];
     __u64 cont_end[GPU_CONT_RANGES];
 };

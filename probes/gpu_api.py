@@ -11,6 +11,7 @@ from typing import Any
 
 from deepctx.host import gpu_apis
 from deepctx.host.elf.symbols import ElfSymbols
+from deepctx.host.gpu_runtimes import CONTINUED_LIBRARY
 from deepctx.host.procfs import Mapping, ProcessGone, ProcessMemory, open_mapped_file
 from deepctx.probes.family import FamilyDefaults, Target, read_source
 from deepctx.probes.gpu_thread_names import GpuThreadNames
@@ -261,7 +262,7 @@ def continued_mappings(target: Target) -> list[Mapping]:
     """The process's executable mappings of GEMM and convolution libraries, whose calls get the .eh_frame
     continuation."""
     return [m for m in target.space.mappings if m.executable and m.file_backed
-            and gpu_apis.continues_walk(os.path.basename(m.path.removesuffix(" (deleted)")))]
+            and CONTINUED_LIBRARY.match(os.path.basename(m.path.removesuffix(" (deleted)")))]
 
 
 def entry_only(api: gpu_apis.Api, mode: str) -> bool:
