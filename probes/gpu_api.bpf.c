@@ -358,7 +358,7 @@ static __always_inline __u64 gpu_fp_capture(struct pt_regs *ctx, __u64 ret, __u3
     }
 #if defined(GPU_FP_CONTINUE) && defined(DEEPCTX_NATIVE_UNWIND)
 #ifndef GPU_FP_CONTINUE_DEPTH
-#define GPU_FP_CONTINUE_DEPTH 24  /* frames the .eh_frame walk adds: the GPU program then verifies in 663K to 690K instructions */
+#define GPU_FP_CONTINUE_DEPTH 24  /* frames the .eh_frame walk adds: the GPU program then verifies in 662K instructions */
 #endif
     /* Lost in code without frame pointers (PyTorch's libraries between a GEMM's launch and its operator): the
      * .eh_frame walk takes over from the lost frame (gpu_api.py: native_continue), for the calls that cuBLAS,
